@@ -1,0 +1,151 @@
+#include "common/layout.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace psync {
+namespace {
+
+// FNV-1a, 64 bit: stable across platforms and releases, unlike std::hash.
+class Fnv1a {
+ public:
+  void Add(const void* data, size_t size) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < size; ++i) {
+      hash_ = (hash_ ^ p[i]) * 0x100000001b3ULL;
+    }
+  }
+  void AddInt(int64_t v) {
+    unsigned char le[8];
+    for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(uint64_t(v) >> (8 * i));
+    Add(le, 8);
+  }
+  uint64_t hash() const { return hash_; }
+
+ private:
+  uint64_t hash_ = 0xcbf29ce484222325ULL;
+};
+
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+
+}  // namespace
+
+absl::StatusOr<Layout> Layout::Create(std::vector<TensorSpec> tensors,
+                                      int64_t chunk_bytes, int num_servers,
+                                      uint64_t init_seed) {
+  if (tensors.empty()) {
+    return absl::InvalidArgumentError("Layout: the model has no tensors");
+  }
+  if (chunk_bytes < 4 || chunk_bytes % 4 != 0 || chunk_bytes > kMaxChunkBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Layout: chunk_bytes is ", chunk_bytes,
+        ", expected a multiple of 4 in [4, ", kMaxChunkBytes, "]"));
+  }
+  if (num_servers < 1 || num_servers > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Layout: num_servers is ", num_servers, ", expected 1..4096"));
+  }
+  std::set<std::string> names;
+  int64_t total = 0;
+  for (const TensorSpec& t : tensors) {
+    if (t.name.empty() || !names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Layout: tensor name '", t.name, "' is empty or repeated"));
+    }
+    if (t.shape.empty() || t.shape.size() > 8) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Layout: tensor '", t.name, "' has rank ", t.shape.size(),
+          ", expected 1..8"));
+    }
+    int64_t n = 1;
+    for (int64_t d : t.shape) {
+      if (d < 1 || d > kMaxElements || n > kMaxElements / d) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Layout: tensor '", t.name, "' has dimension ", d,
+            ", expected positive sizes totalling at most ", kMaxElements,
+            " elements"));
+      }
+      n *= d;
+    }
+    total += n;
+    if (total > kMaxElements) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Layout: the model has more than ", kMaxElements, " elements"));
+    }
+  }
+
+  Layout layout;
+  layout.tensors_ = std::move(tensors);
+  layout.chunk_bytes_ = chunk_bytes;
+  layout.num_servers_ = num_servers;
+  layout.init_seed_ = init_seed;
+  layout.total_elements_ = total;
+
+  const int64_t chunk_elements = chunk_bytes / 4;
+  int64_t flat = 0;
+  for (int t = 0; t < static_cast<int>(layout.tensors_.size()); ++t) {
+    layout.tensor_offsets_.push_back(flat);
+    const int64_t n = layout.tensors_[t].NumElements();
+    for (int64_t off = 0; off < n; off += chunk_elements) {
+      ChunkInfo c;
+      c.id = static_cast<int32_t>(layout.chunks_.size());
+      c.tensor = t;
+      c.tensor_offset = off;
+      c.flat_offset = flat + off;
+      c.num_elements = std::min(chunk_elements, n - off);
+      layout.chunks_.push_back(c);
+    }
+    flat += n;
+  }
+  if (layout.chunks_.size() > (size_t{1} << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Layout: ", layout.chunks_.size(),
+        " chunks, expected at most 16777216; raise chunk_bytes"));
+  }
+
+  // Largest first, each on the least-loaded server.
+  std::vector<int32_t> order(layout.chunks_.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return layout.chunks_[a].num_elements > layout.chunks_[b].num_elements;
+  });
+  std::vector<int64_t> load(num_servers, 0);
+  for (int32_t id : order) {
+    const int s = static_cast<int>(
+        std::min_element(load.begin(), load.end()) - load.begin());
+    layout.chunks_[id].server = s;
+    load[s] += layout.chunks_[id].num_elements;
+  }
+  layout.server_chunks_.resize(num_servers);
+  for (const ChunkInfo& c : layout.chunks_) {
+    layout.server_chunks_[c.server].push_back(c.id);
+  }
+
+  Fnv1a h;
+  h.AddInt(chunk_bytes);
+  h.AddInt(num_servers);
+  h.AddInt(static_cast<int64_t>(init_seed));
+  h.AddInt(static_cast<int64_t>(layout.tensors_.size()));
+  for (const TensorSpec& t : layout.tensors_) {
+    h.AddInt(static_cast<int64_t>(t.name.size()));
+    h.Add(t.name.data(), t.name.size());
+    h.AddInt(static_cast<int64_t>(t.dtype));
+    h.AddInt(static_cast<int64_t>(t.shape.size()));
+    for (int64_t d : t.shape) h.AddInt(d);
+  }
+  for (const ChunkInfo& c : layout.chunks_) h.AddInt(c.server);
+  layout.fingerprint_ = h.hash();
+  return layout;
+}
+
+int64_t Layout::ServerBytes(int server) const {
+  int64_t bytes = 0;
+  for (int32_t id : server_chunks_[server]) bytes += chunks_[id].bytes();
+  return bytes;
+}
+
+}  // namespace psync

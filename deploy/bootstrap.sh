@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every Debian package psync needs to build, test and run.
+# Idempotent: when everything is present it only runs dpkg-query (well under
+# a second) and installs nothing.
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap default-jdk-headless
+  g++ pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libgtest-dev libgmock-dev libgoogle-glog-dev libopenblas-dev
+  dataset-fashion-mnist
+  python3 python3-numpy
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if (( ${#missing[@]} == 0 )); then
+  exit 0
+fi
+
+echo "bootstrap: installing ${missing[*]}" >&2
+if [[ $(id -u) -ne 0 ]]; then
+  echo "bootstrap: must run as root to install packages (missing: ${missing[*]})" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "bootstrap: done" >&2

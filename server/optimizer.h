@@ -1,0 +1,30 @@
+// The server-side optimizer: SGD with momentum and weight decay, in
+// PyTorch's convention (torch.optim.SGD, dampening 0, no Nesterov):
+//   d = g + weight_decay * w
+//   m = momentum * m + d          (m starts at zero, so the first m is d)
+//   w = w - lr * m
+#ifndef PSYNC_SERVER_OPTIMIZER_H_
+#define PSYNC_SERVER_OPTIMIZER_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace psync {
+
+struct SgdOptions {
+  float learning_rate = 0.1f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+
+  absl::Status Validate() const;
+};
+
+// Applies one step to `n` elements in place. `momentum` may be null when
+// options.momentum == 0.
+void SgdStep(const SgdOptions& options, const float* grad, float* weights,
+             float* momentum, int64_t n);
+
+}  // namespace psync
+
+#endif  // PSYNC_SERVER_OPTIMIZER_H_

@@ -1,0 +1,319 @@
+#include "server/shard_store.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/init.h"
+#include "common/status_macros.h"
+
+namespace psync {
+
+// Headroom over the payload for message framing and the other fields.
+constexpr int64_t kMessageHeadroomBytes = 1 << 20;
+
+struct ShardStore::Chunk {
+  explicit Chunk(const ChunkInfo& info) : info(info) {}
+
+  const ChunkInfo info;
+  absl::Mutex mu;
+  int64_t version ABSL_GUARDED_BY(mu) = 0;
+  std::vector<float> weights ABSL_GUARDED_BY(mu);
+  std::vector<float> momentum ABSL_GUARDED_BY(mu);
+  // Pushes for step `version`. Deterministic mode keeps one gradient per
+  // worker (per_worker) and sums them in rank order when the last arrives;
+  // otherwise gradients are added to `sum` as they come.
+  std::vector<bool> received ABSL_GUARDED_BY(mu);
+  std::vector<int64_t> counts ABSL_GUARDED_BY(mu);
+  int num_received ABSL_GUARDED_BY(mu) = 0;
+  std::vector<float> sum ABSL_GUARDED_BY(mu);
+  std::vector<std::vector<float>> per_worker ABSL_GUARDED_BY(mu);
+};
+
+struct ShardStore::Shard {
+  explicit Shard(Layout layout) : layout(std::move(layout)) {}
+
+  const Layout layout;
+  // Indexed by chunk id; null for chunks other servers own.
+  std::vector<std::unique_ptr<Chunk>> chunks;
+};
+
+absl::Status ShardStoreOptions::Validate() const {
+  if (num_servers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("num_servers is ", num_servers, ", expected >= 1"));
+  }
+  if (server_rank < 0 || server_rank >= num_servers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "server_rank is ", server_rank, ", expected 0..", num_servers - 1));
+  }
+  if (num_workers < 1 || num_workers > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat("num_workers is ", num_workers, ", expected 1..65536"));
+  }
+  if (max_message_bytes < kMessageHeadroomBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_message_bytes is ", max_message_bytes, ", expected >= ", kMessageHeadroomBytes));
+  }
+  return sgd.Validate();
+}
+
+absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(ShardStoreOptions options) {
+  PSYNC_RETURN_IF_ERROR(options.Validate());
+  return std::unique_ptr<ShardStore>(new ShardStore(std::move(options)));
+}
+
+ShardStore::ShardStore(ShardStoreOptions options)
+    : options_(std::move(options)), registered_(options_.num_workers, false) {}
+
+ShardStore::~ShardStore() = default;
+
+absl::StatusOr<RegisterResult> ShardStore::Register(int worker_rank, int num_workers,
+                                                    const Layout& layout,
+                                                    uint64_t claimed_fingerprint) {
+  if (num_workers != options_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Register: worker says the cluster has ", num_workers,
+        " workers, this server was started for ", options_.num_workers));
+  }
+  if (worker_rank < 0 || worker_rank >= options_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Register: worker rank ", worker_rank, " is out of range 0..", options_.num_workers - 1));
+  }
+  if (layout.fingerprint() != claimed_fingerprint) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Register: worker ", worker_rank, " claims layout fingerprint ", claimed_fingerprint,
+        " but its layout spec hashes to ", layout.fingerprint()));
+  }
+  if (layout.num_servers() != options_.num_servers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Register: layout is for ", layout.num_servers(), " servers, this cluster has ",
+        options_.num_servers));
+  }
+  const int64_t bytes = layout.ServerBytes(options_.server_rank);
+  if (bytes + kMessageHeadroomBytes > options_.max_message_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "Register: layout puts ", bytes, " bytes on server ", options_.server_rank,
+        ", more than the message limit of ", options_.max_message_bytes,
+        " bytes less 1 MiB headroom allows; raise --max_message_mb"));
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (shard_ != nullptr && shard_->layout.fingerprint() != layout.fingerprint()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Register: worker ", worker_rank, " has layout fingerprint ", layout.fingerprint(),
+        ", but this server's layout (fixed by the first registration",
+        registered_[worker_rank] ? ", including this worker's own" : "",
+        ") has fingerprint ", shard_->layout.fingerprint()));
+  }
+  if (shard_ == nullptr) {
+    auto shard = std::make_unique<Shard>(layout);
+    shard->chunks.resize(layout.chunks().size());
+    const int n = options_.num_workers;
+    for (int32_t id : layout.ChunksOnServer(options_.server_rank)) {
+      const ChunkInfo& info = layout.chunks()[id];
+      auto chunk = std::make_unique<Chunk>(info);
+      absl::MutexLock chunk_lock(&chunk->mu);
+      chunk->weights.resize(info.num_elements);
+      InitialValues(layout.init_seed(), layout.tensors()[info.tensor], info.tensor_offset,
+                    info.num_elements, chunk->weights.data());
+      if (options_.sgd.momentum != 0.0f) chunk->momentum.assign(info.num_elements, 0.0f);
+      chunk->received.assign(n, false);
+      chunk->counts.assign(n, 0);
+      if (options_.deterministic) {
+        chunk->per_worker.assign(n, std::vector<float>(info.num_elements));
+      } else {
+        chunk->sum.assign(info.num_elements, 0.0f);
+      }
+      shard->chunks[id] = std::move(chunk);
+    }
+    shard_ = std::move(shard);
+  }
+  registered_[worker_rank] = true;
+
+  RegisterResult result;
+  result.fingerprint = layout.fingerprint();
+  result.chunk_ids = layout.ChunksOnServer(options_.server_rank);
+  result.version = INT64_MAX;
+  for (int32_t id : result.chunk_ids) {
+    Chunk& c = *shard_->chunks[id];
+    absl::MutexLock chunk_lock(&c.mu);
+    result.version = std::min(result.version, c.version);
+  }
+  if (result.chunk_ids.empty()) result.version = 0;
+  return result;
+}
+
+absl::StatusOr<ShardStore::Shard*> ShardStore::CheckCaller(absl::string_view op, int worker_rank,
+                                                           uint64_t fingerprint) const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (worker_rank < 0 || worker_rank >= options_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": worker rank ", worker_rank, " is out of range 0..", options_.num_workers - 1));
+  }
+  if (shard_ == nullptr || !registered_[worker_rank]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        op, ": worker ", worker_rank, " has not registered with server ", options_.server_rank));
+  }
+  if (fingerprint != shard_->layout.fingerprint()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        op, ": layout fingerprint ", fingerprint, " from worker ", worker_rank,
+        ", expected ", shard_->layout.fingerprint()));
+  }
+  return shard_.get();
+}
+
+absl::Status ShardStore::ValidateChunkId(absl::string_view op, const Shard& shard,
+                                         int32_t chunk_id) const {
+  if (chunk_id < 0 || chunk_id >= static_cast<int32_t>(shard.chunks.size())) {
+    return absl::NotFoundError(absl::StrCat(
+        op, ": chunk ", chunk_id, " does not exist; the layout has chunks 0..",
+        shard.chunks.size() - 1));
+  }
+  if (shard.chunks[chunk_id] == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        op, ": chunk ", chunk_id, " is on server ", shard.layout.chunks()[chunk_id].server,
+        ", not on server ", options_.server_rank));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::Push(int worker_rank, uint64_t fingerprint, int64_t step,
+                              int64_t sample_count, absl::Span<const ChunkPayload> chunks) {
+  PSYNC_ASSIGN_OR_RETURN(Shard * shard, CheckCaller("Push", worker_rank, fingerprint));
+  if (step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Push: step is ", step, ", expected >= 0"));
+  }
+  if (sample_count < 0 || sample_count > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Push: sample_count is ", sample_count, ", expected 0..2^40"));
+  }
+  std::vector<bool> seen(shard->chunks.size(), false);
+  for (const ChunkPayload& p : chunks) {
+    PSYNC_RETURN_IF_ERROR(ValidateChunkId("Push", *shard, p.chunk_id));
+    if (seen[p.chunk_id]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Push: chunk ", p.chunk_id, " appears twice in one request"));
+    }
+    seen[p.chunk_id] = true;
+    if (!p.float32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Push: chunk ", p.chunk_id, " has a dtype other than float32, the only one supported"));
+    }
+    const ChunkInfo& info = shard->chunks[p.chunk_id]->info;
+    if (static_cast<int64_t>(p.bytes.size()) != info.bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Push: chunk ", p.chunk_id, " has ", p.bytes.size(), " bytes, layout says ", info.bytes()));
+    }
+    Chunk& c = *shard->chunks[p.chunk_id];
+    absl::MutexLock lock(&c.mu);
+    if (step > c.version) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Push: step ", step, " of chunk ", p.chunk_id, " from worker ", worker_rank,
+          " is from the future; the chunk is at version ", c.version,
+          " and takes pushes for step ", c.version, " only"));
+    }
+  }
+  // A chunk cannot advance past `step` between the check above and here: that
+  // needs this worker's own push for `step`.
+  for (const ChunkPayload& p : chunks) {
+    Chunk& c = *shard->chunks[p.chunk_id];
+    absl::MutexLock lock(&c.mu);
+    if (step < c.version || c.received[worker_rank]) continue;  // applied, or a repeat
+    AddPushLocked(c, worker_rank, sample_count, p.bytes);
+    if (c.num_received == options_.num_workers) ApplyLocked(c);
+  }
+  return absl::OkStatus();
+}
+
+void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
+                               absl::string_view bytes) {
+  c.received[worker_rank] = true;
+  c.counts[worker_rank] = sample_count;
+  ++c.num_received;
+  const int64_t n = c.info.num_elements;
+  if (options_.deterministic) {
+    std::memcpy(c.per_worker[worker_rank].data(), bytes.data(), n * 4);
+    return;
+  }
+  const char* src = bytes.data();
+  float* sum = c.sum.data();
+  for (int64_t i = 0; i < n; ++i) {
+    float g;
+    std::memcpy(&g, src + 4 * i, 4);  // the payload may be unaligned
+    sum[i] += g;
+  }
+}
+
+void ShardStore::ApplyLocked(Chunk& c) {
+  const int64_t n = c.info.num_elements;
+  if (options_.deterministic) {
+    c.sum = c.per_worker[0];
+    for (int w = 1; w < options_.num_workers; ++w) {
+      const float* g = c.per_worker[w].data();
+      for (int64_t i = 0; i < n; ++i) c.sum[i] += g[i];
+    }
+  }
+  int64_t total = 0;
+  for (int64_t count : c.counts) total += count;
+  // No samples at all (every worker's share of the step was empty): the
+  // gradient is zero, and momentum and weight decay still act.
+  if (total > 0) {
+    const float t = static_cast<float>(total);
+    for (int64_t i = 0; i < n; ++i) c.sum[i] /= t;
+  } else {
+    std::fill(c.sum.begin(), c.sum.end(), 0.0f);
+  }
+  SgdStep(options_.sgd, c.sum.data(), c.weights.data(),
+          c.momentum.empty() ? nullptr : c.momentum.data(), n);
+  ++c.version;
+  std::fill(c.received.begin(), c.received.end(), false);
+  std::fill(c.counts.begin(), c.counts.end(), 0);
+  c.num_received = 0;
+  if (!options_.deterministic) std::fill(c.sum.begin(), c.sum.end(), 0.0f);
+}
+
+absl::Status ShardStore::Pull(int worker_rank, uint64_t fingerprint, int64_t version,
+                              absl::Span<const int32_t> chunk_ids, absl::Time deadline,
+                              const ChunkSink& sink) {
+  PSYNC_ASSIGN_OR_RETURN(Shard * shard, CheckCaller("Pull", worker_rank, fingerprint));
+  if (version < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Pull: version is ", version, ", expected >= 0"));
+  }
+  for (int32_t id : chunk_ids) PSYNC_RETURN_IF_ERROR(ValidateChunkId("Pull", *shard, id));
+  for (int32_t id : chunk_ids) {
+    Chunk& c = *shard->chunks[id];
+    absl::MutexLock lock(&c.mu);
+    if (version > c.version + 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Pull: version ", version, " of chunk ", id, " is from the future; the chunk is at version ",
+          c.version, " and can reach only ", c.version + 1, " next"));
+    }
+    auto reached = [&c, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) { return c.version >= version; };
+    if (!c.mu.AwaitWithDeadline(absl::Condition(&reached), deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "Pull: chunk ", id, " is still at version ", c.version, " (", c.num_received, " of ",
+          options_.num_workers, " workers pushed step ", c.version, "); waited for version ", version));
+    }
+    sink(id, c.version, c.weights.data(), c.info.num_elements);
+  }
+  return absl::OkStatus();
+}
+
+StoreStatus ShardStore::GetStatus() const {
+  absl::ReaderMutexLock lock(&mu_);
+  StoreStatus status;
+  if (shard_ == nullptr) return status;
+  status.registered = true;
+  status.fingerprint = shard_->layout.fingerprint();
+  status.version = INT64_MAX;
+  for (int32_t id : shard_->layout.ChunksOnServer(options_.server_rank)) {
+    Chunk& c = *shard_->chunks[id];
+    absl::MutexLock chunk_lock(&c.mu);
+    status.version = std::min(status.version, c.version);
+    ++status.num_chunks;
+    status.bytes += c.info.bytes();
+  }
+  if (status.num_chunks == 0) status.version = 0;
+  return status;
+}
+
+}  // namespace psync

@@ -287,8 +287,15 @@ absl::Status ShardStore::Pull(int worker_rank, uint64_t fingerprint, int64_t ver
           "Pull: version ", version, " of chunk ", id, " is from the future; the chunk is at version ",
           c.version, " and can reach only ", c.version + 1, " next"));
     }
-    auto reached = [&c, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) { return c.version >= version; };
-    if (!c.mu.AwaitWithDeadline(absl::Condition(&reached), deadline)) {
+    auto ready = [this, &c, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+      return c.version >= version || closed_.load();
+    };
+    const bool reached = c.mu.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    if (closed_.load()) {
+      return absl::UnavailableError(absl::StrCat(
+          "Pull: server ", options_.server_rank, " is shutting down"));
+    }
+    if (!reached) {
       return absl::DeadlineExceededError(absl::StrCat(
           "Pull: chunk ", id, " is still at version ", c.version, " (", c.num_received, " of ",
           options_.num_workers, " workers pushed step ", c.version, "); waited for version ", version));
@@ -296,6 +303,16 @@ absl::Status ShardStore::Pull(int worker_rank, uint64_t fingerprint, int64_t ver
     sink(id, c.version, c.weights.data(), c.info.num_elements);
   }
   return absl::OkStatus();
+}
+
+void ShardStore::Close() {
+  closed_.store(true);
+  absl::ReaderMutexLock lock(&mu_);
+  if (shard_ == nullptr) return;
+  for (auto& chunk : shard_->chunks) {
+    // Releasing a chunk's mutex makes its waiters re-check their condition.
+    if (chunk != nullptr) absl::MutexLock chunk_lock(&chunk->mu);
+  }
 }
 
 StoreStatus ShardStore::GetStatus() const {

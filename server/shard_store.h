@@ -3,6 +3,7 @@
 #ifndef PSYNC_SERVER_SHARD_STORE_H_
 #define PSYNC_SERVER_SHARD_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -95,6 +96,10 @@ class ShardStore {
                     const ChunkSink& sink);
 
   StoreStatus GetStatus() const;
+
+  // Wakes every waiting Pull, which returns Unavailable, and refuses new
+  // ones: for shutdown, so no handler waits out its deadline.
+  void Close();
   const ShardStoreOptions& options() const { return options_; }
 
  private:
@@ -112,6 +117,7 @@ class ShardStore {
   void ApplyLocked(Chunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
 
   const ShardStoreOptions options_;
+  std::atomic<bool> closed_{false};
   mutable absl::Mutex mu_;
   // Set once by the first Register and never replaced, so a pointer read
   // under mu_ stays valid for the store's lifetime.

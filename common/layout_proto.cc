@@ -1,0 +1,35 @@
+#include "common/layout_proto.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace psync {
+
+void LayoutToProto(const Layout& layout, proto::LayoutSpec* spec) {
+  spec->Clear();
+  for (const TensorSpec& t : layout.tensors()) {
+    proto::TensorSpec* out = spec->add_tensors();
+    out->set_name(t.name);
+    for (int64_t d : t.shape) out->add_shape(d);
+    out->set_dtype(proto::DTYPE_FLOAT32);
+  }
+  spec->set_chunk_bytes(layout.chunk_bytes());
+  spec->set_num_servers(layout.num_servers());
+  spec->set_init_seed(layout.init_seed());
+}
+
+absl::StatusOr<Layout> LayoutFromProto(const proto::LayoutSpec& spec) {
+  std::vector<TensorSpec> tensors;
+  tensors.reserve(spec.tensors_size());
+  for (const proto::TensorSpec& t : spec.tensors()) {
+    if (t.dtype() != proto::DTYPE_FLOAT32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Layout: tensor '", t.name(), "' has dtype ", proto::DType_Name(t.dtype()),
+          ", expected DTYPE_FLOAT32"));
+    }
+    tensors.push_back(TensorSpec{t.name(), {t.shape().begin(), t.shape().end()}, DType::kFloat32});
+  }
+  return Layout::Create(std::move(tensors), spec.chunk_bytes(), spec.num_servers(),
+                        spec.init_seed());
+}
+
+}  // namespace psync

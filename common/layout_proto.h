@@ -1,0 +1,19 @@
+// Conversions between the layout and its wire form (proto::LayoutSpec).
+#ifndef PSYNC_COMMON_LAYOUT_PROTO_H_
+#define PSYNC_COMMON_LAYOUT_PROTO_H_
+
+#include "absl/status/statusor.h"
+#include "common/layout.h"
+#include "proto/psync.pb.h"
+
+namespace psync {
+
+void LayoutToProto(const Layout& layout, proto::LayoutSpec* spec);
+
+// Validates everything a peer may have sent: unknown dtypes, bad shapes and
+// sizes come back as InvalidArgument naming the value.
+absl::StatusOr<Layout> LayoutFromProto(const proto::LayoutSpec& spec);
+
+}  // namespace psync
+
+#endif  // PSYNC_COMMON_LAYOUT_PROTO_H_

@@ -1,0 +1,37 @@
+// The gRPC adapter of the parameter server: serves a ShardStore on a port.
+#ifndef PSYNC_SERVER_RPC_GRPC_SERVER_H_
+#define PSYNC_SERVER_RPC_GRPC_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/shard_store.h"
+
+namespace psync {
+
+struct GrpcServerOptions {
+  // "host:port"; port 0 picks a free one (see GrpcServer::port()).
+  std::string address = "127.0.0.1:0";
+  // Longest a Pull waits for its version when the caller set no deadline.
+  absl::Duration max_pull_wait = absl::Seconds(60);
+};
+
+// Owns the gRPC server and its threads. Thread-safe.
+class GrpcServer {
+ public:
+  // `store` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(ShardStore* store,
+                                                            const GrpcServerOptions& options);
+  virtual ~GrpcServer() = default;
+
+  virtual int port() const = 0;
+  // Stops accepting calls, wakes waiting pulls, and cancels calls still
+  // running at `deadline`. Idempotent.
+  virtual void Shutdown(absl::Time deadline) = 0;
+};
+
+}  // namespace psync
+
+#endif  // PSYNC_SERVER_RPC_GRPC_SERVER_H_

@@ -1,0 +1,40 @@
+#include "common/subprocess.h"
+
+#include <signal.h>
+
+#include "gtest/gtest.h"
+
+namespace psync {
+namespace {
+
+TEST(SubprocessTest, RelaysOutputAndExitCode) {
+  auto p = Subprocess::Start({"/bin/sh", "-c", "echo hello; echo oops >&2; exit 3"}, "[t] ", false);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->Wait(absl::Now() + absl::Seconds(10)), 3);
+  p->reset();  // joins the reader: output is complete
+}
+
+TEST(SubprocessTest, OutputIsKept) {
+  auto p = Subprocess::Start({"/bin/sh", "-c", "echo one; echo two >&2"}, "", false);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)->Wait(absl::Now() + absl::Seconds(10)), 0);
+  for (int i = 0; i < 100 && (*p)->output().find("two") == std::string::npos; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_NE((*p)->output().find("one\n"), std::string::npos);
+  EXPECT_NE((*p)->output().find("two\n"), std::string::npos);
+}
+
+TEST(SubprocessTest, StopEndsAStubbornChild) {
+  auto p = Subprocess::Start({"/bin/sh", "-c", "trap '' TERM; sleep 30"}, "", false);
+  ASSERT_TRUE(p.ok());
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ((*p)->Stop(absl::Milliseconds(200)), 128 + SIGKILL);
+}
+
+TEST(SubprocessTest, MissingBinaryIsNotFound) {
+  EXPECT_EQ(Subprocess::Start({"/no/such/binary"}, "").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace psync

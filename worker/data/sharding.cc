@@ -1,0 +1,39 @@
+#include "worker/data/sharding.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace psync {
+namespace {
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+std::vector<int64_t> EpochPermutation(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> p(n);
+  std::iota(p.begin(), p.end(), 0);
+  uint64_t state = seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(epoch) + 1;
+  // Fisher-Yates with our own generator: std::shuffle's output differs
+  // between standard libraries.
+  for (int64_t i = n - 1; i > 0; --i) {
+    const int64_t j = static_cast<int64_t>(SplitMix64(state) % static_cast<uint64_t>(i + 1));
+    std::swap(p[i], p[j]);
+  }
+  return p;
+}
+
+void Sharding::DeviceRange(int64_t step_in_epoch, int worker, int device, int64_t* begin,
+                           int64_t* end) const {
+  const int64_t start = step_in_epoch * global_batch() +
+                        (int64_t{worker} * devices_per_worker + device) * batch_per_device;
+  *begin = std::min(start, dataset_size);
+  *end = std::min(start + batch_per_device, dataset_size);
+}
+
+}  // namespace psync

@@ -1,0 +1,39 @@
+// Which samples each device of each worker uses at each step.
+//
+// One global permutation per epoch, from the seed. Step s of an epoch uses
+// the permuted samples [s*G, (s+1)*G), G = N*D*b (the last step of an epoch
+// may be shorter); device d of worker w takes b of them at offset
+// (w*D + d)*b. A single device with batch G therefore sees exactly the same
+// samples in the same steps, which is what makes runs of different cluster
+// shapes train the same model.
+#ifndef PSYNC_WORKER_DATA_SHARDING_H_
+#define PSYNC_WORKER_DATA_SHARDING_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace psync {
+
+// A permutation of 0..n-1 that depends only on (n, seed, epoch).
+std::vector<int64_t> EpochPermutation(int64_t n, uint64_t seed, int64_t epoch);
+
+struct Sharding {
+  int64_t dataset_size = 0;
+  int num_workers = 1;
+  int devices_per_worker = 1;
+  int64_t batch_per_device = 1;
+
+  int64_t global_batch() const { return num_workers * devices_per_worker * batch_per_device; }
+  int64_t steps_per_epoch() const {
+    return (dataset_size + global_batch() - 1) / global_batch();
+  }
+  // Half-open range of positions in the epoch's permutation that
+  // (worker, device) uses at `step_in_epoch`; empty ranges are possible in
+  // an epoch's last, short step.
+  void DeviceRange(int64_t step_in_epoch, int worker, int device, int64_t* begin,
+                   int64_t* end) const;
+};
+
+}  // namespace psync
+
+#endif  // PSYNC_WORKER_DATA_SHARDING_H_

@@ -1,0 +1,44 @@
+#include "worker/data/sharding.h"
+
+#include <algorithm>
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace psync {
+namespace {
+
+TEST(EpochPermutationTest, IsAPermutationDependingOnSeedAndEpoch) {
+  auto p = EpochPermutation(1000, 3, 0);
+  std::vector<int64_t> sorted = p;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 1000; ++i) EXPECT_EQ(sorted[i], i);
+  EXPECT_EQ(p, EpochPermutation(1000, 3, 0));
+  EXPECT_NE(p, EpochPermutation(1000, 3, 1));
+  EXPECT_NE(p, EpochPermutation(1000, 4, 0));
+}
+
+TEST(ShardingTest, DevicesTileEachGlobalBatchLikeOneBigDevice) {
+  Sharding many{1003, 3, 2, 7};  // G = 42; 24 steps, the last one 37 samples
+  Sharding one{1003, 1, 1, 42};
+  ASSERT_EQ(many.steps_per_epoch(), 24);
+  ASSERT_EQ(one.steps_per_epoch(), 24);
+  for (int64_t s = 0; s < many.steps_per_epoch(); ++s) {
+    int64_t b0, e0;
+    one.DeviceRange(s, 0, 0, &b0, &e0);
+    int64_t next = b0;
+    for (int w = 0; w < 3; ++w) {
+      for (int d = 0; d < 2; ++d) {
+        int64_t b, e;
+        many.DeviceRange(s, w, d, &b, &e);
+        EXPECT_EQ(b, next) << "step " << s << " worker " << w << " device " << d;
+        EXPECT_LE(b, e);
+        next = e;
+      }
+    }
+    EXPECT_EQ(next, e0);
+  }
+}
+
+}  // namespace
+}  // namespace psync

@@ -1,0 +1,176 @@
+// psync_worker: one machine's devices training against the parameter servers.
+#include <cstdio>
+#include <fstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/cluster_spec.h"
+#include "common/layout.h"
+#include "common/safetensors.h"
+#include "common/sha256.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "worker/cpu_reducer.h"
+#include "worker/data/dataset.h"
+#include "worker/model.h"
+#include "worker/rpc/grpc_ps_client.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, servers, "", "Server addresses host:port,... in server-rank order.");
+ABSL_FLAG(int, worker_rank, 0, "This worker's rank in 0..num_workers-1.");
+ABSL_FLAG(int, num_workers, 1, "Number of workers.");
+ABSL_FLAG(int, devices, 1, "CPU devices on this worker (one thread and model replica each).");
+ABSL_FLAG(std::string, model, "mlp", "Model: mlp.");
+ABSL_FLAG(int64_t, batch_per_device, 32, "Samples per device per step.");
+ABSL_FLAG(int, epochs, 1, "Epochs to train (ignored if --steps > 0).");
+ABSL_FLAG(int64_t, steps, 0, "If > 0, total steps to train instead of --epochs.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and the data order.");
+ABSL_FLAG(int64_t, chunk_kb, 256, "Largest chunk of a tensor on one server, in KiB.");
+ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "Fashion-MNIST directory.");
+ABSL_FLAG(int64_t, synthetic_samples, 0, "If > 0, train on this many synthetic samples instead.");
+ABSL_FLAG(std::string, export_path, "", "Rank 0: write the final weights here (safetensors).");
+ABSL_FLAG(std::string, summary, "", "Rank 0: write a JSON summary of the run here.");
+ABSL_FLAG(int, rpc_timeout_s, 120, "Deadline of one push-pull (includes waiting for peers).");
+ABSL_FLAG(int, connect_timeout_s, 60, "How long to wait for servers at registration.");
+
+namespace psync {
+namespace {
+
+struct Data {
+  Dataset train, test;
+};
+
+absl::StatusOr<Data> LoadData(int64_t synthetic, const std::string& dir, int64_t input_dim,
+                              uint64_t seed) {
+  Data d;
+  if (synthetic > 0) {
+    d.train = SyntheticDataset(synthetic, input_dim, 10, seed);
+    d.test = SyntheticDataset(std::max<int64_t>(synthetic / 6, 1), input_dim, 10, seed + 1);
+    return d;
+  }
+  PSYNC_ASSIGN_OR_RETURN(d.train, LoadFashionMnist(dir, /*train=*/true));
+  PSYNC_ASSIGN_OR_RETURN(d.test, LoadFashionMnist(dir, /*train=*/false));
+  return d;
+}
+
+std::string Json(const TrainResult& r, int64_t global_batch, const std::string& sha256) {
+  return absl::StrFormat(
+      "{\"test_accuracy\": %.6f, \"test_loss\": %.6f, \"final_loss\": %.6f, \"steps\": %d, "
+      "\"global_batch\": %d, \"samples_per_sec\": %.1f, \"weights_sha256\": \"%s\", "
+      "\"model\": \"%s\", \"servers\": %d, \"workers\": %d, \"devices_per_worker\": %d, "
+      "\"batch_per_device\": %d, \"seed\": %d}\n",
+      r.last.test_accuracy, r.last.test_loss, r.last.loss, r.steps, global_batch,
+      r.samples_per_sec, sha256, absl::GetFlag(FLAGS_model),
+      static_cast<int>(ParseServerAddresses(absl::GetFlag(FLAGS_servers))->size()),
+      absl::GetFlag(FLAGS_num_workers), absl::GetFlag(FLAGS_devices),
+      absl::GetFlag(FLAGS_batch_per_device), absl::GetFlag(FLAGS_seed));
+}
+
+absl::Status Run() {
+  PSYNC_ASSIGN_OR_RETURN(std::vector<std::string> servers,
+                         ParseServerAddresses(absl::GetFlag(FLAGS_servers)));
+  TrainerOptions options;
+  options.worker_rank = absl::GetFlag(FLAGS_worker_rank);
+  options.num_workers = absl::GetFlag(FLAGS_num_workers);
+  options.batch_per_device = absl::GetFlag(FLAGS_batch_per_device);
+  options.epochs = absl::GetFlag(FLAGS_epochs);
+  options.max_steps = absl::GetFlag(FLAGS_steps);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.evaluate = options.worker_rank == 0;
+  PSYNC_RETURN_IF_ERROR(options.Validate());
+  const int devices = absl::GetFlag(FLAGS_devices);
+  const int64_t chunk_kb = absl::GetFlag(FLAGS_chunk_kb);
+  const int rpc_timeout_s = absl::GetFlag(FLAGS_rpc_timeout_s);
+  const int connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout_s);
+  if (chunk_kb < 1 || chunk_kb > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("--chunk_kb is ", chunk_kb, ", expected 1..1048576"));
+  }
+  if (rpc_timeout_s < 1 || connect_timeout_s < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rpc_timeout_s is ", rpc_timeout_s, " and --connect_timeout_s is ", connect_timeout_s,
+        ", expected both >= 1"));
+  }
+
+  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer, CpuReducer::Create(devices));
+  std::vector<std::unique_ptr<Model>> replicas;
+  for (int d = 0; d < devices; ++d) {
+    PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, CreateCpuModel(absl::GetFlag(FLAGS_model)));
+    replicas.push_back(std::move(m));
+  }
+  PSYNC_ASSIGN_OR_RETURN(Layout layout,
+                         Layout::Create(replicas[0]->parameters(), chunk_kb << 10,
+                                        static_cast<int>(servers.size()), options.seed));
+  PSYNC_ASSIGN_OR_RETURN(Data data, LoadData(absl::GetFlag(FLAGS_synthetic_samples),
+                                             absl::GetFlag(FLAGS_data_dir),
+                                             replicas[0]->input_dim(), options.seed));
+  LOG(INFO) << "worker " << options.worker_rank << "/" << options.num_workers << ": model "
+            << absl::GetFlag(FLAGS_model) << " (" << layout.total_elements() << " parameters, "
+            << layout.chunks().size() << " chunks on " << servers.size() << " servers, layout "
+            << layout.fingerprint() << "), " << devices << " CPU devices x batch "
+            << options.batch_per_device << ", " << data.train.size << " training samples";
+
+  GrpcPsClientOptions client_options;
+  client_options.server_addresses = servers;
+  client_options.worker_rank = options.worker_rank;
+  client_options.num_workers = options.num_workers;
+  client_options.call_timeout = absl::Seconds(rpc_timeout_s);
+  client_options.connect_timeout = absl::Seconds(connect_timeout_s);
+  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
+                         CreateGrpcPsClient(layout, client_options));
+  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
+                         Trainer::Create(options, std::move(replicas), std::move(reducer),
+                                         client.get(), &data.train, &data.test));
+  const int64_t global_batch = int64_t{options.num_workers} * devices * options.batch_per_device;
+  const bool rank0 = options.worker_rank == 0;
+  PSYNC_ASSIGN_OR_RETURN(TrainResult result, trainer->Run([&](const EpochReport& r) {
+    if (!rank0) return;
+    std::printf("epoch %d step %lld loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f "
+                "samples/s %.0f\n",
+                r.epoch, static_cast<long long>(r.step), r.loss, r.train_accuracy, r.test_loss,
+                r.test_accuracy, r.samples_per_sec);
+    std::fflush(stdout);
+  }));
+  LOG(INFO) << "worker " << options.worker_rank << " finished " << result.steps << " steps, "
+            << static_cast<int64_t>(result.samples_per_sec) << " samples/s";
+  if (!rank0) return absl::OkStatus();
+
+  Sha256 sha;
+  sha.Update(result.weights.data(), result.weights.size() * sizeof(float));
+  const std::string digest = sha.HexDigest();
+  const std::string export_path = absl::GetFlag(FLAGS_export_path);
+  if (!export_path.empty()) {
+    PSYNC_RETURN_IF_ERROR(WriteSafetensors(export_path, layout.tensors(), result.weights));
+    LOG(INFO) << "wrote weights to " << export_path << " (sha256 " << digest << ")";
+  }
+  const std::string summary = absl::GetFlag(FLAGS_summary);
+  if (!summary.empty()) {
+    std::ofstream out(summary, std::ios::trunc);
+    out << Json(result, global_batch, digest);
+    if (!out) return absl::DataLossError(absl::StrCat("cannot write --summary ", summary));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace psync
+
+extern "C" void openblas_set_num_threads(int);
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("psync worker: trains on its devices against the parameter servers.");
+  absl::ParseCommandLine(argc, argv);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  // Each device thread runs its own GEMMs: one BLAS thread per device keeps
+  // the devices from oversubscribing the cores.
+  openblas_set_num_threads(1);
+  absl::Status s = psync::Run();
+  if (!s.ok()) {
+    LOG(ERROR) << "worker " << absl::GetFlag(FLAGS_worker_rank) << " failed: " << s;
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,191 @@
+#include "worker/mlp.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace psync {
+
+absl::StatusOr<std::unique_ptr<CpuMlp>> CpuMlp::Create(
+    std::vector<int64_t> sizes) {
+  if (sizes.size() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CpuMlp: need at least 2 layer sizes (input, classes), "
+                     "got ",
+                     sizes.size()));
+  }
+  for (int64_t s : sizes) {
+    if (s <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CpuMlp: layer sizes must be positive, got [",
+                       absl::StrJoin(sizes, ", "), "]"));
+    }
+  }
+  return std::make_unique<CpuMlp>(std::move(sizes));
+}
+
+CpuMlp::CpuMlp(std::vector<int64_t> sizes) : sizes_(std::move(sizes)) {
+  const int layers = num_layers();
+  acts_.resize(layers + 1);
+  deltas_.resize(layers + 1);
+  for (int k = 1; k <= layers; ++k) {
+    const int64_t in = sizes_[k - 1], out = sizes_[k];
+    const std::string prefix = absl::StrCat("fc", k);
+    weight_offset_.push_back(num_params_);
+    params_.push_back({prefix + ".weight", {out, in}});
+    num_params_ += out * in;
+    bias_offset_.push_back(num_params_);
+    params_.push_back({prefix + ".bias", {out}});
+    num_params_ += out;
+  }
+}
+
+void CpuMlp::EnsureScratch(int64_t n) {
+  if (n <= scratch_rows_) return;
+  for (int k = 1; k <= num_layers(); ++k) {
+    acts_[k].resize(n * sizes_[k]);
+    deltas_[k].resize(n * sizes_[k]);
+  }
+  scratch_rows_ = n;
+}
+
+absl::Status CpuMlp::ValidateBatch(const char* op, const float* weights,
+                                   const Batch& batch) const {
+  if (batch.n < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": batch size ", batch.n, " is negative"));
+  }
+  if (batch.n == 0) return absl::OkStatus();
+  if (weights == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": weights is null"));
+  }
+  if (batch.inputs == nullptr || batch.labels == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": batch of ", batch.n, " samples has null ",
+        batch.inputs == nullptr ? "inputs" : "labels"));
+  }
+  const int64_t classes = sizes_.back();
+  for (int64_t i = 0; i < batch.n; ++i) {
+    if (batch.labels[i] >= classes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": sample ", i, " has label ",
+                       static_cast<int>(batch.labels[i]), ", expected < ",
+                       classes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CpuMlp::Forward(const float* weights, const Batch& batch) {
+  const int64_t n = batch.n;
+  const float* in_act = batch.inputs;
+  for (int k = 1; k <= num_layers(); ++k) {
+    const int64_t in = sizes_[k - 1], out = sizes_[k];
+    const float* w = weights + weight_offset_[k - 1];
+    const float* b = weights + bias_offset_[k - 1];
+    float* z = acts_[k].data();
+    // z[n, out] = in_act[n, in] * W[out, in]^T
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f,
+                in_act, in, w, in, 0.0f, z, out);
+    const bool hidden = k < num_layers();
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = z + i * out;
+      for (int64_t j = 0; j < out; ++j) {
+        const float v = row[j] + b[j];
+        row[j] = hidden ? std::max(v, 0.0f) : v;
+      }
+    }
+    in_act = z;
+  }
+}
+
+BatchStats CpuMlp::LossAndStats(const Batch& batch, float* dlogits) const {
+  const int64_t classes = sizes_.back();
+  const float* logits = acts_[num_layers()].data();
+  BatchStats stats;
+  stats.count = batch.n;
+  for (int64_t i = 0; i < batch.n; ++i) {
+    const float* row = logits + i * classes;
+    const int64_t argmax = std::max_element(row, row + classes) - row;
+    const double max = row[argmax];
+    double sum_exp = 0.0;
+    for (int64_t j = 0; j < classes; ++j) sum_exp += std::exp(row[j] - max);
+    const int label = batch.labels[i];
+    // -log softmax(label) = logsumexp(row) - row[label], shifted by max.
+    stats.loss_sum += std::log(sum_exp) + max - row[label];
+    if (argmax == label) ++stats.correct;
+    if (dlogits != nullptr) {
+      float* d = dlogits + i * classes;
+      for (int64_t j = 0; j < classes; ++j) {
+        d[j] = static_cast<float>(std::exp(row[j] - max) / sum_exp);
+      }
+      d[label] -= 1.0f;
+    }
+  }
+  return stats;
+}
+
+absl::StatusOr<BatchStats> CpuMlp::Evaluate(const float* weights,
+                                            const Batch& batch) {
+  PSYNC_RETURN_IF_ERROR(ValidateBatch("CpuMlp::Evaluate", weights, batch));
+  if (batch.n == 0) return BatchStats{};
+  EnsureScratch(batch.n);
+  Forward(weights, batch);
+  return LossAndStats(batch, nullptr);
+}
+
+absl::StatusOr<BatchStats> CpuMlp::ComputeGradients(const float* weights,
+                                                    const Batch& batch,
+                                                    float* grad) {
+  if (grad == nullptr) {
+    return absl::InvalidArgumentError(
+        "CpuMlp::ComputeGradients: grad is null");
+  }
+  PSYNC_RETURN_IF_ERROR(
+      ValidateBatch("CpuMlp::ComputeGradients", weights, batch));
+  if (batch.n == 0) {
+    std::fill(grad, grad + num_params_, 0.0f);
+    return BatchStats{};
+  }
+  const int64_t n = batch.n;
+  EnsureScratch(n);
+  Forward(weights, batch);
+  const BatchStats stats = LossAndStats(batch, deltas_[num_layers()].data());
+
+  for (int k = num_layers(); k >= 1; --k) {
+    const int64_t in = sizes_[k - 1], out = sizes_[k];
+    const float* delta = deltas_[k].data();
+    const float* prev = k == 1 ? batch.inputs : acts_[k - 1].data();
+    // dW[out, in] = delta[n, out]^T * prev[n, in]: sums over the batch.
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f,
+                delta, out, prev, in, 0.0f, grad + weight_offset_[k - 1], in);
+    float* db = grad + bias_offset_[k - 1];
+    std::fill(db, db + out, 0.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = delta + i * out;
+      for (int64_t j = 0; j < out; ++j) db[j] += row[j];
+    }
+    if (k == 1) break;
+    // dprev[n, in] = delta[n, out] * W[out, in], then through the ReLU:
+    // acts_[k-1] > 0 exactly where its pre-activation was.
+    float* dprev = deltas_[k - 1].data();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f,
+                delta, out, weights + weight_offset_[k - 1], in, 0.0f, dprev,
+                in);
+    const float* a = acts_[k - 1].data();
+    for (int64_t i = 0; i < n * in; ++i) {
+      if (a[i] <= 0.0f) dprev[i] = 0.0f;
+    }
+  }
+  return stats;
+}
+
+}  // namespace psync

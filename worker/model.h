@@ -1,0 +1,65 @@
+// The Model interface: what a device replica computes each step.
+#ifndef PSYNC_WORKER_MODEL_H_
+#define PSYNC_WORKER_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tensor.h"
+
+namespace psync {
+
+// A contiguous batch: `n` rows of `input_dim` floats and `n` labels.
+struct Batch {
+  const float* inputs = nullptr;
+  const uint8_t* labels = nullptr;
+  int64_t n = 0;
+};
+
+struct BatchStats {
+  double loss_sum = 0.0;  // summed softmax cross-entropy over the batch
+  int64_t correct = 0;    // argmax(logits) == label
+  int64_t count = 0;      // samples seen
+
+  void Add(const BatchStats& o) {
+    loss_sum += o.loss_sum;
+    correct += o.correct;
+    count += o.count;
+  }
+};
+
+// A model replica. Weights and gradients are flat float vectors holding the
+// parameters() tensors back to back, in order (the layout's flat vector).
+//
+// Not thread-safe: a replica keeps scratch buffers; give each device thread
+// its own.
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const std::vector<TensorSpec>& parameters() const = 0;
+  virtual int64_t input_dim() const = 0;
+  int64_t num_parameters() const;
+
+  // Forward and backward on `batch` with `weights`. Overwrites `grad` with
+  // the SUM (not the mean) over the batch of per-sample gradients of the
+  // cross-entropy loss, so that gradients from batches of any sizes add up.
+  // An empty batch yields zero gradients and zero stats.
+  virtual absl::StatusOr<BatchStats> ComputeGradients(const float* weights,
+                                                      const Batch& batch,
+                                                      float* grad) = 0;
+
+  // Forward only.
+  virtual absl::StatusOr<BatchStats> Evaluate(const float* weights,
+                                              const Batch& batch) = 0;
+};
+
+// Creates a CPU model by name ("mlp"). Errors list the known names.
+absl::StatusOr<std::unique_ptr<Model>> CreateCpuModel(const std::string& name);
+
+}  // namespace psync
+
+#endif  // PSYNC_WORKER_MODEL_H_

@@ -1,0 +1,37 @@
+// The PsClient interface: how a worker talks to all parameter servers.
+#ifndef PSYNC_WORKER_PS_CLIENT_H_
+#define PSYNC_WORKER_PS_CLIENT_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace psync {
+
+// A client knows the layout, so callers pass whole flat vectors (the
+// layout's flat parameter order) and the client splits them by chunk and
+// server. Every call talks to all servers in parallel and fails with a
+// Status naming the server if any of them fails.
+//
+// Not thread-safe: one trainer thread drives it.
+class PsClient {
+ public:
+  virtual ~PsClient() = default;
+
+  // Registers this worker with every server. Returns the version the
+  // servers' chunks are at (the lowest), the step training resumes from.
+  virtual absl::StatusOr<int64_t> Register() = 0;
+
+  // Fills `weights` with every chunk at `version`.
+  virtual absl::Status Pull(int64_t version, float* weights) = 0;
+
+  // Pushes the gradient sums of `step` (over `sample_count` samples) and
+  // fills `weights` with version step + 1.
+  virtual absl::Status PushPull(int64_t step, int64_t sample_count, const float* grads,
+                                float* weights) = 0;
+};
+
+}  // namespace psync
+
+#endif  // PSYNC_WORKER_PS_CLIENT_H_

@@ -1,0 +1,33 @@
+// PsClient over gRPC: one channel per server, calls to all servers in flight
+// at once.
+#ifndef PSYNC_WORKER_RPC_GRPC_PS_CLIENT_H_
+#define PSYNC_WORKER_RPC_GRPC_PS_CLIENT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/layout.h"
+#include "worker/ps_client.h"
+
+namespace psync {
+
+struct GrpcPsClientOptions {
+  std::vector<std::string> server_addresses;  // by server rank
+  int worker_rank = 0;
+  int num_workers = 1;
+  // Deadline of one call. A pull waits for the slowest worker, so this bounds
+  // how long a worker waits for its peers.
+  absl::Duration call_timeout = absl::Seconds(120);
+  // How long Register keeps retrying servers that are not up yet.
+  absl::Duration connect_timeout = absl::Seconds(60);
+};
+
+absl::StatusOr<std::unique_ptr<PsClient>> CreateGrpcPsClient(const Layout& layout,
+                                                             GrpcPsClientOptions options);
+
+}  // namespace psync
+
+#endif  // PSYNC_WORKER_RPC_GRPC_PS_CLIENT_H_

@@ -1,0 +1,209 @@
+#include "worker/trainer.h"
+
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace psync {
+namespace {
+
+// Runs fn(0..n-1), fn(0) on the calling thread, and joins the others.
+template <typename Fn>
+void ParallelFor(int n, const Fn& fn) {
+  std::vector<std::thread> threads;
+  threads.reserve(n > 0 ? n - 1 : 0);
+  for (int i = 1; i < n; ++i) threads.emplace_back(fn, i);
+  if (n > 0) fn(0);
+  for (std::thread& t : threads) t.join();
+}
+
+std::vector<float*> Pointers(std::vector<std::vector<float>>& buffers) {
+  std::vector<float*> out;
+  for (auto& b : buffers) out.push_back(b.data());
+  return out;
+}
+
+}  // namespace
+
+absl::Status TrainerOptions::Validate() const {
+  if (num_workers < 1 || worker_rank < 0 || worker_rank >= num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker rank ", worker_rank, " is out of range for ", num_workers, " workers"));
+  }
+  if (batch_per_device < 1 || batch_per_device > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batch_per_device is ", batch_per_device, ", expected 1..1048576"));
+  }
+  if (max_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--steps is ", max_steps, ", expected >= 0"));
+  }
+  if (max_steps == 0 && epochs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--epochs is ", epochs, ", expected >= 1 (or set --steps)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
+    TrainerOptions options, std::vector<std::unique_ptr<Model>> replicas,
+    std::unique_ptr<Reducer> reducer, PsClient* client, const Dataset* train,
+    const Dataset* test) {
+  PSYNC_RETURN_IF_ERROR(options.Validate());
+  if (replicas.empty() || static_cast<int>(replicas.size()) != reducer->num_devices()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Trainer: ", replicas.size(), " model replicas for ", reducer->num_devices(), " devices"));
+  }
+  if (train == nullptr || train->size == 0) {
+    return absl::InvalidArgumentError("Trainer: the training set is empty");
+  }
+  const int64_t dim = replicas[0]->input_dim();
+  if (train->input_dim != dim || (options.evaluate && (test == nullptr || test->input_dim != dim))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Trainer: the model takes ", dim, " inputs per sample, the data has ", train->input_dim));
+  }
+  return std::unique_ptr<Trainer>(new Trainer(std::move(options), std::move(replicas),
+                                              std::move(reducer), client, train, test));
+}
+
+Trainer::Trainer(TrainerOptions options, std::vector<std::unique_ptr<Model>> replicas,
+                 std::unique_ptr<Reducer> reducer, PsClient* client, const Dataset* train,
+                 const Dataset* test)
+    : options_(std::move(options)),
+      replicas_(std::move(replicas)),
+      reducer_(std::move(reducer)),
+      client_(client),
+      train_(train),
+      test_(test),
+      sharding_{train->size, options_.num_workers, static_cast<int>(replicas_.size()),
+                options_.batch_per_device},
+      num_params_(replicas_[0]->num_parameters()) {
+  const size_t devices = replicas_.size();
+  device_weights_.assign(devices, std::vector<float>(num_params_));
+  device_grads_.assign(devices, std::vector<float>(num_params_));
+  device_inputs_.assign(devices, std::vector<float>(options_.batch_per_device * train->input_dim));
+  device_labels_.assign(devices, std::vector<uint8_t>(options_.batch_per_device));
+  host_weights_.resize(num_params_);
+  host_grads_.resize(num_params_);
+}
+
+absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t>& permutation) {
+  const int devices = static_cast<int>(replicas_.size());
+  const int64_t in_epoch = step % sharding_.steps_per_epoch();
+  const int64_t dim = train_->input_dim;
+  std::vector<absl::StatusOr<BatchStats>> results(devices, BatchStats{});
+  ParallelFor(devices, [&](int d) {
+    int64_t begin, end;
+    sharding_.DeviceRange(in_epoch, options_.worker_rank, d, &begin, &end);
+    float* inputs = device_inputs_[d].data();
+    uint8_t* labels = device_labels_[d].data();
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t sample = permutation[k];
+      std::memcpy(inputs + (k - begin) * dim, train_->inputs.data() + sample * dim,
+                  dim * sizeof(float));
+      labels[k - begin] = train_->labels[sample];
+    }
+    results[d] = replicas_[d]->ComputeGradients(device_weights_[d].data(),
+                                                Batch{inputs, labels, end - begin},
+                                                device_grads_[d].data());
+  });
+  BatchStats total;
+  for (auto& r : results) {
+    if (!r.ok()) return r.status();
+    total.Add(*r);
+  }
+  std::vector<const float*> grads(device_grads_.size());
+  for (size_t d = 0; d < grads.size(); ++d) grads[d] = device_grads_[d].data();
+  PSYNC_RETURN_IF_ERROR(reducer_->Reduce(grads, num_params_, host_grads_.data()));
+  PSYNC_RETURN_IF_ERROR(
+      client_->PushPull(step, total.count, host_grads_.data(), host_weights_.data()));
+  PSYNC_RETURN_IF_ERROR(
+      reducer_->Broadcast(host_weights_.data(), num_params_, Pointers(device_weights_)));
+  return total;
+}
+
+absl::StatusOr<BatchStats> Trainer::Evaluate() {
+  const int devices = static_cast<int>(replicas_.size());
+  const int64_t per_device = (test_->size + devices - 1) / devices;
+  std::vector<absl::StatusOr<BatchStats>> results(devices, BatchStats{});
+  ParallelFor(devices, [&](int d) {
+    const int64_t begin = std::min(test_->size, d * per_device);
+    const int64_t end = std::min(test_->size, begin + per_device);
+    results[d] = replicas_[d]->Evaluate(
+        device_weights_[d].data(),
+        Batch{test_->inputs.data() + begin * test_->input_dim, test_->labels.data() + begin,
+              end - begin});
+  });
+  BatchStats total;
+  for (auto& r : results) {
+    if (!r.ok()) return r.status();
+    total.Add(*r);
+  }
+  return total;
+}
+
+absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochReport&)>& on_epoch) {
+  const int64_t per_epoch = sharding_.steps_per_epoch();
+  const int64_t total_steps =
+      options_.max_steps > 0 ? options_.max_steps : options_.epochs * per_epoch;
+  PSYNC_ASSIGN_OR_RETURN(const int64_t start, client_->Register());
+  if (start > total_steps) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the servers are at version ", start, ", past the ", total_steps, " steps of this run"));
+  }
+  PSYNC_RETURN_IF_ERROR(client_->Pull(start, host_weights_.data()));
+  PSYNC_RETURN_IF_ERROR(
+      reducer_->Broadcast(host_weights_.data(), num_params_, Pointers(device_weights_)));
+
+  TrainResult result;
+  BatchStats epoch_stats;
+  int64_t epoch_samples = 0;  // global
+  absl::Duration epoch_time, total_time;
+  int64_t total_samples = 0;
+  std::vector<int64_t> permutation;
+  for (int64_t step = start; step < total_steps; ++step) {
+    const int64_t epoch = step / per_epoch;
+    const int64_t in_epoch = step % per_epoch;
+    if (permutation.empty() || in_epoch == 0) {
+      permutation = EpochPermutation(train_->size, options_.seed, epoch);
+    }
+    const absl::Time t0 = absl::Now();
+    PSYNC_ASSIGN_OR_RETURN(BatchStats stats, Step(step, permutation));
+    const absl::Duration dt = absl::Now() - t0;
+    epoch_time += dt;
+    total_time += dt;
+    epoch_stats.Add(stats);
+    const int64_t global = std::min(sharding_.global_batch(),
+                                    train_->size - in_epoch * sharding_.global_batch());
+    epoch_samples += global;
+    total_samples += global;
+
+    if (in_epoch == per_epoch - 1 || step + 1 == total_steps) {
+      EpochReport r;
+      r.epoch = static_cast<int>(epoch + 1);
+      r.step = step + 1;
+      r.loss = epoch_stats.count > 0 ? epoch_stats.loss_sum / epoch_stats.count : 0;
+      r.train_accuracy =
+          epoch_stats.count > 0 ? static_cast<double>(epoch_stats.correct) / epoch_stats.count : 0;
+      r.samples_per_sec = epoch_samples / std::max(1e-9, absl::ToDoubleSeconds(epoch_time));
+      if (options_.evaluate) {
+        PSYNC_ASSIGN_OR_RETURN(BatchStats test, Evaluate());
+        r.test_loss = test.count > 0 ? test.loss_sum / test.count : 0;
+        r.test_accuracy = test.count > 0 ? static_cast<double>(test.correct) / test.count : 0;
+      }
+      if (on_epoch) on_epoch(r);
+      result.last = r;
+      epoch_stats = BatchStats{};
+      epoch_samples = 0;
+      epoch_time = absl::ZeroDuration();
+    }
+  }
+  result.steps = total_steps;
+  result.samples_per_sec = total_samples / std::max(1e-9, absl::ToDoubleSeconds(total_time));
+  result.weights = host_weights_;
+  return result;
+}
+
+}  // namespace psync

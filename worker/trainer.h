@@ -1,0 +1,96 @@
+// The synchronous step loop of one worker.
+#ifndef PSYNC_WORKER_TRAINER_H_
+#define PSYNC_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/data/dataset.h"
+#include "worker/data/sharding.h"
+#include "worker/model.h"
+#include "worker/ps_client.h"
+#include "worker/reducer.h"
+
+namespace psync {
+
+struct TrainerOptions {
+  int worker_rank = 0;
+  int num_workers = 1;
+  int64_t batch_per_device = 32;
+  int epochs = 1;
+  // If > 0, train this many steps in total instead of `epochs` epochs.
+  int64_t max_steps = 0;
+  uint64_t seed = 1;
+  // Evaluate on the test set after each epoch (rank 0 does).
+  bool evaluate = false;
+
+  absl::Status Validate() const;
+};
+
+struct EpochReport {
+  int epoch = 0;          // 1-based
+  int64_t step = 0;       // global steps done
+  double loss = 0;        // this worker's mean training loss over the epoch
+  double train_accuracy = 0;
+  double test_loss = -1;  // -1 when not evaluated
+  double test_accuracy = -1;
+  double samples_per_sec = 0;  // global samples (all workers) per second of training
+};
+
+struct TrainResult {
+  std::vector<float> weights;  // final weights, flat
+  int64_t steps = 0;
+  EpochReport last;
+  double samples_per_sec = 0;  // over the whole run
+};
+
+// Runs steps: each device computes gradient sums on its slice of the global
+// batch (worker/data/sharding.h), the Reducer sums them, the PsClient pushes
+// the sum with the sample count and pulls the next weights, and the Reducer
+// broadcasts them to the devices. Training resumes from the version the
+// servers report at registration.
+//
+// Not thread-safe; Run() starts one thread per device beyond the first per
+// step and joins them before it returns.
+class Trainer {
+ public:
+  // `replicas` holds one model per device (the Reducer's num_devices()).
+  // `client`, `train` and `test` must outlive the trainer; `test` may be
+  // null when options.evaluate is false.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      TrainerOptions options, std::vector<std::unique_ptr<Model>> replicas,
+      std::unique_ptr<Reducer> reducer, PsClient* client, const Dataset* train,
+      const Dataset* test);
+
+  // `on_epoch` runs on the calling thread after each epoch (and after the
+  // last step when max_steps ends mid-epoch).
+  absl::StatusOr<TrainResult> Run(const std::function<void(const EpochReport&)>& on_epoch);
+
+ private:
+  Trainer(TrainerOptions options, std::vector<std::unique_ptr<Model>> replicas,
+          std::unique_ptr<Reducer> reducer, PsClient* client, const Dataset* train,
+          const Dataset* test);
+  absl::StatusOr<BatchStats> Step(int64_t step, const std::vector<int64_t>& permutation);
+  absl::StatusOr<BatchStats> Evaluate();
+
+  const TrainerOptions options_;
+  std::vector<std::unique_ptr<Model>> replicas_;
+  std::unique_ptr<Reducer> reducer_;
+  PsClient* const client_;
+  const Dataset* const train_;
+  const Dataset* const test_;
+  const Sharding sharding_;
+  const int64_t num_params_;
+
+  // Per device: weights, gradient sums, and the gathered batch.
+  std::vector<std::vector<float>> device_weights_, device_grads_, device_inputs_;
+  std::vector<std::vector<uint8_t>> device_labels_;
+  std::vector<float> host_weights_, host_grads_;
+};
+
+}  // namespace psync
+
+#endif  // PSYNC_WORKER_TRAINER_H_

@@ -1,0 +1,169 @@
+#include "worker/trainer.h"
+
+#include <cmath>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "server/shard_store.h"
+#include "worker/cpu_reducer.h"
+#include "worker/local_ps_client.h"
+#include "worker/mlp.h"
+
+namespace psync {
+namespace {
+
+const std::vector<int64_t> kSizes = {12, 16, 8, 10};
+
+struct Shape {
+  int servers, workers, devices;
+  int64_t batch;
+};
+
+// A whole cluster in one process: ShardStores as servers, workers as threads.
+class Cluster {
+ public:
+  Cluster(Shape shape, bool deterministic, const Dataset* train, int64_t chunk_bytes = 64)
+      : shape_(shape), train_(train) {
+    layout_ = std::make_unique<Layout>(
+        *Layout::Create(CpuMlp(kSizes).parameters(), chunk_bytes, shape.servers, 11));
+    for (int s = 0; s < shape.servers; ++s) {
+      ShardStoreOptions o;
+      o.server_rank = s;
+      o.num_servers = shape.servers;
+      o.num_workers = shape.workers;
+      o.deterministic = deterministic;
+      o.sgd = {0.05f, 0.9f, 1e-3f};
+      stores_.push_back(*ShardStore::Create(o));
+    }
+  }
+
+  // Trains every worker to `steps` steps in total; returns rank 0's weights.
+  std::vector<float> Train(int64_t steps) {
+    std::vector<std::vector<float>> weights(shape_.workers);
+    std::vector<std::thread> threads;
+    std::vector<ShardStore*> stores;
+    for (auto& s : stores_) stores.push_back(s.get());
+    for (int w = 0; w < shape_.workers; ++w) {
+      threads.emplace_back([&, w] {
+        auto client = CreateLocalPsClient(*layout_, stores, w, shape_.workers);
+        std::vector<std::unique_ptr<Model>> replicas;
+        for (int d = 0; d < shape_.devices; ++d) replicas.push_back(std::make_unique<CpuMlp>(kSizes));
+        TrainerOptions o;
+        o.worker_rank = w;
+        o.num_workers = shape_.workers;
+        o.batch_per_device = shape_.batch;
+        o.max_steps = steps;
+        o.seed = 11;
+        auto trainer = Trainer::Create(o, std::move(replicas), *CpuReducer::Create(shape_.devices),
+                                       client.get(), train_, nullptr);
+        ASSERT_TRUE(trainer.ok()) << trainer.status();
+        auto result = (*trainer)->Run(nullptr);
+        ASSERT_TRUE(result.ok()) << result.status();
+        EXPECT_EQ(result->steps, steps);
+        weights[w] = result->weights;
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int w = 1; w < shape_.workers; ++w) EXPECT_EQ(weights[w], weights[0]) << "worker " << w;
+    return weights[0];
+  }
+
+ private:
+  Shape shape_;
+  const Dataset* train_;
+  std::unique_ptr<Layout> layout_;
+  std::vector<std::unique_ptr<ShardStore>> stores_;
+};
+
+void ExpectClose(const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  int bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::fabs(a[i] - b[i]) > 1e-5 * (1 + std::fabs(b[i])) && ++bad < 5) {
+      ADD_FAILURE() << "weight " << i << ": " << a[i] << " vs " << b[i];
+    }
+  }
+}
+
+// 101 samples with a global batch of 16: every epoch ends with a 5-sample
+// step, where some devices get no samples at all.
+TEST(TrainerTest, ClusterShapesTrainTheSameModel) {
+  const Dataset data = SyntheticDataset(101, kSizes[0], 10, 3);
+  const auto single = Cluster({1, 1, 1, 16}, true, &data).Train(20);
+  ExpectClose(Cluster({2, 2, 2, 4}, true, &data).Train(20), single);
+  ExpectClose(Cluster({3, 4, 1, 4}, false, &data).Train(20), single);
+  ExpectClose(Cluster({1, 1, 4, 4}, false, &data, 1 << 20).Train(20), single);
+  // And the weights did move.
+  Cluster fresh({1, 1, 1, 16}, true, &data);
+  EXPECT_NE(fresh.Train(1), single);
+}
+
+TEST(TrainerTest, DeterministicModeIsBitwiseReproducible) {
+  const Dataset data = SyntheticDataset(100, kSizes[0], 10, 4);
+  EXPECT_EQ(Cluster({2, 3, 2, 3}, true, &data).Train(15),
+            Cluster({2, 3, 2, 3}, true, &data).Train(15));
+}
+
+TEST(TrainerTest, ResumesFromTheServersVersion) {
+  const Dataset data = SyntheticDataset(64, kSizes[0], 10, 5);
+  Cluster resumed({2, 2, 1, 8}, true, &data);
+  resumed.Train(3);  // the workers stop; the servers keep version 3
+  const auto a = resumed.Train(10);
+  EXPECT_EQ(a, Cluster({2, 2, 1, 8}, true, &data).Train(10));
+}
+
+TEST(TrainerTest, LearnsSyntheticData) {
+  const Dataset train = SyntheticDataset(2000, kSizes[0], 10, 6);
+  ShardStoreOptions so;
+  so.sgd = {0.1f, 0.9f, 0.0f};
+  auto store = *ShardStore::Create(so);
+  auto layout = *Layout::Create(CpuMlp(kSizes).parameters(), 256, 1, 1);
+  auto client = CreateLocalPsClient(layout, {store.get()}, 0, 1);
+  std::vector<std::unique_ptr<Model>> replicas;
+  replicas.push_back(std::make_unique<CpuMlp>(kSizes));
+  TrainerOptions o;
+  o.batch_per_device = 32;
+  o.epochs = 20;
+  o.evaluate = true;
+  auto trainer = Trainer::Create(o, std::move(replicas), *CpuReducer::Create(1), client.get(),
+                                 &train, &train);
+  ASSERT_TRUE(trainer.ok());
+  std::vector<EpochReport> reports;
+  auto result = (*trainer)->Run([&](const EpochReport& r) { reports.push_back(r); });
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(reports.size(), 20u);
+  EXPECT_EQ(reports.back().step, 20 * 63);
+  EXPECT_LT(reports.back().loss, reports.front().loss);
+  EXPECT_GT(reports.back().test_accuracy, 0.5);
+}
+
+TEST(TrainerTest, BadOptionsAreRefused) {
+  const Dataset data = SyntheticDataset(10, kSizes[0], 10, 1);
+  auto make = [&](TrainerOptions o, int replicas, int devices) {
+    std::vector<std::unique_ptr<Model>> r;
+    for (int i = 0; i < replicas; ++i) r.push_back(std::make_unique<CpuMlp>(kSizes));
+    return Trainer::Create(o, std::move(r), *CpuReducer::Create(devices), nullptr, &data, nullptr)
+        .status();
+  };
+  TrainerOptions o;
+  EXPECT_TRUE(make(o, 1, 1).ok());
+  EXPECT_EQ(make(o, 1, 2).code(), absl::StatusCode::kInvalidArgument);
+  o.batch_per_device = 0;
+  EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
+  o = {};
+  o.worker_rank = 3;
+  o.num_workers = 2;
+  EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
+  o = {};
+  o.evaluate = true;  // without a test set
+  EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
+  const Dataset wide = SyntheticDataset(10, 13, 10, 1);
+  std::vector<std::unique_ptr<Model>> r;
+  r.push_back(std::make_unique<CpuMlp>(kSizes));
+  EXPECT_EQ(Trainer::Create({}, std::move(r), *CpuReducer::Create(1), nullptr, &wide, nullptr)
+                .status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace psync

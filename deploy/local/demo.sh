@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The single-host demo: 2 parameter servers, 2 workers x 2 CPU devices,
+# training the MLP on Fashion-MNIST. Prints one line per epoch and writes
+# the final weights and a JSON summary to ./psync_demo/ (or $PSYNC_DEMO_OUT).
+# Extra flags are passed to psync_launch (e.g. --epochs=10 --deterministic).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+bash deploy/bootstrap.sh
+bazel build -c opt //deploy/local:psync_launch
+
+out="${PSYNC_DEMO_OUT:-$PWD/psync_demo}"
+mkdir -p "$out"
+bazel-bin/deploy/local/psync_launch \
+  --servers=2 --workers=2 --devices_per_worker=2 --model=mlp \
+  --batch_per_device=32 --epochs=5 --lr=0.1 --momentum=0.9 --weight_decay=0.0001 \
+  --seed=1 --export="$out/weights.safetensors" --summary="$out/summary.json" "$@"
+echo "summary: $(cat "$out/summary.json")"
+echo "weights: $out/weights.safetensors"

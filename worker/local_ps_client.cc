@@ -27,30 +27,55 @@ class LocalPsClient final : public PsClient {
 
   absl::Status Pull(int64_t version, float* weights) override {
     for (int s = 0; s < static_cast<int>(stores_.size()); ++s) {
-      PSYNC_RETURN_IF_ERROR(PullServer(s, version, weights));
+      PSYNC_RETURN_IF_ERROR(PullChunks(s, version, layout_.ChunksOnServer(s), weights));
     }
     return absl::OkStatus();
   }
 
-  absl::Status PushPull(int64_t step, int64_t sample_count, const float* grads,
-                        float* weights) override {
+  int num_tensors() const override { return static_cast<int>(layout_.tensors().size()); }
+
+  // Pushes at once; the pull waits for Wait().
+  absl::Status StartPushPull(int64_t step, int64_t sample_count, int first_tensor,
+                             int end_tensor, const float* grads, float* weights) override {
     for (int s = 0; s < static_cast<int>(stores_.size()); ++s) {
       std::vector<ChunkPayload> payloads;
+      std::vector<int32_t> ids;
       for (int32_t id : layout_.ChunksOnServer(s)) {
         const ChunkInfo& c = layout_.chunks()[id];
+        if (c.tensor < first_tensor || c.tensor >= end_tensor) continue;
+        ids.push_back(id);
         payloads.push_back({id, true,
                             absl::string_view(reinterpret_cast<const char*>(grads + c.flat_offset),
                                               c.bytes())});
       }
+      if (ids.empty()) continue;
       PSYNC_RETURN_IF_ERROR(
           stores_[s]->Push(rank_, layout_.fingerprint(), step, sample_count, payloads));
+      pending_.push_back({s, step + 1, std::move(ids), weights});
     }
-    return Pull(step + 1, weights);
+    return absl::OkStatus();
+  }
+
+  absl::Status Wait() override {
+    absl::Status first;
+    for (const PendingPull& p : pending_) {
+      absl::Status s = PullChunks(p.server, p.version, p.ids, p.weights);
+      if (first.ok()) first = s;
+    }
+    pending_.clear();
+    return first;
   }
 
  private:
-  absl::Status PullServer(int s, int64_t version, float* weights) {
-    const auto& ids = layout_.ChunksOnServer(s);
+  struct PendingPull {
+    int server;
+    int64_t version;
+    std::vector<int32_t> ids;
+    float* weights;
+  };
+
+  absl::Status PullChunks(int s, int64_t version, const std::vector<int32_t>& ids,
+                          float* weights) {
     absl::Status bad_version;
     PSYNC_RETURN_IF_ERROR(stores_[s]->Pull(
         rank_, layout_.fingerprint(), version, ids, absl::Now() + timeout_,
@@ -69,6 +94,7 @@ class LocalPsClient final : public PsClient {
   const int rank_;
   const int num_workers_;
   const absl::Duration timeout_;
+  std::vector<PendingPull> pending_;
 };
 
 }  // namespace

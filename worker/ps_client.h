@@ -28,8 +28,26 @@ class PsClient {
 
   // Pushes the gradient sums of `step` (over `sample_count` samples) and
   // fills `weights` with version step + 1.
-  virtual absl::Status PushPull(int64_t step, int64_t sample_count, const float* grads,
-                                float* weights) = 0;
+  absl::Status PushPull(int64_t step, int64_t sample_count, const float* grads,
+                        float* weights) {
+    absl::Status s = StartPushPull(step, sample_count, 0, num_tensors(), grads, weights);
+    absl::Status w = Wait();
+    return s.ok() ? w : s;
+  }
+
+  // Starts PushPull for the tensors [first_tensor, end_tensor) only and
+  // returns at once, so that a layer's gradients can travel while backward
+  // computes the next. Ranges started for one step must not overlap, and
+  // `grads` and `weights` must stay valid (and those ranges of `grads`
+  // unchanged) until Wait() returns.
+  virtual absl::Status StartPushPull(int64_t step, int64_t sample_count, int first_tensor,
+                                     int end_tensor, const float* grads, float* weights) = 0;
+
+  // Waits for every started PushPull; their weights are in place when it
+  // returns OK. Returns the first error.
+  virtual absl::Status Wait() = 0;
+
+  virtual int num_tensors() const = 0;
 };
 
 }  // namespace psync

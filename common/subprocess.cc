@@ -149,3 +149,13 @@ std::string Subprocess::output() const {
 }
 
 }  // namespace psync
+
+namespace psync {
+
+std::string Subprocess::DrainedOutput(absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithDeadline(absl::Condition(&drained_), deadline);
+  return output_;
+}
+
+}  // namespace psync

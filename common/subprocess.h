@@ -41,9 +41,11 @@ class Subprocess {
   void Signal(int signal);
   // SIGTERM, then SIGKILL after `grace`; returns the exit code.
   int Stop(absl::Duration grace);
-  // What the child wrote so far (its last 1 MiB), once the child has ended
-  // and its output is drained; what has arrived so far otherwise.
+  // What the child wrote so far (its last 1 MiB).
   std::string output() const;
+  // Waits until the child's output has ended (it and everything it started
+  // closed the pipe) or `deadline` passes, then returns output().
+  std::string DrainedOutput(absl::Time deadline) const;
 
  private:
   Subprocess(pid_t pid, int out_fd, std::string prefix, bool echo);

@@ -15,6 +15,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/runfiles.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
 
@@ -46,33 +47,6 @@ std::atomic<int> g_stop_signal{0};
 
 void OnStopSignal(int signal) { g_stop_signal.store(signal); }
 
-// Finds a sibling binary in Bazel's layout: runfiles first, then bazel-bin.
-absl::StatusOr<std::string> FindBinary(const std::string& package, const std::string& name) {
-  const std::string bin_dir = absl::GetFlag(FLAGS_bin_dir);
-  std::vector<std::string> candidates;
-  if (!bin_dir.empty()) {
-    candidates.push_back(absl::StrCat(bin_dir, "/", name));
-  } else {
-    const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-    candidates.push_back(absl::StrCat(self, ".runfiles/psync/", package, "/", name));
-    // Under `bazel test`/`bazel run`, the caller's runfiles hold the binaries.
-    for (const char* env : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
-      if (const char* dir = std::getenv(env)) {
-        candidates.push_back(absl::StrCat(dir, "/psync/", package, "/", name));
-      }
-    }
-    // <bazel-bin>/deploy/local/psync_launch -> <bazel-bin>/<package>/<name>
-    const auto bazel_bin = std::filesystem::path(self).parent_path().parent_path().parent_path();
-    candidates.push_back((bazel_bin / package / name).string());
-  }
-  for (const std::string& c : candidates) {
-    if (access(c.c_str(), X_OK) == 0) return c;
-  }
-  return absl::NotFoundError(absl::StrCat("cannot find ", name, "; looked at ",
-                                          absl::StrJoin(candidates, ", "),
-                                          " (build with bazel or pass --bin_dir)"));
-}
-
 absl::Status Validate() {
   const int servers = absl::GetFlag(FLAGS_servers), workers = absl::GetFlag(FLAGS_workers);
   const int devices = absl::GetFlag(FLAGS_devices_per_worker);
@@ -99,8 +73,11 @@ class Launcher {
  public:
   absl::Status Run() {
     PSYNC_RETURN_IF_ERROR(Validate());
-    PSYNC_ASSIGN_OR_RETURN(const std::string server_bin, FindBinary("server", "psync_server"));
-    PSYNC_ASSIGN_OR_RETURN(const std::string worker_bin, FindBinary("worker", "psync_worker"));
+    const std::string bin_dir = absl::GetFlag(FLAGS_bin_dir);
+    PSYNC_ASSIGN_OR_RETURN(const std::string server_bin,
+                           FindBinary("server", "psync_server", bin_dir));
+    PSYNC_ASSIGN_OR_RETURN(const std::string worker_bin,
+                           FindBinary("worker", "psync_worker", bin_dir));
     char dir_template[] = "/tmp/psync_launch.XXXXXX";
     if (mkdtemp(dir_template) == nullptr) return absl::InternalError("cannot create a temp dir");
     dir_ = dir_template;

@@ -1,0 +1,24 @@
+// Finding the project's binaries from another binary, under `bazel run`,
+// `bazel test` or straight from bazel-bin.
+#ifndef PSYNC_COMMON_RUNFILES_H_
+#define PSYNC_COMMON_RUNFILES_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace psync {
+
+// Path of //<package>:<name>: `bin_dir`/<name> if `bin_dir` is not empty;
+// otherwise the first executable among this binary's runfiles, the runfiles
+// of RUNFILES_DIR / TEST_SRCDIR, and the Bazel output tree this binary sits
+// in. NotFound lists every place looked at.
+absl::StatusOr<std::string> FindBinary(const std::string& package, const std::string& name,
+                                       const std::string& bin_dir = "");
+
+// This process's own executable.
+std::string SelfPath();
+
+}  // namespace psync
+
+#endif  // PSYNC_COMMON_RUNFILES_H_

@@ -1,0 +1,154 @@
+#include "tests/bench/baselines.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "tests/bench/echo.grpc.pb.h"
+
+namespace psync {
+namespace {
+
+absl::Status Errno(const char* what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+bool WriteAll(int fd, const char* p, int64_t n) {
+  while (n > 0) {
+    const ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= w;
+  }
+  return true;
+}
+
+bool ReadAll(int fd, char* p, int64_t n) {
+  while (n > 0) {
+    const ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= r;
+  }
+  return true;
+}
+
+void WritePort(const std::string& port_file, int port) {
+  std::ofstream(port_file + ".tmp") << port << "\n";
+  std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+}
+
+class EchoService final : public bench::Echo::Service {
+  grpc::Status Echo(grpc::ServerContext*, const bench::EchoMessage* req,
+                    bench::EchoMessage* resp) override {
+    *resp = *req;
+    return grpc::Status::OK;
+  }
+};
+
+}  // namespace
+
+absl::Status ServeTcpEcho(const std::string& port_file) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  if (listener < 0) return Errno("socket");
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return Errno("bind");
+  if (listen(listener, 4) != 0) return Errno("listen");
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  WritePort(port_file, ntohs(addr.sin_port));
+  std::vector<char> buf;
+  while (true) {
+    const int fd = accept(listener, nullptr, nullptr);
+    if (fd < 0) return Errno("accept");
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    int64_t n = 0;
+    while (ReadAll(fd, reinterpret_cast<char*>(&n), sizeof(n)) && n >= 0 && n < (int64_t{1} << 32)) {
+      buf.resize(n);
+      if (!ReadAll(fd, buf.data(), n) || !WriteAll(fd, buf.data(), n)) break;
+    }
+    close(fd);
+  }
+}
+
+absl::StatusOr<std::vector<double>> TimeTcpEcho(int port, int64_t bytes, int count) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return Errno("socket");
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return Errno("connect");
+  }
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  std::vector<char> out(bytes, 1), in(bytes);
+  std::vector<double> times;
+  for (int i = 0; i < count; ++i) {
+    const absl::Time t0 = absl::Now();
+    // The echo reads everything before it writes back, as a server must
+    // receive a whole gradient before it can answer.
+    if (!WriteAll(fd, reinterpret_cast<const char*>(&bytes), sizeof(bytes)) ||
+        !WriteAll(fd, out.data(), bytes) || !ReadAll(fd, in.data(), bytes)) {
+      close(fd);
+      return Errno("tcp echo");
+    }
+    times.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+  }
+  close(fd);
+  return times;
+}
+
+absl::Status ServeGrpcEcho(const std::string& port_file, int64_t max_message_bytes) {
+  EchoService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  if (server == nullptr) return absl::UnavailableError("grpc echo: cannot listen");
+  WritePort(port_file, port);
+  server->Wait();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> TimeGrpcEcho(int port, int64_t bytes, int count) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(static_cast<int>(bytes + (1 << 20)));
+  args.SetMaxSendMessageSize(static_cast<int>(bytes + (1 << 20)));
+  auto stub = bench::Echo::NewStub(grpc::CreateCustomChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args));
+  bench::EchoMessage req, resp;
+  req.set_payload(std::string(bytes, '\1'));
+  std::vector<double> times;
+  for (int i = 0; i < count; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    ctx.set_wait_for_ready(true);
+    const absl::Time t0 = absl::Now();
+    grpc::Status s = stub->Echo(&ctx, req, &resp);
+    if (!s.ok()) return absl::UnavailableError(absl::StrCat("grpc echo: ", s.error_message()));
+    times.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+  }
+  return times;
+}
+
+}  // namespace psync

@@ -1,0 +1,320 @@
+// psync_bench: synchronous push-pull steps through the real psync_server
+// and GrpcPsClient, K servers and N worker clients as separate processes
+// on 127.0.0.1, side by side with a plain TCP round trip and a plain gRPC
+// echo of the same bytes. Prints a table and one JSON line.
+//
+//   psync_bench --servers=1 --workers=1 --model_mb=16 --tensors=4
+//   psync_bench --model_mb=16 --tensors=8 --compute_ms=4    # overlap mode
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <fstream>
+#include <sstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/cluster_spec.h"
+#include "common/layout.h"
+#include "common/runfiles.h"
+#include "common/status_macros.h"
+#include "common/subprocess.h"
+#include "tests/bench/baselines.h"
+#include "worker/rpc/grpc_ps_client.h"
+
+ABSL_FLAG(std::string, role, "driver", "driver | client | tcp_echo | grpc_echo (internal)");
+ABSL_FLAG(int, servers, 1, "Parameter servers.");
+ABSL_FLAG(int, workers, 1, "Worker clients.");
+ABSL_FLAG(double, model_mb, 16, "Model size in MiB (float32).");
+ABSL_FLAG(int, tensors, 4, "Tensors the model is split into (equal sizes).");
+ABSL_FLAG(int64_t, chunk_kb, 1024, "Layout chunk size in KiB.");
+ABSL_FLAG(int, steps, 20, "Timed steps per run.");
+ABSL_FLAG(int, runs, 5, "Runs; the reported figure is the median of the runs' medians.");
+ABSL_FLAG(int, warmup, 3, "Untimed steps before the runs.");
+ABSL_FLAG(double, compute_ms, 0, "Overlap mode: simulated backward time per tensor (ms).");
+ABSL_FLAG(bool, deterministic, false, "Servers in deterministic mode.");
+ABSL_FLAG(std::string, label, "", "Name of this configuration in the output.");
+ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server (default: bazel-bin).");
+// Internal, for the client role.
+ABSL_FLAG(std::string, server_list, "", "internal");
+ABSL_FLAG(int, worker_rank, 0, "internal");
+ABSL_FLAG(std::string, port_file, "", "internal");
+
+namespace psync {
+namespace {
+
+int64_t ModelBytes() {
+  const int64_t floats = static_cast<int64_t>(absl::GetFlag(FLAGS_model_mb) * (1 << 20) / 4);
+  const int t = absl::GetFlag(FLAGS_tensors);
+  return floats / t * t * 4;
+}
+
+absl::StatusOr<Layout> BenchLayout(int num_servers) {
+  const int t = absl::GetFlag(FLAGS_tensors);
+  std::vector<TensorSpec> tensors;
+  for (int i = 0; i < t; ++i) tensors.push_back({absl::StrCat("t", i), {ModelBytes() / 4 / t}});
+  return Layout::Create(tensors, absl::GetFlag(FLAGS_chunk_kb) << 10, num_servers, 1);
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
+}
+
+// Median of the per-run medians, and p90 over all steps.
+struct Figures {
+  double median = 0, p90 = 0;
+};
+
+Figures Summarize(const std::vector<double>& all) {
+  const int runs = absl::GetFlag(FLAGS_runs), steps = absl::GetFlag(FLAGS_steps);
+  std::vector<double> medians;
+  for (int r = 0; r < runs && (r + 1) * steps <= static_cast<int>(all.size()); ++r) {
+    medians.push_back(Percentile({all.begin() + r * steps, all.begin() + (r + 1) * steps}, 0.5));
+  }
+  return {Percentile(medians, 0.5), Percentile(all, 0.9)};
+}
+
+void SleepMs(double ms) { absl::SleepFor(absl::Microseconds(static_cast<int64_t>(ms * 1000))); }
+
+// ---- client role: one worker's steps, printed as "PHASE name t1 t2 ..." ----
+
+absl::Status RunClient() {
+  PSYNC_ASSIGN_OR_RETURN(auto servers, ParseServerAddresses(absl::GetFlag(FLAGS_server_list)));
+  PSYNC_ASSIGN_OR_RETURN(Layout layout, BenchLayout(static_cast<int>(servers.size())));
+  GrpcPsClientOptions o;
+  o.server_addresses = servers;
+  o.worker_rank = absl::GetFlag(FLAGS_worker_rank);
+  o.num_workers = absl::GetFlag(FLAGS_workers);
+  PSYNC_ASSIGN_OR_RETURN(auto client, CreateGrpcPsClient(layout, o));
+  PSYNC_ASSIGN_OR_RETURN(int64_t step, client->Register());
+  std::vector<float> weights(layout.total_elements()), grads(layout.total_elements(), 1e-7f);
+  PSYNC_RETURN_IF_ERROR(client->Pull(step, weights.data()));
+
+  const int timed = absl::GetFlag(FLAGS_runs) * absl::GetFlag(FLAGS_steps);
+  const int total = absl::GetFlag(FLAGS_warmup) + timed;
+  const double compute_ms = absl::GetFlag(FLAGS_compute_ms);
+  const int tensors = client->num_tensors();
+  auto phase = [&](const std::string& name, auto one_step) -> absl::Status {
+    std::vector<double> times;
+    for (int i = 0; i < total; ++i, ++step) {
+      const absl::Time t0 = absl::Now();
+      PSYNC_RETURN_IF_ERROR(one_step());
+      if (i >= total - timed) times.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+    }
+    std::printf("PHASE %s %s\n", name.c_str(), absl::StrJoin(times, " ").c_str());
+    return absl::OkStatus();
+  };
+  PSYNC_RETURN_IF_ERROR(phase("comm", [&] {
+    return client->PushPull(step, 1, grads.data(), weights.data());
+  }));
+  if (compute_ms > 0) {
+    // Backward produces the last tensor first; simulated compute sleeps, as
+    // an accelerator's would leave the CPU to the transport.
+    PSYNC_RETURN_IF_ERROR(phase("serial", [&] {
+      SleepMs(compute_ms * tensors);
+      return client->PushPull(step, 1, grads.data(), weights.data());
+    }));
+    PSYNC_RETURN_IF_ERROR(phase("overlap", [&]() -> absl::Status {
+      for (int t = tensors - 1; t >= 0; --t) {
+        SleepMs(compute_ms);
+        PSYNC_RETURN_IF_ERROR(
+            client->StartPushPull(step, 1, t, t + 1, grads.data(), weights.data()));
+      }
+      return client->Wait();
+    }));
+  }
+  return absl::OkStatus();
+}
+
+// ---- driver ----
+
+absl::StatusOr<int> WaitForPort(const std::string& path, Subprocess& p) {
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < until) {
+    int port = 0;
+    if (std::ifstream(path) >> port && port > 0) return port;
+    if (auto code = p.Poll()) {
+      return absl::AbortedError(absl::StrCat(path, ": process exited with code ", *code));
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("no port in ", path, " within 30 s"));
+}
+
+std::map<std::string, std::vector<double>> ParsePhases(const std::string& output) {
+  std::map<std::string, std::vector<double>> phases;
+  std::istringstream in(output);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (parts.size() < 2 || parts[0] != "PHASE") continue;
+    for (size_t i = 2; i < parts.size(); ++i) {
+      double v;
+      if (absl::SimpleAtod(parts[i], &v)) phases[parts[1]].push_back(v);
+    }
+  }
+  return phases;
+}
+
+// Runs the servers and clients; returns worker 0's step times by phase.
+absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std::string& dir) {
+  const int k = absl::GetFlag(FLAGS_servers), n = absl::GetFlag(FLAGS_workers);
+  PSYNC_ASSIGN_OR_RETURN(std::string server_bin,
+                         FindBinary("server", "psync_server", absl::GetFlag(FLAGS_bin_dir)));
+  const int64_t message_mb = std::max<int64_t>(64, 2 * (ModelBytes() / k >> 20) + 2);
+  std::vector<std::unique_ptr<Subprocess>> servers, clients;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < k; ++i) {
+    const std::string port_file = absl::StrCat(dir, "/server", i);
+    PSYNC_ASSIGN_OR_RETURN(
+        auto p, Subprocess::Start(
+                    {server_bin, absl::StrCat("--server_rank=", i), absl::StrCat("--num_servers=", k),
+                     absl::StrCat("--num_workers=", n), "--port_file=" + port_file, "--lr=0.0001",
+                     "--momentum=0.9", absl::StrCat("--max_message_mb=", message_mb),
+                     absl::StrCat("--deterministic=", absl::GetFlag(FLAGS_deterministic))},
+                    absl::StrCat("[server ", i, "] "), /*echo=*/false));
+    PSYNC_ASSIGN_OR_RETURN(int port, WaitForPort(port_file, *p));
+    addresses.push_back(absl::StrCat("127.0.0.1:", port));
+    servers.push_back(std::move(p));
+  }
+  for (int w = 0; w < n; ++w) {
+    PSYNC_ASSIGN_OR_RETURN(
+        auto p, Subprocess::Start(
+                    {SelfPath(), "--role=client", "--server_list=" + absl::StrJoin(addresses, ","),
+                     absl::StrCat("--worker_rank=", w), absl::StrCat("--workers=", n),
+                     absl::StrCat("--model_mb=", absl::GetFlag(FLAGS_model_mb)),
+                     absl::StrCat("--tensors=", absl::GetFlag(FLAGS_tensors)),
+                     absl::StrCat("--chunk_kb=", absl::GetFlag(FLAGS_chunk_kb)),
+                     absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
+                     absl::StrCat("--runs=", absl::GetFlag(FLAGS_runs)),
+                     absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
+                     absl::StrCat("--compute_ms=", absl::GetFlag(FLAGS_compute_ms))},
+                    absl::StrCat("[client ", w, "] "), /*echo=*/false));
+    clients.push_back(std::move(p));
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(300);
+  std::string output0;
+  for (int w = 0; w < n; ++w) {
+    const std::optional<int> code = clients[w]->Wait(deadline);
+    const std::string out = clients[w]->DrainedOutput(deadline);
+    if (code != 0) {
+      return absl::AbortedError(absl::StrCat("client ", w, " failed (exit ", code.value_or(-1),
+                                             "): ", out));
+    }
+    if (w == 0) output0 = out;
+  }
+  return ParsePhases(output0);
+}
+
+absl::StatusOr<std::vector<double>> RunBaseline(const std::string& dir, const std::string& role) {
+  const std::string port_file = absl::StrCat(dir, "/", role);
+  PSYNC_ASSIGN_OR_RETURN(auto p, Subprocess::Start({SelfPath(), "--role=" + role,
+                                                    "--port_file=" + port_file,
+                                                    absl::StrCat("--model_mb=",
+                                                                 absl::GetFlag(FLAGS_model_mb))},
+                                                   "[" + role + "] ", /*echo=*/true));
+  PSYNC_ASSIGN_OR_RETURN(int port, WaitForPort(port_file, *p));
+  const int count = absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_runs) * absl::GetFlag(FLAGS_steps);
+  auto times = role == "tcp_echo" ? TimeTcpEcho(port, ModelBytes(), count)
+                                  : TimeGrpcEcho(port, ModelBytes(), count);
+  if (times.ok()) times->erase(times->begin(), times->begin() + absl::GetFlag(FLAGS_warmup));
+  return times;
+}
+
+absl::Status RunDriver() {
+  const int k = absl::GetFlag(FLAGS_servers), n = absl::GetFlag(FLAGS_workers);
+  if (k < 1 || n < 1 || absl::GetFlag(FLAGS_tensors) < 1 || absl::GetFlag(FLAGS_steps) < 1 ||
+      absl::GetFlag(FLAGS_runs) < 1 || absl::GetFlag(FLAGS_model_mb) <= 0) {
+    return absl::InvalidArgumentError(
+        "--servers, --workers, --tensors, --steps, --runs and --model_mb must be positive");
+  }
+  char dir_template[] = "/tmp/psync_bench.XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+  const std::string dir = dir_template;
+  auto phases = RunCluster(dir);
+  auto tcp = RunBaseline(dir, "tcp_echo");
+  auto grpc_echo = RunBaseline(dir, "grpc_echo");
+  std::filesystem::remove_all(dir);
+  PSYNC_RETURN_IF_ERROR(phases.status());
+  PSYNC_RETURN_IF_ERROR(tcp.status());
+  PSYNC_RETURN_IF_ERROR(grpc_echo.status());
+
+  const double mb = ModelBytes() / double(1 << 20);
+  const std::string label = absl::GetFlag(FLAGS_label).empty()
+                                ? absl::StrFormat("%dw x %ds %.3gMiB", n, k, mb)
+                                : absl::GetFlag(FLAGS_label);
+  std::printf("\n== %s: %d workers x %d servers, %.3f MiB in %d tensors, chunk %lld KiB, "
+              "%d runs x %d steps ==\n",
+              label.c_str(), n, k, mb, absl::GetFlag(FLAGS_tensors),
+              static_cast<long long>(absl::GetFlag(FLAGS_chunk_kb)), absl::GetFlag(FLAGS_runs),
+              absl::GetFlag(FLAGS_steps));
+  std::printf("%-26s %12s %12s %16s\n", "", "median ms", "p90 ms", "GB/s push+pull");
+  std::string json = absl::StrFormat(
+      "{\"label\": \"%s\", \"workers\": %d, \"servers\": %d, \"model_bytes\": %d, "
+      "\"tensors\": %d, \"chunk_kb\": %d",
+      label, n, k, ModelBytes(), absl::GetFlag(FLAGS_tensors), absl::GetFlag(FLAGS_chunk_kb));
+  auto row = [&](const std::string& name, const std::string& key, const std::vector<double>& t) {
+    const Figures f = Summarize(t);
+    const double gbps = 2.0 * ModelBytes() / (f.median / 1e3) / 1e9;
+    std::printf("%-26s %12.3f %12.3f %16.3f\n", name.c_str(), f.median, f.p90, gbps);
+    absl::StrAppendFormat(&json, ", \"%s_median_ms\": %.4f, \"%s_p90_ms\": %.4f", key, f.median,
+                          key, f.p90);
+    return f.median;
+  };
+  const double comm = row("psync push-pull", "pushpull", (*phases)["comm"]);
+  const double tcp_ms = row("plain TCP round trip", "tcp", *tcp);
+  const double echo_ms = row("plain gRPC unary echo", "grpc_echo", *grpc_echo);
+  std::printf("ratio psync / TCP = %.3f, psync / gRPC echo = %.3f, per-worker %.3f GB/s\n",
+              comm / tcp_ms, comm / echo_ms, 2.0 * ModelBytes() / (comm / 1e3) / 1e9);
+  absl::StrAppendFormat(&json, ", \"ratio_tcp\": %.4f, \"ratio_grpc_echo\": %.4f", comm / tcp_ms,
+                        comm / echo_ms);
+  const double compute_ms = absl::GetFlag(FLAGS_compute_ms);
+  if (compute_ms > 0) {
+    const double compute = compute_ms * absl::GetFlag(FLAGS_tensors);
+    const double serial = row("compute then push-pull", "serial", (*phases)["serial"]);
+    const double overlap = row("overlapped", "overlap", (*phases)["overlap"]);
+    std::printf("compute %.3f ms, comm %.3f ms: overlapped / max(compute, comm) = %.3f, "
+                "overlapped / (compute + comm) = %.3f, serial / (compute + comm) = %.3f\n",
+                compute, comm, overlap / std::max(compute, comm), overlap / (compute + comm),
+                serial / (compute + comm));
+    absl::StrAppendFormat(&json,
+                          ", \"compute_ms\": %.4f, \"ratio_overlap_max\": %.4f, "
+                          "\"ratio_overlap_sum\": %.4f",
+                          compute, overlap / std::max(compute, comm), overlap / (compute + comm));
+  }
+  std::printf("JSON %s}\n", json.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace psync
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::string role = absl::GetFlag(FLAGS_role);
+  absl::Status s;
+  if (role == "driver") {
+    s = psync::RunDriver();
+  } else if (role == "client") {
+    s = psync::RunClient();
+  } else if (role == "tcp_echo") {
+    s = psync::ServeTcpEcho(absl::GetFlag(FLAGS_port_file));
+  } else if (role == "grpc_echo") {
+    s = psync::ServeGrpcEcho(absl::GetFlag(FLAGS_port_file), psync::ModelBytes() + (2 << 20));
+  } else {
+    s = absl::InvalidArgumentError("--role is '" + role +
+                                   "', expected driver, client, tcp_echo or grpc_echo");
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "psync_bench (%s): %s\n", role.c_str(), s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -18,7 +18,8 @@ struct ShardStore::Chunk {
   const ChunkInfo info;
   absl::Mutex mu;
   int64_t version ABSL_GUARDED_BY(mu) = 0;
-  std::vector<float> weights ABSL_GUARDED_BY(mu);
+  // Copied on write when a transport still holds the current buffer.
+  std::shared_ptr<std::vector<float>> weights ABSL_GUARDED_BY(mu);
   std::vector<float> momentum ABSL_GUARDED_BY(mu);
   // Pushes for step `version`. Deterministic mode keeps one gradient per
   // worker (per_worker) and sums them in rank order when the last arrives;
@@ -62,7 +63,9 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(ShardStoreOptions
 }
 
 ShardStore::ShardStore(ShardStoreOptions options)
-    : options_(std::move(options)), registered_(options_.num_workers, false) {}
+    : options_(std::move(options)),
+      pool_(options_.apply_threads),
+      registered_(options_.num_workers, false) {}
 
 ShardStore::~ShardStore() = default;
 
@@ -112,9 +115,9 @@ absl::StatusOr<RegisterResult> ShardStore::Register(int worker_rank, int num_wor
       const ChunkInfo& info = layout.chunks()[id];
       auto chunk = std::make_unique<Chunk>(info);
       absl::MutexLock chunk_lock(&chunk->mu);
-      chunk->weights.resize(info.num_elements);
+      chunk->weights = std::make_shared<std::vector<float>>(info.num_elements);
       InitialValues(layout.init_seed(), layout.tensors()[info.tensor], info.tensor_offset,
-                    info.num_elements, chunk->weights.data());
+                    info.num_elements, chunk->weights->data());
       if (options_.sgd.momentum != 0.0f) chunk->momentum.assign(info.num_elements, 0.0f);
       chunk->received.assign(n, false);
       chunk->counts.assign(n, 0);
@@ -199,9 +202,9 @@ absl::Status ShardStore::Push(int worker_rank, uint64_t fingerprint, int64_t ste
           "Push: chunk ", p.chunk_id, " has a dtype other than float32, the only one supported"));
     }
     const ChunkInfo& info = shard->chunks[p.chunk_id]->info;
-    if (static_cast<int64_t>(p.bytes.size()) != info.bytes()) {
+    if (p.size() != info.bytes()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "Push: chunk ", p.chunk_id, " has ", p.bytes.size(), " bytes, layout says ", info.bytes()));
+          "Push: chunk ", p.chunk_id, " has ", p.size(), " bytes, layout says ", info.bytes()));
     }
     Chunk& c = *shard->chunks[p.chunk_id];
     absl::MutexLock lock(&c.mu);
@@ -214,32 +217,72 @@ absl::Status ShardStore::Push(int worker_rank, uint64_t fingerprint, int64_t ste
   }
   // A chunk cannot advance past `step` between the check above and here: that
   // needs this worker's own push for `step`.
-  for (const ChunkPayload& p : chunks) {
+  // Chunks are independent: add (and, for the last worker, apply) them in
+  // parallel.
+  pool_.ParallelFor(static_cast<int>(chunks.size()), [&](int i) {
+    const ChunkPayload& p = chunks[i];
     Chunk& c = *shard->chunks[p.chunk_id];
     absl::MutexLock lock(&c.mu);
-    if (step < c.version || c.received[worker_rank]) continue;  // applied, or a repeat
-    AddPushLocked(c, worker_rank, sample_count, p.bytes);
+    if (step < c.version || c.received[worker_rank]) return;  // applied, or a repeat
+    AddPushLocked(c, worker_rank, sample_count, p);
     if (c.num_received == options_.num_workers) ApplyLocked(c);
-  }
+  });
   return absl::OkStatus();
 }
 
+namespace {
+
+// sum[i] += the i-th little-endian float of `pieces`; a float may straddle
+// two pieces.
+void AddFloats(const ChunkPayload& payload, float* sum) {
+  unsigned char partial[4];
+  size_t have = 0;  // bytes of a straddling float gathered so far
+  for (absl::string_view piece : payload.pieces) {
+    const char* p = piece.data();
+    size_t n = piece.size();
+    if (have > 0) {
+      const size_t take = std::min(n, 4 - have);
+      std::memcpy(partial + have, p, take);
+      have += take;
+      p += take;
+      n -= take;
+      if (have < 4) continue;
+      float g;
+      std::memcpy(&g, partial, 4);
+      *sum++ += g;
+      have = 0;
+    }
+    const size_t whole = n / 4;
+    for (size_t i = 0; i < whole; ++i) {
+      float g;
+      std::memcpy(&g, p + 4 * i, 4);  // pieces need not be aligned
+      sum[i] += g;
+    }
+    sum += whole;
+    have = n - 4 * whole;
+    std::memcpy(partial, p + 4 * whole, have);
+  }
+}
+
+void CopyBytes(const ChunkPayload& payload, float* dest) {
+  char* out = reinterpret_cast<char*>(dest);
+  for (absl::string_view piece : payload.pieces) {
+    std::memcpy(out, piece.data(), piece.size());
+    out += piece.size();
+  }
+}
+
+}  // namespace
+
 void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
-                               absl::string_view bytes) {
+                               const ChunkPayload& payload) {
   c.received[worker_rank] = true;
   c.counts[worker_rank] = sample_count;
   ++c.num_received;
-  const int64_t n = c.info.num_elements;
   if (options_.deterministic) {
-    std::memcpy(c.per_worker[worker_rank].data(), bytes.data(), n * 4);
-    return;
-  }
-  const char* src = bytes.data();
-  float* sum = c.sum.data();
-  for (int64_t i = 0; i < n; ++i) {
-    float g;
-    std::memcpy(&g, src + 4 * i, 4);  // the payload may be unaligned
-    sum[i] += g;
+    CopyBytes(payload, c.per_worker[worker_rank].data());
+  } else {
+    AddFloats(payload, c.sum.data());
   }
 }
 
@@ -262,7 +305,12 @@ void ShardStore::ApplyLocked(Chunk& c) {
   } else {
     std::fill(c.sum.begin(), c.sum.end(), 0.0f);
   }
-  SgdStep(options_.sgd, c.sum.data(), c.weights.data(),
+  if (c.weights.use_count() > 1) {
+    // A transport is still sending this version: leave it be. (New
+    // references are only taken under c.mu, so a count of 1 is exclusive.)
+    c.weights = std::make_shared<std::vector<float>>(*c.weights);
+  }
+  SgdStep(options_.sgd, c.sum.data(), c.weights->data(),
           c.momentum.empty() ? nullptr : c.momentum.data(), n);
   ++c.version;
   std::fill(c.received.begin(), c.received.end(), false);
@@ -300,7 +348,7 @@ absl::Status ShardStore::Pull(int worker_rank, uint64_t fingerprint, int64_t ver
           "Pull: chunk ", id, " is still at version ", c.version, " (", c.num_received, " of ",
           options_.num_workers, " workers pushed step ", c.version, "); waited for version ", version));
     }
-    sink(id, c.version, c.weights.data(), c.info.num_elements);
+    sink(id, c.version, c.weights);
   }
   return absl::OkStatus();
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -18,6 +19,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/layout.h"
+#include "common/thread_pool.h"
 #include "server/optimizer.h"
 
 namespace psync {
@@ -33,17 +35,33 @@ struct ShardStoreOptions {
   // Largest payload one request may carry; a layout that would need more on
   // this server is refused at registration.
   int64_t max_message_bytes = 64 << 20;
+  // Threads that add gradients and apply updates of the chunks in one
+  // request in parallel; 0 means one per hardware thread.
+  int apply_threads = 0;
   SgdOptions sgd;
 
   absl::Status Validate() const;
 };
 
-// One chunk's payload in a push: raw little-endian float32 bytes.
+// One chunk's payload in a push: raw little-endian float32 bytes, in one or
+// more consecutive pieces (as a transport received them; a piece may end in
+// the middle of a float).
 struct ChunkPayload {
   int32_t chunk_id = 0;
   bool float32 = true;  // false: the sender declared another dtype
-  absl::string_view bytes;
+  absl::InlinedVector<absl::string_view, 2> pieces;
+
+  int64_t size() const {
+    int64_t n = 0;
+    for (absl::string_view p : pieces) n += static_cast<int64_t>(p.size());
+    return n;
+  }
 };
+
+// A chunk's weights at one version. The store never changes a buffer that
+// someone else still holds (it copies on write), so a transport may send
+// from it directly, for as long as it keeps the reference.
+using WeightsRef = std::shared_ptr<const std::vector<float>>;
 
 struct RegisterResult {
   uint64_t fingerprint = 0;
@@ -59,10 +77,9 @@ struct StoreStatus {
   int64_t bytes = 0;
 };
 
-// Receives one chunk's weights during Pull, under that chunk's lock: copy
-// them out and return quickly. Runs on the calling thread.
-using ChunkSink = std::function<void(int32_t chunk_id, int64_t version,
-                                     const float* weights, int64_t n)>;
+// Receives one chunk's weights during Pull, under that chunk's lock: keep
+// the reference or copy, and return quickly. Runs on the calling thread.
+using ChunkSink = std::function<void(int32_t chunk_id, int64_t version, const WeightsRef& weights)>;
 
 // Thread-safe: every method may be called concurrently from any thread.
 //
@@ -113,11 +130,12 @@ class ShardStore {
   absl::Status ValidateChunkId(absl::string_view op, const Shard& shard,
                                int32_t chunk_id) const;
   void AddPushLocked(Chunk& chunk, int worker_rank, int64_t sample_count,
-                     absl::string_view bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
+                     const ChunkPayload& payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
   void ApplyLocked(Chunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
 
   const ShardStoreOptions options_;
   std::atomic<bool> closed_{false};
+  ThreadPool pool_;
   mutable absl::Mutex mu_;
   // Set once by the first Register and never replaced, so a pointer read
   // under mu_ stays valid for the store's lifetime.

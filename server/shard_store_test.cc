@@ -43,7 +43,7 @@ class ShardStoreTest : public ::testing::Test {
 
   absl::Status Push(int worker, int64_t step, int64_t count, int32_t chunk, std::vector<float> g) {
     std::string b = Bytes(g);
-    ChunkPayload p{chunk, true, b};
+    ChunkPayload p{chunk, true, {b}};
     return store_->Push(worker, layout_.fingerprint(), step, count, {p});
   }
 
@@ -53,8 +53,8 @@ class ShardStoreTest : public ::testing::Test {
     std::pair<int64_t, std::vector<float>> out;
     int32_t ids[] = {chunk};
     absl::Status s = store_->Pull(0, layout_.fingerprint(), version, ids, absl::Now() + wait,
-                                  [&](int32_t, int64_t v, const float* w, int64_t n) {
-                                    out = {v, std::vector<float>(w, w + n)};
+                                  [&](int32_t, int64_t v, const WeightsRef& w) {
+                                    out = {v, *w};
                                   });
     if (!s.ok()) return s;
     return out;
@@ -171,15 +171,15 @@ TEST_F(ShardStoreTest, BadRequestsNameTheValue) {
   EXPECT_EQ(Push(0, 0, -5, 0, {1.0f, 1.0f}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Push(2, 0, 1, 0, {1.0f, 1.0f}).code(), StatusCode::kInvalidArgument);
   std::string b = Bytes({1.0f, 1.0f});
-  ChunkPayload f16{0, false, b};
+  ChunkPayload f16{0, false, {b}};
   EXPECT_EQ(store_->Push(0, layout_.fingerprint(), 0, 1, {f16}).code(), StatusCode::kInvalidArgument);
-  ChunkPayload ok{0, true, b};
+  ChunkPayload ok{0, true, {b}};
   EXPECT_EQ(store_->Push(0, layout_.fingerprint() + 1, 0, 1, {ok}).code(),
             StatusCode::kFailedPrecondition);
   EXPECT_EQ(store_->Push(0, layout_.fingerprint(), 0, 1, {ok, ok}).code(),
             StatusCode::kInvalidArgument);
   // A bad chunk after a good one in the same request: nothing is applied.
-  ChunkPayload bad{1, true, b};
+  ChunkPayload bad{1, true, {b}};
   EXPECT_FALSE(store_->Push(0, layout_.fingerprint(), 0, 1, {ok, bad}).ok());
   ASSERT_TRUE(Push(1, 0, 1, 0, {1.0f, 1.0f}).ok());
   EXPECT_EQ(Pull(1, 0, absl::Milliseconds(20)).status().code(), StatusCode::kDeadlineExceeded);
@@ -212,11 +212,44 @@ TEST_F(ShardStoreTest, UnregisteredWorkersAreRefused) {
   auto store = ShardStore::Create(o);
   ASSERT_TRUE(store.ok());
   std::string b = Bytes({1.0f, 1.0f});
-  ChunkPayload p{0, true, b};
+  ChunkPayload p{0, true, {b}};
   EXPECT_EQ((*store)->Push(0, 0, 0, 1, {p}).code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE((*store)->Register(0, 2, layout_, layout_.fingerprint()).ok());
   EXPECT_EQ((*store)->Push(1, layout_.fingerprint(), 0, 1, {p}).code(),
             StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ShardStoreTest, PayloadsSplitMidFloatAddUp) {
+  // Each worker's 2 floats arrive in pieces cut inside a float.
+  for (bool deterministic : {false, true}) {
+    Make(2, deterministic);
+    const auto w0 = Initial(0);
+    const std::string a = Bytes({1.5f, -2.0f}), b = Bytes({0.5f, 4.0f});
+    ChunkPayload pa{0, true, {absl::string_view(a).substr(0, 3), absl::string_view(a).substr(3, 2),
+                              absl::string_view(a).substr(5)}};
+    ChunkPayload pb{0, true, {absl::string_view(b).substr(0, 1), absl::string_view(b).substr(1)}};
+    ASSERT_TRUE(store_->Push(0, layout_.fingerprint(), 0, 1, {pa}).ok());
+    ASSERT_TRUE(store_->Push(1, layout_.fingerprint(), 0, 1, {pb}).ok());
+    auto got = Pull(1, 0);
+    ASSERT_TRUE(got.ok());
+    EXPECT_FLOAT_EQ(got->second[0], w0[0] - 1.0f);
+    EXPECT_FLOAT_EQ(got->second[1], w0[1] - 1.0f);
+  }
+}
+
+TEST_F(ShardStoreTest, HeldWeightsAreNeverChanged) {
+  Make(1, false);
+  WeightsRef held;
+  int32_t ids[] = {0};
+  ASSERT_TRUE(store_->Pull(0, layout_.fingerprint(), 0, ids, absl::Now() + absl::Seconds(1),
+                           [&](int32_t, int64_t, const WeightsRef& w) { held = w; })
+                  .ok());
+  const std::vector<float> before = *held;
+  ASSERT_TRUE(Push(0, 0, 1, 0, {1.0f, 1.0f}).ok());
+  EXPECT_EQ(*held, before);  // the update went to a fresh buffer
+  auto got = Pull(1, 0);
+  ASSERT_TRUE(got.ok());
+  EXPECT_NE(got->second, before);
 }
 
 TEST(ShardStoreOptionsTest, Validate) {

@@ -45,8 +45,8 @@ class LocalPsClient final : public PsClient {
         if (c.tensor < first_tensor || c.tensor >= end_tensor) continue;
         ids.push_back(id);
         payloads.push_back({id, true,
-                            absl::string_view(reinterpret_cast<const char*>(grads + c.flat_offset),
-                                              c.bytes())});
+                            {absl::string_view(reinterpret_cast<const char*>(grads + c.flat_offset),
+                                               c.bytes())}});
       }
       if (ids.empty()) continue;
       PSYNC_RETURN_IF_ERROR(
@@ -79,12 +79,13 @@ class LocalPsClient final : public PsClient {
     absl::Status bad_version;
     PSYNC_RETURN_IF_ERROR(stores_[s]->Pull(
         rank_, layout_.fingerprint(), version, ids, absl::Now() + timeout_,
-        [&](int32_t id, int64_t v, const float* w, int64_t n) {
+        [&](int32_t id, int64_t v, const WeightsRef& w) {
           if (v != version) {
             bad_version = absl::FailedPreconditionError(
                 absl::StrCat("Pull: chunk ", id, " is at version ", v, ", expected ", version));
           }
-          std::memcpy(weights + layout_.chunks()[id].flat_offset, w, n * sizeof(float));
+          std::memcpy(weights + layout_.chunks()[id].flat_offset, w->data(),
+                      w->size() * sizeof(float));
         }));
     return bad_version;
   }

@@ -1,23 +1,58 @@
 #include "server/rpc/grpc_server.h"
 
+#include <deque>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/layout_proto.h"
+#include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/psync.grpc.pb.h"
+#include "grpcpp/impl/codegen/config_protobuf.h"
+#include "grpcpp/impl/codegen/method_handler.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/impl/codegen/rpc_service_method.h"
+#include "proto/psync.pb.h"
 
 namespace psync {
 namespace {
 
-class ParameterService final : public proto::ParameterServer::Service {
+// Registers the methods of proto::ParameterServer by hand (instead of the
+// generated Service) so that chunk payloads travel as raw gRPC byte buffers:
+// a push is decoded into views of the received slices and a pull answered
+// with slices that point at the store's weight buffers, with no protobuf
+// copy in between. The bytes on the wire are the .proto's messages.
+class ParameterService final : public grpc::Service {
  public:
   ParameterService(ShardStore* store, absl::Duration max_pull_wait)
-      : store_(store), max_pull_wait_(max_pull_wait) {}
+      : store_(store), max_pull_wait_(max_pull_wait) {
+    Add<proto::RegisterRequest, proto::RegisterResponse>("Register", &ParameterService::Register);
+    Add<grpc::ByteBuffer, grpc::ByteBuffer>("Push", &ParameterService::Push);
+    Add<proto::PullRequest, grpc::ByteBuffer>("Pull", &ParameterService::Pull);
+    Add<grpc::ByteBuffer, grpc::ByteBuffer>("PushPull", &ParameterService::PushPull);
+    Add<proto::StatusRequest, proto::StatusResponse>("GetStatus", &ParameterService::GetStatus);
+  }
+
+ private:
+  template <typename T>
+  using Base = std::conditional_t<std::is_same_v<T, grpc::ByteBuffer>, grpc::ByteBuffer,
+                                  grpc::protobuf::MessageLite>;
+
+  template <typename Req, typename Resp>
+  void Add(const char* name,
+           grpc::Status (ParameterService::*method)(grpc::ServerContext*, const Req*, Resp*)) {
+    names_.push_back(absl::StrCat("/psync.proto.ParameterServer/", name));
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        names_.back().c_str(), grpc::internal::RpcMethod::NORMAL_RPC,
+        new grpc::internal::RpcMethodHandler<ParameterService, Req, Resp, Base<Req>, Base<Resp>>(
+            [method](ParameterService* service, grpc::ServerContext* ctx, const Req* req,
+                     Resp* resp) { return (service->*method)(ctx, req, resp); },
+            this)));
+  }
 
   grpc::Status Register(grpc::ServerContext*, const proto::RegisterRequest* req,
-                        proto::RegisterResponse* resp) override {
+                        proto::RegisterResponse* resp) {
     absl::StatusOr<Layout> layout = LayoutFromProto(req->layout());
     if (!layout.ok()) {
       return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
@@ -33,31 +68,35 @@ class ParameterService final : public proto::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Push(grpc::ServerContext*, const proto::PushRequest* req,
-                    proto::PushResponse*) override {
-    return ToGrpcStatus(DoPush(*req));
+  grpc::Status Push(grpc::ServerContext*, const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+    WireMessage push;
+    absl::Status s = DoPush(*req, &push);
+    if (s.ok()) *resp = EmptyMessage();
+    return ToGrpcStatus(s);
   }
 
   grpc::Status Pull(grpc::ServerContext* ctx, const proto::PullRequest* req,
-                    proto::PullResponse* resp) override {
-    return ToGrpcStatus(DoPull(ctx, req->worker_rank(), req->layout_fingerprint(),
-                               req->version(), req->chunk_ids(), resp));
+                    grpc::ByteBuffer* resp) {
+    std::vector<int32_t> ids(req->chunk_ids().begin(), req->chunk_ids().end());
+    return ToGrpcStatus(
+        DoPull(ctx, req->worker_rank(), req->layout_fingerprint(), req->version(), ids, resp));
   }
 
-  grpc::Status PushPull(grpc::ServerContext* ctx, const proto::PushPullRequest* req,
-                        proto::PullResponse* resp) override {
-    const proto::PushRequest& push = req->push();
-    absl::Status s = DoPush(push);
+  grpc::Status PushPull(grpc::ServerContext* ctx, const grpc::ByteBuffer* req,
+                        grpc::ByteBuffer* resp) {
+    WireMessage push;
+    absl::Status s = DoPush(*req, &push);
     if (!s.ok()) return ToGrpcStatus(s);
     std::vector<int32_t> ids;
-    ids.reserve(push.chunks_size());
-    for (const proto::Chunk& c : push.chunks()) ids.push_back(c.chunk_id());
-    return ToGrpcStatus(DoPull(ctx, push.worker_rank(), push.layout_fingerprint(),
-                               push.step() + 1, ids, resp));
+    ids.reserve(push.chunks.size());
+    for (const WireChunk& c : push.chunks) ids.push_back(c.id);
+    return ToGrpcStatus(DoPull(ctx, static_cast<int>(push.Int(kWireWorkerRank)),
+                               push.scalars[kWireFingerprint], push.Int(kWireStep) + 1, ids,
+                               resp));
   }
 
   grpc::Status GetStatus(grpc::ServerContext*, const proto::StatusRequest*,
-                         proto::StatusResponse* resp) override {
+                         proto::StatusResponse* resp) {
     const ShardStoreOptions& o = store_->options();
     const StoreStatus s = store_->GetStatus();
     resp->set_server_rank(o.server_rank);
@@ -71,35 +110,47 @@ class ParameterService final : public proto::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
- private:
-  absl::Status DoPush(const proto::PushRequest& req) {
-    std::vector<ChunkPayload> payloads;
-    payloads.reserve(req.chunks_size());
-    for (const proto::Chunk& c : req.chunks()) {
-      payloads.push_back({c.chunk_id(), c.dtype() == proto::DTYPE_FLOAT32, c.data()});
+  // Decodes a PushRequest into `push` (whose slices back the payload views)
+  // and hands it to the store.
+  absl::Status DoPush(const grpc::ByteBuffer& req, WireMessage* push) {
+    absl::Status s = DecodeWireMessage(req, push);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("Push: ", s.message()));
+    std::vector<ChunkPayload> payloads(push->chunks.size());
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      const WireChunk& c = push->chunks[i];
+      payloads[i].chunk_id = c.id;
+      payloads[i].float32 = c.dtype == proto::DTYPE_FLOAT32;
+      payloads[i].pieces = c.data;
     }
-    return store_->Push(req.worker_rank(), req.layout_fingerprint(), req.step(),
-                        req.sample_count(), payloads);
+    const int64_t rank = push->Int(kWireWorkerRank);
+    return store_->Push(rank < INT32_MIN || rank > INT32_MAX ? -1 : static_cast<int>(rank),
+                        push->scalars[kWireFingerprint], push->Int(kWireStep),
+                        push->Int(kWireSampleCount), payloads);
   }
 
-  template <typename Ids>
+  // Answers with PullResponse bytes whose payloads are the store's buffers.
   absl::Status DoPull(grpc::ServerContext* ctx, int worker_rank, uint64_t fingerprint,
-                      int64_t version, const Ids& ids, proto::PullResponse* resp) {
+                      int64_t version, const std::vector<int32_t>& ids, grpc::ByteBuffer* resp) {
     const absl::Time deadline =
         std::min(absl::FromChrono(ctx->deadline()), absl::Now() + max_pull_wait_);
-    std::vector<int32_t> id_list(ids.begin(), ids.end());
-    return store_->Pull(worker_rank, fingerprint, version, id_list, deadline,
-                        [resp](int32_t id, int64_t v, const float* w, int64_t n) {
-                          proto::Chunk* c = resp->add_chunks();
-                          c->set_chunk_id(id);
-                          c->set_dtype(proto::DTYPE_FLOAT32);
-                          c->set_version(v);
-                          c->set_data(reinterpret_cast<const char*>(w), n * 4);
-                        });
+    WireMessageBuilder builder;
+    absl::Status s = store_->Pull(worker_rank, fingerprint, version, ids, deadline,
+                                  [&builder](int32_t id, int64_t v, const WeightsRef& w) {
+                                    builder.AddChunk(id, proto::DTYPE_FLOAT32, v, w->data(),
+                                                     w->size() * sizeof(float), w);
+                                  });
+    if (s.ok()) *resp = builder.Build();
+    return s;
+  }
+
+  static grpc::ByteBuffer EmptyMessage() {
+    grpc::Slice empty;
+    return grpc::ByteBuffer(&empty, 1);
   }
 
   ShardStore* const store_;
   const absl::Duration max_pull_wait_;
+  std::deque<std::string> names_;  // RpcServiceMethod keeps the char pointers
 };
 
 class GrpcServerImpl final : public GrpcServer {

@@ -5,9 +5,10 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "common/layout_proto.h"
+#include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/psync.grpc.pb.h"
 
@@ -15,36 +16,30 @@ namespace psync {
 namespace {
 
 constexpr int64_t kMessageHeadroomBytes = 1 << 20;
+constexpr absl::Duration kRetryBackoff = absl::Milliseconds(100);
+const char kPullMethod[] = "/psync.proto.ParameterServer/Pull";
+const char kPushPullMethod[] = "/psync.proto.ParameterServer/PushPull";
 
-// One RPC to one server that returns chunks, retried on UNAVAILABLE until
-// its deadline (every psync call is idempotent, so retrying is safe).
+// One RPC to one server that returns chunks (Pull or PushPull), driven by
+// the client's completion queue, and retried on UNAVAILABLE until its
+// deadline (every psync call is idempotent, so retrying is safe).
 struct ChunkCall {
-  using Start = std::function<void(grpc::ClientContext*, proto::PullResponse*,
-                                   std::function<void(grpc::Status)>)>;
   int server = 0;
-  const char* op = "";
-  int64_t version = 0;  // expected in the response
+  const char* op = "";      // for messages
+  const char* method = "";  // full gRPC method name
+  int64_t version = 0;      // expected in the response
   std::vector<int32_t> chunk_ids;
   float* weights = nullptr;
   absl::Time deadline;
-  Start start;  // owns the request
+  // Built once; for a push its payload slices point at the caller's
+  // gradients, which stay valid until Wait() returns.
+  grpc::ByteBuffer request;
 
   // Per attempt.
   std::unique_ptr<grpc::ClientContext> ctx;
-  proto::PullResponse response;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> reader;
+  grpc::ByteBuffer response;
   grpc::Status status;
-  std::unique_ptr<absl::Notification> done;
-
-  void Issue() {
-    ctx = std::make_unique<grpc::ClientContext>();
-    ctx->set_deadline(absl::ToChronoTime(deadline));
-    done = std::make_unique<absl::Notification>();
-    response.Clear();
-    start(ctx.get(), &response, [this](grpc::Status s) {
-      status = std::move(s);
-      done->Notify();
-    });
-  }
 };
 
 class GrpcPsClient final : public PsClient {
@@ -60,8 +55,9 @@ class GrpcPsClient final : public PsClient {
     args.SetMaxReceiveMessageSize(limit);
     args.SetMaxSendMessageSize(limit);
     for (const std::string& address : options_.server_addresses) {
-      stubs_.push_back(proto::ParameterServer::NewStub(
-          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
+      auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+      stubs_.push_back(proto::ParameterServer::NewStub(channel));
+      generic_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
     }
     // Every tensor has at least one chunk, and a tensor's chunks are numbered
     // consecutively.
@@ -72,7 +68,14 @@ class GrpcPsClient final : public PsClient {
     }
   }
 
-  ~GrpcPsClient() override { Wait().IgnoreError(); }
+  ~GrpcPsClient() override {
+    Wait().IgnoreError();
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
 
   int num_tensors() const override { return static_cast<int>(layout_.tensors().size()); }
 
@@ -106,17 +109,13 @@ class GrpcPsClient final : public PsClient {
     for (int server = 0; server < layout_.num_servers(); ++server) {
       const auto& ids = layout_.ChunksOnServer(server);
       if (ids.empty()) continue;
-      auto req = std::make_shared<proto::PullRequest>();
-      req->set_worker_rank(options_.worker_rank);
-      req->set_layout_fingerprint(layout_.fingerprint());
-      req->set_version(version);
-      for (int32_t id : ids) req->add_chunk_ids(id);
-      proto::ParameterServer::Stub* stub = stubs_[server].get();
-      Launch(server, "Pull", version, ids, weights,
-             [stub, req](grpc::ClientContext* ctx, proto::PullResponse* resp,
-                         std::function<void(grpc::Status)> done) {
-               stub->async()->Pull(ctx, req.get(), resp, std::move(done));
-             });
+      proto::PullRequest req;
+      req.set_worker_rank(options_.worker_rank);
+      req.set_layout_fingerprint(layout_.fingerprint());
+      req.set_version(version);
+      for (int32_t id : ids) req.add_chunk_ids(id);
+      grpc::Slice slice(req.SerializeAsString());
+      Launch(server, /*push=*/false, version, ids, weights, grpc::ByteBuffer(&slice, 1));
     }
     return Wait();
   }
@@ -134,69 +133,72 @@ class GrpcPsClient final : public PsClient {
       std::vector<int32_t> ids(std::lower_bound(all.begin(), all.end(), lo),
                                std::lower_bound(all.begin(), all.end(), hi));
       if (ids.empty()) continue;
-      auto req = std::make_shared<proto::PushPullRequest>();
-      proto::PushRequest* push = req->mutable_push();
-      push->set_worker_rank(options_.worker_rank);
-      push->set_layout_fingerprint(layout_.fingerprint());
-      push->set_step(step);
-      push->set_sample_count(sample_count);
+      WireMessageBuilder push;
+      push.SetScalar(kWireWorkerRank, options_.worker_rank);
+      push.SetScalar(kWireFingerprint, static_cast<int64_t>(layout_.fingerprint()));
+      push.SetScalar(kWireStep, step);
+      push.SetScalar(kWireSampleCount, sample_count);
       for (int32_t id : ids) {
         const ChunkInfo& info = layout_.chunks()[id];
-        proto::Chunk* c = push->add_chunks();
-        c->set_chunk_id(id);
-        c->set_dtype(proto::DTYPE_FLOAT32);
-        c->set_data(reinterpret_cast<const char*>(grads + info.flat_offset), info.bytes());
+        push.AddChunk(id, proto::DTYPE_FLOAT32, 0, grads + info.flat_offset, info.bytes());
       }
-      proto::ParameterServer::Stub* stub = stubs_[server].get();
-      Launch(server, "PushPull", step + 1, std::move(ids), weights,
-             [stub, req](grpc::ClientContext* ctx, proto::PullResponse* resp,
-                         std::function<void(grpc::Status)> done) {
-               stub->async()->PushPull(ctx, req.get(), resp, std::move(done));
-             });
+      Launch(server, /*push=*/true, step + 1, std::move(ids), weights, push.Build());
     }
     return absl::OkStatus();
   }
 
+  // Drives the completion queue on the calling thread: each response's
+  // weights are copied into place as it arrives.
   absl::Status Wait() override {
     absl::Status first;
-    for (auto& call : calls_) {
-      absl::Status s = Finish(*call);
+    size_t outstanding = calls_.size();
+    while (outstanding > 0) {
+      void* tag;
+      bool ok;
+      if (!cq_.Next(&tag, &ok)) break;
+      ChunkCall& call = *static_cast<ChunkCall*>(tag);
+      absl::Status s;
+      if (call.status.ok()) {
+        s = CopyWeights(call);
+      } else if (call.status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                 absl::Now() + kRetryBackoff < call.deadline) {
+        absl::SleepFor(kRetryBackoff);
+        Issue(call);
+        continue;
+      } else {
+        s = ServerError(call.op, call.server, call.status);
+      }
       if (first.ok()) first = s;
+      --outstanding;
     }
     calls_.clear();
     return first;
   }
 
  private:
-  void Launch(int server, const char* op, int64_t version, std::vector<int32_t> ids,
-              float* weights, ChunkCall::Start start) {
+  void Launch(int server, bool push, int64_t version, std::vector<int32_t> ids,
+              float* weights, grpc::ByteBuffer request) {
     auto call = std::make_unique<ChunkCall>();
     call->server = server;
-    call->op = op;
+    call->op = push ? "PushPull" : "Pull";
+    call->method = push ? kPushPullMethod : kPullMethod;
     call->version = version;
     call->chunk_ids = std::move(ids);
     call->weights = weights;
     call->deadline = absl::Now() + options_.call_timeout;
-    call->start = std::move(start);
-    call->Issue();
+    call->request = std::move(request);
+    Issue(*call);
     calls_.push_back(std::move(call));
   }
 
-  // Waits for `call`, retrying UNAVAILABLE with backoff, then checks and
-  // copies its chunks.
-  absl::Status Finish(ChunkCall& call) {
-    absl::Duration backoff = absl::Milliseconds(50);
-    while (true) {
-      call.done->WaitForNotification();
-      if (call.status.ok()) return CopyWeights(call);
-      if (call.status.error_code() != grpc::StatusCode::UNAVAILABLE ||
-          absl::Now() + backoff >= call.deadline) {
-        return ServerError(call.op, call.server, call.status);
-      }
-      absl::SleepFor(backoff);
-      backoff = std::min(2 * backoff, absl::Seconds(1));
-      call.Issue();
-    }
+  void Issue(ChunkCall& call) {
+    call.ctx = std::make_unique<grpc::ClientContext>();
+    call.ctx->set_deadline(absl::ToChronoTime(call.deadline));
+    call.response.Clear();
+    call.reader = generic_stubs_[call.server]->PrepareUnaryCall(call.ctx.get(), call.method,
+                                                                call.request, &cq_);
+    call.reader->StartCall();
+    call.reader->Finish(&call.response, &call.status, &call);
   }
 
   absl::Status ServerError(const char* op, int server, const grpc::Status& st) const {
@@ -208,38 +210,44 @@ class GrpcPsClient final : public PsClient {
   // Checks that the server returned exactly the chunks asked for, at the
   // expected version, and copies them into the flat vector.
   absl::Status CopyWeights(const ChunkCall& call) {
-    const auto& chunks = call.response.chunks();
-    if (chunks.size() != static_cast<int>(call.chunk_ids.size())) {
+    WireMessage response;
+    absl::Status s = DecodeWireMessage(call.response, &response);
+    if (!s.ok()) {
+      return absl::DataLossError(absl::StrCat(call.op, ": server ", call.server, ": ",
+                                              s.message()));
+    }
+    if (response.chunks.size() != call.chunk_ids.size()) {
       return absl::DataLossError(absl::StrCat(call.op, ": server ", call.server, " returned ",
-                                              chunks.size(), " chunks, expected ",
+                                              response.chunks.size(), " chunks, expected ",
                                               call.chunk_ids.size()));
     }
-    for (int i = 0; i < chunks.size(); ++i) {
-      const proto::Chunk& c = chunks[i];
-      if (c.chunk_id() != call.chunk_ids[i]) {
+    for (size_t i = 0; i < response.chunks.size(); ++i) {
+      const WireChunk& c = response.chunks[i];
+      if (c.id != call.chunk_ids[i]) {
         return absl::DataLossError(absl::StrCat(call.op, ": server ", call.server,
-                                                " returned chunk ", c.chunk_id(), ", expected ",
+                                                " returned chunk ", c.id, ", expected ",
                                                 call.chunk_ids[i]));
       }
-      const ChunkInfo& info = layout_.chunks()[c.chunk_id()];
-      if (c.version() != call.version) {
+      const ChunkInfo& info = layout_.chunks()[c.id];
+      if (c.version != call.version) {
         return absl::FailedPreconditionError(absl::StrCat(
-            call.op, ": chunk ", c.chunk_id(), " from server ", call.server, " is at version ",
-            c.version(), ", expected ", call.version));
+            call.op, ": chunk ", c.id, " from server ", call.server, " is at version ",
+            c.version, ", expected ", call.version));
       }
-      if (static_cast<int64_t>(c.data().size()) != info.bytes()) {
-        return absl::DataLossError(absl::StrCat(call.op, ": chunk ", c.chunk_id(), " has ",
-                                                c.data().size(), " bytes, layout says ",
-                                                info.bytes()));
+      if (c.data_size != info.bytes()) {
+        return absl::DataLossError(absl::StrCat(call.op, ": chunk ", c.id, " has ", c.data_size,
+                                                " bytes, layout says ", info.bytes()));
       }
-      std::memcpy(call.weights + info.flat_offset, c.data().data(), info.bytes());
+      CopyWireBytes(c.data, call.weights + info.flat_offset);
     }
     return absl::OkStatus();
   }
 
   const Layout layout_;
   const GrpcPsClientOptions options_;
-  std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
+  std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;  // Register
+  std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs_;     // chunk calls
+  grpc::CompletionQueue cq_;
   // first_chunk_[t]: id of tensor t's first chunk; first_chunk_[T] = #chunks.
   std::vector<int32_t> first_chunk_;
   std::vector<std::unique_ptr<ChunkCall>> calls_;

@@ -1,0 +1,90 @@
+// Zero-copy encoding and decoding of the chunk-carrying messages
+// (proto::PushRequest and proto::PullResponse: scalar fields 1-4, repeated
+// Chunk at field 5). The bytes are ordinary protobuf, so any protobuf peer
+// can read and write them; but payloads never pass through a protobuf
+// string: the encoder points gRPC slices at the caller's float buffers, and
+// the decoder returns views into the received slices.
+#ifndef PSYNC_COMMON_RPC_CHUNK_WIRE_H_
+#define PSYNC_COMMON_RPC_CHUNK_WIRE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
+
+namespace psync {
+
+// Field numbers shared by PushRequest and PullResponse.
+enum WireField : int {
+  kWireWorkerRank = 1,
+  kWireFingerprint = 2,
+  kWireStep = 3,
+  kWireSampleCount = 4,
+  kWireChunks = 5,
+};
+
+// A chunk's payload: consecutive pieces of the received bytes (a payload
+// may straddle the slices gRPC received it in).
+using WireBytes = absl::InlinedVector<absl::string_view, 2>;
+
+struct WireChunk {
+  int32_t id = 0;
+  int32_t dtype = 0;
+  int64_t version = 0;
+  WireBytes data;
+  int64_t data_size = 0;
+};
+
+// A decoded message. The chunks' data views point into `slices`, so they
+// are valid as long as this object lives.
+struct WireMessage {
+  uint64_t scalars[5] = {0, 0, 0, 0, 0};  // by field number 1..4, raw varints
+  std::vector<WireChunk> chunks;
+  std::vector<grpc::Slice> slices;
+
+  int64_t Int(WireField f) const { return static_cast<int64_t>(scalars[f]); }
+};
+
+// Decodes `buffer` (taking references to its slices, copying nothing).
+// Malformed input — truncated varints or fields, unknown wire types, lengths
+// past the end — gives InvalidArgument naming the byte offset; a daemon
+// never crashes on it. Unknown fields are skipped, as protobuf does.
+absl::Status DecodeWireMessage(const grpc::ByteBuffer& buffer, WireMessage* out);
+
+// Builds a message. Not thread-safe.
+class WireMessageBuilder {
+ public:
+  // Top-level scalar fields, written first. Zero values are omitted, as
+  // proto3 does.
+  void SetScalar(WireField field, int64_t value);
+  // Appends a chunk whose `bytes` bytes at `data` go out as they are. If
+  // `owner` is null, the caller keeps `data` valid and unchanged until the
+  // RPC completes; otherwise `owner` is held until gRPC is done with it.
+  void AddChunk(int32_t id, int32_t dtype, int64_t version, const void* data, int64_t bytes,
+                std::shared_ptr<const void> owner = nullptr);
+  grpc::ByteBuffer Build();
+
+ private:
+  struct Pending {
+    int32_t id, dtype;
+    int64_t version;
+    const void* data;
+    int64_t bytes;
+    std::shared_ptr<const void> owner;
+  };
+  std::vector<std::pair<int, uint64_t>> scalars_;
+  std::vector<Pending> chunks_;
+};
+
+// Copies a payload out, in order.
+void CopyWireBytes(const WireBytes& bytes, void* dest);
+
+}  // namespace psync
+
+#endif  // PSYNC_COMMON_RPC_CHUNK_WIRE_H_

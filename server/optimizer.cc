@@ -22,17 +22,17 @@ absl::Status SgdOptions::Validate() const {
   return absl::OkStatus();
 }
 
-void SgdStep(const SgdOptions& options, const float* grad, float* weights,
-             float* momentum, int64_t n) {
+void SgdStep(const SgdOptions& options, const float* __restrict grad_sum, float count,
+             float* __restrict weights, float* __restrict momentum, int64_t n) {
   const float lr = options.learning_rate;
   const float mu = options.momentum;
   const float wd = options.weight_decay;
   if (mu == 0.0f) {
-    for (int64_t i = 0; i < n; ++i) weights[i] -= lr * (grad[i] + wd * weights[i]);
+    for (int64_t i = 0; i < n; ++i) weights[i] -= lr * (grad_sum[i] / count + wd * weights[i]);
     return;
   }
   for (int64_t i = 0; i < n; ++i) {
-    const float d = grad[i] + wd * weights[i];
+    const float d = grad_sum[i] / count + wd * weights[i];
     momentum[i] = mu * momentum[i] + d;
     weights[i] -= lr * momentum[i];
   }

@@ -20,9 +20,10 @@ struct SgdOptions {
   absl::Status Validate() const;
 };
 
-// Applies one step to `n` elements in place. `momentum` may be null when
-// options.momentum == 0.
-void SgdStep(const SgdOptions& options, const float* grad, float* weights,
+// Applies one step to `n` elements in place, with g = grad_sum / count
+// (the division is fused into the same pass). `momentum` may be null when
+// options.momentum == 0. REQUIRES: count > 0.
+void SgdStep(const SgdOptions& options, const float* grad_sum, float count, float* weights,
              float* momentum, int64_t n);
 
 }  // namespace psync

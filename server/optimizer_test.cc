@@ -10,15 +10,15 @@ namespace {
 TEST(SgdTest, MatchesHandComputedValues) {
   SgdOptions o{0.1f, 0.9f, 0.01f};
   std::vector<float> w = {1.0f, -2.0f}, m = {0.0f, 0.0f};
-  const float g1[] = {0.5f, 0.25f};
-  SgdStep(o, g1, w.data(), m.data(), 2);
+  const float g1[] = {1.0f, 0.5f};  // sums over 2 samples: g = {0.5, 0.25}
+  SgdStep(o, g1, 2.0f, w.data(), m.data(), 2);
   // d = g + 0.01 w = {0.51, 0.23}; m = d; w = w - 0.1 m.
   EXPECT_FLOAT_EQ(m[0], 0.51f);
   EXPECT_FLOAT_EQ(m[1], 0.23f);
   EXPECT_FLOAT_EQ(w[0], 0.949f);
   EXPECT_FLOAT_EQ(w[1], -2.023f);
   const float g2[] = {-1.0f, 0.0f};
-  SgdStep(o, g2, w.data(), m.data(), 2);
+  SgdStep(o, g2, 1.0f, w.data(), m.data(), 2);
   // d = {-1 + 0.00949, -0.02023}; m = 0.9 * {0.51, 0.23} + d.
   EXPECT_FLOAT_EQ(m[0], 0.459f - 1.0f + 0.00949f);
   EXPECT_FLOAT_EQ(m[1], 0.207f - 0.02023f);
@@ -29,8 +29,8 @@ TEST(SgdTest, MatchesHandComputedValues) {
 TEST(SgdTest, PlainSgdNeedsNoMomentumBuffer) {
   SgdOptions o{0.5f, 0.0f, 0.0f};
   std::vector<float> w = {3.0f};
-  const float g[] = {2.0f};
-  SgdStep(o, g, w.data(), nullptr, 1);
+  const float g[] = {6.0f};
+  SgdStep(o, g, 3.0f, w.data(), nullptr, 1);
   EXPECT_FLOAT_EQ(w[0], 2.0f);
 }
 

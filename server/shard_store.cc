@@ -281,6 +281,8 @@ void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
   ++c.num_received;
   if (options_.deterministic) {
     CopyBytes(payload, c.per_worker[worker_rank].data());
+  } else if (c.num_received == 1) {
+    CopyBytes(payload, c.sum.data());  // the first push of a step: no zeroing pass
   } else {
     AddFloats(payload, c.sum.data());
   }
@@ -297,26 +299,23 @@ void ShardStore::ApplyLocked(Chunk& c) {
   }
   int64_t total = 0;
   for (int64_t count : c.counts) total += count;
-  // No samples at all (every worker's share of the step was empty): the
-  // gradient is zero, and momentum and weight decay still act.
-  if (total > 0) {
-    const float t = static_cast<float>(total);
-    for (int64_t i = 0; i < n; ++i) c.sum[i] /= t;
-  } else {
+  if (total == 0) {
+    // No samples at all (every worker's share of the step was empty): the
+    // gradient is zero, and momentum and weight decay still act.
     std::fill(c.sum.begin(), c.sum.end(), 0.0f);
+    total = 1;
   }
   if (c.weights.use_count() > 1) {
     // A transport is still sending this version: leave it be. (New
     // references are only taken under c.mu, so a count of 1 is exclusive.)
     c.weights = std::make_shared<std::vector<float>>(*c.weights);
   }
-  SgdStep(options_.sgd, c.sum.data(), c.weights->data(),
+  SgdStep(options_.sgd, c.sum.data(), static_cast<float>(total), c.weights->data(),
           c.momentum.empty() ? nullptr : c.momentum.data(), n);
   ++c.version;
   std::fill(c.received.begin(), c.received.end(), false);
   std::fill(c.counts.begin(), c.counts.end(), 0);
   c.num_received = 0;
-  if (!options_.deterministic) std::fill(c.sum.begin(), c.sum.end(), 0.0f);
 }
 
 absl::Status ShardStore::Pull(int worker_rank, uint64_t fingerprint, int64_t version,

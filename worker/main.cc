@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/cluster_spec.h"
 #include "common/layout.h"
+#include "common/malloc_tuning.h"
 #include "common/safetensors.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
@@ -162,6 +163,7 @@ extern "C" void openblas_set_num_threads(int);
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("psync worker: trains on its devices against the parameter servers.");
   absl::ParseCommandLine(argc, argv);
+  psync::KeepLargeAllocationsInHeap();
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   // Each device thread runs its own GEMMs: one BLAS thread per device keeps

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 bash deploy/bootstrap.sh
-bazel build -c opt //deploy/local:psync_launch
+bazel build //deploy/local:psync_launch
 
 out="${PSYNC_DEMO_OUT:-$PWD/psync_demo}"
 mkdir -p "$out"

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cluster_spec.h"
 #include "common/layout.h"
+#include "common/malloc_tuning.h"
 #include "common/runfiles.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
@@ -38,6 +39,7 @@ ABSL_FLAG(int, runs, 5, "Runs; the reported figure is the median of the runs' me
 ABSL_FLAG(int, warmup, 3, "Untimed steps before the runs.");
 ABSL_FLAG(double, compute_ms, 0, "Overlap mode: simulated backward time per tensor (ms).");
 ABSL_FLAG(bool, deterministic, false, "Servers in deterministic mode.");
+ABSL_FLAG(bool, baselines, true, "Also time plain TCP and plain gRPC (off: psync only, for profiling).");
 ABSL_FLAG(std::string, label, "", "Name of this configuration in the output.");
 ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server (default: bazel-bin).");
 // Internal, for the client role.
@@ -239,8 +241,9 @@ absl::Status RunDriver() {
   if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
   const std::string dir = dir_template;
   auto phases = RunCluster(dir);
-  auto tcp = RunBaseline(dir, "tcp_echo");
-  auto grpc_echo = RunBaseline(dir, "grpc_echo");
+  const bool baselines = absl::GetFlag(FLAGS_baselines);
+  auto tcp = baselines ? RunBaseline(dir, "tcp_echo") : std::vector<double>{1.0};
+  auto grpc_echo = baselines ? RunBaseline(dir, "grpc_echo") : std::vector<double>{1.0};
   std::filesystem::remove_all(dir);
   PSYNC_RETURN_IF_ERROR(phases.status());
   PSYNC_RETURN_IF_ERROR(tcp.status());
@@ -298,6 +301,7 @@ absl::Status RunDriver() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  psync::KeepLargeAllocationsInHeap();
   const std::string role = absl::GetFlag(FLAGS_role);
   absl::Status s;
   if (role == "driver") {

@@ -34,6 +34,7 @@ ABSL_FLAG(int, workers, 1, "Worker clients.");
 ABSL_FLAG(double, model_mb, 16, "Model size in MiB (float32).");
 ABSL_FLAG(int, tensors, 4, "Tensors the model is split into (equal sizes).");
 ABSL_FLAG(int64_t, chunk_kb, 1024, "Layout chunk size in KiB.");
+ABSL_FLAG(int64_t, request_kb, 65536, "Largest payload of one request, in KiB.");
 ABSL_FLAG(int, steps, 20, "Timed steps per run.");
 ABSL_FLAG(int, runs, 5, "Runs; the reported figure is the median of the runs' medians.");
 ABSL_FLAG(int, warmup, 3, "Untimed steps before the runs.");
@@ -94,6 +95,7 @@ absl::Status RunClient() {
   o.server_addresses = servers;
   o.worker_rank = absl::GetFlag(FLAGS_worker_rank);
   o.num_workers = absl::GetFlag(FLAGS_workers);
+  o.max_request_bytes = absl::GetFlag(FLAGS_request_kb) << 10;
   PSYNC_ASSIGN_OR_RETURN(auto client, CreateGrpcPsClient(layout, o));
   PSYNC_ASSIGN_OR_RETURN(int64_t step, client->Register());
   std::vector<float> weights(layout.total_elements()), grads(layout.total_elements(), 1e-7f);
@@ -194,6 +196,7 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
                      absl::StrCat("--model_mb=", absl::GetFlag(FLAGS_model_mb)),
                      absl::StrCat("--tensors=", absl::GetFlag(FLAGS_tensors)),
                      absl::StrCat("--chunk_kb=", absl::GetFlag(FLAGS_chunk_kb)),
+                     absl::StrCat("--request_kb=", absl::GetFlag(FLAGS_request_kb)),
                      absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
                      absl::StrCat("--runs=", absl::GetFlag(FLAGS_runs)),
                      absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),

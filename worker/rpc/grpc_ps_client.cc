@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/layout_proto.h"
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
+#include "grpcpp/alarm.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/psync.grpc.pb.h"
@@ -40,6 +42,16 @@ struct ChunkCall {
   std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> reader;
   grpc::ByteBuffer response;
   grpc::Status status;
+
+  // Completion-queue tags: the RPC finished, or it is time to (re)issue it
+  // from the poller thread (after a retry backoff, or at once when the
+  // caller should not spend its own time starting the call).
+  struct Tag {
+    ChunkCall* call;
+    bool issue;
+  };
+  Tag done_tag{this, false}, issue_tag{this, true};
+  grpc::Alarm issue_alarm;
 };
 
 class GrpcPsClient final : public PsClient {
@@ -71,10 +83,7 @@ class GrpcPsClient final : public PsClient {
   ~GrpcPsClient() override {
     Wait().IgnoreError();
     cq_.Shutdown();
-    void* tag;
-    bool ok;
-    while (cq_.Next(&tag, &ok)) {
-    }
+    poller_.join();
   }
 
   int num_tensors() const override { return static_cast<int>(layout_.tensors().size()); }
@@ -115,7 +124,8 @@ class GrpcPsClient final : public PsClient {
       req.set_version(version);
       for (int32_t id : ids) req.add_chunk_ids(id);
       grpc::Slice slice(req.SerializeAsString());
-      Launch(server, /*push=*/false, version, ids, weights, grpc::ByteBuffer(&slice, 1));
+      Launch(server, /*push=*/false, version, ids, weights, grpc::ByteBuffer(&slice, 1),
+             /*defer=*/false);
     }
     return Wait();
   }
@@ -128,56 +138,56 @@ class GrpcPsClient final : public PsClient {
           num_tensors(), ")"));
     }
     const int32_t lo = first_chunk_[first_tensor], hi = first_chunk_[end_tensor];
+    // Starting a call writes to the socket, which takes time in proportion
+    // to the payload. A whole-model push-pull is started here, as the caller
+    // will wait for it anyway; a part (one layer, while backward goes on) is
+    // handed to the poller thread so that the caller returns at once.
+    const bool defer = first_tensor > 0 || end_tensor < num_tensors();
     for (int server = 0; server < layout_.num_servers(); ++server) {
       const auto& all = layout_.ChunksOnServer(server);
       std::vector<int32_t> ids(std::lower_bound(all.begin(), all.end(), lo),
                                std::lower_bound(all.begin(), all.end(), hi));
       if (ids.empty()) continue;
-      WireMessageBuilder push;
-      push.SetScalar(kWireWorkerRank, options_.worker_rank);
-      push.SetScalar(kWireFingerprint, static_cast<int64_t>(layout_.fingerprint()));
-      push.SetScalar(kWireStep, step);
-      push.SetScalar(kWireSampleCount, sample_count);
-      for (int32_t id : ids) {
-        const ChunkInfo& info = layout_.chunks()[id];
-        push.AddChunk(id, proto::DTYPE_FLOAT32, 0, grads + info.flat_offset, info.bytes());
+      // Consecutive chunks, up to max_request_bytes per request.
+      for (size_t begin = 0; begin < ids.size();) {
+        size_t end = begin;
+        int64_t bytes = 0;
+        while (end < ids.size() &&
+               (end == begin || bytes + layout_.chunks()[ids[end]].bytes() <=
+                                    options_.max_request_bytes)) {
+          bytes += layout_.chunks()[ids[end++]].bytes();
+        }
+        WireMessageBuilder push;
+        push.SetScalar(kWireWorkerRank, options_.worker_rank);
+        push.SetScalar(kWireFingerprint, static_cast<int64_t>(layout_.fingerprint()));
+        push.SetScalar(kWireStep, step);
+        push.SetScalar(kWireSampleCount, sample_count);
+        for (size_t i = begin; i < end; ++i) {
+          const ChunkInfo& info = layout_.chunks()[ids[i]];
+          push.AddChunk(ids[i], proto::DTYPE_FLOAT32, 0, grads + info.flat_offset, info.bytes());
+        }
+        Launch(server, /*push=*/true, step + 1,
+               std::vector<int32_t>(ids.begin() + begin, ids.begin() + end), weights, push.Build(),
+               defer);
+        begin = end;
       }
-      Launch(server, /*push=*/true, step + 1, std::move(ids), weights, push.Build());
     }
     return absl::OkStatus();
   }
 
-  // Drives the completion queue on the calling thread: each response's
-  // weights are copied into place as it arrives.
   absl::Status Wait() override {
-    absl::Status first;
-    size_t outstanding = calls_.size();
-    while (outstanding > 0) {
-      void* tag;
-      bool ok;
-      if (!cq_.Next(&tag, &ok)) break;
-      ChunkCall& call = *static_cast<ChunkCall*>(tag);
-      absl::Status s;
-      if (call.status.ok()) {
-        s = CopyWeights(call);
-      } else if (call.status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-                 absl::Now() + kRetryBackoff < call.deadline) {
-        absl::SleepFor(kRetryBackoff);
-        Issue(call);
-        continue;
-      } else {
-        s = ServerError(call.op, call.server, call.status);
-      }
-      if (first.ok()) first = s;
-      --outstanding;
-    }
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outstanding_ == 0; };
+    mu_.Await(absl::Condition(&idle));
+    absl::Status s = std::move(first_error_);
+    first_error_ = absl::OkStatus();
     calls_.clear();
-    return first;
+    return s;
   }
 
  private:
   void Launch(int server, bool push, int64_t version, std::vector<int32_t> ids,
-              float* weights, grpc::ByteBuffer request) {
+              float* weights, grpc::ByteBuffer request, bool defer) {
     auto call = std::make_unique<ChunkCall>();
     call->server = server;
     call->op = push ? "PushPull" : "Pull";
@@ -187,7 +197,13 @@ class GrpcPsClient final : public PsClient {
     call->weights = weights;
     call->deadline = absl::Now() + options_.call_timeout;
     call->request = std::move(request);
-    Issue(*call);
+    if (defer) {
+      call->issue_alarm.Set(&cq_, gpr_now(GPR_CLOCK_MONOTONIC), &call->issue_tag);
+    } else {
+      Issue(*call);
+    }
+    absl::MutexLock lock(&mu_);
+    ++outstanding_;
     calls_.push_back(std::move(call));
   }
 
@@ -198,7 +214,37 @@ class GrpcPsClient final : public PsClient {
     call.reader = generic_stubs_[call.server]->PrepareUnaryCall(call.ctx.get(), call.method,
                                                                 call.request, &cq_);
     call.reader->StartCall();
-    call.reader->Finish(&call.response, &call.status, &call);
+    call.reader->Finish(&call.response, &call.status, &call.done_tag);
+  }
+
+  // The poller thread: drives the completion queue, so calls progress while
+  // the trainer computes, and installs each response's weights as it
+  // arrives. Ends when the queue is shut down and drained.
+  void Poll() {
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+      const auto& t = *static_cast<ChunkCall::Tag*>(tag);
+      ChunkCall& call = *t.call;
+      if (t.issue) {
+        Issue(call);
+        continue;
+      }
+      absl::Status s;
+      if (call.status.ok()) {
+        s = CopyWeights(call);
+      } else if (call.status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                 absl::Now() + kRetryBackoff < call.deadline) {
+        call.issue_alarm.Set(&cq_, absl::ToChronoTime(absl::Now() + kRetryBackoff),
+                             &call.issue_tag);
+        continue;
+      } else {
+        s = ServerError(call.op, call.server, call.status);
+      }
+      absl::MutexLock lock(&mu_);
+      if (first_error_.ok()) first_error_ = s;
+      --outstanding_;
+    }
   }
 
   absl::Status ServerError(const char* op, int server, const grpc::Status& st) const {
@@ -248,9 +294,15 @@ class GrpcPsClient final : public PsClient {
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;  // Register
   std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs_;     // chunk calls
   grpc::CompletionQueue cq_;
+  std::thread poller_{[this] { Poll(); }};  // declared after cq_: starts last
+
+  absl::Mutex mu_;
+  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status first_error_ ABSL_GUARDED_BY(mu_);
   // first_chunk_[t]: id of tensor t's first chunk; first_chunk_[T] = #chunks.
   std::vector<int32_t> first_chunk_;
-  std::vector<std::unique_ptr<ChunkCall>> calls_;
+  // In flight since the last Wait(); owned here, touched by the poller.
+  std::vector<std::unique_ptr<ChunkCall>> calls_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

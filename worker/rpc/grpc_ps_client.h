@@ -23,6 +23,10 @@ struct GrpcPsClientOptions {
   absl::Duration call_timeout = absl::Seconds(120);
   // How long Register keeps retrying servers that are not up yet.
   absl::Duration connect_timeout = absl::Seconds(60);
+  // A push-pull to one server is split into requests of at most this many
+  // payload bytes (whole chunks; a chunk larger than this goes alone), so
+  // that the server applies early chunks while later ones are in flight.
+  int64_t max_request_bytes = 64 << 20;
 };
 
 absl::StatusOr<std::unique_ptr<PsClient>> CreateGrpcPsClient(const Layout& layout,

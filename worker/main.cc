@@ -34,6 +34,7 @@ ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "Fashion-M
 ABSL_FLAG(int64_t, synthetic_samples, 0, "If > 0, train on this many synthetic samples instead.");
 ABSL_FLAG(std::string, export_path, "", "Rank 0: write the final weights here (safetensors).");
 ABSL_FLAG(std::string, summary, "", "Rank 0: write a JSON summary of the run here.");
+ABSL_FLAG(bool, overlap, true, "Push each layer's gradients while backward continues.");
 ABSL_FLAG(int, rpc_timeout_s, 120, "Deadline of one push-pull (includes waiting for peers).");
 ABSL_FLAG(int, connect_timeout_s, 60, "How long to wait for servers at registration.");
 
@@ -81,6 +82,7 @@ absl::Status Run() {
   options.max_steps = absl::GetFlag(FLAGS_steps);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.evaluate = options.worker_rank == 0;
+  options.overlap = absl::GetFlag(FLAGS_overlap);
   PSYNC_RETURN_IF_ERROR(options.Validate());
   const int devices = absl::GetFlag(FLAGS_devices);
   const int64_t chunk_kb = absl::GetFlag(FLAGS_chunk_kb);

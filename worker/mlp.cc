@@ -142,9 +142,9 @@ absl::StatusOr<BatchStats> CpuMlp::Evaluate(const float* weights,
   return LossAndStats(batch, nullptr);
 }
 
-absl::StatusOr<BatchStats> CpuMlp::ComputeGradients(const float* weights,
-                                                    const Batch& batch,
-                                                    float* grad) {
+absl::StatusOr<BatchStats> CpuMlp::DoComputeGradients(const float* weights,
+                                                      const Batch& batch, float* grad,
+                                                      const GradientsReady& ready) {
   if (grad == nullptr) {
     return absl::InvalidArgumentError(
         "CpuMlp::ComputeGradients: grad is null");
@@ -153,6 +153,7 @@ absl::StatusOr<BatchStats> CpuMlp::ComputeGradients(const float* weights,
       ValidateBatch("CpuMlp::ComputeGradients", weights, batch));
   if (batch.n == 0) {
     std::fill(grad, grad + num_params_, 0.0f);
+    if (ready) ready(0, static_cast<int>(params_.size()));
     return BatchStats{};
   }
   const int64_t n = batch.n;
@@ -173,6 +174,7 @@ absl::StatusOr<BatchStats> CpuMlp::ComputeGradients(const float* weights,
       const float* row = delta + i * out;
       for (int64_t j = 0; j < out; ++j) db[j] += row[j];
     }
+    if (ready) ready(2 * (k - 1), 2 * k);  // fcK.weight and fcK.bias
     if (k == 1) break;
     // dprev[n, in] = delta[n, out] * W[out, in], then through the ReLU:
     // acts_[k-1] > 0 exactly where its pre-activation was.

@@ -35,17 +35,19 @@ class CpuMlp : public Model {
   int64_t input_dim() const override { return sizes_.front(); }
   int num_classes() const { return static_cast<int>(sizes_.back()); }
 
-  // `weights` and `grad` hold num_parameters() floats; `grad` must not alias
-  // `weights`. Returns InvalidArgument (and leaves `grad` unspecified) for
-  // null pointers, a negative batch size or a label >= num_classes().
-  absl::StatusOr<BatchStats> ComputeGradients(const float* weights,
-                                              const Batch& batch,
-                                              float* grad) override;
-
   absl::StatusOr<BatchStats> Evaluate(const float* weights,
                                       const Batch& batch) override;
 
  private:
+  // `weights` and `grad` hold num_parameters() floats; `grad` must not alias
+  // `weights`. Returns InvalidArgument (and leaves `grad` unspecified) for
+  // null pointers, a negative batch size or a label >= num_classes().
+  // Reports each layer (fcK.weight, fcK.bias) to `ready` once its gradients
+  // are final, last layer first.
+  absl::StatusOr<BatchStats> DoComputeGradients(const float* weights,
+                                                const Batch& batch, float* grad,
+                                                const GradientsReady& ready) override;
+
   int num_layers() const { return static_cast<int>(sizes_.size()) - 1; }
   absl::Status ValidateBatch(const char* op, const float* weights,
                              const Batch& batch) const;

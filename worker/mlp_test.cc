@@ -259,5 +259,24 @@ TEST(CreateCpuModelTest, KnowsMlpAndListsNamesOtherwise) {
   EXPECT_THAT(bad.status().message(), HasSubstr("mlp"));
 }
 
+TEST(CpuMlpReadyTest, ReportsEachLayerOnceInBackwardOrder) {
+  CpuMlp model({6, 5, 4, 3});
+  std::vector<float> w(model.num_parameters(), 0.1f), grad(model.num_parameters());
+  std::vector<float> x(12, 0.5f);
+  std::vector<uint8_t> y = {0, 2};
+  std::vector<std::pair<int, int>> ranges;
+  ASSERT_TRUE(model
+                  .ComputeGradients(w.data(), {x.data(), y.data(), 2}, grad.data(),
+                                    [&](int a, int b) { ranges.emplace_back(a, b); })
+                  .ok());
+  EXPECT_EQ(ranges, (std::vector<std::pair<int, int>>{{4, 6}, {2, 4}, {0, 2}}));
+  ranges.clear();
+  ASSERT_TRUE(model
+                  .ComputeGradients(w.data(), Batch{}, grad.data(),
+                                    [&](int a, int b) { ranges.emplace_back(a, b); })
+                  .ok());
+  EXPECT_EQ(ranges, (std::vector<std::pair<int, int>>{{0, 6}}));
+}
+
 }  // namespace
 }  // namespace psync

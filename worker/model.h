@@ -3,6 +3,7 @@
 #define PSYNC_WORKER_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,17 +45,30 @@ class Model {
   virtual int64_t input_dim() const = 0;
   int64_t num_parameters() const;
 
+  // Called during ComputeGradients, on its thread, each time the gradients
+  // of tensors [first_tensor, end_tensor) are final: ranges arrive in
+  // backward order and cover every tensor once, so a caller can send one
+  // layer's gradients while the next is computed.
+  using GradientsReady = std::function<void(int first_tensor, int end_tensor)>;
+
   // Forward and backward on `batch` with `weights`. Overwrites `grad` with
   // the SUM (not the mean) over the batch of per-sample gradients of the
   // cross-entropy loss, so that gradients from batches of any sizes add up.
-  // An empty batch yields zero gradients and zero stats.
-  virtual absl::StatusOr<BatchStats> ComputeGradients(const float* weights,
-                                                      const Batch& batch,
-                                                      float* grad) = 0;
+  // An empty batch yields zero gradients and zero stats. `ready` may be null.
+  absl::StatusOr<BatchStats> ComputeGradients(const float* weights, const Batch& batch,
+                                              float* grad,
+                                              const GradientsReady& ready = nullptr) {
+    return DoComputeGradients(weights, batch, grad, ready);
+  }
 
   // Forward only.
   virtual absl::StatusOr<BatchStats> Evaluate(const float* weights,
                                               const Batch& batch) = 0;
+
+ protected:
+  virtual absl::StatusOr<BatchStats> DoComputeGradients(const float* weights,
+                                                        const Batch& batch, float* grad,
+                                                        const GradientsReady& ready) = 0;
 };
 
 // Creates a CPU model by name ("mlp"). Errors list the known names.

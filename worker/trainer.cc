@@ -80,6 +80,10 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::unique_ptr<Model>> rep
       sharding_{train->size, options_.num_workers, static_cast<int>(replicas_.size()),
                 options_.batch_per_device},
       num_params_(replicas_[0]->num_parameters()) {
+  tensor_offsets_.push_back(0);
+  for (const TensorSpec& t : replicas_[0]->parameters()) {
+    tensor_offsets_.push_back(tensor_offsets_.back() + t.NumElements());
+  }
   const size_t devices = replicas_.size();
   device_weights_.assign(devices, std::vector<float>(num_params_));
   device_grads_.assign(devices, std::vector<float>(num_params_));
@@ -91,34 +95,71 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::unique_ptr<Model>> rep
 
 absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t>& permutation) {
   const int devices = static_cast<int>(replicas_.size());
+  const int num_tensors = static_cast<int>(tensor_offsets_.size()) - 1;
   const int64_t in_epoch = step % sharding_.steps_per_epoch();
   const int64_t dim = train_->input_dim;
+  std::vector<int64_t> begin(devices), end(devices);
+  int64_t samples = 0;  // pushed with the gradients: known before backward
+  for (int d = 0; d < devices; ++d) {
+    sharding_.DeviceRange(in_epoch, options_.worker_rank, d, &begin[d], &end[d]);
+    samples += end[d] - begin[d];
+  }
+
+  // Reduces tensors [a, b) over the devices and starts their push-pull; run
+  // by the last device to finish them (or by this thread without overlap).
+  absl::Mutex mu;
+  std::vector<int> finished(num_tensors, 0);  // devices done with each tensor
+  absl::Status push_status;
+  auto push = [&](int a, int b) {
+    const int64_t offset = tensor_offsets_[a], count = tensor_offsets_[b] - offset;
+    std::vector<const float*> grads(devices);
+    for (int d = 0; d < devices; ++d) grads[d] = device_grads_[d].data() + offset;
+    absl::Status s = reducer_->Reduce(grads, count, host_grads_.data() + offset);
+    if (s.ok()) {
+      s = client_->StartPushPull(step, samples, a, b, host_grads_.data(), host_weights_.data());
+    }
+    if (push_status.ok()) push_status = s;
+  };
+  // Devices may report different ranges (one with an empty batch reports
+  // all tensors at once), so completion is counted per tensor; each run of
+  // tensors that this report completes is pushed, every tensor exactly once.
+  auto ready = [&](int a, int b) {
+    absl::MutexLock lock(&mu);
+    int run_start = -1;
+    for (int t = a; t <= b; ++t) {
+      const bool complete = t < b && ++finished[t] == devices;
+      if (complete && run_start < 0) run_start = t;
+      if (!complete && run_start >= 0) {
+        push(run_start, t);
+        run_start = -1;
+      }
+    }
+  };
+
   std::vector<absl::StatusOr<BatchStats>> results(devices, BatchStats{});
   ParallelFor(devices, [&](int d) {
-    int64_t begin, end;
-    sharding_.DeviceRange(in_epoch, options_.worker_rank, d, &begin, &end);
     float* inputs = device_inputs_[d].data();
     uint8_t* labels = device_labels_[d].data();
-    for (int64_t k = begin; k < end; ++k) {
+    for (int64_t k = begin[d]; k < end[d]; ++k) {
       const int64_t sample = permutation[k];
-      std::memcpy(inputs + (k - begin) * dim, train_->inputs.data() + sample * dim,
+      std::memcpy(inputs + (k - begin[d]) * dim, train_->inputs.data() + sample * dim,
                   dim * sizeof(float));
-      labels[k - begin] = train_->labels[sample];
+      labels[k - begin[d]] = train_->labels[sample];
     }
-    results[d] = replicas_[d]->ComputeGradients(device_weights_[d].data(),
-                                                Batch{inputs, labels, end - begin},
-                                                device_grads_[d].data());
+    results[d] = replicas_[d]->ComputeGradients(
+        device_weights_[d].data(), Batch{inputs, labels, end[d] - begin[d]},
+        device_grads_[d].data(), options_.overlap ? Model::GradientsReady(ready) : nullptr);
   });
   BatchStats total;
+  absl::Status status;
   for (auto& r : results) {
-    if (!r.ok()) return r.status();
-    total.Add(*r);
+    if (!r.ok() && status.ok()) status = r.status();
+    if (r.ok()) total.Add(*r);
   }
-  std::vector<const float*> grads(device_grads_.size());
-  for (size_t d = 0; d < grads.size(); ++d) grads[d] = device_grads_[d].data();
-  PSYNC_RETURN_IF_ERROR(reducer_->Reduce(grads, num_params_, host_grads_.data()));
-  PSYNC_RETURN_IF_ERROR(
-      client_->PushPull(step, total.count, host_grads_.data(), host_weights_.data()));
+  if (status.ok() && !options_.overlap) push(0, num_tensors);
+  // Wait even after an error: calls in flight still read our buffers.
+  absl::Status waited = client_->Wait();
+  for (const absl::Status& s : {status, push_status, waited}) PSYNC_RETURN_IF_ERROR(s);
   PSYNC_RETURN_IF_ERROR(
       reducer_->Broadcast(host_weights_.data(), num_params_, Pointers(device_weights_)));
   return total;

@@ -26,6 +26,10 @@ struct TrainerOptions {
   uint64_t seed = 1;
   // Evaluate on the test set after each epoch (rank 0 does).
   bool evaluate = false;
+  // Push each layer's gradients as soon as every device has them, while
+  // backward goes on; otherwise push once backward has finished. Both give
+  // the same weights bit for bit.
+  bool overlap = true;
 
   absl::Status Validate() const;
 };
@@ -48,9 +52,10 @@ struct TrainResult {
 };
 
 // Runs steps: each device computes gradient sums on its slice of the global
-// batch (worker/data/sharding.h), the Reducer sums them, the PsClient pushes
-// the sum with the sample count and pulls the next weights, and the Reducer
-// broadcasts them to the devices. Training resumes from the version the
+// batch (worker/data/sharding.h); as soon as every device has finished a
+// layer, the Reducer sums that layer and the PsClient starts its push-pull
+// (with the step's sample count) while backward goes on; once all layers'
+// new weights are in, the Reducer broadcasts them to the devices. Training resumes from the version the
 // servers report at registration.
 //
 // Not thread-safe; Run() starts one thread per device beyond the first per
@@ -84,6 +89,7 @@ class Trainer {
   const Dataset* const test_;
   const Sharding sharding_;
   const int64_t num_params_;
+  std::vector<int64_t> tensor_offsets_;  // flat offset of each tensor, plus the total
 
   // Per device: weights, gradient sums, and the gathered batch.
   std::vector<std::vector<float>> device_weights_, device_grads_, device_inputs_;

@@ -22,8 +22,9 @@ struct Shape {
 // A whole cluster in one process: ShardStores as servers, workers as threads.
 class Cluster {
  public:
-  Cluster(Shape shape, bool deterministic, const Dataset* train, int64_t chunk_bytes = 64)
-      : shape_(shape), train_(train) {
+  Cluster(Shape shape, bool deterministic, const Dataset* train, int64_t chunk_bytes = 64,
+          bool overlap = true)
+      : shape_(shape), train_(train), overlap_(overlap) {
     layout_ = std::make_unique<Layout>(
         *Layout::Create(CpuMlp(kSizes).parameters(), chunk_bytes, shape.servers, 11));
     for (int s = 0; s < shape.servers; ++s) {
@@ -54,6 +55,7 @@ class Cluster {
         o.batch_per_device = shape_.batch;
         o.max_steps = steps;
         o.seed = 11;
+        o.overlap = overlap_;
         auto trainer = Trainer::Create(o, std::move(replicas), *CpuReducer::Create(shape_.devices),
                                        client.get(), train_, nullptr);
         ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -71,6 +73,7 @@ class Cluster {
  private:
   Shape shape_;
   const Dataset* train_;
+  bool overlap_;
   std::unique_ptr<Layout> layout_;
   std::vector<std::unique_ptr<ShardStore>> stores_;
 };
@@ -96,6 +99,12 @@ TEST(TrainerTest, ClusterShapesTrainTheSameModel) {
   // And the weights did move.
   Cluster fresh({1, 1, 1, 16}, true, &data);
   EXPECT_NE(fresh.Train(1), single);
+}
+
+TEST(TrainerTest, OverlapDoesNotChangeTheResult) {
+  const Dataset data = SyntheticDataset(90, kSizes[0], 10, 8);
+  EXPECT_EQ(Cluster({2, 2, 3, 4}, true, &data, 64, /*overlap=*/true).Train(12),
+            Cluster({2, 2, 3, 4}, true, &data, 64, /*overlap=*/false).Train(12));
 }
 
 TEST(TrainerTest, DeterministicModeIsBitwiseReproducible) {

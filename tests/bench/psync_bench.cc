@@ -36,7 +36,8 @@ ABSL_FLAG(int, tensors, 4, "Tensors the model is split into (equal sizes).");
 ABSL_FLAG(int64_t, chunk_kb, 1024, "Layout chunk size in KiB.");
 ABSL_FLAG(int64_t, request_kb, 65536, "Largest payload of one request, in KiB.");
 ABSL_FLAG(int, steps, 20, "Timed steps per run.");
-ABSL_FLAG(int, runs, 5, "Runs; the reported figure is the median of the runs' medians.");
+ABSL_FLAG(int, runs, 5, "Runs (each a fresh cluster and fresh baseline round trips); figures "
+          "are medians of the runs' medians, ratios medians of the runs' ratios.");
 ABSL_FLAG(int, warmup, 3, "Untimed steps before the runs.");
 ABSL_FLAG(double, compute_ms, 0, "Overlap mode: simulated backward time per tensor (ms).");
 ABSL_FLAG(bool, deterministic, false, "Servers in deterministic mode.");
@@ -70,18 +71,31 @@ double Percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
-// Median of the per-run medians, and p90 over all steps.
+// One figure's samples, by run.
+using Runs = std::vector<std::vector<double>>;
+
 struct Figures {
-  double median = 0, p90 = 0;
+  double median = 0;  // median of the runs' medians
+  double p90 = 0;     // over all samples
 };
 
-Figures Summarize(const std::vector<double>& all) {
-  const int runs = absl::GetFlag(FLAGS_runs), steps = absl::GetFlag(FLAGS_steps);
-  std::vector<double> medians;
-  for (int r = 0; r < runs && (r + 1) * steps <= static_cast<int>(all.size()); ++r) {
-    medians.push_back(Percentile({all.begin() + r * steps, all.begin() + (r + 1) * steps}, 0.5));
+Figures Summarize(const Runs& runs) {
+  std::vector<double> medians, all;
+  for (const auto& r : runs) {
+    medians.push_back(Percentile(r, 0.5));
+    all.insert(all.end(), r.begin(), r.end());
   }
   return {Percentile(medians, 0.5), Percentile(all, 0.9)};
+}
+
+// Median over runs of (median of a in run r) / (median of b in run r): each
+// ratio from figures taken back to back.
+double MedianRatio(const Runs& a, const Runs& b) {
+  std::vector<double> ratios;
+  for (size_t r = 0; r < a.size() && r < b.size(); ++r) {
+    ratios.push_back(Percentile(a[r], 0.5) / Percentile(b[r], 0.5));
+  }
+  return Percentile(ratios, 0.5);
 }
 
 void SleepMs(double ms) { absl::SleepFor(absl::Microseconds(static_cast<int64_t>(ms * 1000))); }
@@ -101,13 +115,14 @@ absl::Status RunClient() {
   std::vector<float> weights(layout.total_elements()), grads(layout.total_elements(), 1e-7f);
   PSYNC_RETURN_IF_ERROR(client->Pull(step, weights.data()));
 
-  const int timed = absl::GetFlag(FLAGS_runs) * absl::GetFlag(FLAGS_steps);
+  const int timed = absl::GetFlag(FLAGS_steps);
   const int total = absl::GetFlag(FLAGS_warmup) + timed;
   const double compute_ms = absl::GetFlag(FLAGS_compute_ms);
   const int tensors = client->num_tensors();
-  auto phase = [&](const std::string& name, auto one_step) -> absl::Status {
+  // Times `total` calls of one_step; each that pushes moves to the next step.
+  auto phase = [&](const std::string& name, auto one_step, bool pushes = true) -> absl::Status {
     std::vector<double> times;
-    for (int i = 0; i < total; ++i, ++step) {
+    for (int i = 0; i < total; ++i, step += pushes ? 1 : 0) {
       const absl::Time t0 = absl::Now();
       PSYNC_RETURN_IF_ERROR(one_step());
       if (i >= total - timed) times.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
@@ -120,7 +135,15 @@ absl::Status RunClient() {
   }));
   if (compute_ms > 0) {
     // Backward produces the last tensor first; simulated compute sleeps, as
-    // an accelerator's would leave the CPU to the transport.
+    // an accelerator's would leave the CPU to the transport. The compute
+    // phase times the sleeps alone (they overshoot a little).
+    PSYNC_RETURN_IF_ERROR(phase(
+        "compute",
+        [&] {
+          for (int t = 0; t < tensors; ++t) SleepMs(compute_ms);
+          return absl::OkStatus();
+        },
+        /*pushes=*/false));
     PSYNC_RETURN_IF_ERROR(phase("serial", [&] {
       SleepMs(compute_ms * tensors);
       return client->PushPull(step, 1, grads.data(), weights.data());
@@ -177,6 +200,7 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
   std::vector<std::string> addresses;
   for (int i = 0; i < k; ++i) {
     const std::string port_file = absl::StrCat(dir, "/server", i);
+    std::filesystem::remove(port_file);  // a previous run's
     PSYNC_ASSIGN_OR_RETURN(
         auto p, Subprocess::Start(
                     {server_bin, absl::StrCat("--server_rank=", i), absl::StrCat("--num_servers=", k),
@@ -198,7 +222,6 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
                      absl::StrCat("--chunk_kb=", absl::GetFlag(FLAGS_chunk_kb)),
                      absl::StrCat("--request_kb=", absl::GetFlag(FLAGS_request_kb)),
                      absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
-                     absl::StrCat("--runs=", absl::GetFlag(FLAGS_runs)),
                      absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
                      absl::StrCat("--compute_ms=", absl::GetFlag(FLAGS_compute_ms))},
                     absl::StrCat("[client ", w, "] "), /*echo=*/false));
@@ -218,39 +241,78 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
   return ParsePhases(output0);
 }
 
-absl::StatusOr<std::vector<double>> RunBaseline(const std::string& dir, const std::string& role) {
+// A baseline echo server process, and the port it listens on.
+struct Baseline {
+  std::unique_ptr<Subprocess> process;
+  int port = 0;
+};
+
+absl::StatusOr<Baseline> StartBaseline(const std::string& dir, const std::string& role) {
   const std::string port_file = absl::StrCat(dir, "/", role);
-  PSYNC_ASSIGN_OR_RETURN(auto p, Subprocess::Start({SelfPath(), "--role=" + role,
-                                                    "--port_file=" + port_file,
-                                                    absl::StrCat("--model_mb=",
-                                                                 absl::GetFlag(FLAGS_model_mb))},
-                                                   "[" + role + "] ", /*echo=*/true));
-  PSYNC_ASSIGN_OR_RETURN(int port, WaitForPort(port_file, *p));
-  const int count = absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_runs) * absl::GetFlag(FLAGS_steps);
-  auto times = role == "tcp_echo" ? TimeTcpEcho(port, ModelBytes(), count)
-                                  : TimeGrpcEcho(port, ModelBytes(), count);
-  if (times.ok()) times->erase(times->begin(), times->begin() + absl::GetFlag(FLAGS_warmup));
+  Baseline b;
+  PSYNC_ASSIGN_OR_RETURN(
+      b.process, Subprocess::Start({SelfPath(), "--role=" + role, "--port_file=" + port_file,
+                                    absl::StrCat("--model_mb=", absl::GetFlag(FLAGS_model_mb))},
+                                   "[" + role + "] ", /*echo=*/true));
+  PSYNC_ASSIGN_OR_RETURN(b.port, WaitForPort(port_file, *b.process));
+  return b;
+}
+
+// Warm-up and timed round trips of the model's bytes; the timed ones.
+absl::StatusOr<std::vector<double>> TimeBaseline(const Baseline& b, bool tcp) {
+  const int warmup = absl::GetFlag(FLAGS_warmup), count = warmup + absl::GetFlag(FLAGS_steps);
+  auto times = tcp ? TimeTcpEcho(b.port, ModelBytes(), count)
+                   : TimeGrpcEcho(b.port, ModelBytes(), count);
+  if (times.ok()) times->erase(times->begin(), times->begin() + warmup);
   return times;
 }
 
 absl::Status RunDriver() {
   const int k = absl::GetFlag(FLAGS_servers), n = absl::GetFlag(FLAGS_workers);
+  const int runs = absl::GetFlag(FLAGS_runs);
   if (k < 1 || n < 1 || absl::GetFlag(FLAGS_tensors) < 1 || absl::GetFlag(FLAGS_steps) < 1 ||
-      absl::GetFlag(FLAGS_runs) < 1 || absl::GetFlag(FLAGS_model_mb) <= 0) {
+      runs < 1 || absl::GetFlag(FLAGS_model_mb) <= 0 || absl::GetFlag(FLAGS_warmup) < 0) {
     return absl::InvalidArgumentError(
         "--servers, --workers, --tensors, --steps, --runs and --model_mb must be positive");
   }
   char dir_template[] = "/tmp/psync_bench.XXXXXX";
   if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
   const std::string dir = dir_template;
-  auto phases = RunCluster(dir);
   const bool baselines = absl::GetFlag(FLAGS_baselines);
-  auto tcp = baselines ? RunBaseline(dir, "tcp_echo") : std::vector<double>{1.0};
-  auto grpc_echo = baselines ? RunBaseline(dir, "grpc_echo") : std::vector<double>{1.0};
+
+  // Each run times psync, then plain TCP, then plain gRPC, back to back, so
+  // that the machine's slow phases hit all three alike.
+  std::map<std::string, Runs> figures;
+  absl::Status status;
+  Baseline tcp, echo;
+  if (baselines) {
+    auto t = StartBaseline(dir, "tcp_echo");
+    auto e = StartBaseline(dir, "grpc_echo");
+    status = !t.ok() ? t.status() : e.status();
+    if (status.ok()) {
+      tcp = std::move(*t);
+      echo = std::move(*e);
+    }
+  }
+  for (int r = 0; r < runs && status.ok(); ++r) {
+    auto phases = RunCluster(dir);
+    if (!phases.ok()) {
+      status = phases.status();
+      break;
+    }
+    for (auto& [name, times] : *phases) figures[name].push_back(times);
+    if (!baselines) continue;
+    auto t = TimeBaseline(tcp, /*tcp=*/true);
+    auto e = TimeBaseline(echo, /*tcp=*/false);
+    status = !t.ok() ? t.status() : e.status();
+    if (!status.ok()) break;
+    figures["tcp"].push_back(*t);
+    figures["grpc_echo"].push_back(*e);
+  }
+  tcp.process.reset();
+  echo.process.reset();
   std::filesystem::remove_all(dir);
-  PSYNC_RETURN_IF_ERROR(phases.status());
-  PSYNC_RETURN_IF_ERROR(tcp.status());
-  PSYNC_RETURN_IF_ERROR(grpc_echo.status());
+  PSYNC_RETURN_IF_ERROR(status);
 
   const double mb = ModelBytes() / double(1 << 20);
   const std::string label = absl::GetFlag(FLAGS_label).empty()
@@ -259,41 +321,54 @@ absl::Status RunDriver() {
   std::printf("\n== %s: %d workers x %d servers, %.3f MiB in %d tensors, chunk %lld KiB, "
               "%d runs x %d steps ==\n",
               label.c_str(), n, k, mb, absl::GetFlag(FLAGS_tensors),
-              static_cast<long long>(absl::GetFlag(FLAGS_chunk_kb)), absl::GetFlag(FLAGS_runs),
+              static_cast<long long>(absl::GetFlag(FLAGS_chunk_kb)), runs,
               absl::GetFlag(FLAGS_steps));
   std::printf("%-26s %12s %12s %16s\n", "", "median ms", "p90 ms", "GB/s push+pull");
   std::string json = absl::StrFormat(
       "{\"label\": \"%s\", \"workers\": %d, \"servers\": %d, \"model_bytes\": %d, "
-      "\"tensors\": %d, \"chunk_kb\": %d",
-      label, n, k, ModelBytes(), absl::GetFlag(FLAGS_tensors), absl::GetFlag(FLAGS_chunk_kb));
-  auto row = [&](const std::string& name, const std::string& key, const std::vector<double>& t) {
-    const Figures f = Summarize(t);
+      "\"tensors\": %d, \"chunk_kb\": %d, \"runs\": %d, \"steps\": %d",
+      label, n, k, ModelBytes(), absl::GetFlag(FLAGS_tensors), absl::GetFlag(FLAGS_chunk_kb),
+      runs, absl::GetFlag(FLAGS_steps));
+  auto row = [&](const std::string& name, const std::string& key) {
+    const Figures f = Summarize(figures[key]);
     const double gbps = 2.0 * ModelBytes() / (f.median / 1e3) / 1e9;
     std::printf("%-26s %12.3f %12.3f %16.3f\n", name.c_str(), f.median, f.p90, gbps);
     absl::StrAppendFormat(&json, ", \"%s_median_ms\": %.4f, \"%s_p90_ms\": %.4f", key, f.median,
                           key, f.p90);
     return f.median;
   };
-  const double comm = row("psync push-pull", "pushpull", (*phases)["comm"]);
-  const double tcp_ms = row("plain TCP round trip", "tcp", *tcp);
-  const double echo_ms = row("plain gRPC unary echo", "grpc_echo", *grpc_echo);
-  std::printf("ratio psync / TCP = %.3f, psync / gRPC echo = %.3f, per-worker %.3f GB/s\n",
-              comm / tcp_ms, comm / echo_ms, 2.0 * ModelBytes() / (comm / 1e3) / 1e9);
-  absl::StrAppendFormat(&json, ", \"ratio_tcp\": %.4f, \"ratio_grpc_echo\": %.4f", comm / tcp_ms,
-                        comm / echo_ms);
-  const double compute_ms = absl::GetFlag(FLAGS_compute_ms);
-  if (compute_ms > 0) {
-    const double compute = compute_ms * absl::GetFlag(FLAGS_tensors);
-    const double serial = row("compute then push-pull", "serial", (*phases)["serial"]);
-    const double overlap = row("overlapped", "overlap", (*phases)["overlap"]);
-    std::printf("compute %.3f ms, comm %.3f ms: overlapped / max(compute, comm) = %.3f, "
-                "overlapped / (compute + comm) = %.3f, serial / (compute + comm) = %.3f\n",
-                compute, comm, overlap / std::max(compute, comm), overlap / (compute + comm),
-                serial / (compute + comm));
-    absl::StrAppendFormat(&json,
-                          ", \"compute_ms\": %.4f, \"ratio_overlap_max\": %.4f, "
-                          "\"ratio_overlap_sum\": %.4f",
-                          compute, overlap / std::max(compute, comm), overlap / (compute + comm));
+  auto ratio = [&](const std::string& text, const std::string& key, const std::string& a,
+                   const std::string& b) {
+    const double x = MedianRatio(figures[a], figures[b]);
+    std::printf("  %s = %.3f\n", text.c_str(), x);
+    absl::StrAppendFormat(&json, ", \"%s\": %.4f", key, x);
+  };
+  const double comm = row("psync push-pull", "comm");
+  std::printf("  per-worker throughput (pushed + pulled) = %.3f GB/s\n",
+              2.0 * ModelBytes() / (comm / 1e3) / 1e9);
+  if (baselines) {
+    row("plain TCP round trip", "tcp");
+    row("plain gRPC unary echo", "grpc_echo");
+    ratio("psync / plain TCP", "ratio_tcp", "comm", "tcp");
+    ratio("psync / plain gRPC echo", "ratio_grpc_echo", "comm", "grpc_echo");
+  }
+  if (absl::GetFlag(FLAGS_compute_ms) > 0) {
+    row("compute alone", "compute");
+    row("compute then push-pull", "serial");
+    row("overlapped", "overlap");
+    // max(compute, comm) and compute + comm, per run.
+    Runs longest, sum;
+    for (size_t r = 0; r < figures["comm"].size(); ++r) {
+      const double c = Percentile(figures["compute"][r], 0.5);
+      const double m = Percentile(figures["comm"][r], 0.5);
+      longest.push_back({std::max(c, m)});
+      sum.push_back({c + m});
+    }
+    figures["max"] = longest;
+    figures["sum"] = sum;
+    ratio("overlapped / max(compute, comm)", "ratio_overlap_max", "overlap", "max");
+    ratio("overlapped / (compute + comm)", "ratio_overlap_sum", "overlap", "sum");
+    ratio("compute then push-pull / (compute + comm)", "ratio_serial_sum", "serial", "sum");
   }
   std::printf("JSON %s}\n", json.c_str());
   return absl::OkStatus();

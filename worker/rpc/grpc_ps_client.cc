@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,7 @@ struct ChunkCall {
   std::vector<int32_t> chunk_ids;
   float* weights = nullptr;
   absl::Time deadline;
+  grpc::CompletionQueue* cq = nullptr;  // whose thread drives this call
   // Built once; for a push its payload slices point at the caller's
   // gradients, which stay valid until Wait() returns.
   grpc::ByteBuffer request;
@@ -82,8 +84,18 @@ class GrpcPsClient final : public PsClient {
 
   ~GrpcPsClient() override {
     Wait().IgnoreError();
-    cq_.Shutdown();
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
     poller_.join();
+    for (grpc::CompletionQueue* cq : {&cq_, &inline_cq_}) {
+      cq->Shutdown();
+      void* tag;
+      bool ok;
+      while (cq->Next(&tag, &ok)) {
+      }
+    }
   }
 
   int num_tensors() const override { return static_cast<int>(layout_.tensors().size()); }
@@ -176,16 +188,30 @@ class GrpcPsClient final : public PsClient {
   }
 
   absl::Status Wait() override {
+    absl::Status first;
+    while (inline_outstanding_ > 0) {
+      void* tag;
+      bool ok;
+      if (!inline_cq_.Next(&tag, &ok)) break;
+      if (std::optional<absl::Status> s = HandleEvent(tag)) {
+        if (first.ok()) first = *s;
+        --inline_outstanding_;
+      }
+    }
     absl::MutexLock lock(&mu_);
     auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outstanding_ == 0; };
     mu_.Await(absl::Condition(&idle));
-    absl::Status s = std::move(first_error_);
+    if (first.ok()) first = first_error_;
     first_error_ = absl::OkStatus();
     calls_.clear();
-    return s;
+    return first;
   }
 
  private:
+  // A call the caller will wait for at once runs on the inline queue, which
+  // Wait() drives on the caller's thread: no thread hop, so a small
+  // push-pull costs what a plain gRPC call does. A deferred call (one layer,
+  // while backward goes on) is started and completed by the poller thread.
   void Launch(int server, bool push, int64_t version, std::vector<int32_t> ids,
               float* weights, grpc::ByteBuffer request, bool defer) {
     auto call = std::make_unique<ChunkCall>();
@@ -197,13 +223,15 @@ class GrpcPsClient final : public PsClient {
     call->weights = weights;
     call->deadline = absl::Now() + options_.call_timeout;
     call->request = std::move(request);
+    call->cq = defer ? &cq_ : &inline_cq_;
     if (defer) {
       call->issue_alarm.Set(&cq_, gpr_now(GPR_CLOCK_MONOTONIC), &call->issue_tag);
     } else {
       Issue(*call);
+      ++inline_outstanding_;
     }
     absl::MutexLock lock(&mu_);
-    ++outstanding_;
+    if (defer) ++outstanding_;
     calls_.push_back(std::move(call));
   }
 
@@ -212,38 +240,53 @@ class GrpcPsClient final : public PsClient {
     call.ctx->set_deadline(absl::ToChronoTime(call.deadline));
     call.response.Clear();
     call.reader = generic_stubs_[call.server]->PrepareUnaryCall(call.ctx.get(), call.method,
-                                                                call.request, &cq_);
+                                                                call.request, call.cq);
     call.reader->StartCall();
     call.reader->Finish(&call.response, &call.status, &call.done_tag);
   }
 
-  // The poller thread: drives the completion queue, so calls progress while
-  // the trainer computes, and installs each response's weights as it
-  // arrives. Ends when the queue is shut down and drained.
+  // Handles one completion-queue event of a call: starts it, retries it
+  // after a backoff if the server was unavailable, or finishes it (copying
+  // its weights into place). Returns the call's status once it is finished.
+  std::optional<absl::Status> HandleEvent(void* tag) {
+    const auto& t = *static_cast<ChunkCall::Tag*>(tag);
+    ChunkCall& call = *t.call;
+    if (t.issue) {
+      Issue(call);
+      return std::nullopt;
+    }
+    if (call.status.ok()) return CopyWeights(call);
+    if (call.status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        absl::Now() + kRetryBackoff < call.deadline) {
+      call.issue_alarm.Set(call.cq, absl::ToChronoTime(absl::Now() + kRetryBackoff),
+                           &call.issue_tag);
+      return std::nullopt;
+    }
+    return ServerError(call.op, call.server, call.status);
+  }
+
+  // The poller thread: drives the deferred calls' queue, so they progress
+  // while the trainer computes. It polls only while deferred calls are in
+  // flight: a thread idling in Next() would take (and have to hand over)
+  // the socket events of the caller's inline calls.
   void Poll() {
-    void* tag;
-    bool ok;
-    while (cq_.Next(&tag, &ok)) {
-      const auto& t = *static_cast<ChunkCall::Tag*>(tag);
-      ChunkCall& call = *t.call;
-      if (t.issue) {
-        Issue(call);
-        continue;
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return outstanding_ > 0 || stopping_;
+        };
+        mu_.Await(absl::Condition(&work));
+        if (outstanding_ == 0) return;  // stopping
       }
-      absl::Status s;
-      if (call.status.ok()) {
-        s = CopyWeights(call);
-      } else if (call.status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-                 absl::Now() + kRetryBackoff < call.deadline) {
-        call.issue_alarm.Set(&cq_, absl::ToChronoTime(absl::Now() + kRetryBackoff),
-                             &call.issue_tag);
-        continue;
-      } else {
-        s = ServerError(call.op, call.server, call.status);
+      void* tag;
+      bool ok;
+      if (!cq_.Next(&tag, &ok)) return;
+      if (std::optional<absl::Status> s = HandleEvent(tag)) {
+        absl::MutexLock lock(&mu_);
+        if (first_error_.ok()) first_error_ = *s;
+        --outstanding_;
       }
-      absl::MutexLock lock(&mu_);
-      if (first_error_.ok()) first_error_ = s;
-      --outstanding_;
     }
   }
 
@@ -293,11 +336,14 @@ class GrpcPsClient final : public PsClient {
   const GrpcPsClientOptions options_;
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;  // Register
   std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs_;     // chunk calls
-  grpc::CompletionQueue cq_;
+  grpc::CompletionQueue inline_cq_;  // driven by Wait()
+  int inline_outstanding_ = 0;       // caller's thread only
+  grpc::CompletionQueue cq_;         // driven by the poller
   std::thread poller_{[this] { Poll(); }};  // declared after cq_: starts last
 
   absl::Mutex mu_;
-  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // deferred calls in flight
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
   // first_chunk_[t]: id of tensor t's first chunk; first_chunk_[T] = #chunks.
   std::vector<int32_t> first_chunk_;

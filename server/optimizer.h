@@ -26,6 +26,13 @@ struct SgdOptions {
 void SgdStep(const SgdOptions& options, const float* grad_sum, float count, float* weights,
              float* momentum, int64_t n);
 
+// The same step with the last worker's gradient still in its wire bytes:
+// g = (grad_sum[i] + payload float i) / count, or payload / count when
+// grad_sum is null. Saves writing the last gradient into the sum and
+// reading it back. `payload` holds n little-endian floats, unaligned.
+void SgdStepWithPayload(const SgdOptions& options, const float* grad_sum, const char* payload,
+                        float count, float* weights, float* momentum, int64_t n);
+
 }  // namespace psync
 
 #endif  // PSYNC_SERVER_OPTIMIZER_H_

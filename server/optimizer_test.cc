@@ -1,5 +1,6 @@
 #include "server/optimizer.h"
 
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -32,6 +33,24 @@ TEST(SgdTest, PlainSgdNeedsNoMomentumBuffer) {
   const float g[] = {6.0f};
   SgdStep(o, g, 3.0f, w.data(), nullptr, 1);
   EXPECT_FLOAT_EQ(w[0], 2.0f);
+}
+
+TEST(SgdTest, PayloadVariantMatchesTheSumVariant) {
+  SgdOptions o{0.1f, 0.9f, 0.01f};
+  const std::vector<float> sum = {1.0f, -2.0f, 3.5f}, last = {0.5f, 0.25f, -1.0f};
+  std::vector<float> total(3);
+  for (int i = 0; i < 3; ++i) total[i] = sum[i] + last[i];
+  std::string bytes(1, 'x');  // misaligned on purpose
+  bytes.append(reinterpret_cast<const char*>(last.data()), 12);
+  std::vector<float> w1 = {1, 2, 3}, m1 = {0.1f, 0.2f, 0.3f}, w2 = w1, m2 = m1;
+  SgdStep(o, total.data(), 4.0f, w1.data(), m1.data(), 3);
+  SgdStepWithPayload(o, sum.data(), bytes.data() + 1, 4.0f, w2.data(), m2.data(), 3);
+  EXPECT_EQ(w1, w2);
+  EXPECT_EQ(m1, m2);
+  std::vector<float> w3 = {1, 2, 3}, m3 = {0.1f, 0.2f, 0.3f}, w4 = w3, m4 = m3;
+  SgdStep(o, last.data(), 2.0f, w3.data(), m3.data(), 3);
+  SgdStepWithPayload(o, nullptr, bytes.data() + 1, 2.0f, w4.data(), m4.data(), 3);
+  EXPECT_EQ(w3, w4);
 }
 
 TEST(SgdTest, ValidateNamesTheBadValue) {

@@ -224,19 +224,32 @@ absl::Status ShardStore::Push(int worker_rank, uint64_t fingerprint, int64_t ste
     Chunk& c = *shard->chunks[p.chunk_id];
     absl::MutexLock lock(&c.mu);
     if (step < c.version || c.received[worker_rank]) return;  // applied, or a repeat
+    const bool last = c.num_received + 1 == options_.num_workers;
+    if (last && !options_.deterministic) {
+      // The last gradient goes straight from the wire into the update.
+      c.received[worker_rank] = true;
+      c.counts[worker_rank] = sample_count;
+      ++c.num_received;
+      ApplyLocked(c, &p);
+      return;
+    }
     AddPushLocked(c, worker_rank, sample_count, p);
-    if (c.num_received == options_.num_workers) ApplyLocked(c);
+    if (last) ApplyLocked(c, nullptr);
   });
   return absl::OkStatus();
 }
 
 namespace {
 
-// sum[i] += the i-th little-endian float of `pieces`; a float may straddle
-// two pieces.
-void AddFloats(const ChunkPayload& payload, float* sum) {
-  unsigned char partial[4];
+// Calls run(first, bytes, count) for consecutive runs of `count` whole
+// little-endian floats of the payload, starting at element `first`. A float
+// that straddles two pieces is gathered into a local buffer and passed as a
+// run of one. Runs come in order and cover every element once.
+template <typename Run>
+void ForEachFloatRun(const ChunkPayload& payload, const Run& run) {
+  char partial[4];
   size_t have = 0;  // bytes of a straddling float gathered so far
+  int64_t index = 0;
   for (absl::string_view piece : payload.pieces) {
     const char* p = piece.data();
     size_t n = piece.size();
@@ -247,21 +260,26 @@ void AddFloats(const ChunkPayload& payload, float* sum) {
       p += take;
       n -= take;
       if (have < 4) continue;
-      float g;
-      std::memcpy(&g, partial, 4);
-      *sum++ += g;
+      run(index++, partial, int64_t{1});
       have = 0;
     }
-    const size_t whole = n / 4;
-    for (size_t i = 0; i < whole; ++i) {
-      float g;
-      std::memcpy(&g, p + 4 * i, 4);  // pieces need not be aligned
-      sum[i] += g;
-    }
-    sum += whole;
+    const int64_t whole = static_cast<int64_t>(n / 4);
+    if (whole > 0) run(index, p, whole);
+    index += whole;
     have = n - 4 * whole;
     std::memcpy(partial, p + 4 * whole, have);
   }
+}
+
+void AddFloats(const ChunkPayload& payload, float* sum) {
+  ForEachFloatRun(payload, [sum](int64_t first, const char* bytes, int64_t count) {
+    float* __restrict out = sum + first;
+    for (int64_t i = 0; i < count; ++i) {
+      float g;
+      std::memcpy(&g, bytes + 4 * i, 4);  // pieces need not be aligned
+      out[i] += g;
+    }
+  });
 }
 
 void CopyBytes(const ChunkPayload& payload, float* dest) {
@@ -288,7 +306,7 @@ void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
   }
 }
 
-void ShardStore::ApplyLocked(Chunk& c) {
+void ShardStore::ApplyLocked(Chunk& c, const ChunkPayload* last) {
   const int64_t n = c.info.num_elements;
   if (options_.deterministic) {
     c.sum = c.per_worker[0];
@@ -302,6 +320,7 @@ void ShardStore::ApplyLocked(Chunk& c) {
   if (total == 0) {
     // No samples at all (every worker's share of the step was empty): the
     // gradient is zero, and momentum and weight decay still act.
+    last = nullptr;
     std::fill(c.sum.begin(), c.sum.end(), 0.0f);
     total = 1;
   }
@@ -310,8 +329,18 @@ void ShardStore::ApplyLocked(Chunk& c) {
     // references are only taken under c.mu, so a count of 1 is exclusive.)
     c.weights = std::make_shared<std::vector<float>>(*c.weights);
   }
-  SgdStep(options_.sgd, c.sum.data(), static_cast<float>(total), c.weights->data(),
-          c.momentum.empty() ? nullptr : c.momentum.data(), n);
+  float* momentum = c.momentum.empty() ? nullptr : c.momentum.data();
+  if (last == nullptr) {
+    SgdStep(options_.sgd, c.sum.data(), static_cast<float>(total), c.weights->data(), momentum, n);
+  } else {
+    // The sum holds the other workers' gradients, if there are any.
+    const float* sum = options_.num_workers > 1 ? c.sum.data() : nullptr;
+    ForEachFloatRun(*last, [&](int64_t first, const char* bytes, int64_t count) {
+      SgdStepWithPayload(options_.sgd, sum == nullptr ? nullptr : sum + first, bytes,
+                         static_cast<float>(total), c.weights->data() + first,
+                         momentum == nullptr ? nullptr : momentum + first, count);
+    });
+  }
   ++c.version;
   std::fill(c.received.begin(), c.received.end(), false);
   std::fill(c.counts.begin(), c.counts.end(), 0);

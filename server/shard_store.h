@@ -131,7 +131,10 @@ class ShardStore {
                                int32_t chunk_id) const;
   void AddPushLocked(Chunk& chunk, int worker_rank, int64_t sample_count,
                      const ChunkPayload& payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
-  void ApplyLocked(Chunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
+  // Applies the step; `last`, if not null, is the last worker's gradient,
+  // not yet added to the sum (non-deterministic mode only).
+  void ApplyLocked(Chunk& chunk, const ChunkPayload* last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
 
   const ShardStoreOptions options_;
   std::atomic<bool> closed_{false};

@@ -339,7 +339,6 @@ class GrpcPsClient final : public PsClient {
   grpc::CompletionQueue inline_cq_;  // driven by Wait()
   int inline_outstanding_ = 0;       // caller's thread only
   grpc::CompletionQueue cq_;         // driven by the poller
-  std::thread poller_{[this] { Poll(); }};  // declared after cq_: starts last
 
   absl::Mutex mu_;
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // deferred calls in flight
@@ -349,6 +348,8 @@ class GrpcPsClient final : public PsClient {
   std::vector<int32_t> first_chunk_;
   // In flight since the last Wait(); owned here, touched by the poller.
   std::vector<std::unique_ptr<ChunkCall>> calls_ ABSL_GUARDED_BY(mu_);
+  // Last: the thread starts once every member it uses is constructed.
+  std::thread poller_{[this] { Poll(); }};
 };
 
 }  // namespace

@@ -33,7 +33,7 @@ ABSL_FLAG(int, servers, 1, "Parameter servers.");
 ABSL_FLAG(int, workers, 1, "Worker clients.");
 ABSL_FLAG(double, model_mb, 16, "Model size in MiB (float32).");
 ABSL_FLAG(int, tensors, 4, "Tensors the model is split into (equal sizes).");
-ABSL_FLAG(int64_t, chunk_kb, 1024, "Layout chunk size in KiB.");
+ABSL_FLAG(int64_t, chunk_kb, 256, "Layout chunk size in KiB (psync_worker's default).");
 ABSL_FLAG(int64_t, request_kb, 65536, "Largest payload of one request, in KiB.");
 ABSL_FLAG(int, steps, 20, "Timed steps per run.");
 ABSL_FLAG(int, runs, 5, "Runs (each a fresh cluster and fresh baseline round trips); figures "

@@ -1,4 +1,4 @@
-// The shape of a cluster as one process sees it.
+// Parsing the cluster description given on the command line.
 #ifndef PSYNC_COMMON_CLUSTER_SPEC_H_
 #define PSYNC_COMMON_CLUSTER_SPEC_H_
 
@@ -8,11 +8,6 @@
 #include "absl/status/statusor.h"
 
 namespace psync {
-
-struct ClusterSpec {
-  std::vector<std::string> server_addresses;  // "host:port", by server rank
-  int num_workers = 0;
-};
 
 // Parses "host:port,host:port,..." (the --servers flag). Errors name the
 // offending entry.

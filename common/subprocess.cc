@@ -148,10 +148,6 @@ std::string Subprocess::output() const {
   return output_;
 }
 
-}  // namespace psync
-
-namespace psync {
-
 std::string Subprocess::DrainedOutput(absl::Time deadline) const {
   absl::MutexLock lock(&mu_);
   mu_.AwaitWithDeadline(absl::Condition(&drained_), deadline);

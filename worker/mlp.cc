@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "worker/model_util.h"
 
 namespace psync {
 
@@ -57,32 +58,6 @@ void CpuMlp::EnsureScratch(int64_t n) {
   scratch_rows_ = n;
 }
 
-absl::Status CpuMlp::ValidateBatch(const char* op, const float* weights,
-                                   const Batch& batch) const {
-  if (batch.n < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": batch size ", batch.n, " is negative"));
-  }
-  if (batch.n == 0) return absl::OkStatus();
-  if (weights == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": weights is null"));
-  }
-  if (batch.inputs == nullptr || batch.labels == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": batch of ", batch.n, " samples has null ",
-        batch.inputs == nullptr ? "inputs" : "labels"));
-  }
-  const int64_t classes = sizes_.back();
-  for (int64_t i = 0; i < batch.n; ++i) {
-    if (batch.labels[i] >= classes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": sample ", i, " has label ",
-                       static_cast<int>(batch.labels[i]), ", expected < ",
-                       classes));
-    }
-  }
-  return absl::OkStatus();
-}
 
 void CpuMlp::Forward(const float* weights, const Batch& batch) {
   const int64_t n = batch.n;
@@ -107,39 +82,14 @@ void CpuMlp::Forward(const float* weights, const Batch& batch) {
   }
 }
 
-BatchStats CpuMlp::LossAndStats(const Batch& batch, float* dlogits) const {
-  const int64_t classes = sizes_.back();
-  const float* logits = acts_[num_layers()].data();
-  BatchStats stats;
-  stats.count = batch.n;
-  for (int64_t i = 0; i < batch.n; ++i) {
-    const float* row = logits + i * classes;
-    const int64_t argmax = std::max_element(row, row + classes) - row;
-    const double max = row[argmax];
-    double sum_exp = 0.0;
-    for (int64_t j = 0; j < classes; ++j) sum_exp += std::exp(row[j] - max);
-    const int label = batch.labels[i];
-    // -log softmax(label) = logsumexp(row) - row[label], shifted by max.
-    stats.loss_sum += std::log(sum_exp) + max - row[label];
-    if (argmax == label) ++stats.correct;
-    if (dlogits != nullptr) {
-      float* d = dlogits + i * classes;
-      for (int64_t j = 0; j < classes; ++j) {
-        d[j] = static_cast<float>(std::exp(row[j] - max) / sum_exp);
-      }
-      d[label] -= 1.0f;
-    }
-  }
-  return stats;
-}
 
 absl::StatusOr<BatchStats> CpuMlp::Evaluate(const float* weights,
                                             const Batch& batch) {
-  PSYNC_RETURN_IF_ERROR(ValidateBatch("CpuMlp::Evaluate", weights, batch));
+  PSYNC_RETURN_IF_ERROR(ValidateBatch("CpuMlp::Evaluate", weights, batch, sizes_.back()));
   if (batch.n == 0) return BatchStats{};
   EnsureScratch(batch.n);
   Forward(weights, batch);
-  return LossAndStats(batch, nullptr);
+  return SoftmaxCrossEntropy(acts_[num_layers()].data(), batch, sizes_.back(), nullptr);
 }
 
 absl::StatusOr<BatchStats> CpuMlp::DoComputeGradients(const float* weights,
@@ -150,7 +100,7 @@ absl::StatusOr<BatchStats> CpuMlp::DoComputeGradients(const float* weights,
         "CpuMlp::ComputeGradients: grad is null");
   }
   PSYNC_RETURN_IF_ERROR(
-      ValidateBatch("CpuMlp::ComputeGradients", weights, batch));
+      ValidateBatch("CpuMlp::ComputeGradients", weights, batch, sizes_.back()));
   if (batch.n == 0) {
     std::fill(grad, grad + num_params_, 0.0f);
     if (ready) ready(0, static_cast<int>(params_.size()));
@@ -159,7 +109,8 @@ absl::StatusOr<BatchStats> CpuMlp::DoComputeGradients(const float* weights,
   const int64_t n = batch.n;
   EnsureScratch(n);
   Forward(weights, batch);
-  const BatchStats stats = LossAndStats(batch, deltas_[num_layers()].data());
+  const BatchStats stats = SoftmaxCrossEntropy(acts_[num_layers()].data(), batch,
+                                               sizes_.back(), deltas_[num_layers()].data());
 
   for (int k = num_layers(); k >= 1; --k) {
     const int64_t in = sizes_[k - 1], out = sizes_[k];

@@ -49,13 +49,8 @@ class CpuMlp : public Model {
                                                 const GradientsReady& ready) override;
 
   int num_layers() const { return static_cast<int>(sizes_.size()) - 1; }
-  absl::Status ValidateBatch(const char* op, const float* weights,
-                             const Batch& batch) const;
   // Fills acts_[1..L] (post-ReLU for hidden layers, logits for the last).
   void Forward(const float* weights, const Batch& batch);
-  // Loss and accuracy from the logits; if `dlogits` is non-null, also writes
-  // softmax - onehot there (n x classes).
-  BatchStats LossAndStats(const Batch& batch, float* dlogits) const;
   void EnsureScratch(int64_t n);
 
   std::vector<int64_t> sizes_;

@@ -1,0 +1,27 @@
+// Pieces every CPU model shares: batch validation and the softmax
+// cross-entropy head.
+#ifndef PSYNC_WORKER_MODEL_UTIL_H_
+#define PSYNC_WORKER_MODEL_UTIL_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "worker/model.h"
+
+namespace psync {
+
+// Checks what a model cannot check later without crashing: null pointers
+// with samples present, a negative size, labels >= num_classes. `op` names
+// the caller in the message.
+absl::Status ValidateBatch(const char* op, const float* weights, const Batch& batch,
+                           int64_t num_classes);
+
+// Loss (summed over the batch), correct count and count of `logits`
+// (batch.n x num_classes). If `dlogits` is not null, writes the gradient of
+// the summed loss there: softmax - onehot. Log-sum-exp in double.
+BatchStats SoftmaxCrossEntropy(const float* logits, const Batch& batch, int64_t num_classes,
+                               float* dlogits);
+
+}  // namespace psync
+
+#endif  // PSYNC_WORKER_MODEL_UTIL_H_

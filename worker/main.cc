@@ -6,7 +6,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/cluster_spec.h"
 #include "common/layout.h"
 #include "common/malloc_tuning.h"
@@ -34,6 +36,9 @@ ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "Fashion-M
 ABSL_FLAG(int64_t, synthetic_samples, 0, "If > 0, train on this many synthetic samples instead.");
 ABSL_FLAG(std::string, export_path, "", "Rank 0: write the final weights here (safetensors).");
 ABSL_FLAG(std::string, summary, "", "Rank 0: write a JSON summary of the run here.");
+ABSL_FLAG(std::string, device_weights, "",
+          "Relative speeds of the devices, e.g. 1,3: faster devices take proportionally more "
+          "of each step's samples (default: equal).");
 ABSL_FLAG(bool, overlap, true, "Push each layer's gradients while backward continues.");
 ABSL_FLAG(int, rpc_timeout_s, 120, "Deadline of one push-pull (includes waiting for peers).");
 ABSL_FLAG(int, connect_timeout_s, 60, "How long to wait for servers at registration.");
@@ -83,6 +88,15 @@ absl::Status Run() {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.evaluate = options.worker_rank == 0;
   options.overlap = absl::GetFlag(FLAGS_overlap);
+  for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_device_weights), ',',
+                                            absl::SkipEmpty())) {
+    double weight;
+    if (!absl::SimpleAtod(w, &weight)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--device_weights: '", w, "' is not a number (expected e.g. 1,3)"));
+    }
+    options.device_weights.push_back(weight);
+  }
   PSYNC_RETURN_IF_ERROR(options.Validate());
   const int devices = absl::GetFlag(FLAGS_devices);
   const int64_t chunk_kb = absl::GetFlag(FLAGS_chunk_kb);

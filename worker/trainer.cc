@@ -1,5 +1,6 @@
 #include "worker/trainer.h"
 
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -40,6 +41,12 @@ absl::Status TrainerOptions::Validate() const {
   if (max_steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--steps is ", max_steps, ", expected >= 0"));
   }
+  for (double w : device_weights) {
+    if (!(w > 0.0) || !std::isfinite(w)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--device_weights has ", w, ", expected positive finite weights"));
+    }
+  }
   if (max_steps == 0 && epochs < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--epochs is ", epochs, ", expected >= 1 (or set --steps)"));
@@ -52,6 +59,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     std::unique_ptr<Reducer> reducer, PsClient* client, const Dataset* train,
     const Dataset* test) {
   PSYNC_RETURN_IF_ERROR(options.Validate());
+  if (!options.device_weights.empty() && options.device_weights.size() != replicas.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device_weights has ", options.device_weights.size(), " weights for ",
+        replicas.size(), " devices"));
+  }
   if (replicas.empty() || static_cast<int>(replicas.size()) != reducer->num_devices()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Trainer: ", replicas.size(), " model replicas for ", reducer->num_devices(), " devices"));
@@ -78,7 +90,7 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::unique_ptr<Model>> rep
       train_(train),
       test_(test),
       sharding_{train->size, options_.num_workers, static_cast<int>(replicas_.size()),
-                options_.batch_per_device},
+                options_.batch_per_device, options_.device_weights},
       num_params_(replicas_[0]->num_parameters()) {
   tensor_offsets_.push_back(0);
   for (const TensorSpec& t : replicas_[0]->parameters()) {
@@ -87,8 +99,12 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::unique_ptr<Model>> rep
   const size_t devices = replicas_.size();
   device_weights_.assign(devices, std::vector<float>(num_params_));
   device_grads_.assign(devices, std::vector<float>(num_params_));
-  device_inputs_.assign(devices, std::vector<float>(options_.batch_per_device * train->input_dim));
-  device_labels_.assign(devices, std::vector<uint8_t>(options_.batch_per_device));
+  device_inputs_.resize(devices);
+  device_labels_.resize(devices);
+  for (size_t d = 0; d < devices; ++d) {
+    device_inputs_[d].resize(sharding_.DeviceBatch(d) * train->input_dim);
+    device_labels_[d].resize(sharding_.DeviceBatch(d));
+  }
   host_weights_.resize(num_params_);
   host_grads_.resize(num_params_);
 }

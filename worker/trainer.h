@@ -30,6 +30,9 @@ struct TrainerOptions {
   // backward goes on; otherwise push once backward has finished. Both give
   // the same weights bit for bit.
   bool overlap = true;
+  // Relative speeds of this worker's devices (one per device); empty means
+  // equal. Faster devices take proportionally more of each step's samples.
+  std::vector<double> device_weights;
 
   absl::Status Validate() const;
 };

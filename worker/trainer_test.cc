@@ -17,6 +17,7 @@ const std::vector<int64_t> kSizes = {12, 16, 8, 10};
 struct Shape {
   int servers, workers, devices;
   int64_t batch;
+  std::vector<double> device_weights = {};
 };
 
 // A whole cluster in one process: ShardStores as servers, workers as threads.
@@ -56,6 +57,7 @@ class Cluster {
         o.max_steps = steps;
         o.seed = 11;
         o.overlap = overlap_;
+        o.device_weights = shape_.device_weights;
         auto trainer = Trainer::Create(o, std::move(replicas), *CpuReducer::Create(shape_.devices),
                                        client.get(), train_, nullptr);
         ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -96,6 +98,8 @@ TEST(TrainerTest, ClusterShapesTrainTheSameModel) {
   ExpectClose(Cluster({2, 2, 2, 4}, true, &data).Train(20), single);
   ExpectClose(Cluster({3, 4, 1, 4}, false, &data).Train(20), single);
   ExpectClose(Cluster({1, 1, 4, 4}, false, &data, 1 << 20).Train(20), single);
+  // Heterogeneous devices: 2 workers x 2 devices, the second 3x as fast.
+  ExpectClose(Cluster({2, 2, 2, 4, {1.0, 3.0}}, true, &data).Train(20), single);
   // And the weights did move.
   Cluster fresh({1, 1, 1, 16}, true, &data);
   EXPECT_NE(fresh.Train(1), single);
@@ -162,6 +166,11 @@ TEST(TrainerTest, BadOptionsAreRefused) {
   o = {};
   o.worker_rank = 3;
   o.num_workers = 2;
+  EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
+  o = {};
+  o.device_weights = {1.0, 2.0};  // two weights, one device
+  EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
+  o.device_weights = {-1.0};
   EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
   o = {};
   o.evaluate = true;  // without a test set

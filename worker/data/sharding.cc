@@ -1,6 +1,7 @@
 #include "worker/data/sharding.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace psync {
@@ -28,12 +29,24 @@ std::vector<int64_t> EpochPermutation(int64_t n, uint64_t seed, int64_t epoch) {
   return p;
 }
 
+int64_t Sharding::Boundary(int device) const {
+  const int64_t per_worker = int64_t{devices_per_worker} * batch_per_device;
+  if (device_weights.empty()) return int64_t{device} * batch_per_device;
+  if (device >= devices_per_worker) return per_worker;
+  double prefix = 0, total = 0;
+  for (int d = 0; d < devices_per_worker; ++d) {
+    if (d < device) prefix += device_weights[d];
+    total += device_weights[d];
+  }
+  return std::llround(static_cast<double>(per_worker) * prefix / total);
+}
+
 void Sharding::DeviceRange(int64_t step_in_epoch, int worker, int device, int64_t* begin,
                            int64_t* end) const {
   const int64_t start = step_in_epoch * global_batch() +
-                        (int64_t{worker} * devices_per_worker + device) * batch_per_device;
-  *begin = std::min(start, dataset_size);
-  *end = std::min(start + batch_per_device, dataset_size);
+                        int64_t{worker} * devices_per_worker * batch_per_device;
+  *begin = std::min(start + Boundary(device), dataset_size);
+  *end = std::min(start + Boundary(device + 1), dataset_size);
 }
 
 }  // namespace psync

@@ -5,7 +5,11 @@
 // may be shorter); device d of worker w takes b of them at offset
 // (w*D + d)*b. A single device with batch G therefore sees exactly the same
 // samples in the same steps, which is what makes runs of different cluster
-// shapes train the same model.
+// shapes train the same model. With device weights, worker w still takes
+// the D*b samples at offset w*D*b, but splits them between its devices in
+// proportion to their weights (faster devices take more); every sample is
+// still used once, and sample counts travel with gradients, so the
+// equivalence holds.
 #ifndef PSYNC_WORKER_DATA_SHARDING_H_
 #define PSYNC_WORKER_DATA_SHARDING_H_
 
@@ -22,16 +26,25 @@ struct Sharding {
   int num_workers = 1;
   int devices_per_worker = 1;
   int64_t batch_per_device = 1;
+  // Relative speeds of a worker's devices; empty means equal.
+  // REQUIRES: empty, or devices_per_worker positive finite values.
+  std::vector<double> device_weights;
 
   int64_t global_batch() const { return num_workers * devices_per_worker * batch_per_device; }
   int64_t steps_per_epoch() const {
     return (dataset_size + global_batch() - 1) / global_batch();
   }
+  // The most samples `device` takes in a step.
+  int64_t DeviceBatch(int device) const { return Boundary(device + 1) - Boundary(device); }
   // Half-open range of positions in the epoch's permutation that
   // (worker, device) uses at `step_in_epoch`; empty ranges are possible in
   // an epoch's last, short step.
   void DeviceRange(int64_t step_in_epoch, int worker, int device, int64_t* begin,
                    int64_t* end) const;
+
+ private:
+  // Offset of `device`'s share within its worker's D*b samples.
+  int64_t Boundary(int device) const;
 };
 
 }  // namespace psync

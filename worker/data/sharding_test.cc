@@ -40,5 +40,30 @@ TEST(ShardingTest, DevicesTileEachGlobalBatchLikeOneBigDevice) {
   }
 }
 
+TEST(ShardingTest, DeviceWeightsSplitEachWorkersShareInProportion) {
+  Sharding weighted{1000, 2, 3, 10, {1.0, 3.0, 2.0}};  // 30 samples per worker per step
+  EXPECT_EQ(weighted.DeviceBatch(0), 5);
+  EXPECT_EQ(weighted.DeviceBatch(1), 15);
+  EXPECT_EQ(weighted.DeviceBatch(2), 10);
+  Sharding even{1000, 2, 3, 10};
+  for (int64_t s = 0; s < weighted.steps_per_epoch(); ++s) {
+    for (int w = 0; w < 2; ++w) {
+      int64_t wb, we, eb, ee;
+      weighted.DeviceRange(s, w, 0, &wb, &we);
+      even.DeviceRange(s, w, 0, &eb, &ee);
+      EXPECT_EQ(wb, eb);  // the worker's share starts where it always does
+      int64_t next = wb;
+      for (int d = 0; d < 3; ++d) {
+        int64_t b, e;
+        weighted.DeviceRange(s, w, d, &b, &e);
+        EXPECT_EQ(b, next);
+        next = e;
+      }
+      even.DeviceRange(s, w, 2, &eb, &ee);
+      EXPECT_EQ(next, ee);  // ... and ends where it always does
+    }
+  }
+}
+
 }  // namespace
 }  // namespace psync

@@ -31,6 +31,9 @@ class Fnv1a {
 };
 
 constexpr int64_t kMaxElements = int64_t{1} << 40;
+constexpr int64_t kMaxChunks = int64_t{1} << 22;
+constexpr size_t kMaxTensors = 1 << 16;
+constexpr size_t kMaxNameBytes = 1024;
 
 }  // namespace
 
@@ -49,9 +52,18 @@ absl::StatusOr<Layout> Layout::Create(std::vector<TensorSpec> tensors,
     return absl::InvalidArgumentError(absl::StrCat(
         "Layout: num_servers is ", num_servers, ", expected 1..4096"));
   }
+  if (tensors.size() > kMaxTensors) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Layout: the model has ", tensors.size(), " tensors, expected at most ", kMaxTensors));
+  }
   std::set<std::string> names;
-  int64_t total = 0;
+  int64_t total = 0, num_chunks = 0;
+  const int64_t chunk_elements = chunk_bytes / 4;
   for (const TensorSpec& t : tensors) {
+    if (t.name.size() > kMaxNameBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Layout: a tensor name has ", t.name.size(), " bytes, expected at most ", kMaxNameBytes));
+    }
     if (t.name.empty() || !names.insert(t.name).second) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Layout: tensor name '", t.name, "' is empty or repeated"));
@@ -76,6 +88,14 @@ absl::StatusOr<Layout> Layout::Create(std::vector<TensorSpec> tensors,
       return absl::InvalidArgumentError(absl::StrCat(
           "Layout: the model has more than ", kMaxElements, " elements"));
     }
+    // Counted before any chunk is built: a hostile spec must not make us
+    // build billions of them.
+    num_chunks += (n + chunk_elements - 1) / chunk_elements;
+    if (num_chunks > kMaxChunks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Layout: more than ", kMaxChunks, " chunks of ", chunk_bytes,
+          " bytes; raise chunk_bytes"));
+    }
   }
 
   Layout layout;
@@ -85,7 +105,6 @@ absl::StatusOr<Layout> Layout::Create(std::vector<TensorSpec> tensors,
   layout.init_seed_ = init_seed;
   layout.total_elements_ = total;
 
-  const int64_t chunk_elements = chunk_bytes / 4;
   int64_t flat = 0;
   for (int t = 0; t < static_cast<int>(layout.tensors_.size()); ++t) {
     layout.tensor_offsets_.push_back(flat);
@@ -100,11 +119,6 @@ absl::StatusOr<Layout> Layout::Create(std::vector<TensorSpec> tensors,
       layout.chunks_.push_back(c);
     }
     flat += n;
-  }
-  if (layout.chunks_.size() > (size_t{1} << 24)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Layout: ", layout.chunks_.size(),
-        " chunks, expected at most 16777216; raise chunk_bytes"));
   }
 
   // Largest first, each on the least-loaded server.

@@ -94,6 +94,11 @@ TEST(LayoutTest, RejectsBadInput) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Layout::Create({{"a", {int64_t{1} << 30, int64_t{1} << 30}}}, 1024, 1, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // A tiny spec asking for 2^40 chunks is refused before any is built.
+  EXPECT_EQ(Layout::Create({{"a", {int64_t{1} << 40}}}, 4, 1, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Layout::Create({{std::string(2000, 'n'), {2}}}, 1024, 1, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
   auto s = Layout::Create(Mlp(), 6, 1, 0).status();
   EXPECT_NE(s.message().find("chunk_bytes is 6"), std::string::npos) << s;
 }

@@ -100,6 +100,7 @@ void Subprocess::Relay() {
       if (output_.size() > 2 * kKeepBytes) output_.erase(0, output_.size() - kKeepBytes);
     }
     pending.erase(0, start);
+    if (pending.size() > kKeepBytes) pending.clear();  // a child that never ends a line
   }
   absl::MutexLock lock(&mu_);
   if (!pending.empty()) {

@@ -3,9 +3,24 @@
 #include <atomic>
 #include <memory>
 
-#include "absl/synchronization/blocking_counter.h"
 
 namespace psync {
+
+// One ParallelFor: indices are claimed from `next` by the caller and by
+// every helper that starts; `helpers` counts those still queued or running.
+struct ThreadPool::Loop {
+  Loop(int n, const std::function<void(int)>& fn, int helpers) : n(n), fn(fn), helpers(helpers) {}
+
+  void Work() {
+    for (int i; (i = next.fetch_add(1)) < n;) fn(i);
+  }
+
+  const int n;
+  const std::function<void(int)>& fn;
+  std::atomic<int> next{0};
+  absl::Mutex mu;
+  int helpers ABSL_GUARDED_BY(mu);
+};
 
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -22,42 +37,49 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::WorkerLoop() {
   while (true) {
-    std::function<void()> task;
+    std::shared_ptr<Loop> loop;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !tasks_.empty();
+        return stopping_ || !queue_.empty();
       };
       mu_.Await(absl::Condition(&ready));
-      if (tasks_.empty()) return;  // stopping
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
+      if (queue_.empty()) return;  // stopping
+      loop = std::move(queue_.front());
+      queue_.pop_front();
     }
-    task();
+    loop->Work();
+    absl::MutexLock lock(&loop->mu);
+    --loop->helpers;
   }
 }
 
 void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn) {
   if (n <= 0) return;
-  // Workers claim indices from a shared counter; a helper that finds none
-  // left just finishes, so helpers queued behind another loop cost little.
-  auto next = std::make_shared<std::atomic<int>>(0);
-  auto run = [next, n, &fn] {
-    for (int i; (i = next->fetch_add(1)) < n;) fn(i);
-  };
   const int helpers = std::min(n, size()) - 1;
-  absl::BlockingCounter done(helpers);
+  auto loop = std::make_shared<Loop>(n, fn, helpers);
+  if (helpers > 0) {
+    absl::MutexLock lock(&mu_);
+    for (int h = 0; h < helpers; ++h) queue_.push_back(loop);
+  }
+  loop->Work();
+  // Helpers not yet started (busy with other loops) are not waited for.
+  int unstarted = 0;
   {
     absl::MutexLock lock(&mu_);
-    for (int h = 0; h < helpers; ++h) {
-      tasks_.push_back([&run, &done] {
-        run();
-        done.DecrementCount();
-      });
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (*it == loop) {
+        it = queue_.erase(it);
+        ++unstarted;
+      } else {
+        ++it;
+      }
     }
   }
-  run();
-  done.Wait();
+  absl::MutexLock lock(&loop->mu);
+  loop->helpers -= unstarted;
+  auto done = [&loop]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop->mu) { return loop->helpers == 0; };
+  loop->mu.Await(absl::Condition(&done));
 }
 
 }  // namespace psync

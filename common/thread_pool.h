@@ -4,6 +4,7 @@
 
 #include <deque>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -31,10 +32,12 @@ class ThreadPool {
   void ParallelFor(int n, const std::function<void(int)>& fn);
 
  private:
+  struct Loop;
   void WorkerLoop();
 
   absl::Mutex mu_;
-  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  // One entry per helper a ParallelFor asked for and no thread has taken yet.
+  std::deque<std::shared_ptr<Loop>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };

@@ -11,6 +11,8 @@ namespace psync {
 
 // Headroom over the payload for message framing and the other fields.
 constexpr int64_t kMessageHeadroomBytes = 1 << 20;
+// Deterministic mode's per-worker gradient buffers, all chunks together.
+constexpr int64_t kMaxDeterministicBytes = int64_t{16} << 30;
 
 struct ShardStore::Chunk {
   explicit Chunk(const ChunkInfo& info) : info(info) {}
@@ -99,6 +101,12 @@ absl::StatusOr<RegisterResult> ShardStore::Register(int worker_rank, int num_wor
         " bytes less 1 MiB headroom allows; raise --max_message_mb"));
   }
 
+  if (options_.deterministic && bytes * options_.num_workers > kMaxDeterministicBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "Register: deterministic mode keeps one gradient per worker: ", options_.num_workers,
+        " x ", bytes, " bytes is over the ", kMaxDeterministicBytes, "-byte limit"));
+  }
+
   absl::MutexLock lock(&mu_);
   if (shard_ != nullptr && shard_->layout.fingerprint() != layout.fingerprint()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -140,6 +148,7 @@ absl::StatusOr<RegisterResult> ShardStore::Register(int worker_rank, int num_wor
     Chunk& c = *shard_->chunks[id];
     absl::MutexLock chunk_lock(&c.mu);
     result.version = std::min(result.version, c.version);
+    result.max_version = std::max(result.max_version, c.version);
   }
   if (result.chunk_ids.empty()) result.version = 0;
   return result;
@@ -328,6 +337,10 @@ void ShardStore::ApplyLocked(Chunk& c, const ChunkPayload* last) {
     // A transport is still sending this version: leave it be. (New
     // references are only taken under c.mu, so a count of 1 is exclusive.)
     c.weights = std::make_shared<std::vector<float>>(*c.weights);
+  } else {
+    // use_count() is a relaxed load: order the transport's last reads of
+    // the buffer before our writes.
+    std::atomic_thread_fence(std::memory_order_acquire);
   }
   float* momentum = c.momentum.empty() ? nullptr : c.momentum.data();
   if (last == nullptr) {
@@ -354,7 +367,14 @@ absl::Status ShardStore::Pull(int worker_rank, uint64_t fingerprint, int64_t ver
   if (version < 0) {
     return absl::InvalidArgumentError(absl::StrCat("Pull: version is ", version, ", expected >= 0"));
   }
-  for (int32_t id : chunk_ids) PSYNC_RETURN_IF_ERROR(ValidateChunkId("Pull", *shard, id));
+  std::vector<bool> seen(shard->chunks.size(), false);
+  for (int32_t id : chunk_ids) {
+    PSYNC_RETURN_IF_ERROR(ValidateChunkId("Pull", *shard, id));
+    if (seen[id]) {
+      return absl::InvalidArgumentError(absl::StrCat("Pull: chunk ", id, " is asked for twice"));
+    }
+    seen[id] = true;
+  }
   for (int32_t id : chunk_ids) {
     Chunk& c = *shard->chunks[id];
     absl::MutexLock lock(&c.mu);
@@ -389,6 +409,12 @@ void ShardStore::Close() {
     // Releasing a chunk's mutex makes its waiters re-check their condition.
     if (chunk != nullptr) absl::MutexLock chunk_lock(&chunk->mu);
   }
+}
+
+int ShardStore::OwnedChunks() const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (shard_ == nullptr) return 0;
+  return static_cast<int>(shard_->layout.ChunksOnServer(options_.server_rank).size());
 }
 
 StoreStatus ShardStore::GetStatus() const {

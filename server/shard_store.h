@@ -65,7 +65,8 @@ using WeightsRef = std::shared_ptr<const std::vector<float>>;
 
 struct RegisterResult {
   uint64_t fingerprint = 0;
-  int64_t version = 0;  // lowest version over this server's chunks
+  int64_t version = 0;      // lowest version over this server's chunks
+  int64_t max_version = 0;  // highest; differs if a worker died mid-step
   std::vector<int32_t> chunk_ids;
 };
 
@@ -113,6 +114,8 @@ class ShardStore {
                     const ChunkSink& sink);
 
   StoreStatus GetStatus() const;
+  // Chunks this server owns; 0 before the first registration. Cheap.
+  int OwnedChunks() const;
 
   // Wakes every waiting Pull, which returns Unavailable, and refuses new
   // ones: for shutdown, so no handler waits out its deadline.

@@ -252,6 +252,24 @@ TEST_F(ShardStoreTest, HeldWeightsAreNeverChanged) {
   EXPECT_NE(got->second, before);
 }
 
+TEST_F(ShardStoreTest, RegistrationReportsAStepPushedHalfway) {
+  Make(1, false);
+  ASSERT_TRUE(Push(0, 0, 1, 2, {1.0f, 1.0f}).ok());  // chunk 2 moves on; 0 and 1 do not
+  auto r = store_->Register(0, 1, layout_, layout_.fingerprint());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->version, 0);
+  EXPECT_EQ(r->max_version, 1);
+}
+
+TEST_F(ShardStoreTest, PullOfTheSameChunkTwiceIsRefused) {
+  Make(1, false);
+  int32_t ids[] = {1, 1};
+  auto s = store_->Pull(0, layout_.fingerprint(), 0, ids, absl::Now() + absl::Seconds(1),
+                        [](int32_t, int64_t, const WeightsRef&) {});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("chunk 1 is asked for twice"), std::string::npos) << s;
+}
+
 TEST(ShardStoreOptionsTest, Validate) {
   ShardStoreOptions o;
   EXPECT_TRUE(o.Validate().ok());

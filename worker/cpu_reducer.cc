@@ -22,6 +22,19 @@ absl::Status CpuReducer::CheckDevices(const char* op, size_t given) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<Reducer::Buffer> CpuReducer::AllocateDevice(int device, int64_t n) {
+  if (device < 0 || device >= num_devices_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CpuReducer::AllocateDevice: device ", device, ", expected 0..", num_devices_ - 1));
+  }
+  return AllocateHost(n);
+}
+
+absl::StatusOr<Reducer::Buffer> CpuReducer::AllocateHost(int64_t n) {
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("CpuReducer: ", n, " floats"));
+  return Buffer(new float[n](), [](float* p) { delete[] p; });
+}
+
 absl::Status CpuReducer::Reduce(absl::Span<const float* const> device_in, int64_t count,
                                 float* host_out) {
   absl::Status s = CheckDevices("Reduce", device_in.size());

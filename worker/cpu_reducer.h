@@ -14,6 +14,8 @@ class CpuReducer final : public Reducer {
   static absl::StatusOr<std::unique_ptr<Reducer>> Create(int num_devices);
 
   int num_devices() const override { return num_devices_; }
+  absl::StatusOr<Buffer> AllocateDevice(int device, int64_t n) override;
+  absl::StatusOr<Buffer> AllocateHost(int64_t n) override;
   absl::Status Reduce(absl::Span<const float* const> device_in, int64_t count,
                       float* host_out) override;
   absl::Status Broadcast(const float* host_in, int64_t count,

@@ -21,12 +21,6 @@ void ParallelFor(int n, const Fn& fn) {
   for (std::thread& t : threads) t.join();
 }
 
-std::vector<float*> Pointers(std::vector<std::vector<float>>& buffers) {
-  std::vector<float*> out;
-  for (auto& b : buffers) out.push_back(b.data());
-  return out;
-}
-
 }  // namespace
 
 absl::Status TrainerOptions::Validate() const {
@@ -76,8 +70,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "Trainer: the model takes ", dim, " inputs per sample, the data has ", train->input_dim));
   }
-  return std::unique_ptr<Trainer>(new Trainer(std::move(options), std::move(replicas),
-                                              std::move(reducer), client, train, test));
+  std::unique_ptr<Trainer> trainer(new Trainer(std::move(options), std::move(replicas),
+                                               std::move(reducer), client, train, test));
+  PSYNC_RETURN_IF_ERROR(trainer->AllocateBuffers());
+  return trainer;
 }
 
 Trainer::Trainer(TrainerOptions options, std::vector<std::unique_ptr<Model>> replicas,
@@ -97,16 +93,30 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::unique_ptr<Model>> rep
     tensor_offsets_.push_back(tensor_offsets_.back() + t.NumElements());
   }
   const size_t devices = replicas_.size();
-  device_weights_.assign(devices, std::vector<float>(num_params_));
-  device_grads_.assign(devices, std::vector<float>(num_params_));
   device_inputs_.resize(devices);
   device_labels_.resize(devices);
   for (size_t d = 0; d < devices; ++d) {
     device_inputs_[d].resize(sharding_.DeviceBatch(d) * train->input_dim);
     device_labels_[d].resize(sharding_.DeviceBatch(d));
   }
-  host_weights_.resize(num_params_);
-  host_grads_.resize(num_params_);
+}
+
+absl::Status Trainer::AllocateBuffers() {
+  for (int d = 0; d < static_cast<int>(replicas_.size()); ++d) {
+    PSYNC_ASSIGN_OR_RETURN(Reducer::Buffer w, reducer_->AllocateDevice(d, num_params_));
+    PSYNC_ASSIGN_OR_RETURN(Reducer::Buffer g, reducer_->AllocateDevice(d, num_params_));
+    device_weights_.push_back(std::move(w));
+    device_grads_.push_back(std::move(g));
+  }
+  PSYNC_ASSIGN_OR_RETURN(host_weights_, reducer_->AllocateHost(num_params_));
+  PSYNC_ASSIGN_OR_RETURN(host_grads_, reducer_->AllocateHost(num_params_));
+  return absl::OkStatus();
+}
+
+std::vector<float*> Trainer::DeviceWeights() const {
+  std::vector<float*> out;
+  for (const Reducer::Buffer& b : device_weights_) out.push_back(b.get());
+  return out;
 }
 
 absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t>& permutation) {
@@ -129,10 +139,10 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
   auto push = [&](int a, int b) {
     const int64_t offset = tensor_offsets_[a], count = tensor_offsets_[b] - offset;
     std::vector<const float*> grads(devices);
-    for (int d = 0; d < devices; ++d) grads[d] = device_grads_[d].data() + offset;
-    absl::Status s = reducer_->Reduce(grads, count, host_grads_.data() + offset);
+    for (int d = 0; d < devices; ++d) grads[d] = device_grads_[d].get() + offset;
+    absl::Status s = reducer_->Reduce(grads, count, host_grads_.get() + offset);
     if (s.ok()) {
-      s = client_->StartPushPull(step, samples, a, b, host_grads_.data(), host_weights_.data());
+      s = client_->StartPushPull(step, samples, a, b, host_grads_.get(), host_weights_.get());
     }
     if (push_status.ok()) push_status = s;
   };
@@ -163,8 +173,8 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
       labels[k - begin[d]] = train_->labels[sample];
     }
     results[d] = replicas_[d]->ComputeGradients(
-        device_weights_[d].data(), Batch{inputs, labels, end[d] - begin[d]},
-        device_grads_[d].data(), options_.overlap ? Model::GradientsReady(ready) : nullptr);
+        device_weights_[d].get(), Batch{inputs, labels, end[d] - begin[d]},
+        device_grads_[d].get(), options_.overlap ? Model::GradientsReady(ready) : nullptr);
   });
   BatchStats total;
   absl::Status status;
@@ -173,11 +183,21 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
     if (r.ok()) total.Add(*r);
   }
   if (status.ok() && !options_.overlap) push(0, num_tensors);
+  if (status.ok() && options_.overlap) {
+    for (int t = 0; t < num_tensors; ++t) {
+      if (finished[t] != devices) {  // a model broke its GradientsReady contract
+        status = absl::InternalError(absl::StrCat(
+            "step ", step, ": tensor ", t, " was reported ready by ", finished[t], " of ",
+            devices, " devices"));
+        break;
+      }
+    }
+  }
   // Wait even after an error: calls in flight still read our buffers.
   absl::Status waited = client_->Wait();
   for (const absl::Status& s : {status, push_status, waited}) PSYNC_RETURN_IF_ERROR(s);
   PSYNC_RETURN_IF_ERROR(
-      reducer_->Broadcast(host_weights_.data(), num_params_, Pointers(device_weights_)));
+      reducer_->Broadcast(host_weights_.get(), num_params_, DeviceWeights()));
   return total;
 }
 
@@ -189,7 +209,7 @@ absl::StatusOr<BatchStats> Trainer::Evaluate() {
     const int64_t begin = std::min(test_->size, d * per_device);
     const int64_t end = std::min(test_->size, begin + per_device);
     results[d] = replicas_[d]->Evaluate(
-        device_weights_[d].data(),
+        device_weights_[d].get(),
         Batch{test_->inputs.data() + begin * test_->input_dim, test_->labels.data() + begin,
               end - begin});
   });
@@ -210,9 +230,9 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
     return absl::FailedPreconditionError(absl::StrCat(
         "the servers are at version ", start, ", past the ", total_steps, " steps of this run"));
   }
-  PSYNC_RETURN_IF_ERROR(client_->Pull(start, host_weights_.data()));
+  PSYNC_RETURN_IF_ERROR(client_->Pull(start, host_weights_.get()));
   PSYNC_RETURN_IF_ERROR(
-      reducer_->Broadcast(host_weights_.data(), num_params_, Pointers(device_weights_)));
+      reducer_->Broadcast(host_weights_.get(), num_params_, DeviceWeights()));
 
   TrainResult result;
   BatchStats epoch_stats;
@@ -259,7 +279,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
   }
   result.steps = total_steps;
   result.samples_per_sec = total_samples / std::max(1e-9, absl::ToDoubleSeconds(total_time));
-  result.weights = host_weights_;
+  result.weights.assign(host_weights_.get(), host_weights_.get() + num_params_);
   return result;
 }
 

@@ -81,6 +81,8 @@ class Trainer {
   Trainer(TrainerOptions options, std::vector<std::unique_ptr<Model>> replicas,
           std::unique_ptr<Reducer> reducer, PsClient* client, const Dataset* train,
           const Dataset* test);
+  absl::Status AllocateBuffers();
+  std::vector<float*> DeviceWeights() const;
   absl::StatusOr<BatchStats> Step(int64_t step, const std::vector<int64_t>& permutation);
   absl::StatusOr<BatchStats> Evaluate();
 
@@ -94,10 +96,14 @@ class Trainer {
   const int64_t num_params_;
   std::vector<int64_t> tensor_offsets_;  // flat offset of each tensor, plus the total
 
-  // Per device: weights, gradient sums, and the gathered batch.
-  std::vector<std::vector<float>> device_weights_, device_grads_, device_inputs_;
+  // Per device, from the Reducer (device memory): weights and gradient
+  // sums; in host memory: the gathered batch.
+  std::vector<Reducer::Buffer> device_weights_, device_grads_;
+  std::vector<std::vector<float>> device_inputs_;
   std::vector<std::vector<uint8_t>> device_labels_;
-  std::vector<float> host_weights_, host_grads_;
+  // Host buffers from the Reducer (pinned where possible): what the PsClient
+  // sends and receives.
+  Reducer::Buffer host_weights_, host_grads_;
 };
 
 }  // namespace psync

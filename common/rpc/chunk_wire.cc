@@ -8,6 +8,7 @@ namespace psync {
 namespace {
 
 constexpr int kWireVarint = 0, kWireFixed64 = 1, kWireLength = 2, kWireFixed32 = 5;
+constexpr uint64_t kMaxFieldNumber = (uint64_t{1} << 29) - 1;
 
 // Reads across a list of segments; `pos` is the offset from the start.
 class SegmentReader {
@@ -83,8 +84,12 @@ absl::Status DecodeChunk(SegmentReader& r, size_t end, WireChunk* c) {
   while (r.pos() < end) {
     uint64_t tag, v;
     if (!r.ReadVarint(&tag)) return Malformed(r, "truncated tag in a chunk");
+    if ((tag >> 3) == 0 || (tag >> 3) > kMaxFieldNumber) {
+      return Malformed(r, absl::StrCat("field number ", tag >> 3, " in a chunk"));
+    }
     const int field = static_cast<int>(tag >> 3), type = static_cast<int>(tag & 7);
     if (field == 3 && type == kWireLength) {
+      if (!c->data.empty()) return Malformed(r, "a chunk's data appears twice");
       if (!r.ReadVarint(&v) || v > end - std::min(end, r.pos()) || !r.Take(v, &c->data)) {
         return Malformed(r, "chunk data runs past the end of its chunk");
       }
@@ -123,7 +128,8 @@ void DropOwner(void* owner) { delete static_cast<std::shared_ptr<const void>*>(o
 
 }  // namespace
 
-absl::Status DecodeWireMessage(const grpc::ByteBuffer& buffer, WireMessage* out) {
+absl::Status DecodeWireMessage(const grpc::ByteBuffer& buffer, size_t max_chunks,
+                               WireMessage* out) {
   *out = WireMessage();
   if (!buffer.Dump(&out->slices).ok()) {
     return absl::InvalidArgumentError("malformed message: cannot read the byte buffer");
@@ -136,6 +142,9 @@ absl::Status DecodeWireMessage(const grpc::ByteBuffer& buffer, WireMessage* out)
   while (r.pos() < r.size()) {
     uint64_t tag, v;
     if (!r.ReadVarint(&tag)) return Malformed(r, "truncated tag");
+    if ((tag >> 3) == 0 || (tag >> 3) > kMaxFieldNumber) {
+      return Malformed(r, absl::StrCat("field number ", tag >> 3));
+    }
     const int field = static_cast<int>(tag >> 3), type = static_cast<int>(tag & 7);
     if (field >= 1 && field <= 4 && type == kWireVarint) {
       if (!r.ReadVarint(&v)) return Malformed(r, "truncated varint");
@@ -143,6 +152,9 @@ absl::Status DecodeWireMessage(const grpc::ByteBuffer& buffer, WireMessage* out)
     } else if (field == kWireChunks && type == kWireLength) {
       if (!r.ReadVarint(&v) || v > r.size() - r.pos()) {
         return Malformed(r, "chunk length runs past the end of the message");
+      }
+      if (out->chunks.size() >= max_chunks) {
+        return Malformed(r, absl::StrCat("more than ", max_chunks, " chunks"));
       }
       out->chunks.emplace_back();
       absl::Status s = DecodeChunk(r, r.pos() + v, &out->chunks.back());

@@ -52,10 +52,13 @@ struct WireMessage {
 };
 
 // Decodes `buffer` (taking references to its slices, copying nothing).
-// Malformed input — truncated varints or fields, unknown wire types, lengths
-// past the end — gives InvalidArgument naming the byte offset; a daemon
-// never crashes on it. Unknown fields are skipped, as protobuf does.
-absl::Status DecodeWireMessage(const grpc::ByteBuffer& buffer, WireMessage* out);
+// Malformed input — truncated varints or fields, unknown wire types, field
+// numbers protobuf forbids, lengths past the end, a chunk's data given
+// twice, more than `max_chunks` chunks — gives InvalidArgument naming the
+// byte offset; a daemon never crashes on it, and memory stays bounded by
+// `max_chunks`. Unknown fields are skipped, as protobuf does.
+absl::Status DecodeWireMessage(const grpc::ByteBuffer& buffer, size_t max_chunks,
+                               WireMessage* out);
 
 // Builds a message. Not thread-safe.
 class WireMessageBuilder {

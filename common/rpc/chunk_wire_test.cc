@@ -81,7 +81,7 @@ TEST(ChunkWireTest, DecodesProtobufBytesSplitAnywhere) {
   const std::string bytes = push.SerializeAsString();
   for (int trial = 0; trial < 50; ++trial) {
     WireMessage m;
-    ASSERT_TRUE(DecodeWireMessage(Split(bytes, rng), &m).ok());
+    ASSERT_TRUE(DecodeWireMessage(Split(bytes, rng), 3, &m).ok());
     EXPECT_EQ(m.Int(kWireWorkerRank), -1);
     EXPECT_EQ(m.scalars[kWireFingerprint], 0xfedcba9876543210ULL);
     EXPECT_EQ(m.Int(kWireStep), 77);
@@ -95,6 +95,26 @@ TEST(ChunkWireTest, DecodesProtobufBytesSplitAnywhere) {
     CopyWireBytes(m.chunks[0].data, out.data());
     EXPECT_EQ(out, a);
   }
+}
+
+TEST(ChunkWireTest, BoundsTheChunkCountAndRejectsWhatProtobufWould) {
+  // 1000 empty chunks (2 bytes each) against a limit of 10.
+  std::string many;
+  for (int i = 0; i < 1000; ++i) many += std::string("\x2a\x00", 2);
+  grpc::Slice s(many.data(), many.size());
+  WireMessage m;
+  absl::Status st = DecodeWireMessage(grpc::ByteBuffer(&s, 1), 10, &m);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("more than 10 chunks"), std::string::npos) << st;
+  EXPECT_LE(m.chunks.size(), 10u);
+  // Field number 2^32 + 5 must not be read as field 5.
+  const std::string big_field = "\xaa\x80\x80\x80\x80\x01\x00";
+  grpc::Slice b(big_field.data(), big_field.size());
+  EXPECT_FALSE(DecodeWireMessage(grpc::ByteBuffer(&b, 1), 10, &m).ok());
+  // A chunk whose data field appears twice.
+  const std::string twice = "\x2a\x06\x1a\x01x\x1a\x01y";
+  grpc::Slice t(twice.data(), twice.size());
+  EXPECT_FALSE(DecodeWireMessage(grpc::ByteBuffer(&t, 1), 10, &m).ok());
 }
 
 TEST(ChunkWireTest, SkipsUnknownFields) {
@@ -111,7 +131,7 @@ TEST(ChunkWireTest, SkipsUnknownFields) {
   bytes += c.SerializeAsString();
   grpc::Slice s(bytes.data(), bytes.size());
   WireMessage m;
-  ASSERT_TRUE(DecodeWireMessage(grpc::ByteBuffer(&s, 1), &m).ok());
+  ASSERT_TRUE(DecodeWireMessage(grpc::ByteBuffer(&s, 1), 10, &m).ok());
   ASSERT_EQ(m.chunks.size(), 1u);
   EXPECT_EQ(m.chunks[0].id, 2);
 }
@@ -127,7 +147,7 @@ TEST(ChunkWireTest, MalformedInputNeverCrashes) {
   for (size_t cut = 1; cut < bytes.size(); ++cut) {
     grpc::Slice s(bytes.data(), cut);
     WireMessage m;
-    absl::Status st = DecodeWireMessage(grpc::ByteBuffer(&s, 1), &m);
+    absl::Status st = DecodeWireMessage(grpc::ByteBuffer(&s, 1), 10, &m);
     if (!st.ok()) {
       ++errors;
       EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
@@ -141,12 +161,12 @@ TEST(ChunkWireTest, MalformedInputNeverCrashes) {
     for (char& ch : garbage) ch = static_cast<char>(rng());
     grpc::Slice s(garbage.data(), garbage.size());
     WireMessage m;
-    (void)DecodeWireMessage(grpc::ByteBuffer(&s, 1), &m);  // must not crash
+    (void)DecodeWireMessage(grpc::ByteBuffer(&s, 1), 10, &m);  // must not crash
   }
   const std::string huge_length = std::string(1, 5 << 3 | 2) + "\xff\xff\xff\xff\x0f";
   grpc::Slice s(huge_length.data(), huge_length.size());
   WireMessage m;
-  EXPECT_FALSE(DecodeWireMessage(grpc::ByteBuffer(&s, 1), &m).ok());
+  EXPECT_FALSE(DecodeWireMessage(grpc::ByteBuffer(&s, 1), 10, &m).ok());
 }
 
 }  // namespace

@@ -1,42 +1,48 @@
 """Detects the CUDA toolkit and exposes it as @local_cuda.
 
-@local_cuda//:config.bzl defines CUDA_ENABLED; @local_cuda//:cuda is a
-cc_library with the CUDA headers and libraries when the toolkit is found and
-an empty library otherwise. Force either way with
-`--repo_env=PSYNC_CUDA=0` (off) or `=1` (on; fails if the toolkit is absent).
-The toolkit path defaults to /usr/local/cuda; override with CUDA_PATH.
+@local_cuda//:config.bzl defines CUDA_ENABLED and NVCC. When the toolkit is
+found, @local_cuda//:cudart, :cublas, :cudnn and :nccl link its libraries
+(with an rpath) and carry its headers; otherwise they are empty, and code
+that needs them is left out of the build (see //worker/gpu).
+Force either way with `--repo_env=PSYNC_CUDA=0` (or `--config=nocuda`) and
+`--repo_env=PSYNC_CUDA=1` (fails if the toolkit is absent). The toolkit path
+defaults to /usr/local/cuda; override with CUDA_PATH.
 """
+
+_LIBS = {"cudart": "cudart", "cublas": "cublas", "cudnn": "cudnn", "nccl": "nccl"}
 
 def _cuda_configure_impl(ctx):
     switch = ctx.os.environ.get("PSYNC_CUDA", "auto")
     cuda_path = ctx.os.environ.get("CUDA_PATH", "/usr/local/cuda")
     nvcc = ctx.path(cuda_path + "/bin/nvcc")
-    found = nvcc.exists
-    if switch == "1" and not found:
-        fail("PSYNC_CUDA=1 but no nvcc at %s (set CUDA_PATH)" % nvcc)
     if switch not in ["0", "1", "auto"]:
         fail("PSYNC_CUDA=%s: expected 0, 1 or auto" % switch)
-    enabled = found and switch != "0"
+    if switch == "1" and not nvcc.exists:
+        fail("PSYNC_CUDA=1 but there is no nvcc at %s (set CUDA_PATH)" % nvcc)
+    enabled = nvcc.exists and switch != "0"
 
-    ctx.file("config.bzl", "CUDA_ENABLED = %s\nCUDA_PATH = %r\n" % (enabled, cuda_path if enabled else ""))
+    ctx.file("config.bzl", "CUDA_ENABLED = %s\nNVCC = %r\n" % (enabled, str(nvcc) if enabled else ""))
+    lines = ['package(default_visibility = ["//visibility:public"])', ""]
     if enabled:
         ctx.symlink(cuda_path + "/include", "include")
-        build = """
-package(default_visibility = ["//visibility:public"])
-cc_library(
-    name = "cuda",
+        lib = cuda_path + "/lib64"
+        lines.append("""cc_library(
+    name = "cuda_headers",
     hdrs = glob(["include/*.h", "include/crt/**", "include/cccl/**"]),
     includes = ["include", "include/cccl"],
-    linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcudart"],
-    defines = ["PSYNC_HAVE_CUDA=1"],
 )
-""".format(lib = cuda_path + "/lib64")
+""")
+        for name, lib_name in _LIBS.items():
+            lines.append("""cc_library(
+    name = "{name}",
+    linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-l{lib_name}"],
+    deps = [":cuda_headers"],
+)
+""".format(name = name, lib = lib, lib_name = lib_name))
     else:
-        build = """
-package(default_visibility = ["//visibility:public"])
-cc_library(name = "cuda")
-"""
-    ctx.file("BUILD", build)
+        for name in ["cuda_headers"] + _LIBS.keys():
+            lines.append('cc_library(name = "%s")\n' % name)
+    ctx.file("BUILD", "\n".join(lines))
 
 cuda_configure = repository_rule(
     implementation = _cuda_configure_impl,

@@ -9,6 +9,7 @@
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/impl/codegen/config_protobuf.h"
 #include "grpcpp/impl/codegen/method_handler.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
@@ -64,6 +65,7 @@ class ParameterService final : public grpc::Service {
     resp->set_server_rank(store_->options().server_rank);
     resp->set_layout_fingerprint(result->fingerprint);
     resp->set_version(result->version);
+    resp->set_max_version(result->max_version);
     for (int32_t id : result->chunk_ids) resp->add_chunk_ids(id);
     return grpc::Status::OK;
   }
@@ -113,7 +115,9 @@ class ParameterService final : public grpc::Service {
   // Decodes a PushRequest into `push` (whose slices back the payload views)
   // and hands it to the store.
   absl::Status DoPush(const grpc::ByteBuffer& req, WireMessage* push) {
-    absl::Status s = DecodeWireMessage(req, push);
+    // A request names each of this server's chunks at most once; the bound
+    // keeps a hostile message of tiny chunks from costing unbounded memory.
+    absl::Status s = DecodeWireMessage(req, std::max(1, store_->OwnedChunks()), push);
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("Push: ", s.message()));
     std::vector<ChunkPayload> payloads(push->chunks.size());
     for (size_t i = 0; i < payloads.size(); ++i) {
@@ -155,14 +159,20 @@ class ParameterService final : public grpc::Service {
 
 class GrpcServerImpl final : public GrpcServer {
  public:
-  GrpcServerImpl(ShardStore* store, absl::Duration max_pull_wait)
-      : store_(store), service_(store, max_pull_wait) {}
+  GrpcServerImpl(ShardStore* store, absl::Duration max_pull_wait, int max_threads)
+      : store_(store), service_(store, max_pull_wait), max_threads_(max_threads) {}
   ~GrpcServerImpl() override { Shutdown(absl::Now()); }
 
   absl::Status Start(const std::string& address) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&service_);
+    // Each pull waiting for its version holds a thread of the synchronous
+    // server; cap them, so that a flood of calls gets RESOURCE_EXHAUSTED
+    // rather than exhausting the machine.
+    grpc::ResourceQuota quota("psync_server");
+    quota.SetMaxThreads(max_threads_);
+    builder.SetResourceQuota(quota);
     const int limit = static_cast<int>(
         std::min<int64_t>(store_->options().max_message_bytes, INT32_MAX));
     builder.SetMaxReceiveMessageSize(limit);
@@ -187,6 +197,7 @@ class GrpcServerImpl final : public GrpcServer {
  private:
   ShardStore* const store_;
   ParameterService service_;
+  const int max_threads_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   absl::Mutex mu_;
@@ -197,7 +208,10 @@ class GrpcServerImpl final : public GrpcServer {
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(ShardStore* store,
                                                                const GrpcServerOptions& options) {
-  auto server = std::make_unique<GrpcServerImpl>(store, options.max_pull_wait);
+  const int max_threads =
+      options.max_threads > 0 ? options.max_threads
+                              : std::max(256, 32 * store->options().num_workers);
+  auto server = std::make_unique<GrpcServerImpl>(store, options.max_pull_wait, max_threads);
   absl::Status s = server->Start(options.address);
   if (!s.ok()) return s;
   return std::unique_ptr<GrpcServer>(std::move(server));

@@ -16,6 +16,9 @@ struct GrpcServerOptions {
   std::string address = "127.0.0.1:0";
   // Longest a Pull waits for its version when the caller set no deadline.
   absl::Duration max_pull_wait = absl::Seconds(60);
+  // Threads serving calls (a waiting pull holds one); 0 means
+  // max(256, 32 x workers): room for every worker's per-layer calls.
+  int max_threads = 0;
 };
 
 // Owns the gRPC server and its threads. Thread-safe.

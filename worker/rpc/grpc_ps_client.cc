@@ -106,7 +106,7 @@ class GrpcPsClient final : public PsClient {
     req.set_num_workers(options_.num_workers);
     LayoutToProto(layout_, req.mutable_layout());
     req.set_layout_fingerprint(layout_.fingerprint());
-    int64_t version = INT64_MAX;
+    int64_t version = INT64_MAX, max_version = 0;
     // Sequential: registration happens once, and each call may wait for its
     // server to come up.
     for (size_t server = 0; server < stubs_.size(); ++server) {
@@ -122,6 +122,16 @@ class GrpcPsClient final : public PsClient {
             ", expected server ", server, " (check the order of --servers)"));
       }
       version = std::min(version, resp.version());
+      max_version = std::max(max_version, std::max(resp.version(), resp.max_version()));
+    }
+    if (max_version != version) {
+      // A worker stopped after pushing part of a step: some chunks moved on,
+      // and the weights they had are gone. Only a checkpoint can restore a
+      // consistent state; say so rather than train on a mix.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Register: the servers' chunks are at versions ", version, " to ", max_version,
+          ": a worker stopped in the middle of a step, and resuming needs every chunk at one "
+          "version (restart the servers)"));
     }
     return version;
   }
@@ -300,7 +310,7 @@ class GrpcPsClient final : public PsClient {
   // expected version, and copies them into the flat vector.
   absl::Status CopyWeights(const ChunkCall& call) {
     WireMessage response;
-    absl::Status s = DecodeWireMessage(call.response, &response);
+    absl::Status s = DecodeWireMessage(call.response, call.chunk_ids.size(), &response);
     if (!s.ok()) {
       return absl::DataLossError(absl::StrCat(call.op, ": server ", call.server, ": ",
                                               s.message()));

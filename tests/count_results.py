@@ -1,8 +1,9 @@
 """Counts test cases from Bazel's test.xml files for the targets in a log.
 
-Usage: count_results.py BAZEL_TEST_LOG TESTLOGS_DIR
+Usage: count_results.py BAZEL_TEST_LOG TESTLOGS_DIR [NAME PASSED|FAILED]...
 Prints the per-target table and a last line "N passed, N failed"; exits 1
-if anything failed. A target that failed without a failing test case in its
+if anything failed. Each NAME RESULT pair after the first two arguments is
+one more checked item (such as a build in another configuration). A target that failed without a failing test case in its
 XML (a crash, a timeout, a build failure) counts as one failure.
 """
 import os
@@ -47,6 +48,13 @@ def main():
         print(f"{target}: {status} ({p} passed, {f} failed)")
         passed += p
         failed += f
+    extra = sys.argv[3:]
+    for name, result in zip(extra[::2], extra[1::2]):
+        print(f"{name}: {result}")
+        if result == "PASSED":
+            passed += 1
+        else:
+            failed += 1
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or passed == 0 else 0
 

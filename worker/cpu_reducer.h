@@ -1,4 +1,5 @@
 // Reducer over CPU "devices": plain host buffers, one per device thread.
+// Sums in device order and leaves its inputs unchanged.
 #ifndef PSYNC_WORKER_CPU_REDUCER_H_
 #define PSYNC_WORKER_CPU_REDUCER_H_
 
@@ -16,7 +17,7 @@ class CpuReducer final : public Reducer {
   int num_devices() const override { return num_devices_; }
   absl::StatusOr<Buffer> AllocateDevice(int device, int64_t n) override;
   absl::StatusOr<Buffer> AllocateHost(int64_t n) override;
-  absl::Status Reduce(absl::Span<const float* const> device_in, int64_t count,
+  absl::Status Reduce(absl::Span<float* const> device_in, int64_t count,
                       float* host_out) override;
   absl::Status Broadcast(const float* host_in, int64_t count,
                          absl::Span<float* const> device_out) override;

@@ -11,7 +11,7 @@ TEST(CpuReducerTest, SumsInDeviceOrder) {
   auto r = CpuReducer::Create(3);
   ASSERT_TRUE(r.ok());
   std::vector<float> a = {1e8f, 1, 2}, b = {1, 2, 3}, c = {-1e8f, 3, 4}, out(3);
-  const float* in[] = {a.data(), b.data(), c.data()};
+  float* in[] = {a.data(), b.data(), c.data()};
   ASSERT_TRUE((*r)->Reduce(in, 3, out.data()).ok());
   EXPECT_EQ(out[0], (1e8f + 1.0f) + -1e8f);  // order matters in float; device order used
   EXPECT_EQ(out[1], 6.0f);
@@ -32,7 +32,7 @@ TEST(CpuReducerTest, WrongDeviceCountIsAnError) {
   EXPECT_EQ(CpuReducer::Create(0).status().code(), absl::StatusCode::kInvalidArgument);
   auto r = CpuReducer::Create(2);
   std::vector<float> a(1), out(1);
-  const float* in[] = {a.data()};
+  float* in[] = {a.data()};
   auto s = (*r)->Reduce(in, 1, out.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("1 device buffers, expected 2"), std::string::npos) << s;

@@ -18,6 +18,8 @@
 #include "glog/logging.h"
 #include "worker/cpu_reducer.h"
 #include "worker/data/dataset.h"
+#include "worker/device.h"
+#include "worker/gpu/gpu.h"
 #include "worker/model.h"
 #include "worker/rpc/grpc_ps_client.h"
 #include "worker/trainer.h"
@@ -25,8 +27,11 @@
 ABSL_FLAG(std::string, servers, "", "Server addresses host:port,... in server-rank order.");
 ABSL_FLAG(int, worker_rank, 0, "This worker's rank in 0..num_workers-1.");
 ABSL_FLAG(int, num_workers, 1, "Number of workers.");
-ABSL_FLAG(int, devices, 1, "CPU devices on this worker (one thread and model replica each).");
-ABSL_FLAG(std::string, model, "mlp", "Model: mlp.");
+ABSL_FLAG(int, devices, 1, "Devices on this worker (one thread and model replica each).");
+ABSL_FLAG(std::string, device, "auto",
+          "auto: CUDA devices when usable GPUs exist (and the model runs on them), else CPU; "
+          "cpu; cuda (fails at start without GPUs).");
+ABSL_FLAG(std::string, model, "mlp", "Model: mlp or cnn.");
 ABSL_FLAG(int64_t, batch_per_device, 32, "Samples per device per step.");
 ABSL_FLAG(int, epochs, 1, "Epochs to train (ignored if --steps > 0).");
 ABSL_FLAG(int64_t, steps, 0, "If > 0, total steps to train instead of --epochs.");
@@ -111,10 +116,18 @@ absl::Status Run() {
         ", expected both >= 1"));
   }
 
-  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer, CpuReducer::Create(devices));
+  const std::string model = absl::GetFlag(FLAGS_model);
+  PSYNC_ASSIGN_OR_RETURN(const DeviceChoice device,
+                         ChooseDevice(absl::GetFlag(FLAGS_device), ProbeGpus(), devices,
+                                      /*model_on_cuda=*/model == "mlp"));
+  LOG(INFO) << "worker " << options.worker_rank << " uses " << devices << " "
+            << (device.cuda ? "CUDA" : "CPU") << " devices: " << device.reason;
+  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
+                         device.cuda ? CreateNcclReducer(devices) : CpuReducer::Create(devices));
   std::vector<std::unique_ptr<Model>> replicas;
   for (int d = 0; d < devices; ++d) {
-    PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, CreateCpuModel(absl::GetFlag(FLAGS_model)));
+    PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Model> m,
+                           device.cuda ? CreateCudaModel(model, d) : CreateCpuModel(model));
     replicas.push_back(std::move(m));
   }
   PSYNC_ASSIGN_OR_RETURN(Layout layout,
@@ -126,7 +139,7 @@ absl::Status Run() {
   LOG(INFO) << "worker " << options.worker_rank << "/" << options.num_workers << ": model "
             << absl::GetFlag(FLAGS_model) << " (" << layout.total_elements() << " parameters, "
             << layout.chunks().size() << " chunks on " << servers.size() << " servers, layout "
-            << layout.fingerprint() << "), " << devices << " CPU devices x batch "
+            << layout.fingerprint() << "), " << devices << " devices x batch "
             << options.batch_per_device << ", " << data.train.size << " training samples";
 
   GrpcPsClientOptions client_options;

@@ -35,10 +35,11 @@ class Reducer {
   // PsClient sends from and receives into these buffers directly).
   virtual absl::StatusOr<Buffer> AllocateHost(int64_t n) = 0;
 
-  // host_out[i] = sum over devices d of device_in[d][i], added in device
-  // order (so the result is the same on every run).
-  // REQUIRES: device_in.size() == num_devices().
-  virtual absl::Status Reduce(absl::Span<const float* const> device_in, int64_t count,
+  // host_out[i] = sum over devices d of device_in[d][i]. The same inputs
+  // give the same bits on every run. A backend may use device_in[0] as its
+  // accumulator (NCCL reduces in place there), so all inputs are left
+  // unspecified afterwards. REQUIRES: device_in.size() == num_devices().
+  virtual absl::Status Reduce(absl::Span<float* const> device_in, int64_t count,
                               float* host_out) = 0;
 
   // Copies host_in to every device buffer.

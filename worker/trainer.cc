@@ -138,7 +138,7 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
   absl::Status push_status;
   auto push = [&](int a, int b) {
     const int64_t offset = tensor_offsets_[a], count = tensor_offsets_[b] - offset;
-    std::vector<const float*> grads(devices);
+    std::vector<float*> grads(devices);
     for (int d = 0; d < devices; ++d) grads[d] = device_grads_[d].get() + offset;
     absl::Status s = reducer_->Reduce(grads, count, host_grads_.get() + offset);
     if (s.ok()) {

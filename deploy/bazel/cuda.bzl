@@ -8,7 +8,7 @@ cudart. The .cu files may include CUDA headers and the `hdrs` given here
 
 load("@local_cuda//:config.bzl", "NVCC")
 
-def cuda_library(name, srcs, hdrs = [], deps = [], visibility = None):
+def cuda_library(name, srcs, hdrs = [], deps = [], tags = [], visibility = None):
     objects = []
     for src in srcs:
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
@@ -16,6 +16,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], visibility = None):
             name = obj + "_nvcc",
             srcs = [src] + hdrs,
             outs = [obj],
+            tags = tags,
             cmd = " ".join([
                 NVCC,
                 "-c -O3 -std=c++17 -Xcompiler -fPIC",
@@ -32,5 +33,6 @@ def cuda_library(name, srcs, hdrs = [], deps = [], visibility = None):
         srcs = objects,
         hdrs = hdrs,
         deps = deps + ["@local_cuda//:cudart"],
+        tags = tags,
         visibility = visibility,
     )

@@ -22,7 +22,8 @@
 ABSL_FLAG(int, servers, 2, "Parameter servers to start.");
 ABSL_FLAG(int, workers, 2, "Workers to start.");
 ABSL_FLAG(int, devices_per_worker, 2, "CPU devices per worker.");
-ABSL_FLAG(std::string, model, "mlp", "Model: mlp.");
+ABSL_FLAG(std::string, model, "mlp", "Model: mlp or cnn.");
+ABSL_FLAG(std::string, device, "auto", "Worker devices: auto, cpu or cuda.");
 ABSL_FLAG(int64_t, batch_per_device, 32, "Samples per device per step.");
 ABSL_FLAG(std::string, device_weights, "", "Relative device speeds, e.g. 1,3 (default: equal).");
 ABSL_FLAG(int, epochs, 1, "Epochs to train (ignored if --steps > 0).");
@@ -124,6 +125,7 @@ class Launcher {
           absl::StrCat("--num_workers=", num_workers),
           absl::StrCat("--devices=", absl::GetFlag(FLAGS_devices_per_worker)),
           absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
+          absl::StrCat("--device=", absl::GetFlag(FLAGS_device)),
           absl::StrCat("--batch_per_device=", absl::GetFlag(FLAGS_batch_per_device)),
           absl::StrCat("--device_weights=", absl::GetFlag(FLAGS_device_weights)),
           absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs)),

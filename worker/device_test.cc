@@ -1,0 +1,45 @@
+#include "worker/device.h"
+
+#include "gtest/gtest.h"
+
+namespace psync {
+namespace {
+
+const GpuInfo kNone{0, "no usable GPU: cudaErrorInsufficientDriver"};
+const GpuInfo kTwo{2, "2 CUDA devices"};
+
+TEST(ChooseDeviceTest, AutoPicksCudaOnlyWhenItCan) {
+  auto c = ChooseDevice("auto", kTwo, 2, true);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->cuda);
+  c = ChooseDevice("auto", kNone, 1, true);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->cuda);
+  EXPECT_NE(c->reason.find("InsufficientDriver"), std::string::npos) << c->reason;
+  c = ChooseDevice("auto", kTwo, 4, true);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->cuda);
+  EXPECT_NE(c->reason.find("only 2"), std::string::npos) << c->reason;
+  c = ChooseDevice("auto", kTwo, 1, false);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->cuda);
+}
+
+TEST(ChooseDeviceTest, CudaFailsClearlyWithoutGpus) {
+  auto c = ChooseDevice("cuda", kNone, 1, true);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(c.status().message().find("InsufficientDriver"), std::string::npos);
+  EXPECT_EQ(ChooseDevice("cuda", kTwo, 3, true).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(ChooseDevice("cuda", kTwo, 2, true)->cuda);
+}
+
+TEST(ChooseDeviceTest, CpuAndBadFlags) {
+  EXPECT_FALSE(ChooseDevice("cpu", kTwo, 1, true)->cuda);
+  auto c = ChooseDevice("tpu", kTwo, 1, true);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("'tpu'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace psync

@@ -1,0 +1,178 @@
+#include "worker/gpu/cuda_mlp.h"
+
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/gpu/cuda_check.h"
+#include "worker/gpu/kernels.h"
+#include "worker/model_util.h"
+
+namespace psync {
+namespace {
+
+constexpr int64_t kEvalSlice = 4096;
+// The device's legacy default stream (see nccl_reducer.h).
+const cudaStream_t kStream = cudaStreamLegacy;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaMlp>> CudaMlp::Create(std::vector<int64_t> sizes, int device) {
+  if (sizes.size() < 2) {
+    return absl::InvalidArgumentError("CudaMlp: need at least input and class sizes");
+  }
+  for (int64_t s : sizes) {
+    if (s < 1) return absl::InvalidArgumentError(absl::StrCat("CudaMlp: layer size ", s));
+  }
+  std::unique_ptr<CudaMlp> m(new CudaMlp(std::move(sizes), device));
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  PSYNC_CUBLAS_RETURN_IF_ERROR(cublasCreate(&m->cublas_));
+  PSYNC_CUBLAS_RETURN_IF_ERROR(cublasSetStream(m->cublas_, kStream));
+  return m;
+}
+
+CudaMlp::CudaMlp(std::vector<int64_t> sizes, int device)
+    : sizes_(std::move(sizes)), device_(device) {
+  int64_t offset = 0;
+  for (int k = 1; k <= layers(); ++k) {
+    weight_offset_.push_back(offset);
+    params_.push_back({absl::StrCat("fc", k, ".weight"), {sizes_[k], sizes_[k - 1]}});
+    offset += sizes_[k] * sizes_[k - 1];
+    bias_offset_.push_back(offset);
+    params_.push_back({absl::StrCat("fc", k, ".bias"), {sizes_[k]}});
+    offset += sizes_[k];
+  }
+  acts_.assign(layers() + 1, nullptr);
+  deltas_.assign(layers() + 1, nullptr);
+}
+
+CudaMlp::~CudaMlp() {
+  cudaSetDevice(device_);
+  for (float* p : acts_) cudaFree(p);
+  for (float* p : deltas_) cudaFree(p);
+  cudaFree(inputs_);
+  cudaFree(labels_);
+  cudaFree(loss_);
+  cudaFree(correct_);
+  cudaFree(ones_);
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+}
+
+absl::Status CudaMlp::EnsureScratch(int64_t n) {
+  if (n <= rows_) return absl::OkStatus();
+  auto grow = [n](auto** p, int64_t per_row) -> absl::Status {
+    cudaFree(*p);
+    *p = nullptr;
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(p), n * per_row * sizeof(**p)));
+    return absl::OkStatus();
+  };
+  PSYNC_RETURN_IF_ERROR(grow(&inputs_, sizes_[0]));
+  PSYNC_RETURN_IF_ERROR(grow(&labels_, 1));
+  PSYNC_RETURN_IF_ERROR(grow(&loss_, 1));
+  PSYNC_RETURN_IF_ERROR(grow(&correct_, 1));
+  PSYNC_RETURN_IF_ERROR(grow(&ones_, 1));
+  PSYNC_CUDA_RETURN_IF_ERROR(gpu::Fill(ones_, n, 1.0f, kStream));
+  for (int k = 1; k <= layers(); ++k) {
+    PSYNC_RETURN_IF_ERROR(grow(&acts_[k], sizes_[k]));
+    PSYNC_RETURN_IF_ERROR(grow(&deltas_[k], sizes_[k]));
+  }
+  host_loss_.resize(n);
+  host_correct_.resize(n);
+  rows_ = n;
+  return absl::OkStatus();
+}
+
+// Row-major Y[n, out] = X[n, in] W[out, in]^T is, in cuBLAS's column-major
+// terms, Y^T = W X^T with W stored as an [in, out] column-major matrix.
+absl::StatusOr<BatchStats> CudaMlp::Forward(const float* weights, const Batch& batch,
+                                            bool backward) {
+  const int64_t n = batch.n;
+  PSYNC_RETURN_IF_ERROR(EnsureScratch(n));
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inputs_, batch.inputs, n * sizes_[0] * sizeof(float),
+                                             cudaMemcpyHostToDevice, kStream));
+  PSYNC_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(labels_, batch.labels, n, cudaMemcpyHostToDevice, kStream));
+  const float one = 1.0f, zero = 0.0f;
+  for (int k = 1; k <= layers(); ++k) {
+    const int64_t in = sizes_[k - 1], out = sizes_[k];
+    const float* x = k == 1 ? inputs_ : acts_[k - 1];
+    PSYNC_CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one,
+                                             weights + weight_offset_[k - 1], in, x, in, &zero,
+                                             acts_[k], out));
+    PSYNC_CUDA_RETURN_IF_ERROR(gpu::AddBias(acts_[k], weights + bias_offset_[k - 1], n, out,
+                                            /*relu=*/k < layers(), kStream));
+  }
+  const int64_t classes = sizes_.back();
+  PSYNC_CUDA_RETURN_IF_ERROR(gpu::SoftmaxCrossEntropy(acts_[layers()], labels_, n, classes,
+                                                      backward ? deltas_[layers()] : nullptr,
+                                                      loss_, correct_, kStream));
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_loss_.data(), loss_, n * sizeof(float),
+                                             cudaMemcpyDeviceToHost, kStream));
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_correct_.data(), correct_, n * sizeof(int32_t),
+                                             cudaMemcpyDeviceToHost, kStream));
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(kStream));
+  BatchStats stats;
+  stats.count = n;
+  for (int64_t i = 0; i < n; ++i) {
+    stats.loss_sum += host_loss_[i];
+    stats.correct += host_correct_[i];
+  }
+  return stats;
+}
+
+absl::StatusOr<BatchStats> CudaMlp::Evaluate(const float* weights, const Batch& batch) {
+  PSYNC_RETURN_IF_ERROR(ValidateBatch("CudaMlp::Evaluate", weights, batch, sizes_.back()));
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  BatchStats total;
+  for (int64_t start = 0; start < batch.n; start += kEvalSlice) {
+    const int64_t n = std::min(kEvalSlice, batch.n - start);
+    PSYNC_ASSIGN_OR_RETURN(
+        BatchStats s,
+        Forward(weights, Batch{batch.inputs + start * sizes_[0], batch.labels + start, n}, false));
+    total.Add(s);
+  }
+  return total;
+}
+
+absl::StatusOr<BatchStats> CudaMlp::DoComputeGradients(const float* weights, const Batch& batch,
+                                                       float* grad,
+                                                       const GradientsReady& ready) {
+  if (grad == nullptr) return absl::InvalidArgumentError("CudaMlp::ComputeGradients: grad is null");
+  PSYNC_RETURN_IF_ERROR(ValidateBatch("CudaMlp::ComputeGradients", weights, batch, sizes_.back()));
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  int64_t total = 0;
+  for (const TensorSpec& t : params_) total += t.NumElements();
+  if (batch.n == 0) {
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grad, 0, total * sizeof(float), kStream));
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(kStream));
+    if (ready) ready(0, static_cast<int>(params_.size()));
+    return BatchStats{};
+  }
+  PSYNC_ASSIGN_OR_RETURN(BatchStats stats, Forward(weights, batch, /*backward=*/true));
+  const int64_t n = batch.n;
+  const float one = 1.0f, zero = 0.0f;
+  for (int k = layers(); k >= 1; --k) {
+    const int64_t in = sizes_[k - 1], out = sizes_[k];
+    const float* x = k == 1 ? inputs_ : acts_[k - 1];
+    // dW^T [in, out] = X^T dY, i.e. row-major dW = dY^T X: sums over the batch.
+    PSYNC_CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one,
+                                             x, in, deltas_[k], out, &zero,
+                                             grad + weight_offset_[k - 1], in));
+    // db = dY summed over samples (a [out, n] column-major matrix times ones).
+    PSYNC_CUBLAS_RETURN_IF_ERROR(cublasSgemv(cublas_, CUBLAS_OP_N, out, n, &one, deltas_[k], out,
+                                             ones_, 1, &zero, grad + bias_offset_[k - 1], 1));
+    // Enqueued, in stream order: a reducer that orders itself after the
+    // default stream sees these gradients final.
+    if (ready) ready(2 * (k - 1), 2 * k);
+    if (k == 1) break;
+    // dX^T [in, n] = W^T-as-stored [in, out] times dY^T [out, n].
+    PSYNC_CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one,
+                                             weights + weight_offset_[k - 1], in, deltas_[k], out,
+                                             &zero, deltas_[k - 1], in));
+    PSYNC_CUDA_RETURN_IF_ERROR(gpu::ReluMask(deltas_[k - 1], acts_[k - 1], n * in, kStream));
+  }
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(kStream));
+  return stats;
+}
+
+}  // namespace psync

@@ -1,0 +1,51 @@
+// The GPU side of a build with CUDA.
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "worker/gpu/cuda_mlp.h"
+#include "worker/gpu/gpu.h"
+#include "worker/gpu/nccl_reducer.h"
+
+namespace psync {
+
+GpuInfo ProbeGpus() {
+  int runtime = 0, nccl = 0;
+  cudaRuntimeGetVersion(&runtime);
+  ncclGetVersion(&nccl);
+  const std::string versions = absl::StrCat("CUDA runtime ", runtime, ", NCCL ", nccl);
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    return {0, absl::StrCat("no usable GPU: cudaGetDeviceCount failed with ", cudaGetErrorName(e),
+                            " (", cudaGetErrorString(e), "); ", versions)};
+  }
+  if (count == 0) return {0, absl::StrCat("no CUDA devices found; ", versions)};
+  std::vector<std::string> names;
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, d) == cudaSuccess) {
+      names.push_back(absl::StrCat(d, ": ", prop.name, " (sm_", prop.major, prop.minor, ")"));
+    }
+  }
+  return {count, absl::StrCat(count, " CUDA devices [", absl::StrJoin(names, "; "), "]; ",
+                              versions)};
+}
+
+absl::StatusOr<std::unique_ptr<Reducer>> CreateNcclReducer(int num_devices) {
+  return NcclReducer::Create(num_devices);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> CreateCudaModel(const std::string& name, int device) {
+  if (name == "mlp") {
+    auto m = CudaMlp::Create({784, 256, 128, 10}, device);
+    if (!m.ok()) return m.status();
+    return std::unique_ptr<Model>(std::move(*m));
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "CreateCudaModel: no CUDA implementation of model \"", name,
+      "\" (GPU models: mlp); use --device=cpu"));
+}
+
+}  // namespace psync

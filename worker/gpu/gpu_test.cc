@@ -1,0 +1,109 @@
+// GPU against CPU on fixed inputs. Built everywhere; each test skips itself
+// where no usable GPU exists (ProbeGpus says why).
+#include "worker/gpu/gpu.h"
+
+#include <cmath>
+#include <vector>
+
+#include "common/init.h"
+#include "gtest/gtest.h"
+#include "worker/cpu_reducer.h"
+#include "worker/mlp.h"
+
+namespace psync {
+namespace {
+
+#define SKIP_WITHOUT_GPUS(n)                                                      \
+  do {                                                                            \
+    const GpuInfo gpus = ProbeGpus();                                             \
+    if (gpus.count < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs: " << gpus.detail; \
+  } while (0)
+
+void ExpectRelativelyClose(const std::vector<float>& gpu, const std::vector<float>& cpu,
+                           double tolerance) {
+  ASSERT_EQ(gpu.size(), cpu.size());
+  int bad = 0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    if (std::fabs(gpu[i] - cpu[i]) > tolerance * std::max(1.0f, std::fabs(cpu[i])) && ++bad < 5) {
+      ADD_FAILURE() << i << ": gpu " << gpu[i] << ", cpu " << cpu[i];
+    }
+  }
+}
+
+TEST(GpuTest, ProbeAlwaysExplainsItself) {
+  const GpuInfo gpus = ProbeGpus();
+  EXPECT_FALSE(gpus.detail.empty());
+  if (gpus.count == 0) {
+    EXPECT_FALSE(CreateNcclReducer(1).ok());
+    EXPECT_FALSE(CreateCudaModel("mlp", 0).ok());
+  }
+}
+
+TEST(GpuTest, CudaMlpMatchesCpuMlp) {
+  SKIP_WITHOUT_GPUS(1);
+  CpuMlp cpu;
+  auto gpu = CreateCudaModel("mlp", 0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto reducer = CreateNcclReducer(1);  // moves buffers between host and device 0
+  ASSERT_TRUE(reducer.ok()) << reducer.status();
+  const int64_t n = cpu.num_parameters();
+  std::vector<float> w(n);
+  int64_t offset = 0;
+  for (const TensorSpec& t : cpu.parameters()) {
+    InitialValues(3, t, 0, t.NumElements(), w.data() + offset);
+    offset += t.NumElements();
+  }
+  const int batch = 7;
+  std::vector<float> x(batch * 784);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 131) % 255) / 255.0f;
+  std::vector<uint8_t> y = {0, 1, 2, 3, 4, 5, 9};
+  std::vector<float> cpu_grad(n);
+  auto cpu_stats = cpu.ComputeGradients(w.data(), {x.data(), y.data(), batch}, cpu_grad.data());
+  ASSERT_TRUE(cpu_stats.ok());
+
+  auto dw = (*reducer)->AllocateDevice(0, n);
+  auto dg = (*reducer)->AllocateDevice(0, n);
+  ASSERT_TRUE(dw.ok() && dg.ok());
+  float* dw_ptr[] = {dw->get()};
+  ASSERT_TRUE((*reducer)->Broadcast(w.data(), n, dw_ptr).ok());
+  auto gpu_stats =
+      (*gpu)->ComputeGradients(dw->get(), {x.data(), y.data(), batch}, dg->get());
+  ASSERT_TRUE(gpu_stats.ok()) << gpu_stats.status();
+  std::vector<float> gpu_grad(n);
+  float* dg_ptr[] = {dg->get()};
+  ASSERT_TRUE((*reducer)->Reduce(dg_ptr, n, gpu_grad.data()).ok());
+  EXPECT_NEAR(gpu_stats->loss_sum, cpu_stats->loss_sum, 1e-4 * cpu_stats->loss_sum);
+  EXPECT_EQ(gpu_stats->correct, cpu_stats->correct);
+  ExpectRelativelyClose(gpu_grad, cpu_grad, 1e-4);
+}
+
+// The reducer's only ways in and out are Broadcast (host to every device)
+// and Reduce (every device to host), so: broadcast values, reduce them, and
+// compare with the CPU reducer summing the same values once per device.
+TEST(GpuTest, NcclReducerMatchesCpuReducer) {
+  SKIP_WITHOUT_GPUS(2);
+  const int devices = ProbeGpus().count;
+  auto nccl = CreateNcclReducer(devices);
+  ASSERT_TRUE(nccl.ok()) << nccl.status();
+  auto cpu = CpuReducer::Create(devices);
+  ASSERT_TRUE(cpu.ok());
+  const int64_t n = 1000003;  // not a multiple of anything
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 97) / 7.0f;
+  std::vector<Reducer::Buffer> buffers;
+  std::vector<float*> device_ptrs, host_ptrs(devices, values.data());
+  for (int d = 0; d < devices; ++d) {
+    auto b = (*nccl)->AllocateDevice(d, n);
+    ASSERT_TRUE(b.ok()) << b.status();
+    device_ptrs.push_back(b->get());
+    buffers.push_back(std::move(*b));
+  }
+  ASSERT_TRUE((*nccl)->Broadcast(values.data(), n, device_ptrs).ok());
+  std::vector<float> got(n), expected(n);
+  ASSERT_TRUE((*nccl)->Reduce(device_ptrs, n, got.data()).ok());
+  ASSERT_TRUE((*cpu)->Reduce(host_ptrs, n, expected.data()).ok());
+  ExpectRelativelyClose(got, expected, 1e-6);
+}
+
+}  // namespace
+}  // namespace psync

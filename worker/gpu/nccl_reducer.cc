@@ -1,0 +1,122 @@
+#include "worker/gpu/nccl_reducer.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/gpu/cuda_check.h"
+
+namespace psync {
+
+absl::StatusOr<std::unique_ptr<Reducer>> NcclReducer::Create(int num_devices) {
+  std::unique_ptr<NcclReducer> r(new NcclReducer());
+  PSYNC_RETURN_IF_ERROR(r->Init(num_devices));
+  return std::unique_ptr<Reducer>(std::move(r));
+}
+
+absl::Status NcclReducer::Init(int num_devices) {
+  int available = 0;
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&available));
+  if (num_devices < 1 || num_devices > available) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NcclReducer: ", num_devices, " devices asked for, ", available, " CUDA devices present"));
+  }
+  std::vector<int> devices(num_devices);
+  for (int d = 0; d < num_devices; ++d) devices[d] = d;
+  comms_.resize(num_devices);
+  PSYNC_NCCL_RETURN_IF_ERROR(ncclCommInitAll(comms_.data(), num_devices, devices.data()));
+  for (int d = 0; d < num_devices; ++d) {
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(d));
+    cudaStream_t stream;
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    streams_.push_back(stream);
+    cudaEvent_t event;
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    events_.push_back(event);
+  }
+  return absl::OkStatus();
+}
+
+NcclReducer::~NcclReducer() {
+  for (size_t d = 0; d < streams_.size(); ++d) {
+    cudaSetDevice(static_cast<int>(d));
+    cudaStreamDestroy(streams_[d]);
+    cudaEventDestroy(events_[d]);
+  }
+  for (ncclComm_t comm : comms_) {
+    if (comm != nullptr) ncclCommDestroy(comm);
+  }
+}
+
+absl::Status NcclReducer::CheckDevices(const char* op, size_t given) const {
+  if (given != comms_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("NcclReducer::", op, ": ", given,
+                                                   " device buffers, expected ", comms_.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Reducer::Buffer> NcclReducer::AllocateDevice(int device, int64_t n) {
+  if (device < 0 || device >= num_devices() || n < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("NcclReducer::AllocateDevice: device ", device,
+                                                   ", ", n, " floats"));
+  }
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  void* p = nullptr;
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, n * sizeof(float)));
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaMemset(p, 0, n * sizeof(float)));
+  return Buffer(static_cast<float*>(p), [device](float* q) {
+    cudaSetDevice(device);
+    cudaFree(q);
+  });
+}
+
+absl::StatusOr<Reducer::Buffer> NcclReducer::AllocateHost(int64_t n) {
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("NcclReducer: ", n, " floats"));
+  void* p = nullptr;
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, n * sizeof(float)));
+  std::fill(static_cast<float*>(p), static_cast<float*>(p) + n, 0.0f);
+  return Buffer(static_cast<float*>(p), [](float* q) { cudaFreeHost(q); });
+}
+
+absl::Status NcclReducer::Reduce(absl::Span<float* const> device_in, int64_t count,
+                                 float* host_out) {
+  PSYNC_RETURN_IF_ERROR(CheckDevices("Reduce", device_in.size()));
+  // After everything the models enqueued so far (this layer's gradients).
+  for (int d = 0; d < num_devices(); ++d) {
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(d));
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[d], cudaStreamLegacy));
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(streams_[d], events_[d], 0));
+  }
+  PSYNC_NCCL_RETURN_IF_ERROR(ncclGroupStart());
+  for (int d = 0; d < num_devices(); ++d) {
+    // In place on the root: device 0's buffer becomes the sum.
+    PSYNC_NCCL_RETURN_IF_ERROR(ncclReduce(device_in[d], device_in[0], count, ncclFloat, ncclSum,
+                                          /*root=*/0, comms_[d], streams_[d]));
+  }
+  PSYNC_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out, device_in[0], count * sizeof(float),
+                                             cudaMemcpyDeviceToHost, streams_[0]));
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(streams_[0]));
+  return absl::OkStatus();
+}
+
+absl::Status NcclReducer::Broadcast(const float* host_in, int64_t count,
+                                    absl::Span<float* const> device_out) {
+  PSYNC_RETURN_IF_ERROR(CheckDevices("Broadcast", device_out.size()));
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_out[0], host_in, count * sizeof(float),
+                                             cudaMemcpyHostToDevice, streams_[0]));
+  PSYNC_NCCL_RETURN_IF_ERROR(ncclGroupStart());
+  for (int d = 0; d < num_devices(); ++d) {
+    PSYNC_NCCL_RETURN_IF_ERROR(ncclBroadcast(device_out[0], device_out[d], count, ncclFloat,
+                                             /*root=*/0, comms_[d], streams_[d]));
+  }
+  PSYNC_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
+  for (int d = 0; d < num_devices(); ++d) {
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(d));
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(streams_[d]));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace psync

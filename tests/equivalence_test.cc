@@ -11,6 +11,7 @@
 #include "common/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
+#include "worker/gpu/gpu.h"
 
 namespace psync {
 namespace {
@@ -98,6 +99,30 @@ TEST(EquivalenceTest, DistributedMatchesSingleDeviceAndIsReproducible) {
   EXPECT_GT(std::stod(JsonField(single.summary, "test_accuracy")), 0.3);
   EXPECT_EQ(compared, 235146);
   std::printf("largest |w_single - w_dist| / (1 + |w|) = %.3g\n", worst);
+}
+
+// The same on GPUs: NCCL local reduction and the CUDA MLP. Skipped where
+// fewer than 2 GPUs are usable.
+TEST(EquivalenceTest, DistributedOnGpusMatchesSingleDevice) {
+  const GpuInfo gpus = ProbeGpus();
+  if (gpus.count < 2) GTEST_SKIP() << "needs 2 GPUs: " << gpus.detail;
+  std::vector<std::string> single = Shape(1, 1, 1, 32), dist = Shape(2, 2, 2, 8);
+  single.push_back("--device=cuda");
+  dist.push_back("--device=cuda");
+  const LaunchResult a = Launch("gpu_single", single);
+  const LaunchResult b = Launch("gpu_dist", dist);
+  ASSERT_EQ(a.exit_code, 0);
+  ASSERT_EQ(b.exit_code, 0);
+  auto wa = ReadSafetensors(a.weights_path);
+  auto wb = ReadSafetensors(b.weights_path);
+  ASSERT_TRUE(wa.ok() && wb.ok());
+  for (const auto& [name, ta] : *wa) {
+    const LoadedTensor& tb = wb->at(name);
+    for (size_t i = 0; i < ta.values.size(); ++i) {
+      ASSERT_LE(std::fabs(ta.values[i] - tb.values[i]), 1e-5 * (1 + std::fabs(ta.values[i])))
+          << name << "[" << i << "]";
+    }
+  }
 }
 
 TEST(EquivalenceTest, AFailingWorkerFailsTheRun) {

@@ -5,7 +5,7 @@
 namespace psync {
 
 absl::StatusOr<DeviceChoice> ChooseDevice(absl::string_view flag, const GpuInfo& gpus,
-                                          int devices, bool model_on_cuda) {
+                                          int devices) {
   if (flag == "cpu") return DeviceChoice{false, "--device=cpu"};
   if (flag != "auto" && flag != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat("--device is '", flag,
@@ -17,8 +17,6 @@ absl::StatusOr<DeviceChoice> ChooseDevice(absl::string_view flag, const GpuInfo&
   } else if (gpus.count < devices) {
     missing = absl::StrCat(devices, " devices wanted but only ", gpus.count,
                            " CUDA devices found (", gpus.detail, ")");
-  } else if (!model_on_cuda) {
-    missing = "this model has no CUDA implementation yet (GPU models: mlp)";
   }
   if (missing.empty()) return DeviceChoice{true, gpus.detail};
   if (flag == "cuda") {

@@ -15,13 +15,11 @@ struct DeviceChoice {
   std::string reason;  // for the log: why this device
 };
 
-// `flag` is auto, cpu or cuda; `devices` the devices the worker wants;
-// `model_on_cuda` whether the model has a CUDA implementation. auto picks
-// CUDA when enough usable GPUs exist and the model runs on them, CPU
-// otherwise; cuda fails (FailedPrecondition, naming what is missing) where
-// auto would fall back.
+// `flag` is auto, cpu or cuda; `devices` the devices the worker wants.
+// auto picks CUDA when enough usable GPUs exist, CPU otherwise; cuda fails
+// (FailedPrecondition, naming what is missing) where auto would fall back.
 absl::StatusOr<DeviceChoice> ChooseDevice(absl::string_view flag, const GpuInfo& gpus,
-                                          int devices, bool model_on_cuda);
+                                          int devices);
 
 }  // namespace psync
 

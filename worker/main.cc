@@ -118,8 +118,7 @@ absl::Status Run() {
 
   const std::string model = absl::GetFlag(FLAGS_model);
   PSYNC_ASSIGN_OR_RETURN(const DeviceChoice device,
-                         ChooseDevice(absl::GetFlag(FLAGS_device), ProbeGpus(), devices,
-                                      /*model_on_cuda=*/model == "mlp"));
+                         ChooseDevice(absl::GetFlag(FLAGS_device), ProbeGpus(), devices));
   LOG(INFO) << "worker " << options.worker_rank << " uses " << devices << " "
             << (device.cuda ? "CUDA" : "CPU") << " devices: " << device.reason;
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,

@@ -1,10 +1,11 @@
-// CUDA, cuBLAS and NCCL results as absl::Status, with the library's own
+// CUDA, cuBLAS, cuDNN and NCCL results as absl::Status, with the library's own
 // message. Only for code compiled with CUDA.
 #ifndef PSYNC_WORKER_GPU_CUDA_CHECK_H_
 #define PSYNC_WORKER_GPU_CUDA_CHECK_H_
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 #include <nccl.h>
 
 #include "absl/status/status.h"
@@ -31,7 +32,19 @@ inline absl::Status CublasStatus(cublasStatus_t s, const char* expr) {
                                           cublasGetStatusString(s)));
 }
 
+inline absl::Status CudnnStatus(cudnnStatus_t s, const char* expr) {
+  if (s == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(expr, ": cuDNN error ", static_cast<int>(s), ": ",
+                                          cudnnGetErrorString(s)));
+}
+
 }  // namespace psync
+
+#define PSYNC_CUDNN_RETURN_IF_ERROR(expr)                                 \
+  do {                                                                    \
+    ::absl::Status psync_cudnn_status_ = ::psync::CudnnStatus((expr), #expr); \
+    if (!psync_cudnn_status_.ok()) return psync_cudnn_status_;           \
+  } while (0)
 
 #define PSYNC_CUDA_RETURN_IF_ERROR(expr)                                \
   do {                                                                  \

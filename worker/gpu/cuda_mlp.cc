@@ -52,8 +52,6 @@ CudaMlp::~CudaMlp() {
   for (float* p : deltas_) cudaFree(p);
   cudaFree(inputs_);
   cudaFree(labels_);
-  cudaFree(loss_);
-  cudaFree(correct_);
   cudaFree(ones_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
 }
@@ -68,22 +66,16 @@ absl::Status CudaMlp::EnsureScratch(int64_t n) {
   };
   PSYNC_RETURN_IF_ERROR(grow(&inputs_, sizes_[0]));
   PSYNC_RETURN_IF_ERROR(grow(&labels_, 1));
-  PSYNC_RETURN_IF_ERROR(grow(&loss_, 1));
-  PSYNC_RETURN_IF_ERROR(grow(&correct_, 1));
   PSYNC_RETURN_IF_ERROR(grow(&ones_, 1));
   PSYNC_CUDA_RETURN_IF_ERROR(gpu::Fill(ones_, n, 1.0f, kStream));
   for (int k = 1; k <= layers(); ++k) {
     PSYNC_RETURN_IF_ERROR(grow(&acts_[k], sizes_[k]));
     PSYNC_RETURN_IF_ERROR(grow(&deltas_[k], sizes_[k]));
   }
-  host_loss_.resize(n);
-  host_correct_.resize(n);
   rows_ = n;
   return absl::OkStatus();
 }
 
-// Row-major Y[n, out] = X[n, in] W[out, in]^T is, in cuBLAS's column-major
-// terms, Y^T = W X^T with W stored as an [in, out] column-major matrix.
 absl::StatusOr<BatchStats> CudaMlp::Forward(const float* weights, const Batch& batch,
                                             bool backward) {
   const int64_t n = batch.n;
@@ -92,32 +84,14 @@ absl::StatusOr<BatchStats> CudaMlp::Forward(const float* weights, const Batch& b
                                              cudaMemcpyHostToDevice, kStream));
   PSYNC_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(labels_, batch.labels, n, cudaMemcpyHostToDevice, kStream));
-  const float one = 1.0f, zero = 0.0f;
   for (int k = 1; k <= layers(); ++k) {
-    const int64_t in = sizes_[k - 1], out = sizes_[k];
-    const float* x = k == 1 ? inputs_ : acts_[k - 1];
-    PSYNC_CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one,
-                                             weights + weight_offset_[k - 1], in, x, in, &zero,
-                                             acts_[k], out));
-    PSYNC_CUDA_RETURN_IF_ERROR(gpu::AddBias(acts_[k], weights + bias_offset_[k - 1], n, out,
-                                            /*relu=*/k < layers(), kStream));
+    PSYNC_RETURN_IF_ERROR(DenseForward(cublas_, k == 1 ? inputs_ : acts_[k - 1],
+                                       weights + weight_offset_[k - 1],
+                                       weights + bias_offset_[k - 1], n, sizes_[k - 1], sizes_[k],
+                                       /*relu=*/k < layers(), acts_[k]));
   }
-  const int64_t classes = sizes_.back();
-  PSYNC_CUDA_RETURN_IF_ERROR(gpu::SoftmaxCrossEntropy(acts_[layers()], labels_, n, classes,
-                                                      backward ? deltas_[layers()] : nullptr,
-                                                      loss_, correct_, kStream));
-  PSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_loss_.data(), loss_, n * sizeof(float),
-                                             cudaMemcpyDeviceToHost, kStream));
-  PSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_correct_.data(), correct_, n * sizeof(int32_t),
-                                             cudaMemcpyDeviceToHost, kStream));
-  PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(kStream));
-  BatchStats stats;
-  stats.count = n;
-  for (int64_t i = 0; i < n; ++i) {
-    stats.loss_sum += host_loss_[i];
-    stats.correct += host_correct_[i];
-  }
-  return stats;
+  return head_.Run(acts_[layers()], labels_, n, sizes_.back(),
+                   backward ? deltas_[layers()] : nullptr);
 }
 
 absl::StatusOr<BatchStats> CudaMlp::Evaluate(const float* weights, const Batch& batch) {
@@ -150,26 +124,19 @@ absl::StatusOr<BatchStats> CudaMlp::DoComputeGradients(const float* weights, con
   }
   PSYNC_ASSIGN_OR_RETURN(BatchStats stats, Forward(weights, batch, /*backward=*/true));
   const int64_t n = batch.n;
-  const float one = 1.0f, zero = 0.0f;
   for (int k = layers(); k >= 1; --k) {
     const int64_t in = sizes_[k - 1], out = sizes_[k];
-    const float* x = k == 1 ? inputs_ : acts_[k - 1];
-    // dW^T [in, out] = X^T dY, i.e. row-major dW = dY^T X: sums over the batch.
-    PSYNC_CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one,
-                                             x, in, deltas_[k], out, &zero,
-                                             grad + weight_offset_[k - 1], in));
-    // db = dY summed over samples (a [out, n] column-major matrix times ones).
-    PSYNC_CUBLAS_RETURN_IF_ERROR(cublasSgemv(cublas_, CUBLAS_OP_N, out, n, &one, deltas_[k], out,
-                                             ones_, 1, &zero, grad + bias_offset_[k - 1], 1));
+    PSYNC_RETURN_IF_ERROR(DenseBackward(cublas_, k == 1 ? inputs_ : acts_[k - 1],
+                                        weights + weight_offset_[k - 1], deltas_[k], ones_, n, in,
+                                        out, grad + weight_offset_[k - 1],
+                                        grad + bias_offset_[k - 1],
+                                        k == 1 ? nullptr : deltas_[k - 1]));
     // Enqueued, in stream order: a reducer that orders itself after the
     // default stream sees these gradients final.
     if (ready) ready(2 * (k - 1), 2 * k);
-    if (k == 1) break;
-    // dX^T [in, n] = W^T-as-stored [in, out] times dY^T [out, n].
-    PSYNC_CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one,
-                                             weights + weight_offset_[k - 1], in, deltas_[k], out,
-                                             &zero, deltas_[k - 1], in));
-    PSYNC_CUDA_RETURN_IF_ERROR(gpu::ReluMask(deltas_[k - 1], acts_[k - 1], n * in, kStream));
+    if (k > 1) {
+      PSYNC_CUDA_RETURN_IF_ERROR(gpu::ReluMask(deltas_[k - 1], acts_[k - 1], n * in, kStream));
+    }
   }
   PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(kStream));
   return stats;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/gpu/cuda_layers.h"
 #include "worker/model.h"
 
 namespace psync {
@@ -34,7 +35,7 @@ class CudaMlp final : public Model {
                                                 const GradientsReady& ready) override;
   absl::Status EnsureScratch(int64_t n);
   // Copies the batch over and fills acts_[1..L]; returns the summed stats
-  // (and writes dlogits into deltas_[L] if `backward`).
+  // (and writes dlogits into deltas_[L] if `backward`). Waits for the stream.
   absl::StatusOr<BatchStats> Forward(const float* weights, const Batch& batch, bool backward);
   int layers() const { return static_cast<int>(sizes_.size()) - 1; }
 
@@ -49,11 +50,8 @@ class CudaMlp final : public Model {
   float* inputs_ = nullptr;
   uint8_t* labels_ = nullptr;
   std::vector<float*> acts_, deltas_;  // per layer 1..L (index 0 unused)
-  float* loss_ = nullptr;
-  int32_t* correct_ = nullptr;
   float* ones_ = nullptr;
-  std::vector<float> host_loss_;
-  std::vector<int32_t> host_correct_;
+  SoftmaxHead head_;
 };
 
 }  // namespace psync

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/gpu/cuda_cnn.h"
 #include "worker/gpu/cuda_mlp.h"
 #include "worker/gpu/gpu.h"
 #include "worker/gpu/nccl_reducer.h"
@@ -43,9 +44,13 @@ absl::StatusOr<std::unique_ptr<Model>> CreateCudaModel(const std::string& name, 
     if (!m.ok()) return m.status();
     return std::unique_ptr<Model>(std::move(*m));
   }
-  return absl::UnimplementedError(absl::StrCat(
-      "CreateCudaModel: no CUDA implementation of model \"", name,
-      "\" (GPU models: mlp); use --device=cpu"));
+  if (name == "cnn") {
+    auto m = CudaCnn::Create(CnnConfig{}, device);
+    if (!m.ok()) return m.status();
+    return std::unique_ptr<Model>(std::move(*m));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "CreateCudaModel: unknown model \"", name, "\", known: mlp, cnn"));
 }
 
 }  // namespace psync

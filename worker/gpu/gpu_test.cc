@@ -7,6 +7,7 @@
 
 #include "common/init.h"
 #include "gtest/gtest.h"
+#include "worker/cnn.h"
 #include "worker/cpu_reducer.h"
 #include "worker/mlp.h"
 
@@ -39,14 +40,12 @@ TEST(GpuTest, ProbeAlwaysExplainsItself) {
   }
 }
 
-TEST(GpuTest, CudaMlpMatchesCpuMlp) {
-  SKIP_WITHOUT_GPUS(1);
-  CpuMlp cpu;
-  auto gpu = CreateCudaModel("mlp", 0);
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  auto reducer = CreateNcclReducer(1);  // moves buffers between host and device 0
-  ASSERT_TRUE(reducer.ok()) << reducer.status();
+// Forward and backward of the same weights and batch on both; loss,
+// accuracy and every gradient must agree (1e-4 relative). Uses a
+// one-device reducer to move buffers between host and device 0.
+void CompareOnFixedInputs(Model& cpu, Model& gpu, Reducer& reducer) {
   const int64_t n = cpu.num_parameters();
+  ASSERT_EQ(gpu.num_parameters(), n);
   std::vector<float> w(n);
   int64_t offset = 0;
   for (const TensorSpec& t : cpu.parameters()) {
@@ -54,27 +53,50 @@ TEST(GpuTest, CudaMlpMatchesCpuMlp) {
     offset += t.NumElements();
   }
   const int batch = 7;
-  std::vector<float> x(batch * 784);
+  std::vector<float> x(batch * cpu.input_dim());
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 131) % 255) / 255.0f;
   std::vector<uint8_t> y = {0, 1, 2, 3, 4, 5, 9};
   std::vector<float> cpu_grad(n);
   auto cpu_stats = cpu.ComputeGradients(w.data(), {x.data(), y.data(), batch}, cpu_grad.data());
   ASSERT_TRUE(cpu_stats.ok());
 
-  auto dw = (*reducer)->AllocateDevice(0, n);
-  auto dg = (*reducer)->AllocateDevice(0, n);
+  auto dw = reducer.AllocateDevice(0, n);
+  auto dg = reducer.AllocateDevice(0, n);
   ASSERT_TRUE(dw.ok() && dg.ok());
   float* dw_ptr[] = {dw->get()};
-  ASSERT_TRUE((*reducer)->Broadcast(w.data(), n, dw_ptr).ok());
-  auto gpu_stats =
-      (*gpu)->ComputeGradients(dw->get(), {x.data(), y.data(), batch}, dg->get());
+  ASSERT_TRUE(reducer.Broadcast(w.data(), n, dw_ptr).ok());
+  auto gpu_stats = gpu.ComputeGradients(dw->get(), {x.data(), y.data(), batch}, dg->get());
   ASSERT_TRUE(gpu_stats.ok()) << gpu_stats.status();
   std::vector<float> gpu_grad(n);
   float* dg_ptr[] = {dg->get()};
-  ASSERT_TRUE((*reducer)->Reduce(dg_ptr, n, gpu_grad.data()).ok());
+  ASSERT_TRUE(reducer.Reduce(dg_ptr, n, gpu_grad.data()).ok());
   EXPECT_NEAR(gpu_stats->loss_sum, cpu_stats->loss_sum, 1e-4 * cpu_stats->loss_sum);
   EXPECT_EQ(gpu_stats->correct, cpu_stats->correct);
   ExpectRelativelyClose(gpu_grad, cpu_grad, 1e-4);
+  auto gpu_eval = gpu.Evaluate(dw->get(), {x.data(), y.data(), batch});
+  ASSERT_TRUE(gpu_eval.ok());
+  EXPECT_NEAR(gpu_eval->loss_sum, cpu_stats->loss_sum, 1e-4 * cpu_stats->loss_sum);
+}
+
+TEST(GpuTest, CudaMlpMatchesCpuMlp) {
+  SKIP_WITHOUT_GPUS(1);
+  CpuMlp cpu;
+  auto gpu = CreateCudaModel("mlp", 0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto reducer = CreateNcclReducer(1);
+  ASSERT_TRUE(reducer.ok()) << reducer.status();
+  CompareOnFixedInputs(cpu, **gpu, **reducer);
+}
+
+TEST(GpuTest, CudaCnnMatchesCpuCnn) {
+  SKIP_WITHOUT_GPUS(1);
+  auto cpu = CpuCnn::Create(CnnConfig{});
+  ASSERT_TRUE(cpu.ok());
+  auto gpu = CreateCudaModel("cnn", 0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto reducer = CreateNcclReducer(1);
+  ASSERT_TRUE(reducer.ok()) << reducer.status();
+  CompareOnFixedInputs(**cpu, **gpu, **reducer);
 }
 
 // The reducer's only ways in and out are Broadcast (host to every device)

@@ -1,0 +1,76 @@
+// The CNN of worker/cnn.h on a CUDA device: convolution, max-pooling and
+// ReLU through cuDNN (forward, backward data, backward filter), the dense
+// layers through cuBLAS.
+#ifndef PSYNC_WORKER_GPU_CUDA_CNN_H_
+#define PSYNC_WORKER_GPU_CUDA_CNN_H_
+
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/cnn.h"
+#include "worker/gpu/cuda_layers.h"
+#include "worker/model.h"
+
+namespace psync {
+
+// Same parameters, order and math as CpuCnn (cross-correlation, 'same'
+// padding, 2x2 max-pooling, NCHW, channel-major flatten). Weights and
+// gradients are device pointers on `device`; batches are in host memory.
+// Deterministic cuDNN algorithms only. Work runs on the device's legacy
+// default stream. Not thread-safe: one replica per device thread.
+class CudaCnn final : public Model {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaCnn>> Create(const CnnConfig& config, int device);
+  ~CudaCnn() override;
+
+  const std::vector<TensorSpec>& parameters() const override { return cpu_->parameters(); }
+  int64_t input_dim() const override { return cpu_->input_dim(); }
+  absl::StatusOr<BatchStats> Evaluate(const float* weights, const Batch& batch) override;
+
+ private:
+  CudaCnn(const CnnConfig& config, int device, std::unique_ptr<CpuCnn> cpu);
+  absl::Status Init();
+  absl::StatusOr<BatchStats> DoComputeGradients(const float* weights, const Batch& batch,
+                                                float* grad,
+                                                const GradientsReady& ready) override;
+  // Sets the batch-size-dependent descriptors and scratch.
+  absl::Status Prepare(int64_t n);
+  absl::StatusOr<BatchStats> Forward(const float* weights, const Batch& batch, bool backward);
+  const float* param(const float* flat, int i) const { return flat + offsets_[i]; }
+
+  const CnnConfig c_;
+  const int device_;
+  const std::unique_ptr<CpuCnn> cpu_;  // parameter specs and shapes only
+  std::vector<int64_t> offsets_;
+  cublasHandle_t cublas_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  // Descriptors: tensors (NCHW, for the current batch size), filters,
+  // biases as [1, C, 1, 1].
+  cudnnTensorDescriptor_t x_desc_ = nullptr, act1_desc_ = nullptr, pool1_desc_ = nullptr,
+                          act2_desc_ = nullptr, pool2_desc_ = nullptr, b1_desc_ = nullptr,
+                          b2_desc_ = nullptr;
+  cudnnFilterDescriptor_t w1_desc_ = nullptr, w2_desc_ = nullptr;
+  cudnnConvolutionDescriptor_t conv_ = nullptr;
+  cudnnPoolingDescriptor_t pool_ = nullptr;
+  cudnnActivationDescriptor_t relu_ = nullptr;
+
+  // Device scratch for up to rows_ samples.
+  int64_t rows_ = 0;
+  std::vector<void*> allocations_;
+  float *inputs_ = nullptr, *act1_ = nullptr, *pool1_ = nullptr, *act2_ = nullptr,
+        *pool2_ = nullptr, *hidden_ = nullptr, *logits_ = nullptr, *dlogits_ = nullptr,
+        *dhidden_ = nullptr, *dpool2_ = nullptr, *dact2_ = nullptr, *dpool1_ = nullptr,
+        *dact1_ = nullptr, *ones_ = nullptr;
+  uint8_t* labels_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  SoftmaxHead head_;
+};
+
+}  // namespace psync
+
+#endif  // PSYNC_WORKER_GPU_CUDA_CNN_H_

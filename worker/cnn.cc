@@ -228,16 +228,11 @@ void CpuCnn::Forward(const float* weights, const float* inputs, int64_t n) {
 
 absl::StatusOr<BatchStats> CpuCnn::Evaluate(const float* weights, const Batch& batch) {
   PSYNC_RETURN_IF_ERROR(ValidateBatch("CpuCnn::Evaluate", weights, batch, c_.classes));
-  BatchStats total;
-  for (int64_t start = 0; start < batch.n; start += kEvalSlice) {
-    const int64_t n = std::min(kEvalSlice, batch.n - start);
-    Forward(weights, batch.inputs + start * input_dim(), n);
-    total.Add(SoftmaxCrossEntropy(logits_.data(),
-                                  Batch{batch.inputs + start * input_dim(),
-                                        batch.labels + start, n},
-                                  c_.classes, nullptr));
-  }
-  return total;
+  return EvaluateInSlices(batch, input_dim(), kEvalSlice,
+                          [&](const Batch& slice) -> absl::StatusOr<BatchStats> {
+                            Forward(weights, slice.inputs, slice.n);
+                            return SoftmaxCrossEntropy(logits_.data(), slice, c_.classes, nullptr);
+                          });
 }
 
 absl::StatusOr<BatchStats> CpuCnn::DoComputeGradients(const float* weights, const Batch& batch,

@@ -58,4 +58,18 @@ BatchStats SoftmaxCrossEntropy(const float* logits, const Batch& batch, int64_t 
   return stats;
 }
 
+absl::StatusOr<BatchStats> EvaluateInSlices(
+    const Batch& batch, int64_t input_dim, int64_t slice,
+    const std::function<absl::StatusOr<BatchStats>(const Batch&)>& forward) {
+  BatchStats total;
+  for (int64_t start = 0; start < batch.n; start += slice) {
+    const int64_t n = std::min(slice, batch.n - start);
+    absl::StatusOr<BatchStats> s =
+        forward(Batch{batch.inputs + start * input_dim, batch.labels + start, n});
+    if (!s.ok()) return s.status();
+    total.Add(*s);
+  }
+  return total;
+}
+
 }  // namespace psync

@@ -4,8 +4,10 @@
 #define PSYNC_WORKER_MODEL_UTIL_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "worker/model.h"
 
 namespace psync {
@@ -21,6 +23,12 @@ absl::Status ValidateBatch(const char* op, const float* weights, const Batch& ba
 // the summed loss there: softmax - onehot. Log-sum-exp in double.
 BatchStats SoftmaxCrossEntropy(const float* logits, const Batch& batch, int64_t num_classes,
                                float* dlogits);
+
+// Evaluates a large batch in slices of at most `slice` samples (bounding a
+// model's scratch memory) and adds up the stats.
+absl::StatusOr<BatchStats> EvaluateInSlices(
+    const Batch& batch, int64_t input_dim, int64_t slice,
+    const std::function<absl::StatusOr<BatchStats>(const Batch&)>& forward);
 
 }  // namespace psync
 

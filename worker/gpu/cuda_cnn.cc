@@ -161,20 +161,7 @@ absl::StatusOr<BatchStats> CudaCnn::Forward(const float* weights, const Batch& b
       cudaMemcpyAsync(labels_, batch.labels, n, cudaMemcpyHostToDevice, stream));
   const float one = 1.0f, zero = 0.0f;
   // conv -> + bias -> ReLU (in place) -> max-pool, twice.
-  struct Stage {
-    cudnnTensorDescriptor_t in_desc;
-    const float* in;
-    cudnnFilterDescriptor_t w_desc;
-    int w, b;
-    cudnnTensorDescriptor_t b_desc, act_desc;
-    float* act;
-    cudnnTensorDescriptor_t pool_desc;
-    float* pooled;
-  };
-  const Stage stages[] = {
-      {x_desc_, inputs_, w1_desc_, 0, 1, b1_desc_, act1_desc_, act1_, pool1_desc_, pool1_},
-      {pool1_desc_, pool1_, w2_desc_, 2, 3, b2_desc_, act2_desc_, act2_, pool2_desc_, pool2_}};
-  for (const Stage& s : stages) {
+  for (const Stage& s : {Stage1(), Stage2()}) {
     PSYNC_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
         cudnn_, &one, s.in_desc, s.in, s.w_desc, param(weights, s.w), conv_, kFwdAlgo,
         workspace_, workspace_bytes_, &zero, s.act_desc, s.act));
@@ -193,19 +180,37 @@ absl::StatusOr<BatchStats> CudaCnn::Forward(const float* weights, const Batch& b
   return head_.Run(logits_, labels_, n, c_.classes, backward ? dlogits_ : nullptr);
 }
 
+// Back through max-pool and ReLU (ReLU's input is gone, but its output
+// has the same sign pattern), then the filter and bias gradients and, if
+// din is not null, the gradient for the stage's input.
+absl::Status CudaCnn::StageBackward(const Stage& s, const float* weights, const float* dpooled,
+                                    float* dw, float* db, float* din) {
+  const float one = 1.0f, zero = 0.0f;
+  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnPoolingBackward(cudnn_, pool_, &one, s.pool_desc, s.pooled,
+                                                   s.pool_desc, dpooled, s.act_desc, s.act, &zero,
+                                                   s.act_desc, s.dact));
+  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnActivationBackward(cudnn_, relu_, &one, s.act_desc, s.act,
+                                                      s.act_desc, s.dact, s.act_desc, s.act,
+                                                      &zero, s.act_desc, s.dact));
+  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
+      cudnn_, &one, s.in_desc, s.in, s.act_desc, s.dact, conv_, kBwdFilterAlgo, workspace_,
+      workspace_bytes_, &zero, s.w_desc, dw));
+  PSYNC_CUDNN_RETURN_IF_ERROR(
+      cudnnConvolutionBackwardBias(cudnn_, &one, s.act_desc, s.dact, &zero, s.b_desc, db));
+  if (din != nullptr) {
+    PSYNC_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
+        cudnn_, &one, s.w_desc, param(weights, s.w), s.act_desc, s.dact, conv_, kBwdDataAlgo,
+        workspace_, workspace_bytes_, &zero, s.in_desc, din));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<BatchStats> CudaCnn::Evaluate(const float* weights, const Batch& batch) {
   PSYNC_RETURN_IF_ERROR(ValidateBatch("CudaCnn::Evaluate", weights, batch, c_.classes));
   PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  BatchStats total;
-  for (int64_t start = 0; start < batch.n; start += kEvalSlice) {
-    const int64_t n = std::min(kEvalSlice, batch.n - start);
-    PSYNC_ASSIGN_OR_RETURN(
-        BatchStats s,
-        Forward(weights, Batch{batch.inputs + start * input_dim(), batch.labels + start, n},
-                false));
-    total.Add(s);
-  }
-  return total;
+  return EvaluateInSlices(batch, input_dim(), kEvalSlice, [&](const Batch& slice) {
+    return Forward(weights, slice, /*backward=*/false);
+  });
 }
 
 absl::StatusOr<BatchStats> CudaCnn::DoComputeGradients(const float* weights, const Batch& batch,
@@ -226,7 +231,6 @@ absl::StatusOr<BatchStats> CudaCnn::DoComputeGradients(const float* weights, con
   const int64_t n = batch.n;
   const int64_t flat = c_.conv2_channels * (c_.height / 4) * (c_.width / 4);
   auto g = [&](int i) { return grad + offsets_[i]; };
-  const float one = 1.0f, zero = 0.0f;
 
   PSYNC_RETURN_IF_ERROR(DenseBackward(cublas_, hidden_, param(weights, 6), dlogits_, ones_, n,
                                       c_.hidden, c_.classes, g(6), g(7), dhidden_));
@@ -236,35 +240,9 @@ absl::StatusOr<BatchStats> CudaCnn::DoComputeGradients(const float* weights, con
                                       flat, c_.hidden, g(4), g(5), dpool2_));
   if (ready) ready(4, 6);
 
-  // Back through pool2 and ReLU (ReLU's input is gone; its output has the
-  // same sign pattern), then conv2's filter, bias and data gradients.
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnPoolingBackward(cudnn_, pool_, &one, pool2_desc_, pool2_,
-                                                   pool2_desc_, dpool2_, act2_desc_, act2_, &zero,
-                                                   act2_desc_, dact2_));
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnActivationBackward(cudnn_, relu_, &one, act2_desc_, act2_,
-                                                      act2_desc_, dact2_, act2_desc_, act2_,
-                                                      &zero, act2_desc_, dact2_));
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
-      cudnn_, &one, pool1_desc_, pool1_, act2_desc_, dact2_, conv_, kBwdFilterAlgo, workspace_,
-      workspace_bytes_, &zero, w2_desc_, g(2)));
-  PSYNC_CUDNN_RETURN_IF_ERROR(
-      cudnnConvolutionBackwardBias(cudnn_, &one, act2_desc_, dact2_, &zero, b2_desc_, g(3)));
+  PSYNC_RETURN_IF_ERROR(StageBackward(Stage2(), weights, dpool2_, g(2), g(3), dpool1_));
   if (ready) ready(2, 4);
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
-      cudnn_, &one, w2_desc_, param(weights, 2), act2_desc_, dact2_, conv_, kBwdDataAlgo,
-      workspace_, workspace_bytes_, &zero, pool1_desc_, dpool1_));
-
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnPoolingBackward(cudnn_, pool_, &one, pool1_desc_, pool1_,
-                                                   pool1_desc_, dpool1_, act1_desc_, act1_, &zero,
-                                                   act1_desc_, dact1_));
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnActivationBackward(cudnn_, relu_, &one, act1_desc_, act1_,
-                                                      act1_desc_, dact1_, act1_desc_, act1_,
-                                                      &zero, act1_desc_, dact1_));
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
-      cudnn_, &one, x_desc_, inputs_, act1_desc_, dact1_, conv_, kBwdFilterAlgo, workspace_,
-      workspace_bytes_, &zero, w1_desc_, g(0)));
-  PSYNC_CUDNN_RETURN_IF_ERROR(
-      cudnnConvolutionBackwardBias(cudnn_, &one, act1_desc_, dact1_, &zero, b1_desc_, g(1)));
+  PSYNC_RETURN_IF_ERROR(StageBackward(Stage1(), weights, dpool1_, g(0), g(1), nullptr));
   if (ready) ready(0, 2);
   PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return stats;

@@ -40,6 +40,30 @@ class CudaCnn final : public Model {
   // Sets the batch-size-dependent descriptors and scratch.
   absl::Status Prepare(int64_t n);
   absl::StatusOr<BatchStats> Forward(const float* weights, const Batch& batch, bool backward);
+
+  // One conv -> bias -> ReLU -> max-pool stage: its descriptors, parameter
+  // indices and buffers.
+  struct Stage {
+    cudnnTensorDescriptor_t in_desc;
+    const float* in;
+    cudnnFilterDescriptor_t w_desc;
+    int w, b;
+    cudnnTensorDescriptor_t b_desc, act_desc;
+    float* act;
+    float* dact;
+    cudnnTensorDescriptor_t pool_desc;
+    float* pooled;
+  };
+  Stage Stage1() const {
+    return {x_desc_, inputs_, w1_desc_, 0, 1, b1_desc_, act1_desc_, act1_, dact1_, pool1_desc_,
+            pool1_};
+  }
+  Stage Stage2() const {
+    return {pool1_desc_, pool1_, w2_desc_, 2, 3, b2_desc_, act2_desc_, act2_, dact2_, pool2_desc_,
+            pool2_};
+  }
+  absl::Status StageBackward(const Stage& s, const float* weights, const float* dpooled,
+                             float* dw, float* db, float* din);
   const float* param(const float* flat, int i) const { return flat + offsets_[i]; }
 
   const CnnConfig c_;

@@ -97,15 +97,9 @@ absl::StatusOr<BatchStats> CudaMlp::Forward(const float* weights, const Batch& b
 absl::StatusOr<BatchStats> CudaMlp::Evaluate(const float* weights, const Batch& batch) {
   PSYNC_RETURN_IF_ERROR(ValidateBatch("CudaMlp::Evaluate", weights, batch, sizes_.back()));
   PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  BatchStats total;
-  for (int64_t start = 0; start < batch.n; start += kEvalSlice) {
-    const int64_t n = std::min(kEvalSlice, batch.n - start);
-    PSYNC_ASSIGN_OR_RETURN(
-        BatchStats s,
-        Forward(weights, Batch{batch.inputs + start * sizes_[0], batch.labels + start, n}, false));
-    total.Add(s);
-  }
-  return total;
+  return EvaluateInSlices(batch, input_dim(), kEvalSlice, [&](const Batch& slice) {
+    return Forward(weights, slice, /*backward=*/false);
+  });
 }
 
 absl::StatusOr<BatchStats> CudaMlp::DoComputeGradients(const float* weights, const Batch& batch,

@@ -115,6 +115,12 @@ class GrpcPsClient final : public PsClient {
       ctx.set_wait_for_ready(true);
       proto::RegisterResponse resp;
       grpc::Status st = stubs_[server]->Register(&ctx, req, &resp);
+      if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "Register: server ", server, " (", options_.server_addresses[server],
+            ") did not answer within the connect timeout of ",
+            absl::FormatDuration(options_.connect_timeout), "; is it running?"));
+      }
       if (!st.ok()) return ServerError("Register", static_cast<int>(server), st);
       if (resp.server_rank() != static_cast<int>(server)) {
         return absl::FailedPreconditionError(absl::StrCat(

@@ -5,6 +5,21 @@
 #include "worker/gpu/cuda_check.h"
 
 namespace psync {
+namespace {
+
+// Restores the calling thread's current device on exit. Reduce runs on a
+// model's device thread (the last to finish a layer), which goes on
+// launching work on its own device afterwards.
+class CurrentDeviceGuard {
+ public:
+  CurrentDeviceGuard() { cudaGetDevice(&device_); }
+  ~CurrentDeviceGuard() { cudaSetDevice(device_); }
+
+ private:
+  int device_ = 0;
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Reducer>> NcclReducer::Create(int num_devices) {
   std::unique_ptr<NcclReducer> r(new NcclReducer());
@@ -13,6 +28,7 @@ absl::StatusOr<std::unique_ptr<Reducer>> NcclReducer::Create(int num_devices) {
 }
 
 absl::Status NcclReducer::Init(int num_devices) {
+  CurrentDeviceGuard guard;
   int available = 0;
   PSYNC_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&available));
   if (num_devices < 1 || num_devices > available) {
@@ -36,6 +52,7 @@ absl::Status NcclReducer::Init(int num_devices) {
 }
 
 NcclReducer::~NcclReducer() {
+  CurrentDeviceGuard guard;
   for (size_t d = 0; d < streams_.size(); ++d) {
     cudaSetDevice(static_cast<int>(d));
     cudaStreamDestroy(streams_[d]);
@@ -59,6 +76,7 @@ absl::StatusOr<Reducer::Buffer> NcclReducer::AllocateDevice(int device, int64_t 
     return absl::InvalidArgumentError(absl::StrCat("NcclReducer::AllocateDevice: device ", device,
                                                    ", ", n, " floats"));
   }
+  CurrentDeviceGuard guard;
   PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   void* p = nullptr;
   PSYNC_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, n * sizeof(float)));
@@ -80,6 +98,7 @@ absl::StatusOr<Reducer::Buffer> NcclReducer::AllocateHost(int64_t n) {
 absl::Status NcclReducer::Reduce(absl::Span<float* const> device_in, int64_t count,
                                  float* host_out) {
   PSYNC_RETURN_IF_ERROR(CheckDevices("Reduce", device_in.size()));
+  CurrentDeviceGuard guard;
   // After everything the models enqueued so far (this layer's gradients).
   for (int d = 0; d < num_devices(); ++d) {
     PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(d));
@@ -103,6 +122,7 @@ absl::Status NcclReducer::Reduce(absl::Span<float* const> device_in, int64_t cou
 absl::Status NcclReducer::Broadcast(const float* host_in, int64_t count,
                                     absl::Span<float* const> device_out) {
   PSYNC_RETURN_IF_ERROR(CheckDevices("Broadcast", device_out.size()));
+  CurrentDeviceGuard guard;
   PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
   PSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_out[0], host_in, count * sizeof(float),
                                              cudaMemcpyHostToDevice, streams_[0]));

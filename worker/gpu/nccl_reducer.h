@@ -12,7 +12,8 @@
 // model's work by events, so that while one layer is reduced and copied the
 // next layer's backward can already be running on the default stream.
 // Reduce returns once the sum is in host memory; Broadcast once the new
-// weights are on every device.
+// weights are on every device. Every call leaves the calling thread's
+// current CUDA device as it found it.
 #ifndef PSYNC_WORKER_GPU_NCCL_REDUCER_H_
 #define PSYNC_WORKER_GPU_NCCL_REDUCER_H_
 

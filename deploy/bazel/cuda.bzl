@@ -1,7 +1,7 @@
 """cuda_library: .cu files compiled by nvcc inside Bazel.
 
 Each .cu becomes an object through a genrule calling nvcc (for sm_80 and
-sm_90, position-independent), and the objects form a cc_library that links
+sm_90, plus sm_90 PTX for newer GPUs, position-independent), and the objects form a cc_library that links
 cudart. The .cu files may include CUDA headers and the `hdrs` given here
 (by their workspace path); nothing else. Only used where CUDA_ENABLED.
 """
@@ -22,6 +22,8 @@ def cuda_library(name, srcs, hdrs = [], deps = [], tags = [], visibility = None)
                 "-c -O3 -std=c++17 -Xcompiler -fPIC",
                 "-gencode arch=compute_80,code=sm_80",
                 "-gencode arch=compute_90,code=sm_90",
+                # PTX too, so that newer GPUs can compile the kernels at load.
+                "-gencode arch=compute_90,code=compute_90",
                 "-I.",
                 "-o $@",
                 "$(location %s)" % src,

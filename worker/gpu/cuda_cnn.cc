@@ -71,6 +71,9 @@ absl::Status CudaCnn::Init() {
   // PyTorch's Conv2d is a cross-correlation, as is CpuCnn's im2col.
   PSYNC_CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(
       conv_, k / 2, k / 2, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  // Full float32 arithmetic: no TF32 tensor-core math, which keeps 10
+  // mantissa bits and would drift from CpuCnn by ~1e-3.
+  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(conv_, CUDNN_FMA_MATH));
   PSYNC_CUDNN_RETURN_IF_ERROR(cudnnSetPooling2dDescriptor(
       pool_, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN, 2, 2, 0, 0, 2, 2));
   PSYNC_CUDNN_RETURN_IF_ERROR(
@@ -103,6 +106,7 @@ absl::Status CudaCnn::Prepare(int64_t n) {
   PSYNC_RETURN_IF_ERROR(SetNchw(pool2_desc_, n, c2, h / 4, w / 4));
   if (n <= rows_) return absl::OkStatus();
 
+  rows_ = 0;  // until every buffer below exists again
   for (void* p : allocations_) cudaFree(p);
   allocations_.clear();
   auto alloc = [&](auto** p, int64_t count) -> absl::Status {

@@ -44,6 +44,7 @@ SoftmaxHead::~SoftmaxHead() {
 
 absl::Status SoftmaxHead::Reserve(int64_t n) {
   if (n <= rows_) return absl::OkStatus();
+  rows_ = 0;  // until both buffers exist again
   cudaFree(loss_);
   cudaFree(correct_);
   loss_ = nullptr;

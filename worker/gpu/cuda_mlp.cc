@@ -58,6 +58,7 @@ CudaMlp::~CudaMlp() {
 
 absl::Status CudaMlp::EnsureScratch(int64_t n) {
   if (n <= rows_) return absl::OkStatus();
+  rows_ = 0;  // until every buffer below exists again
   auto grow = [n](auto** p, int64_t per_row) -> absl::Status {
     cudaFree(*p);
     *p = nullptr;

@@ -50,6 +50,9 @@ void CompareOnFixedInputs(Model& cpu, Model& gpu, Reducer& reducer) {
   int64_t offset = 0;
   for (const TensorSpec& t : cpu.parameters()) {
     InitialValues(3, t, 0, t.NumElements(), w.data() + offset);
+    if (t.shape.size() == 1) {  // biases start at 0: give them values to check
+      for (int64_t i = 0; i < t.NumElements(); ++i) w[offset + i] = 0.01f * ((i % 7) - 3);
+    }
     offset += t.NumElements();
   }
   const int batch = 7;
@@ -100,8 +103,9 @@ TEST(GpuTest, CudaCnnMatchesCpuCnn) {
 }
 
 // The reducer's only ways in and out are Broadcast (host to every device)
-// and Reduce (every device to host), so: broadcast values, reduce them, and
-// compare with the CPU reducer summing the same values once per device.
+// and Reduce (every device to host). Two broadcasts leave different values
+// on device 0 (A) and the others (B): the sum must be A + (D-1) B, as the
+// CPU reducer computes it.
 TEST(GpuTest, NcclReducerMatchesCpuReducer) {
   SKIP_WITHOUT_GPUS(2);
   const int devices = ProbeGpus().count;
@@ -110,19 +114,29 @@ TEST(GpuTest, NcclReducerMatchesCpuReducer) {
   auto cpu = CpuReducer::Create(devices);
   ASSERT_TRUE(cpu.ok());
   const int64_t n = 1000003;  // not a multiple of anything
-  std::vector<float> values(n);
-  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 97) / 7.0f;
-  std::vector<Reducer::Buffer> buffers;
-  std::vector<float*> device_ptrs, host_ptrs(devices, values.data());
-  for (int d = 0; d < devices; ++d) {
-    auto b = (*nccl)->AllocateDevice(d, n);
-    ASSERT_TRUE(b.ok()) << b.status();
-    device_ptrs.push_back(b->get());
-    buffers.push_back(std::move(*b));
+  std::vector<float> a(n), b(n);
+  for (int64_t i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(i % 97) / 7.0f;
+    b[i] = static_cast<float>(i % 89) / -3.0f;
   }
-  ASSERT_TRUE((*nccl)->Broadcast(values.data(), n, device_ptrs).ok());
+  std::vector<Reducer::Buffer> buffers;
+  std::vector<float*> device_ptrs;
+  for (int d = 0; d < devices; ++d) {
+    auto buffer = (*nccl)->AllocateDevice(d, n);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    device_ptrs.push_back(buffer->get());
+    buffers.push_back(std::move(*buffer));
+  }
+  auto scratch = (*nccl)->AllocateDevice(0, n);
+  ASSERT_TRUE(scratch.ok());
+  ASSERT_TRUE((*nccl)->Broadcast(a.data(), n, device_ptrs).ok());
+  std::vector<float*> others = device_ptrs;
+  others[0] = scratch->get();  // device 0 keeps A
+  ASSERT_TRUE((*nccl)->Broadcast(b.data(), n, others).ok());
   std::vector<float> got(n), expected(n);
   ASSERT_TRUE((*nccl)->Reduce(device_ptrs, n, got.data()).ok());
+  std::vector<float*> host_ptrs(devices, b.data());
+  host_ptrs[0] = a.data();
   ASSERT_TRUE((*cpu)->Reduce(host_ptrs, n, expected.data()).ok());
   ExpectRelativelyClose(got, expected, 1e-6);
 }

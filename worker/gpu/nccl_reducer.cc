@@ -43,9 +43,12 @@ absl::Status NcclReducer::Init(int num_devices) {
     PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(d));
     cudaStream_t stream;
     PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    streams_.push_back(stream);
     cudaEvent_t event;
-    PSYNC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    const cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    if (e != cudaSuccess) cudaStreamDestroy(stream);
+    PSYNC_CUDA_RETURN_IF_ERROR(e);
+    // Both or neither: the destructor walks them together.
+    streams_.push_back(stream);
     events_.push_back(event);
   }
   return absl::OkStatus();
@@ -105,13 +108,17 @@ absl::Status NcclReducer::Reduce(absl::Span<float* const> device_in, int64_t cou
     PSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[d], cudaStreamLegacy));
     PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(streams_[d], events_[d], 0));
   }
+  // A group must be closed even when a call inside it fails.
   PSYNC_NCCL_RETURN_IF_ERROR(ncclGroupStart());
-  for (int d = 0; d < num_devices(); ++d) {
+  ncclResult_t first = ncclSuccess;
+  for (int d = 0; d < num_devices() && first == ncclSuccess; ++d) {
     // In place on the root: device 0's buffer becomes the sum.
-    PSYNC_NCCL_RETURN_IF_ERROR(ncclReduce(device_in[d], device_in[0], count, ncclFloat, ncclSum,
-                                          /*root=*/0, comms_[d], streams_[d]));
+    first = ncclReduce(device_in[d], device_in[0], count, ncclFloat, ncclSum, /*root=*/0,
+                       comms_[d], streams_[d]);
   }
-  PSYNC_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
+  const ncclResult_t end = ncclGroupEnd();
+  PSYNC_NCCL_RETURN_IF_ERROR(first);
+  PSYNC_NCCL_RETURN_IF_ERROR(end);
   PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
   PSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out, device_in[0], count * sizeof(float),
                                              cudaMemcpyDeviceToHost, streams_[0]));
@@ -127,11 +134,14 @@ absl::Status NcclReducer::Broadcast(const float* host_in, int64_t count,
   PSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_out[0], host_in, count * sizeof(float),
                                              cudaMemcpyHostToDevice, streams_[0]));
   PSYNC_NCCL_RETURN_IF_ERROR(ncclGroupStart());
-  for (int d = 0; d < num_devices(); ++d) {
-    PSYNC_NCCL_RETURN_IF_ERROR(ncclBroadcast(device_out[0], device_out[d], count, ncclFloat,
-                                             /*root=*/0, comms_[d], streams_[d]));
+  ncclResult_t first = ncclSuccess;
+  for (int d = 0; d < num_devices() && first == ncclSuccess; ++d) {
+    first = ncclBroadcast(device_out[0], device_out[d], count, ncclFloat, /*root=*/0, comms_[d],
+                          streams_[d]);
   }
-  PSYNC_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
+  const ncclResult_t end = ncclGroupEnd();
+  PSYNC_NCCL_RETURN_IF_ERROR(first);
+  PSYNC_NCCL_RETURN_IF_ERROR(end);
   for (int d = 0; d < num_devices(); ++d) {
     PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(d));
     PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(streams_[d]));

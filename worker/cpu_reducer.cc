@@ -35,7 +35,7 @@ absl::StatusOr<Reducer::Buffer> CpuReducer::AllocateHost(int64_t n) {
   return Buffer(new float[n](), [](float* p) { delete[] p; });
 }
 
-absl::Status CpuReducer::Reduce(absl::Span<float* const> device_in, int64_t count,
+absl::Status CpuReducer::Reduce(int, int, absl::Span<float* const> device_in, int64_t count,
                                 float* host_out) {
   absl::Status s = CheckDevices("Reduce", device_in.size());
   if (!s.ok()) return s;

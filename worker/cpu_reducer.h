@@ -17,8 +17,8 @@ class CpuReducer final : public Reducer {
   int num_devices() const override { return num_devices_; }
   absl::StatusOr<Buffer> AllocateDevice(int device, int64_t n) override;
   absl::StatusOr<Buffer> AllocateHost(int64_t n) override;
-  absl::Status Reduce(absl::Span<float* const> device_in, int64_t count,
-                      float* host_out) override;
+  absl::Status Reduce(int first_tensor, int end_tensor, absl::Span<float* const> device_in,
+                      int64_t count, float* host_out) override;
   absl::Status Broadcast(const float* host_in, int64_t count,
                          absl::Span<float* const> device_out) override;
 

@@ -12,7 +12,7 @@ TEST(CpuReducerTest, SumsInDeviceOrder) {
   ASSERT_TRUE(r.ok());
   std::vector<float> a = {1e8f, 1, 2}, b = {1, 2, 3}, c = {-1e8f, 3, 4}, out(3);
   float* in[] = {a.data(), b.data(), c.data()};
-  ASSERT_TRUE((*r)->Reduce(in, 3, out.data()).ok());
+  ASSERT_TRUE((*r)->Reduce(0, 1, in, 3, out.data()).ok());
   EXPECT_EQ(out[0], (1e8f + 1.0f) + -1e8f);  // order matters in float; device order used
   EXPECT_EQ(out[1], 6.0f);
   EXPECT_EQ(out[2], 9.0f);
@@ -33,7 +33,7 @@ TEST(CpuReducerTest, WrongDeviceCountIsAnError) {
   auto r = CpuReducer::Create(2);
   std::vector<float> a(1), out(1);
   float* in[] = {a.data()};
-  auto s = (*r)->Reduce(in, 1, out.data());
+  auto s = (*r)->Reduce(0, 1, in, 1, out.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("1 device buffers, expected 2"), std::string::npos) << s;
 }

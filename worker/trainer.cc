@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   std::unique_ptr<Trainer> trainer(new Trainer(std::move(options), std::move(replicas),
                                                std::move(reducer), client, train, test));
   PSYNC_RETURN_IF_ERROR(trainer->AllocateBuffers());
+  trainer->comm_thread_ = std::thread([t = trainer.get()] { t->CommLoop(); });
   return trainer;
 }
 
@@ -113,6 +114,71 @@ absl::Status Trainer::AllocateBuffers() {
   return absl::OkStatus();
 }
 
+Trainer::~Trainer() {
+  {
+    absl::MutexLock lock(&comm_mu_);
+    comm_stop_ = true;
+  }
+  if (comm_thread_.joinable()) comm_thread_.join();
+}
+
+void Trainer::Push(const PushJob& job) {
+  absl::MutexLock lock(&comm_mu_);
+  if (reducer_->asynchronous()) {
+    comm_queue_.push_back(job);
+  } else if (comm_status_.ok()) {
+    comm_status_ = RunPush(job);
+  }
+}
+
+absl::Status Trainer::RunPush(const PushJob& job) {
+  const int devices = static_cast<int>(replicas_.size());
+  const int64_t offset = tensor_offsets_[job.first];
+  const int64_t count = tensor_offsets_[job.end] - offset;
+  std::vector<float*> grads(devices);
+  for (int d = 0; d < devices; ++d) grads[d] = device_grads_[d].get() + offset;
+  PSYNC_RETURN_IF_ERROR(
+      reducer_->Reduce(job.first, job.end, grads, count, host_grads_.get() + offset));
+  return client_->StartPushPull(job.step, job.samples, job.first, job.end, host_grads_.get(),
+                                host_weights_.get());
+}
+
+absl::Status Trainer::DrainPushes() {
+  absl::MutexLock lock(&comm_mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(comm_mu_) {
+    return comm_queue_.empty() && !comm_busy_;
+  };
+  comm_mu_.Await(absl::Condition(&idle));
+  absl::Status s = std::move(comm_status_);
+  comm_status_ = absl::OkStatus();
+  return s;
+}
+
+void Trainer::CommLoop() {
+  while (true) {
+    PushJob job;
+    {
+      absl::MutexLock lock(&comm_mu_);
+      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(comm_mu_) {
+        return !comm_queue_.empty() || comm_stop_;
+      };
+      comm_mu_.Await(absl::Condition(&work));
+      if (comm_queue_.empty()) return;  // stopping
+      job = comm_queue_.front();
+      comm_queue_.pop_front();
+      comm_busy_ = true;
+      if (!comm_status_.ok()) {  // the step has failed: drop the rest
+        comm_busy_ = false;
+        continue;
+      }
+    }
+    absl::Status s = RunPush(job);
+    absl::MutexLock lock(&comm_mu_);
+    if (comm_status_.ok()) comm_status_ = s;
+    comm_busy_ = false;
+  }
+}
+
 std::vector<float*> Trainer::DeviceWeights() const {
   std::vector<float*> out;
   for (const Reducer::Buffer& b : device_weights_) out.push_back(b.get());
@@ -131,32 +197,23 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
     samples += end[d] - begin[d];
   }
 
-  // Reduces tensors [a, b) over the devices and starts their push-pull; run
-  // by the last device to finish them (or by this thread without overlap).
-  absl::Mutex mu;
-  std::vector<int> finished(num_tensors, 0);  // devices done with each tensor
-  absl::Status push_status;
-  auto push = [&](int a, int b) {
-    const int64_t offset = tensor_offsets_[a], count = tensor_offsets_[b] - offset;
-    std::vector<float*> grads(devices);
-    for (int d = 0; d < devices; ++d) grads[d] = device_grads_[d].get() + offset;
-    absl::Status s = reducer_->Reduce(grads, count, host_grads_.get() + offset);
-    if (s.ok()) {
-      s = client_->StartPushPull(step, samples, a, b, host_grads_.get(), host_weights_.get());
-    }
-    if (push_status.ok()) push_status = s;
-  };
   // Devices may report different ranges (one with an empty batch reports
   // all tensors at once), so completion is counted per tensor; each run of
-  // tensors that this report completes is pushed, every tensor exactly once.
-  auto ready = [&](int a, int b) {
+  // tensors that a report completes is pushed (see Push), every tensor
+  // exactly once.
+  absl::Mutex mu;
+  std::vector<int> finished(num_tensors, 0);  // devices done with each tensor
+  absl::Status mark_status;
+  auto ready = [&](int d, int a, int b) {
+    absl::Status marked = reducer_->MarkReady(d, a, b);
     absl::MutexLock lock(&mu);
+    if (!marked.ok() && mark_status.ok()) mark_status = marked;
     int run_start = -1;
     for (int t = a; t <= b; ++t) {
       const bool complete = t < b && ++finished[t] == devices;
       if (complete && run_start < 0) run_start = t;
       if (!complete && run_start >= 0) {
-        push(run_start, t);
+        Push({step, samples, run_start, t});
         run_start = -1;
       }
     }
@@ -172,9 +229,11 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
                   dim * sizeof(float));
       labels[k - begin[d]] = train_->labels[sample];
     }
+    Model::GradientsReady report;
+    if (options_.overlap) report = [&ready, d](int a, int b) { ready(d, a, b); };
     results[d] = replicas_[d]->ComputeGradients(
         device_weights_[d].get(), Batch{inputs, labels, end[d] - begin[d]},
-        device_grads_[d].get(), options_.overlap ? Model::GradientsReady(ready) : nullptr);
+        device_grads_[d].get(), report);
   });
   BatchStats total;
   absl::Status status;
@@ -182,7 +241,10 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
     if (!r.ok() && status.ok()) status = r.status();
     if (r.ok()) total.Add(*r);
   }
-  if (status.ok() && !options_.overlap) push(0, num_tensors);
+  if (status.ok() && !options_.overlap) {
+    for (int d = 0; d < devices && status.ok(); ++d) status = reducer_->MarkReady(d, 0, num_tensors);
+    if (status.ok()) Push({step, samples, 0, num_tensors});
+  }
   if (status.ok() && options_.overlap) {
     for (int t = 0; t < num_tensors; ++t) {
       if (finished[t] != devices) {  // a model broke its GradientsReady contract
@@ -193,9 +255,11 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
       }
     }
   }
-  // Wait even after an error: calls in flight still read our buffers.
+  // Drain and wait even after an error: calls in flight still read our
+  // buffers.
+  absl::Status pushed = DrainPushes();
   absl::Status waited = client_->Wait();
-  for (const absl::Status& s : {status, push_status, waited}) PSYNC_RETURN_IF_ERROR(s);
+  for (const absl::Status& s : {status, mark_status, pushed, waited}) PSYNC_RETURN_IF_ERROR(s);
   PSYNC_RETURN_IF_ERROR(
       reducer_->Broadcast(host_weights_.get(), num_params_, DeviceWeights()));
   return total;

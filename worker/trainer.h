@@ -3,11 +3,15 @@
 #define PSYNC_WORKER_TRAINER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <thread>
 #include <memory>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sharding.h"
 #include "worker/model.h"
@@ -77,12 +81,29 @@ class Trainer {
   // last step when max_steps ends mid-epoch).
   absl::StatusOr<TrainResult> Run(const std::function<void(const EpochReport&)>& on_epoch);
 
+  ~Trainer();
+
  private:
   Trainer(TrainerOptions options, std::vector<std::unique_ptr<Model>> replicas,
           std::unique_ptr<Reducer> reducer, PsClient* client, const Dataset* train,
           const Dataset* test);
   absl::Status AllocateBuffers();
   std::vector<float*> DeviceWeights() const;
+
+  // Pushes of tensors [first, end) of `step`: Reduce over the devices, then
+  // StartPushPull. With an asynchronous Reducer they go, in order, to the
+  // communication thread; otherwise the caller runs them (callers
+  // serialise them).
+  struct PushJob {
+    int64_t step, samples;
+    int first, end;
+  };
+  void Push(const PushJob& job);
+  absl::Status RunPush(const PushJob& job);
+  // Waits until every enqueued push has been started; returns the first
+  // error since the last call.
+  absl::Status DrainPushes();
+  void CommLoop();
   absl::StatusOr<BatchStats> Step(int64_t step, const std::vector<int64_t>& permutation);
   absl::StatusOr<BatchStats> Evaluate();
 
@@ -104,6 +125,13 @@ class Trainer {
   // Host buffers from the Reducer (pinned where possible): what the PsClient
   // sends and receives.
   Reducer::Buffer host_weights_, host_grads_;
+
+  absl::Mutex comm_mu_;
+  std::deque<PushJob> comm_queue_ ABSL_GUARDED_BY(comm_mu_);
+  bool comm_busy_ ABSL_GUARDED_BY(comm_mu_) = false;
+  bool comm_stop_ ABSL_GUARDED_BY(comm_mu_) = false;
+  absl::Status comm_status_ ABSL_GUARDED_BY(comm_mu_);
+  std::thread comm_thread_;  // started last in Create, joined by ~Trainer
 };
 
 }  // namespace psync

@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <cmath>
+#include <map>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -14,6 +15,43 @@ namespace {
 
 const std::vector<int64_t> kSizes = {12, 16, 8, 10};
 
+// A CpuReducer that claims to be asynchronous, so that the trainer takes
+// the GPU path: marks from device threads, reduces on its communication
+// thread. Checks that every reduced tensor was marked by every device.
+class AsyncCpuReducer final : public Reducer {
+ public:
+  explicit AsyncCpuReducer(int devices) : cpu_(*CpuReducer::Create(devices)) {}
+  int num_devices() const override { return cpu_->num_devices(); }
+  bool asynchronous() const override { return true; }
+  absl::StatusOr<Buffer> AllocateDevice(int d, int64_t n) override { return cpu_->AllocateDevice(d, n); }
+  absl::StatusOr<Buffer> AllocateHost(int64_t n) override { return cpu_->AllocateHost(n); }
+  absl::Status MarkReady(int device, int first, int end) override {
+    absl::MutexLock lock(&mu_);
+    for (int t = first; t < end; ++t) ++marks_[{device, t}];
+    return absl::OkStatus();
+  }
+  absl::Status Reduce(int first, int end, absl::Span<float* const> in, int64_t count,
+                      float* out) override {
+    {
+      absl::MutexLock lock(&mu_);
+      for (int d = 0; d < num_devices(); ++d) {
+        for (int t = first; t < end; ++t) {
+          if (marks_[{d, t}]-- <= 0) return absl::InternalError("reduced before marked");
+        }
+      }
+    }
+    return cpu_->Reduce(first, end, in, count, out);
+  }
+  absl::Status Broadcast(const float* in, int64_t count, absl::Span<float* const> out) override {
+    return cpu_->Broadcast(in, count, out);
+  }
+
+ private:
+  std::unique_ptr<Reducer> cpu_;
+  absl::Mutex mu_;
+  std::map<std::pair<int, int>, int> marks_ ABSL_GUARDED_BY(mu_);
+};
+
 struct Shape {
   int servers, workers, devices;
   int64_t batch;
@@ -24,8 +62,8 @@ struct Shape {
 class Cluster {
  public:
   Cluster(Shape shape, bool deterministic, const Dataset* train, int64_t chunk_bytes = 64,
-          bool overlap = true)
-      : shape_(shape), train_(train), overlap_(overlap) {
+          bool overlap = true, bool async_reducer = false)
+      : shape_(shape), train_(train), overlap_(overlap), async_reducer_(async_reducer) {
     layout_ = std::make_unique<Layout>(
         *Layout::Create(CpuMlp(kSizes).parameters(), chunk_bytes, shape.servers, 11));
     for (int s = 0; s < shape.servers; ++s) {
@@ -58,8 +96,11 @@ class Cluster {
         o.seed = 11;
         o.overlap = overlap_;
         o.device_weights = shape_.device_weights;
-        auto trainer = Trainer::Create(o, std::move(replicas), *CpuReducer::Create(shape_.devices),
-                                       client.get(), train_, nullptr);
+        std::unique_ptr<Reducer> reducer =
+            async_reducer_ ? std::make_unique<AsyncCpuReducer>(shape_.devices)
+                           : *CpuReducer::Create(shape_.devices);
+        auto trainer = Trainer::Create(o, std::move(replicas), std::move(reducer), client.get(),
+                                       train_, nullptr);
         ASSERT_TRUE(trainer.ok()) << trainer.status();
         auto result = (*trainer)->Run(nullptr);
         ASSERT_TRUE(result.ok()) << result.status();
@@ -76,6 +117,7 @@ class Cluster {
   Shape shape_;
   const Dataset* train_;
   bool overlap_;
+  bool async_reducer_;
   std::unique_ptr<Layout> layout_;
   std::vector<std::unique_ptr<ShardStore>> stores_;
 };
@@ -109,6 +151,15 @@ TEST(TrainerTest, OverlapDoesNotChangeTheResult) {
   const Dataset data = SyntheticDataset(90, kSizes[0], 10, 8);
   EXPECT_EQ(Cluster({2, 2, 3, 4}, true, &data, 64, /*overlap=*/true).Train(12),
             Cluster({2, 2, 3, 4}, true, &data, 64, /*overlap=*/false).Train(12));
+}
+
+TEST(TrainerTest, AsynchronousReducersGoThroughTheCommunicationThread) {
+  const Dataset data = SyntheticDataset(90, kSizes[0], 10, 8);
+  const auto reference = Cluster({2, 2, 3, 4}, true, &data).Train(12);
+  EXPECT_EQ(Cluster({2, 2, 3, 4}, true, &data, 64, true, /*async_reducer=*/true).Train(12),
+            reference);
+  EXPECT_EQ(Cluster({2, 2, 3, 4}, true, &data, 64, false, /*async_reducer=*/true).Train(12),
+            reference);
 }
 
 TEST(TrainerTest, DeterministicModeIsBitwiseReproducible) {

@@ -72,7 +72,7 @@ void CompareOnFixedInputs(Model& cpu, Model& gpu, Reducer& reducer) {
   ASSERT_TRUE(gpu_stats.ok()) << gpu_stats.status();
   std::vector<float> gpu_grad(n);
   float* dg_ptr[] = {dg->get()};
-  ASSERT_TRUE(reducer.Reduce(dg_ptr, n, gpu_grad.data()).ok());
+  ASSERT_TRUE(reducer.Reduce(0, 0, dg_ptr, n, gpu_grad.data()).ok());
   EXPECT_NEAR(gpu_stats->loss_sum, cpu_stats->loss_sum, 1e-4 * cpu_stats->loss_sum);
   EXPECT_EQ(gpu_stats->correct, cpu_stats->correct);
   ExpectRelativelyClose(gpu_grad, cpu_grad, 1e-4);
@@ -134,10 +134,10 @@ TEST(GpuTest, NcclReducerMatchesCpuReducer) {
   others[0] = scratch->get();  // device 0 keeps A
   ASSERT_TRUE((*nccl)->Broadcast(b.data(), n, others).ok());
   std::vector<float> got(n), expected(n);
-  ASSERT_TRUE((*nccl)->Reduce(device_ptrs, n, got.data()).ok());
+  ASSERT_TRUE((*nccl)->Reduce(0, 0, device_ptrs, n, got.data()).ok());
   std::vector<float*> host_ptrs(devices, b.data());
   host_ptrs[0] = a.data();
-  ASSERT_TRUE((*cpu)->Reduce(host_ptrs, n, expected.data()).ok());
+  ASSERT_TRUE((*cpu)->Reduce(0, 0, host_ptrs, n, expected.data()).ok());
   ExpectRelativelyClose(got, expected, 1e-6);
 }
 

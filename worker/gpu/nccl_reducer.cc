@@ -51,6 +51,9 @@ absl::Status NcclReducer::Init(int num_devices) {
     streams_.push_back(stream);
     events_.push_back(event);
   }
+  absl::MutexLock lock(&mu_);
+  marks_.resize(num_devices);
+  marked_.resize(num_devices);
   return absl::OkStatus();
 }
 
@@ -61,9 +64,53 @@ NcclReducer::~NcclReducer() {
     cudaStreamDestroy(streams_[d]);
     cudaEventDestroy(events_[d]);
   }
+  absl::MutexLock lock(&mu_);
+  for (size_t d = 0; d < marks_.size(); ++d) {
+    cudaSetDevice(static_cast<int>(d));
+    for (cudaEvent_t e : marks_[d]) cudaEventDestroy(e);
+  }
   for (ncclComm_t comm : comms_) {
     if (comm != nullptr) ncclCommDestroy(comm);
   }
+}
+
+absl::Status NcclReducer::MarkReady(int device, int first_tensor, int end_tensor) {
+  if (device < 0 || device >= num_devices() || first_tensor < 0 || end_tensor < first_tensor) {
+    return absl::InvalidArgumentError(absl::StrCat("NcclReducer::MarkReady: device ", device,
+                                                   ", tensors [", first_tensor, ", ",
+                                                   end_tensor, ")"));
+  }
+  CurrentDeviceGuard guard;
+  PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  absl::MutexLock lock(&mu_);
+  std::vector<cudaEvent_t>& marks = marks_[device];
+  while (static_cast<int>(marks.size()) < end_tensor) {
+    cudaEvent_t e;
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    marks.push_back(e);
+    marked_[device].push_back(false);
+  }
+  for (int t = first_tensor; t < end_tensor; ++t) {
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(marks[t], cudaStreamLegacy));
+    marked_[device][t] = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NcclReducer::WaitForMarks(int d, int first, int end) {
+  absl::MutexLock lock(&mu_);
+  bool all = first < end && end <= static_cast<int>(marks_[d].size());
+  for (int t = first; all && t < end; ++t) all = marked_[d][t];
+  if (!all) {
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[d], cudaStreamLegacy));
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(streams_[d], events_[d], 0));
+    return absl::OkStatus();
+  }
+  for (int t = first; t < end; ++t) {
+    PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(streams_[d], marks_[d][t], 0));
+    marked_[d][t] = false;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status NcclReducer::CheckDevices(const char* op, size_t given) const {
@@ -98,15 +145,15 @@ absl::StatusOr<Reducer::Buffer> NcclReducer::AllocateHost(int64_t n) {
   return Buffer(static_cast<float*>(p), [](float* q) { cudaFreeHost(q); });
 }
 
-absl::Status NcclReducer::Reduce(absl::Span<float* const> device_in, int64_t count,
+absl::Status NcclReducer::Reduce(int first_tensor, int end_tensor,
+                                 absl::Span<float* const> device_in, int64_t count,
                                  float* host_out) {
   PSYNC_RETURN_IF_ERROR(CheckDevices("Reduce", device_in.size()));
   CurrentDeviceGuard guard;
-  // After everything the models enqueued so far (this layer's gradients).
+  // After the points where each device's model queued these gradients.
   for (int d = 0; d < num_devices(); ++d) {
     PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(d));
-    PSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[d], cudaStreamLegacy));
-    PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(streams_[d], events_[d], 0));
+    PSYNC_RETURN_IF_ERROR(WaitForMarks(d, first_tensor, end_tensor));
   }
   // A group must be closed even when a call inside it fails.
   PSYNC_NCCL_RETURN_IF_ERROR(ncclGroupStart());

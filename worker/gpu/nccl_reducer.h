@@ -8,9 +8,10 @@
 // Broadcast: one host-to-device copy into device 0, then ncclBroadcast.
 //
 // Streams: CUDA models run on their device's legacy default stream. Reduce
-// and Broadcast run on a stream of their own per device, ordered after the
-// model's work by events, so that while one layer is reduced and copied the
-// next layer's backward can already be running on the default stream.
+// and Broadcast run on a stream of their own per device. MarkReady records
+// an event on the default stream when a layer's gradients have been queued,
+// and Reduce makes its stream wait for exactly those events, so that while
+// one layer is reduced and copied the next layer's backward runs on.
 // Reduce returns once the sum is in host memory; Broadcast once the new
 // weights are on every device. Every call leaves the calling thread's
 // current CUDA device as it found it.
@@ -23,7 +24,9 @@
 #include <memory>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/reducer.h"
 
 namespace psync {
@@ -35,10 +38,12 @@ class NcclReducer final : public Reducer {
   ~NcclReducer() override;
 
   int num_devices() const override { return static_cast<int>(comms_.size()); }
+  bool asynchronous() const override { return true; }
   absl::StatusOr<Buffer> AllocateDevice(int device, int64_t n) override;
   absl::StatusOr<Buffer> AllocateHost(int64_t n) override;
-  absl::Status Reduce(absl::Span<float* const> device_in, int64_t count,
-                      float* host_out) override;
+  absl::Status MarkReady(int device, int first_tensor, int end_tensor) override;
+  absl::Status Reduce(int first_tensor, int end_tensor, absl::Span<float* const> device_in,
+                      int64_t count, float* host_out) override;
   absl::Status Broadcast(const float* host_in, int64_t count,
                          absl::Span<float* const> device_out) override;
 
@@ -47,9 +52,19 @@ class NcclReducer final : public Reducer {
   absl::Status Init(int num_devices);
   absl::Status CheckDevices(const char* op, size_t given) const;
 
+  // Waits, on device d's reduce stream, for the marks of the tensors in
+  // [first, end), consuming them; for everything queued so far if any mark
+  // is missing.
+  absl::Status WaitForMarks(int d, int first, int end) ABSL_LOCKS_EXCLUDED(mu_);
+
   std::vector<ncclComm_t> comms_;
   std::vector<cudaStream_t> streams_;
-  std::vector<cudaEvent_t> events_;
+  std::vector<cudaEvent_t> events_;  // "everything so far", per device
+  absl::Mutex mu_;
+  // Per device, per tensor: an event at the point its gradients were
+  // queued, and whether it is set and not yet consumed.
+  std::vector<std::vector<cudaEvent_t>> marks_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<bool>> marked_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace psync

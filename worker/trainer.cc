@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace psync {
 namespace {
@@ -290,6 +291,9 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
   const int64_t total_steps =
       options_.max_steps > 0 ? options_.max_steps : options_.epochs * per_epoch;
   PSYNC_ASSIGN_OR_RETURN(const int64_t start, client_->Register());
+  LOG(INFO) << "worker " << options_.worker_rank << " registered; training steps " << start
+            << ".." << total_steps << " (" << per_epoch << " per epoch, global batch "
+            << sharding_.global_batch() << ")";
   if (start > total_steps) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the servers are at version ", start, ", past the ", total_steps, " steps of this run"));

@@ -8,6 +8,7 @@
 #include "common/layout_proto.h"
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
+#include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/impl/codegen/config_protobuf.h"
@@ -62,6 +63,9 @@ class ParameterService final : public grpc::Service {
     auto result = store_->Register(req->worker_rank(), req->num_workers(), *layout,
                                    req->layout_fingerprint());
     if (!result.ok()) return ToGrpcStatus(result.status());
+    LOG(INFO) << "server " << store_->options().server_rank << ": worker "
+              << req->worker_rank() << " registered (layout " << result->fingerprint << ", "
+              << result->chunk_ids.size() << " chunks here, version " << result->version << ")";
     resp->set_server_rank(store_->options().server_rank);
     resp->set_layout_fingerprint(result->fingerprint);
     resp->set_version(result->version);

@@ -188,6 +188,20 @@ absl::Status ShardStore::ValidateChunkId(absl::string_view op, const Shard& shar
   return absl::OkStatus();
 }
 
+absl::Status ShardStore::ValidateChunkIds(absl::string_view op, const Shard& shard,
+                                          absl::Span<const int32_t> ids) const {
+  for (int32_t id : ids) PSYNC_RETURN_IF_ERROR(ValidateChunkId(op, shard, id));
+  // Sorting a copy costs what the request costs, not what the layout does.
+  std::vector<int32_t> sorted(ids.begin(), ids.end());
+  std::sort(sorted.begin(), sorted.end());
+  const auto repeat = std::adjacent_find(sorted.begin(), sorted.end());
+  if (repeat != sorted.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": chunk ", *repeat, " is asked for twice in one request"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ShardStore::Push(int worker_rank, uint64_t fingerprint, int64_t step,
                               int64_t sample_count, absl::Span<const ChunkPayload> chunks) {
   PSYNC_ASSIGN_OR_RETURN(Shard * shard, CheckCaller("Push", worker_rank, fingerprint));
@@ -198,14 +212,11 @@ absl::Status ShardStore::Push(int worker_rank, uint64_t fingerprint, int64_t ste
     return absl::InvalidArgumentError(absl::StrCat(
         "Push: sample_count is ", sample_count, ", expected 0..2^40"));
   }
-  std::vector<bool> seen(shard->chunks.size(), false);
+  std::vector<int32_t> ids;
+  ids.reserve(chunks.size());
+  for (const ChunkPayload& p : chunks) ids.push_back(p.chunk_id);
+  PSYNC_RETURN_IF_ERROR(ValidateChunkIds("Push", *shard, ids));
   for (const ChunkPayload& p : chunks) {
-    PSYNC_RETURN_IF_ERROR(ValidateChunkId("Push", *shard, p.chunk_id));
-    if (seen[p.chunk_id]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Push: chunk ", p.chunk_id, " appears twice in one request"));
-    }
-    seen[p.chunk_id] = true;
     if (!p.float32) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Push: chunk ", p.chunk_id, " has a dtype other than float32, the only one supported"));
@@ -291,14 +302,6 @@ void AddFloats(const ChunkPayload& payload, float* sum) {
   });
 }
 
-void CopyBytes(const ChunkPayload& payload, float* dest) {
-  char* out = reinterpret_cast<char*>(dest);
-  for (absl::string_view piece : payload.pieces) {
-    std::memcpy(out, piece.data(), piece.size());
-    out += piece.size();
-  }
-}
-
 }  // namespace
 
 void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
@@ -307,9 +310,9 @@ void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
   c.counts[worker_rank] = sample_count;
   ++c.num_received;
   if (options_.deterministic) {
-    CopyBytes(payload, c.per_worker[worker_rank].data());
+    CopyPieces(payload.pieces, c.per_worker[worker_rank].data());
   } else if (c.num_received == 1) {
-    CopyBytes(payload, c.sum.data());  // the first push of a step: no zeroing pass
+    CopyPieces(payload.pieces, c.sum.data());  // the first push of a step: no zeroing pass
   } else {
     AddFloats(payload, c.sum.data());
   }
@@ -367,14 +370,7 @@ absl::Status ShardStore::Pull(int worker_rank, uint64_t fingerprint, int64_t ver
   if (version < 0) {
     return absl::InvalidArgumentError(absl::StrCat("Pull: version is ", version, ", expected >= 0"));
   }
-  std::vector<bool> seen(shard->chunks.size(), false);
-  for (int32_t id : chunk_ids) {
-    PSYNC_RETURN_IF_ERROR(ValidateChunkId("Pull", *shard, id));
-    if (seen[id]) {
-      return absl::InvalidArgumentError(absl::StrCat("Pull: chunk ", id, " is asked for twice"));
-    }
-    seen[id] = true;
-  }
+  PSYNC_RETURN_IF_ERROR(ValidateChunkIds("Pull", *shard, chunk_ids));
   for (int32_t id : chunk_ids) {
     Chunk& c = *shard->chunks[id];
     absl::MutexLock lock(&c.mu);

@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/byte_pieces.h"
 #include "common/layout.h"
 #include "common/thread_pool.h"
 #include "server/optimizer.h"
@@ -49,13 +49,9 @@ struct ShardStoreOptions {
 struct ChunkPayload {
   int32_t chunk_id = 0;
   bool float32 = true;  // false: the sender declared another dtype
-  absl::InlinedVector<absl::string_view, 2> pieces;
+  BytePieces pieces;
 
-  int64_t size() const {
-    int64_t n = 0;
-    for (absl::string_view p : pieces) n += static_cast<int64_t>(p.size());
-    return n;
-  }
+  int64_t size() const { return PiecesSize(pieces); }
 };
 
 // A chunk's weights at one version. The store never changes a buffer that
@@ -132,6 +128,9 @@ class ShardStore {
                                      uint64_t fingerprint) const;
   absl::Status ValidateChunkId(absl::string_view op, const Shard& shard,
                                int32_t chunk_id) const;
+  // Every id valid and none repeated.
+  absl::Status ValidateChunkIds(absl::string_view op, const Shard& shard,
+                                absl::Span<const int32_t> ids) const;
   void AddPushLocked(Chunk& chunk, int worker_rank, int64_t sample_count,
                      const ChunkPayload& payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
   // Applies the step; `last`, if not null, is the last worker's gradient,

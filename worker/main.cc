@@ -59,6 +59,13 @@ absl::StatusOr<Data> LoadData(int64_t synthetic, const std::string& dir, int64_t
                               uint64_t seed) {
   Data d;
   if (synthetic > 0) {
+    // Bounded so that a typo cannot ask for more memory than a worker has.
+    constexpr int64_t kMaxSyntheticBytes = int64_t{16} << 30;
+    if (synthetic > kMaxSyntheticBytes / 4 / input_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--synthetic_samples is ", synthetic, ", expected at most ",
+          kMaxSyntheticBytes / 4 / input_dim, " (16 GiB of ", input_dim, "-float samples)"));
+    }
     d.train = SyntheticDataset(synthetic, input_dim, 10, seed);
     d.test = SyntheticDataset(std::max<int64_t>(synthetic / 6, 1), input_dim, 10, seed + 1);
     return d;
@@ -68,7 +75,8 @@ absl::StatusOr<Data> LoadData(int64_t synthetic, const std::string& dir, int64_t
   return d;
 }
 
-std::string Json(const TrainResult& r, int64_t global_batch, const std::string& sha256) {
+std::string Json(const TrainResult& r, int64_t global_batch, int servers,
+                 const std::string& sha256) {
   return absl::StrFormat(
       "{\"test_accuracy\": %.6f, \"test_loss\": %.6f, \"final_loss\": %.6f, \"steps\": %d, "
       "\"global_batch\": %d, \"samples_per_sec\": %.1f, \"weights_sha256\": \"%s\", "
@@ -76,7 +84,7 @@ std::string Json(const TrainResult& r, int64_t global_batch, const std::string& 
       "\"batch_per_device\": %d, \"seed\": %d}\n",
       r.last.test_accuracy, r.last.test_loss, r.last.loss, r.steps, global_batch,
       r.samples_per_sec, sha256, absl::GetFlag(FLAGS_model),
-      static_cast<int>(ParseServerAddresses(absl::GetFlag(FLAGS_servers))->size()),
+      servers,
       absl::GetFlag(FLAGS_num_workers), absl::GetFlag(FLAGS_devices),
       absl::GetFlag(FLAGS_batch_per_device), absl::GetFlag(FLAGS_seed));
 }
@@ -177,7 +185,7 @@ absl::Status Run() {
   const std::string summary = absl::GetFlag(FLAGS_summary);
   if (!summary.empty()) {
     std::ofstream out(summary, std::ios::trunc);
-    out << Json(result, global_batch, digest);
+    out << Json(result, global_batch, static_cast<int>(servers.size()), digest);
     if (!out) return absl::DataLossError(absl::StrCat("cannot write --summary ", summary));
   }
   return absl::OkStatus();

@@ -36,7 +36,7 @@ class SegmentReader {
   }
 
   // Appends views of the next `n` bytes to `out` (if not null) and skips them.
-  bool Take(uint64_t n, WireBytes* out) {
+  bool Take(uint64_t n, BytePieces* out) {
     if (n > size_ - pos_) return false;
     while (n > 0) {
       const absl::string_view cur = Current();
@@ -221,14 +221,6 @@ grpc::ByteBuffer WireMessageBuilder::Build() {
   scalars_.clear();
   chunks_.clear();
   return grpc::ByteBuffer(slices.data(), slices.size());
-}
-
-void CopyWireBytes(const WireBytes& bytes, void* dest) {
-  char* out = static_cast<char*>(dest);
-  for (absl::string_view piece : bytes) {
-    std::memcpy(out, piece.data(), piece.size());
-    out += piece.size();
-  }
 }
 
 }  // namespace psync

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/byte_pieces.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 
@@ -29,15 +29,12 @@ enum WireField : int {
   kWireChunks = 5,
 };
 
-// A chunk's payload: consecutive pieces of the received bytes (a payload
-// may straddle the slices gRPC received it in).
-using WireBytes = absl::InlinedVector<absl::string_view, 2>;
 
 struct WireChunk {
   int32_t id = 0;
   int32_t dtype = 0;
   int64_t version = 0;
-  WireBytes data;
+  BytePieces data;  // views into the received slices, which may split it
   int64_t data_size = 0;
 };
 
@@ -84,9 +81,6 @@ class WireMessageBuilder {
   std::vector<std::pair<int, uint64_t>> scalars_;
   std::vector<Pending> chunks_;
 };
-
-// Copies a payload out, in order.
-void CopyWireBytes(const WireBytes& bytes, void* dest);
 
 }  // namespace psync
 

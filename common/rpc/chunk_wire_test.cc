@@ -92,7 +92,7 @@ TEST(ChunkWireTest, DecodesProtobufBytesSplitAnywhere) {
     EXPECT_EQ(m.chunks[1].dtype, proto::DTYPE_FLOAT32);
     std::vector<float> out(33);
     ASSERT_EQ(m.chunks[0].data_size, 132);
-    CopyWireBytes(m.chunks[0].data, out.data());
+    CopyPieces(m.chunks[0].data, out.data());
     EXPECT_EQ(out, a);
   }
 }

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -98,6 +99,10 @@ absl::StatusOr<std::vector<double>> TimeTcpEcho(int port, int64_t bytes, int cou
   }
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // Every blocking call has a deadline: a stuck echo process fails the run.
+  const timeval timeout = {60, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
   std::vector<char> out(bytes, 1), in(bytes);
   std::vector<double> times;
   for (int i = 0; i < count; ++i) {

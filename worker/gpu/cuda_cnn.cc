@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -129,22 +130,33 @@ absl::Status CudaCnn::Prepare(int64_t n) {
   PSYNC_CUDA_RETURN_IF_ERROR(gpu::Fill(ones_, n, 1.0f, cudaStreamLegacy));
 
   // One workspace for every convolution call at this batch size.
-  size_t bytes = 0, need = 0;
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardWorkspaceSize(
-      cudnn_, x_desc_, w1_desc_, conv_, act1_desc_, kFwdAlgo, &need));
-  bytes = std::max(bytes, need);
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardWorkspaceSize(
-      cudnn_, pool1_desc_, w2_desc_, conv_, act2_desc_, kFwdAlgo, &need));
-  bytes = std::max(bytes, need);
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-      cudnn_, x_desc_, act1_desc_, conv_, w1_desc_, kBwdFilterAlgo, &need));
-  bytes = std::max(bytes, need);
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-      cudnn_, pool1_desc_, act2_desc_, conv_, w2_desc_, kBwdFilterAlgo, &need));
-  bytes = std::max(bytes, need);
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataWorkspaceSize(
-      cudnn_, w2_desc_, act2_desc_, conv_, pool1_desc_, kBwdDataAlgo, &need));
-  bytes = std::max(bytes, need);
+  const std::function<cudnnStatus_t(size_t*)> needs[] = {
+      [&](size_t* n) {
+        return cudnnGetConvolutionForwardWorkspaceSize(cudnn_, x_desc_, w1_desc_, conv_,
+                                                       act1_desc_, kFwdAlgo, n);
+      },
+      [&](size_t* n) {
+        return cudnnGetConvolutionForwardWorkspaceSize(cudnn_, pool1_desc_, w2_desc_, conv_,
+                                                       act2_desc_, kFwdAlgo, n);
+      },
+      [&](size_t* n) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, x_desc_, act1_desc_, conv_,
+                                                              w1_desc_, kBwdFilterAlgo, n);
+      },
+      [&](size_t* n) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            cudnn_, pool1_desc_, act2_desc_, conv_, w2_desc_, kBwdFilterAlgo, n);
+      },
+      [&](size_t* n) {
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, w2_desc_, act2_desc_, conv_,
+                                                            pool1_desc_, kBwdDataAlgo, n);
+      }};
+  size_t bytes = 0;
+  for (const auto& need : needs) {
+    size_t n = 0;
+    PSYNC_CUDNN_RETURN_IF_ERROR(need(&n));
+    bytes = std::max(bytes, n);
+  }
   char* workspace = nullptr;
   PSYNC_RETURN_IF_ERROR(alloc(&workspace, static_cast<int64_t>(bytes)));
   workspace_ = workspace;

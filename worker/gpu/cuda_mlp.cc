@@ -32,15 +32,12 @@ absl::StatusOr<std::unique_ptr<CudaMlp>> CudaMlp::Create(std::vector<int64_t> si
 }
 
 CudaMlp::CudaMlp(std::vector<int64_t> sizes, int device)
-    : sizes_(std::move(sizes)), device_(device) {
+    : sizes_(std::move(sizes)), device_(device), spec_(sizes_) {
+  // CpuMlp's order: fc1.weight, fc1.bias, fc2.weight, ...
   int64_t offset = 0;
-  for (int k = 1; k <= layers(); ++k) {
-    weight_offset_.push_back(offset);
-    params_.push_back({absl::StrCat("fc", k, ".weight"), {sizes_[k], sizes_[k - 1]}});
-    offset += sizes_[k] * sizes_[k - 1];
-    bias_offset_.push_back(offset);
-    params_.push_back({absl::StrCat("fc", k, ".bias"), {sizes_[k]}});
-    offset += sizes_[k];
+  for (const TensorSpec& t : parameters()) {
+    (t.shape.size() == 2 ? weight_offset_ : bias_offset_).push_back(offset);
+    offset += t.NumElements();
   }
   acts_.assign(layers() + 1, nullptr);
   deltas_.assign(layers() + 1, nullptr);
@@ -109,12 +106,11 @@ absl::StatusOr<BatchStats> CudaMlp::DoComputeGradients(const float* weights, con
   if (grad == nullptr) return absl::InvalidArgumentError("CudaMlp::ComputeGradients: grad is null");
   PSYNC_RETURN_IF_ERROR(ValidateBatch("CudaMlp::ComputeGradients", weights, batch, sizes_.back()));
   PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  int64_t total = 0;
-  for (const TensorSpec& t : params_) total += t.NumElements();
   if (batch.n == 0) {
-    PSYNC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grad, 0, total * sizeof(float), kStream));
+    PSYNC_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(grad, 0, num_parameters() * sizeof(float), kStream));
     PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(kStream));
-    if (ready) ready(0, static_cast<int>(params_.size()));
+    if (ready) ready(0, static_cast<int>(parameters().size()));
     return BatchStats{};
   }
   PSYNC_ASSIGN_OR_RETURN(BatchStats stats, Forward(weights, batch, /*backward=*/true));

@@ -343,7 +343,7 @@ class GrpcPsClient final : public PsClient {
         return absl::DataLossError(absl::StrCat(call.op, ": chunk ", c.id, " has ", c.data_size,
                                                 " bytes, layout says ", info.bytes()));
       }
-      CopyWireBytes(c.data, call.weights + info.flat_offset);
+      CopyPieces(c.data, call.weights + info.flat_offset);
     }
     return absl::OkStatus();
   }

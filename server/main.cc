@@ -8,6 +8,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/flags_help.h"
 #include "common/malloc_tuning.h"
 #include "glog/logging.h"
 #include "server/rpc/grpc_server.h"
@@ -117,6 +118,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("psync parameter server: owns a shard of the model's chunks.");
+  if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
   absl::ParseCommandLine(argc, argv);
   psync::KeepLargeAllocationsInHeap();
   google::InitGoogleLogging(argv[0]);

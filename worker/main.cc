@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/cluster_spec.h"
+#include "common/flags_help.h"
 #include "common/layout.h"
 #include "common/malloc_tuning.h"
 #include "common/safetensors.h"
@@ -198,6 +199,7 @@ extern "C" void openblas_set_num_threads(int);
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("psync worker: trains on its devices against the parameter servers.");
+  if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
   absl::ParseCommandLine(argc, argv);
   psync::KeepLargeAllocationsInHeap();
   google::InitGoogleLogging(argv[0]);

@@ -15,6 +15,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/flags_help.h"
 #include "common/runfiles.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
@@ -223,6 +224,7 @@ class Launcher {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Runs a psync cluster (servers and workers) on 127.0.0.1.");
+  if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
   absl::ParseCommandLine(argc, argv);
   struct sigaction sa = {};
   sa.sa_handler = psync::OnStopSignal;

@@ -1,0 +1,65 @@
+#include "common/flags_help.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace psync {
+namespace {
+
+// CommandLineFlag does not name its type; these are the types our mains use.
+const char* TypeName(const absl::CommandLineFlag& flag) {
+  if (flag.IsOfType<bool>()) return "bool";
+  if (flag.IsOfType<int32_t>()) return "int32";
+  if (flag.IsOfType<int64_t>()) return "int64";
+  if (flag.IsOfType<uint64_t>()) return "uint64";
+  if (flag.IsOfType<double>()) return "double";
+  if (flag.IsOfType<float>()) return "float";
+  if (flag.IsOfType<std::string>()) return "string";
+  return nullptr;
+}
+
+}  // namespace
+
+std::string FlagsHelp(absl::string_view main_file) {
+  std::vector<const absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (flag->Filename() == main_file) flags.push_back(flag);
+  }
+  std::sort(flags.begin(), flags.end(),
+            [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) {
+              return a->Name() < b->Name();
+            });
+  std::string out = absl::StrCat(absl::ProgramUsageMessage(), "\n\nFlags:\n");
+  for (const absl::CommandLineFlag* flag : flags) {
+    const char* type = TypeName(*flag);
+    std::string default_value = flag->DefaultValue();
+    if (flag->IsOfType<std::string>()) default_value = absl::StrCat("\"", default_value, "\"");
+    absl::StrAppend(&out, "  --", flag->Name(), " (", type ? type : "", type ? ", " : "",
+                    "default: ", default_value, ")\n      ", flag->Help(), "\n");
+  }
+  return out;
+}
+
+bool PrintHelpIfRequested(int argc, char** argv, absl::string_view main_file) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;  // the rest are positional arguments
+    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) continue;
+    if (arg != "h" && arg != "help" && arg != "helpfull" && arg != "helpshort") continue;
+    const std::string help = FlagsHelp(main_file);
+    std::fwrite(help.data(), 1, help.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace psync

@@ -1,0 +1,48 @@
+#include "common/flags_help.h"
+
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
+#include "gtest/gtest.h"
+
+ABSL_FLAG(int, zz_port, 7, "Port help.");
+ABSL_FLAG(std::string, aa_name, "x", "Name help.");
+
+namespace psync {
+namespace {
+
+bool HelpRequested(std::vector<const char*> args) {
+  args.insert(args.begin(), "prog");
+  return PrintHelpIfRequested(static_cast<int>(args.size()), const_cast<char**>(args.data()),
+                              __FILE__);
+}
+
+TEST(FlagsHelpTest, ListsThisFilesFlagsSortedWithTypeDefaultAndHelp) {
+  absl::SetProgramUsageMessage("usage of prog");
+  const std::string help = FlagsHelp(__FILE__);
+  EXPECT_EQ(help.find("usage of prog"), 0u) << help;
+  const size_t name = help.find("--aa_name (string, default: \"x\")\n      Name help.\n");
+  const size_t port = help.find("--zz_port (int32, default: 7)\n      Port help.\n");
+  ASSERT_NE(name, std::string::npos) << help;
+  ASSERT_NE(port, std::string::npos) << help;
+  EXPECT_LT(name, port);
+}
+
+TEST(FlagsHelpTest, OmitsFlagsOfOtherFiles) {
+  EXPECT_EQ(FlagsHelp("other/main.cc").find("--"), std::string::npos);
+}
+
+TEST(FlagsHelpTest, RecognizesHelpFlagsOnly) {
+  EXPECT_TRUE(HelpRequested({"--help"}));
+  EXPECT_TRUE(HelpRequested({"--zz_port=1", "-h"}));
+  EXPECT_TRUE(HelpRequested({"-help"}));
+  EXPECT_TRUE(HelpRequested({"--helpfull"}));
+  EXPECT_FALSE(HelpRequested({}));
+  EXPECT_FALSE(HelpRequested({"--zz_port=1", "help"}));
+  EXPECT_FALSE(HelpRequested({"--helpx"}));
+  EXPECT_FALSE(HelpRequested({"--", "--help"}));
+}
+
+}  // namespace
+}  // namespace psync

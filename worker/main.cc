@@ -124,6 +124,11 @@ absl::Status Run() {
         "--rpc_timeout_s is ", rpc_timeout_s, " and --connect_timeout_s is ", connect_timeout_s,
         ", expected both >= 1"));
   }
+  const int64_t synthetic_samples = absl::GetFlag(FLAGS_synthetic_samples);
+  if (synthetic_samples < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--synthetic_samples is ", synthetic_samples,
+                                                   ", expected >= 0 (0: train on Fashion-MNIST)"));
+  }
 
   const std::string model = absl::GetFlag(FLAGS_model);
   PSYNC_ASSIGN_OR_RETURN(const DeviceChoice device,
@@ -141,8 +146,7 @@ absl::Status Run() {
   PSYNC_ASSIGN_OR_RETURN(Layout layout,
                          Layout::Create(replicas[0]->parameters(), chunk_kb << 10,
                                         static_cast<int>(servers.size()), options.seed));
-  PSYNC_ASSIGN_OR_RETURN(Data data, LoadData(absl::GetFlag(FLAGS_synthetic_samples),
-                                             absl::GetFlag(FLAGS_data_dir),
+  PSYNC_ASSIGN_OR_RETURN(Data data, LoadData(synthetic_samples, absl::GetFlag(FLAGS_data_dir),
                                              replicas[0]->input_dim(), options.seed));
   LOG(INFO) << "worker " << options.worker_rank << "/" << options.num_workers << ": model "
             << absl::GetFlag(FLAGS_model) << " (" << layout.total_elements() << " parameters, "

@@ -13,6 +13,7 @@
 #include "common/flags_help.h"
 #include "common/layout.h"
 #include "common/malloc_tuning.h"
+#include "common/output_path.h"
 #include "common/safetensors.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
@@ -129,6 +130,14 @@ absl::Status Run() {
     return absl::InvalidArgumentError(absl::StrCat("--synthetic_samples is ", synthetic_samples,
                                                    ", expected >= 0 (0: train on Fashion-MNIST)"));
   }
+  // Checked before training: a bad path found only at the end would lose the
+  // trained weights.
+  const std::string export_path = absl::GetFlag(FLAGS_export_path);
+  const std::string summary = absl::GetFlag(FLAGS_summary);
+  if (options.worker_rank == 0) {
+    if (!export_path.empty()) PSYNC_RETURN_IF_ERROR(CheckOutputPath("--export_path", export_path));
+    if (!summary.empty()) PSYNC_RETURN_IF_ERROR(CheckOutputPath("--summary", summary));
+  }
 
   const std::string model = absl::GetFlag(FLAGS_model);
   PSYNC_ASSIGN_OR_RETURN(const DeviceChoice device,
@@ -182,12 +191,10 @@ absl::Status Run() {
   Sha256 sha;
   sha.Update(result.weights.data(), result.weights.size() * sizeof(float));
   const std::string digest = sha.HexDigest();
-  const std::string export_path = absl::GetFlag(FLAGS_export_path);
   if (!export_path.empty()) {
     PSYNC_RETURN_IF_ERROR(WriteSafetensors(export_path, layout.tensors(), result.weights));
     LOG(INFO) << "wrote weights to " << export_path << " (sha256 " << digest << ")";
   }
-  const std::string summary = absl::GetFlag(FLAGS_summary);
   if (!summary.empty()) {
     std::ofstream out(summary, std::ios::trunc);
     out << Json(result, global_batch, static_cast<int>(servers.size()), digest);

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/flags_help.h"
+#include "common/output_path.h"
 #include "common/runfiles.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
@@ -67,6 +68,11 @@ absl::Status Validate() {
     return absl::InvalidArgumentError(absl::StrCat("--timeout_s is ",
                                                    absl::GetFlag(FLAGS_timeout_s), ", expected >= 1"));
   }
+  // Checked before any process starts (worker 0 checks them again).
+  const std::string export_path = absl::GetFlag(FLAGS_export);
+  const std::string summary = absl::GetFlag(FLAGS_summary);
+  if (!export_path.empty()) PSYNC_RETURN_IF_ERROR(CheckOutputPath("--export", export_path));
+  if (!summary.empty()) PSYNC_RETURN_IF_ERROR(CheckOutputPath("--summary", summary));
   // Everything else (learning rate, batch, model, ...) is validated by the
   // daemons themselves, which fail at start with the same messages.
   return absl::OkStatus();

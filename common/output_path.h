@@ -1,0 +1,26 @@
+// Output files named by flags (--export_path, --summary, ...): checked at
+// start so a bad path fails in seconds, not after hours of training, and
+// replaced atomically so a reader never sees half a file.
+#ifndef PSYNC_COMMON_OUTPUT_PATH_H_
+#define PSYNC_COMMON_OUTPUT_PATH_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace psync {
+
+// OK if a file can later be written at `path`: it is not a directory, and a
+// file can be created (and is removed again) beside it, at path +
+// ".tmp-check". Errors name `flag`, the path and the reason (strerror).
+absl::Status CheckOutputPath(absl::string_view flag, const std::string& path);
+
+// Renames the finished file `tmp` over `path` (atomic within one file
+// system); on failure removes `tmp` and names `flag`, both paths and strerror.
+absl::Status MoveIntoPlace(absl::string_view flag, const std::string& tmp,
+                           const std::string& path);
+
+}  // namespace psync
+
+#endif  // PSYNC_COMMON_OUTPUT_PATH_H_

@@ -191,14 +191,29 @@ absl::Status Run() {
   Sha256 sha;
   sha.Update(result.weights.data(), result.weights.size() * sizeof(float));
   const std::string digest = sha.HexDigest();
+  // Each file is written beside its target and renamed over it, so a reader
+  // (or a crash) never sees half a file.
   if (!export_path.empty()) {
-    PSYNC_RETURN_IF_ERROR(WriteSafetensors(export_path, layout.tensors(), result.weights));
+    const std::string tmp = export_path + ".tmp";
+    absl::Status written = WriteSafetensors(tmp, layout.tensors(), result.weights);
+    if (!written.ok()) {
+      std::remove(tmp.c_str());
+      return written;
+    }
+    PSYNC_RETURN_IF_ERROR(MoveIntoPlace("--export_path", tmp, export_path));
     LOG(INFO) << "wrote weights to " << export_path << " (sha256 " << digest << ")";
   }
   if (!summary.empty()) {
-    std::ofstream out(summary, std::ios::trunc);
+    const std::string tmp = summary + ".tmp";
+    std::ofstream out(tmp, std::ios::trunc);
     out << Json(result, global_batch, static_cast<int>(servers.size()), digest);
-    if (!out) return absl::DataLossError(absl::StrCat("cannot write --summary ", summary));
+    out.close();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return absl::DataLossError(
+          absl::StrCat("cannot write --summary ", summary, " (at ", tmp, ")"));
+    }
+    PSYNC_RETURN_IF_ERROR(MoveIntoPlace("--summary", tmp, summary));
   }
   return absl::OkStatus();
 }

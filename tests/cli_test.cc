@@ -1,0 +1,144 @@
+// Bad command lines given to the real binaries: --help lists each binary's
+// flags, and bad values fail at start, before any server is contacted or
+// any training is done. Every run is bounded by a deadline.
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/subprocess.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace psync {
+namespace {
+
+// A worker that got past its start checks logs this line, then registers.
+constexpr char kPastStartChecks[] = "training samples";
+
+struct Ended {
+  int exit_code = -1;
+  std::string output;
+};
+
+// Runs argv to its end (at most 30 s; killed after that) and returns its
+// exit code and output (stdout and stderr together).
+Ended RunToEnd(const std::vector<std::string>& argv) {
+  Ended ended;
+  const std::string name = std::filesystem::path(argv[0]).filename();
+  auto p = Subprocess::Start(argv, absl::StrCat("[", name, "] "));
+  if (!p.ok()) {
+    ADD_FAILURE() << p.status();
+    return ended;
+  }
+  const std::optional<int> code = (*p)->Wait(absl::Now() + absl::Seconds(30));
+  if (!code.has_value()) {
+    ADD_FAILURE() << argv[0] << " still running after 30 s";
+    (*p)->Stop(absl::Seconds(1));
+  }
+  ended.exit_code = code.value_or(-1);
+  ended.output = (*p)->DrainedOutput(absl::Now() + absl::Seconds(5));
+  return ended;
+}
+
+// Only what `binary` writes to stdout: help must go there, not to stderr.
+Ended StdoutOf(const std::string& binary, const std::string& flag) {
+  return RunToEnd({"/bin/sh", "-c", "exec \"$0\" \"$1\" 2>/dev/null", binary, flag});
+}
+
+// A worker that would register with a server nobody listens on, quickly.
+std::vector<std::string> Worker(std::vector<std::string> flags) {
+  std::vector<std::string> argv = {Runfile("worker/psync_worker"), "--servers=127.0.0.1:1",
+                                   "--connect_timeout_s=1", "--synthetic_samples=64",
+                                   "--steps=1", "--device=cpu"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return argv;
+}
+
+std::vector<std::string> Launch(std::vector<std::string> flags) {
+  std::vector<std::string> argv = {Runfile("deploy/local/psync_launch"), "--servers=1",
+                                   "--workers=1", "--devices_per_worker=1",
+                                   "--synthetic_samples=64", "--steps=1", "--timeout_s=30"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return argv;
+}
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(CliTest, HelpListsEachBinarysOwnFlags) {
+  struct Case {
+    std::string binary, usage;
+    std::vector<std::string> flags;
+  };
+  const std::vector<Case> cases = {
+      {"server/psync_server", "psync parameter server", {"--num_workers", "--port_file"}},
+      {"worker/psync_worker", "psync worker", {"--batch_per_device", "--synthetic_samples"}},
+      {"deploy/local/psync_launch", "Runs a psync cluster", {"--servers", "--workers"}},
+  };
+  for (const Case& c : cases) {
+    for (const char* help : {"--help", "-h", "--helpfull"}) {
+      SCOPED_TRACE(absl::StrCat(c.binary, " ", help));
+      const Ended run = StdoutOf(Runfile(c.binary), help);
+      EXPECT_EQ(run.exit_code, 0) << run.output;
+      EXPECT_TRUE(Contains(run.output, c.usage)) << run.output;
+      EXPECT_FALSE(Contains(run.output, "No flags matched")) << run.output;
+      for (const std::string& flag : c.flags) {
+        EXPECT_TRUE(Contains(run.output, "\n  " + flag + " (")) << run.output;
+      }
+    }
+  }
+}
+
+TEST(CliTest, NegativeSyntheticSamplesFailsAtStart) {
+  const Ended run = RunToEnd(Worker({"--synthetic_samples=-5"}));
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_TRUE(Contains(run.output, "--synthetic_samples is -5")) << run.output;
+  EXPECT_FALSE(Contains(run.output, kPastStartChecks)) << run.output;
+}
+
+TEST(CliTest, ExportPathInMissingFolderFailsAtStart) {
+  const std::string path = "/nonexistent_dir/w.safetensors";
+  const Ended worker = RunToEnd(Worker({"--export_path=" + path}));
+  EXPECT_NE(worker.exit_code, 0);
+  EXPECT_TRUE(Contains(worker.output, "--export_path is '" + path + "'")) << worker.output;
+  EXPECT_TRUE(Contains(worker.output, "No such file or directory")) << worker.output;
+  EXPECT_FALSE(Contains(worker.output, kPastStartChecks)) << worker.output;
+
+  const Ended launch = RunToEnd(Launch({"--export=" + path}));
+  EXPECT_NE(launch.exit_code, 0);
+  EXPECT_TRUE(Contains(launch.output, "--export is '" + path + "'")) << launch.output;
+  EXPECT_FALSE(Contains(launch.output, "[server 0]")) << "started a server: " << launch.output;
+}
+
+TEST(CliTest, SummaryThatIsADirectoryFailsAtStart) {
+  const std::string dir = TempDir() + "/summary_dir";
+  std::filesystem::create_directories(dir);
+  const Ended worker = RunToEnd(Worker({"--summary=" + dir}));
+  EXPECT_NE(worker.exit_code, 0);
+  EXPECT_TRUE(Contains(worker.output, "--summary is '" + dir + "', a directory")) << worker.output;
+  EXPECT_FALSE(Contains(worker.output, kPastStartChecks)) << worker.output;
+
+  const Ended launch = RunToEnd(Launch({"--summary=" + dir}));
+  EXPECT_NE(launch.exit_code, 0);
+  EXPECT_TRUE(Contains(launch.output, "--summary is '" + dir + "', a directory")) << launch.output;
+  EXPECT_FALSE(Contains(launch.output, "[server 0]")) << "started a server: " << launch.output;
+}
+
+// The control for the tests above: with writable paths the worker gets past
+// its start checks (and fails only at registration), leaving no probe file.
+TEST(CliTest, WritableOutputPathsPassTheStartChecks) {
+  const std::string dir = TempDir() + "/writable";
+  std::filesystem::create_directories(dir);
+  const Ended run =
+      RunToEnd(Worker({"--export_path=" + dir + "/w.safetensors", "--summary=" + dir + "/s.json"}));
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_TRUE(Contains(run.output, kPastStartChecks)) << run.output;
+  EXPECT_TRUE(Contains(run.output, "Register")) << run.output;
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+}
+
+}  // namespace
+}  // namespace psync

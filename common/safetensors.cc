@@ -1,202 +1,253 @@
 #include "common/safetensors.h"
 
-#include <cctype>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "common/safetensors_header.h"
 #include "common/status_macros.h"
 
 namespace psync {
 namespace {
 
+// The reference implementation's limit.
 constexpr uint64_t kMaxHeaderBytes = 100 << 20;
+constexpr size_t kIoBlock = 1 << 20;
 
-// A parser for the header's JSON subset: objects, arrays, strings without
-// escapes other than \" and \\, and non-negative integers.
-class HeaderParser {
- public:
-  explicit HeaderParser(const std::string& text) : text_(text) {}
+absl::Status Errno(const std::string& path, const char* op) {
+  return absl::ErrnoToStatus(errno, absl::StrCat(path, ": ", op));
+}
 
-  absl::StatusOr<std::map<std::string, std::pair<std::vector<int64_t>,
-                                                 std::pair<uint64_t, uint64_t>>>>
-  Parse() {
-    std::map<std::string, std::pair<std::vector<int64_t>, std::pair<uint64_t, uint64_t>>> out;
-    PSYNC_RETURN_IF_ERROR(Expect('{'));
-    if (Peek() == '}') return (++pos_, out);
-    while (true) {
-      PSYNC_ASSIGN_OR_RETURN(std::string name, String());
-      PSYNC_RETURN_IF_ERROR(Expect(':'));
-      if (name == "__metadata__") {
-        PSYNC_RETURN_IF_ERROR(SkipStringMap());
-      } else {
-        std::string dtype;
-        std::vector<uint64_t> shape, offsets;
-        PSYNC_RETURN_IF_ERROR(Expect('{'));
-        while (true) {
-          PSYNC_ASSIGN_OR_RETURN(std::string key, String());
-          PSYNC_RETURN_IF_ERROR(Expect(':'));
-          if (key == "dtype") {
-            PSYNC_ASSIGN_OR_RETURN(dtype, String());
-          } else if (key == "shape") {
-            PSYNC_ASSIGN_OR_RETURN(shape, IntArray());
-          } else if (key == "data_offsets") {
-            PSYNC_ASSIGN_OR_RETURN(offsets, IntArray());
-          } else {
-            return Error(absl::StrCat("unknown field '", key, "'"));
-          }
-          if (Peek() == ',') { ++pos_; continue; }
-          PSYNC_RETURN_IF_ERROR(Expect('}'));
-          break;
-        }
-        if (dtype != "F32") {
-          return Error(absl::StrCat("tensor '", name, "' has dtype '", dtype, "', expected F32"));
-        }
-        if (offsets.size() != 2 || offsets[0] > offsets[1]) {
-          return Error(absl::StrCat("tensor '", name, "' has bad data_offsets"));
-        }
-        std::vector<int64_t> dims(shape.begin(), shape.end());
-        if (!out.emplace(name, std::make_pair(dims, std::make_pair(offsets[0], offsets[1]))).second) {
-          return Error(absl::StrCat("tensor '", name, "' appears twice"));
-        }
-      }
-      if (Peek() == ',') { ++pos_; continue; }
-      PSYNC_RETURN_IF_ERROR(Expect('}'));
-      return out;
-    }
+absl::Status WriteAll(int fd, const char* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, std::min(n, size_t{1} << 30));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return Errno(path, "write");
+    p += w;
+    n -= static_cast<size_t>(w);
   }
+  return absl::OkStatus();
+}
 
- private:
-  absl::Status Error(const std::string& what) const {
-    return absl::InvalidArgumentError(absl::StrCat("header at byte ", pos_, ": ", what));
-  }
-  char Peek() {
-    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
-    return pos_ < text_.size() ? text_[pos_] : '\0';
-  }
-  absl::Status Expect(char c) {
-    if (Peek() != c) return Error(absl::StrCat("expected '", std::string(1, c), "'"));
-    ++pos_;
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::string> String() {
-    PSYNC_RETURN_IF_ERROR(Expect('"'));
-    std::string s;
-    while (pos_ < text_.size() && text_[pos_] != '"') {
-      if (text_[pos_] == '\\' && pos_ + 1 < text_.size()) ++pos_;
-      s.push_back(text_[pos_++]);
-    }
-    if (pos_ >= text_.size()) return Error("unterminated string");
-    ++pos_;
-    return s;
-  }
-  absl::StatusOr<std::vector<uint64_t>> IntArray() {
-    std::vector<uint64_t> v;
-    PSYNC_RETURN_IF_ERROR(Expect('['));
-    if (Peek() == ']') return (++pos_, v);
-    while (true) {
-      Peek();
-      if (pos_ >= text_.size() || !std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
-        return Error("expected a non-negative integer");
-      }
-      uint64_t x = 0;
-      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
-        if (x > (uint64_t{1} << 50)) return Error("integer too large");
-        x = x * 10 + (text_[pos_++] - '0');
-      }
-      v.push_back(x);
-      if (Peek() == ',') { ++pos_; continue; }
-      PSYNC_RETURN_IF_ERROR(Expect(']'));
-      return v;
-    }
-  }
-  absl::Status SkipStringMap() {
-    PSYNC_RETURN_IF_ERROR(Expect('{'));
-    if (Peek() == '}') return (++pos_, absl::OkStatus());
-    while (true) {
-      PSYNC_RETURN_IF_ERROR(String().status());
-      PSYNC_RETURN_IF_ERROR(Expect(':'));
-      PSYNC_RETURN_IF_ERROR(String().status());
-      if (Peek() == ',') { ++pos_; continue; }
-      return Expect('}');
-    }
-  }
+absl::Status SyncDirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno(dir, "open folder for fsync");
+  const int rc = ::fsync(fd);
+  const int saved = errno;
+  ::close(fd);
+  errno = saved;
+  return rc == 0 ? absl::OkStatus() : Errno(dir, "fsync folder");
+}
 
-  const std::string& text_;
-  size_t pos_ = 0;
-};
+absl::Status ReadAt(int fd, char* p, size_t n, uint64_t offset, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Errno(path, "read");
+    if (r == 0) {
+      return absl::DataLossError(absl::StrCat(path, ": file ends at byte ", offset,
+                                              ", its header says it is longer (truncated?)"));
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
+
+std::string SafetensorsTempPrefix(const std::string& path) { return path + ".tmp."; }
+
+absl::Status WriteSafetensorsFile(const std::string& path,
+                                  absl::Span<const SafetensorsEntry> entries,
+                                  const SafetensorsMetadata& metadata) {
+  auto json = safetensors_internal::BuildHeader(entries, metadata);
+  if (!json.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WriteSafetensorsFile: ", path, ": ", json.status().message()));
+  }
+  std::string header(8, '\0');
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>(uint64_t(json->size()) >> (8 * i));
+  header += *json;
+  static std::atomic<uint64_t> counter{0};
+  const std::string temp = absl::StrCat(SafetensorsTempPrefix(path), ::getpid(), ".", counter++);
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno(temp, "create");
+  auto write_and_sync = [&]() -> absl::Status {
+    // Small entries are gathered so that a model of tiny chunks is not
+    // written a few bytes per system call.
+    std::string buffer = header;
+    for (const SafetensorsEntry& e : entries) {
+      uint64_t n = 1;
+      for (int64_t d : e.shape) n *= static_cast<uint64_t>(d);
+      // Floats are stored little-endian; x86-64 and aarch64 hosts already are.
+      const char* p = reinterpret_cast<const char*>(e.data);
+      if (buffer.size() + n * 4 > kIoBlock) {
+        PSYNC_RETURN_IF_ERROR(WriteAll(fd, buffer.data(), buffer.size(), temp));
+        buffer.clear();
+      }
+      if (n * 4 >= kIoBlock) {
+        PSYNC_RETURN_IF_ERROR(WriteAll(fd, p, n * 4, temp));
+      } else {
+        buffer.append(p, n * 4);
+      }
+    }
+    PSYNC_RETURN_IF_ERROR(WriteAll(fd, buffer.data(), buffer.size(), temp));
+    if (::fsync(fd) != 0) return Errno(temp, "fsync");
+    return absl::OkStatus();
+  };
+  absl::Status s = write_and_sync();
+  if (::close(fd) != 0 && s.ok()) s = Errno(temp, "close");
+  if (s.ok() && ::rename(temp.c_str(), path.c_str()) != 0) s = Errno(path, "rename from temporary file");
+  if (!s.ok()) {
+    ::unlink(temp.c_str());
+    return s;
+  }
+  return SyncDirectoryOf(path);
+}
 
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<TensorSpec>& tensors,
                               absl::Span<const float> flat) {
-  std::string header = "{";
+  std::vector<SafetensorsEntry> entries;
   uint64_t offset = 0;
   for (const TensorSpec& t : tensors) {
-    const uint64_t bytes = static_cast<uint64_t>(t.NumElements()) * 4;
-    absl::StrAppend(&header, "\"", t.name, "\":{\"dtype\":\"F32\",\"shape\":[",
-                    absl::StrJoin(t.shape, ","), "],\"data_offsets\":[", offset,
-                    ",", offset + bytes, "]},");
-    offset += bytes;
+    entries.push_back({t.name, t.shape, flat.data() + std::min<uint64_t>(offset, flat.size())});
+    offset += static_cast<uint64_t>(t.NumElements());
   }
-  if (offset != flat.size() * 4) {
+  if (offset != flat.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "WriteSafetensors: tensors need ", offset, " bytes, got ", flat.size() * 4));
+        "WriteSafetensors: tensors need ", offset * 4, " bytes, got ", flat.size() * 4));
   }
-  absl::StrAppend(&header, "\"__metadata__\":{\"format\":\"pt\",\"producer\":\"psync\"}}");
-  while ((header.size() + 8) % 8 != 0) header.push_back(' ');
+  return WriteSafetensorsFile(path, entries, {{"format", "pt"}, {"producer", "psync"}});
+}
 
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return absl::NotFoundError(absl::StrCat("WriteSafetensors: cannot open '", path, "'"));
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
-  out.write(reinterpret_cast<const char*>(len), 8);
-  out.write(header.data(), header.size());
-  // Floats are stored little-endian; x86-64 and aarch64 hosts already are.
-  out.write(reinterpret_cast<const char*>(flat.data()), flat.size() * 4);
-  out.close();
-  if (!out) return absl::DataLossError(absl::StrCat("WriteSafetensors: writing '", path, "' failed"));
+SafetensorsReader::SafetensorsReader(SafetensorsReader&& other) noexcept {
+  *this = std::move(other);
+}
+
+SafetensorsReader& SafetensorsReader::operator=(SafetensorsReader&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+    data_start_ = other.data_start_;
+    data_bytes_ = other.data_bytes_;
+    entries_ = std::move(other.entries_);
+    metadata_ = std::move(other.metadata_);
+  }
+  return *this;
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(const std::string& path) {
+  SafetensorsReader r;
+  r.path_ = path;
+  r.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (r.fd_ < 0) return Errno(path, "open");
+  auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
+  };
+  struct stat st;
+  if (::fstat(r.fd_, &st) != 0) return Errno(path, "stat");
+  if (!S_ISREG(st.st_mode)) return bad("not a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < 8) return bad(absl::StrCat("file has ", size, " bytes, expected at least 8"));
+  unsigned char len[8];
+  PSYNC_RETURN_IF_ERROR(ReadAt(r.fd_, reinterpret_cast<char*>(len), 8, 0, path));
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= uint64_t{len[i]} << (8 * i);
+  if (header_len > kMaxHeaderBytes || header_len > size - 8) {
+    return bad(absl::StrCat("header length ", header_len, " exceeds the file (", size,
+                            " bytes) or the limit (", kMaxHeaderBytes, ")"));
+  }
+  std::string header(header_len, '\0');
+  PSYNC_RETURN_IF_ERROR(ReadAt(r.fd_, header.data(), header_len, 8, path));
+  auto parsed = safetensors_internal::ParseHeader(header);
+  if (!parsed.ok()) return bad(std::string(parsed.status().message()));
+  r.data_start_ = 8 + header_len;
+  r.data_bytes_ = size - r.data_start_;
+  r.entries_ = std::move(parsed->entries);
+  r.metadata_ = std::move(parsed->metadata);
+  std::sort(r.entries_.begin(), r.entries_.end(),
+            [](const SafetensorsEntryInfo& a, const SafetensorsEntryInfo& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
+  uint64_t expected = 0;
+  for (const SafetensorsEntryInfo& e : r.entries_) {
+    if (e.begin != expected) {
+      return bad(absl::StrCat("tensor '", e.name, "' byte range [", e.begin, ", ", e.end,
+                              ") ", e.begin < expected ? "overlaps" : "leaves a gap after",
+                              " the previous tensor (which ends at ", expected, ")"));
+    }
+    if (e.end > r.data_bytes_) {
+      return bad(absl::StrCat("tensor '", e.name, "' byte range [", e.begin, ", ", e.end,
+                              ") ends past the data section (", r.data_bytes_,
+                              " bytes; truncated?)"));
+    }
+    expected = e.end;
+  }
+  if (expected != r.data_bytes_) {
+    return bad(absl::StrCat("the data section has ", r.data_bytes_, " bytes, the tensors cover ",
+                            expected));
+  }
+  return r;
+}
+
+absl::Status SafetensorsReader::StreamData(
+    absl::FunctionRef<void(uint64_t, const char*, size_t)> fn) const {
+  std::vector<char> block(std::min<uint64_t>(kIoBlock, data_bytes_));
+  for (uint64_t pos = 0; pos < data_bytes_;) {
+    const size_t n = std::min<uint64_t>(block.size(), data_bytes_ - pos);
+    PSYNC_RETURN_IF_ERROR(ReadAt(fd_, block.data(), n, data_start_ + pos, path_));
+    fn(pos, block.data(), n);
+    pos += n;
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::map<std::string, LoadedTensor>> ReadSafetensors(
     const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("ReadSafetensors: cannot open '", path, "'"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string file = buffer.str();
-  auto bad = [&](const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat("ReadSafetensors: '", path, "': ", what));
-  };
-  if (file.size() < 8) return bad(absl::StrCat("file has ", file.size(), " bytes, expected at least 8"));
-  uint64_t header_len = 0;
-  for (int i = 0; i < 8; ++i) header_len |= uint64_t(uint8_t(file[i])) << (8 * i);
-  if (header_len > kMaxHeaderBytes || header_len > file.size() - 8) {
-    return bad(absl::StrCat("header length ", header_len, " exceeds the file (", file.size(), " bytes)"));
+  auto reader = SafetensorsReader::Open(path);
+  if (!reader.ok()) {
+    return absl::Status(reader.status().code(),
+                        absl::StrCat("ReadSafetensors: ", reader.status().message()));
   }
-  const std::string header = file.substr(8, header_len);
-  auto parsed = HeaderParser(header).Parse();
-  if (!parsed.ok()) return bad(std::string(parsed.status().message()));
-  const uint64_t data_bytes = file.size() - 8 - header_len;
   std::map<std::string, LoadedTensor> out;
-  for (const auto& [name, entry] : *parsed) {
-    const auto& [shape, range] = entry;
-    uint64_t n = 1;
-    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-    if (range.second > data_bytes || range.second - range.first != n * 4) {
-      return bad(absl::StrCat("tensor '", name, "' byte range [", range.first, ", ", range.second,
-                              ") does not hold ", n, " floats within ", data_bytes, " data bytes"));
-    }
-    LoadedTensor t;
-    t.shape = shape;
-    t.values.resize(n);
-    std::memcpy(t.values.data(), file.data() + 8 + header_len + range.first, n * 4);
-    out.emplace(name, std::move(t));
+  std::vector<char*> dest;  // by entry, in data order
+  for (const SafetensorsEntryInfo& e : reader->entries()) {
+    LoadedTensor& t = out[e.name];
+    t.shape = e.shape;
+    t.values.resize(e.NumElements());
+    dest.push_back(reinterpret_cast<char*>(t.values.data()));
   }
+  // Entries tile the data section, so each piece belongs to the entry at
+  // `i` and the ones after it.
+  size_t i = 0;
+  const auto& entries = reader->entries();
+  PSYNC_RETURN_IF_ERROR(reader->StreamData([&](uint64_t pos, const char* p, size_t n) {
+    const uint64_t end = pos + n;
+    while (pos < end) {
+      while (entries[i].end <= pos) ++i;
+      const uint64_t stop = std::min(end, entries[i].end);
+      std::memcpy(dest[i] + (pos - entries[i].begin), p, stop - pos);
+      p += stop - pos;
+      pos = stop;
+    }
+  }));
   return out;
 }
 

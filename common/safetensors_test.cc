@@ -1,7 +1,12 @@
 #include "common/safetensors.h"
 
+#include <dirent.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 #include "gtest/gtest.h"
 
@@ -58,6 +63,111 @@ TEST(SafetensorsTest, CorruptFilesGiveErrors) {
   len[0] = static_cast<char>(header.size());
   write(p, len + header + std::string(8, '\0'));
   EXPECT_NE(ReadSafetensors(p).status().message().find("F16"), std::string::npos);
+}
+
+std::string Header(const std::string& json) {
+  std::string len(8, '\0');
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>(uint64_t(json.size()) >> (8 * i));
+  return len + json;
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+TEST(SafetensorsTest, GeneralWriterAndReaderKeepEntriesAndMetadata) {
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {-1.5f};
+  const std::vector<SafetensorsEntry> entries = {{"b/x@0", {1}, b.data()},
+                                                 {"a \"quoted\"", {2, 3}, a.data()},
+                                                 {"empty", {0}, nullptr}};
+  const SafetensorsMetadata metadata = {{"k", "line\nbreak \\ \"q\" \x01 é"}, {"other", ""}};
+  const std::string path = TempPath("general.safetensors");
+  ASSERT_TRUE(WriteSafetensorsFile(path, entries, metadata).ok());
+  auto reader = SafetensorsReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ(reader->metadata(), metadata);
+  ASSERT_EQ(reader->entries().size(), 3u);
+  EXPECT_EQ(reader->entries()[0].name, "b/x@0");  // data order
+  EXPECT_EQ(reader->entries()[1].name, "a \"quoted\"");
+  EXPECT_EQ(reader->entries()[1].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(reader->data_bytes(), 28u);
+  std::string data;
+  ASSERT_TRUE(reader->StreamData([&](uint64_t pos, const char* p, size_t n) {
+    EXPECT_EQ(pos, data.size());
+    data.append(p, n);
+  }).ok());
+  EXPECT_EQ(data.size(), 28u);
+  EXPECT_EQ(std::memcmp(data.data() + 4, a.data(), 24), 0);
+  // Only the final file remains.
+  std::set<std::string> names;
+  DIR* d = opendir(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp");
+  while (dirent* e = d ? readdir(d) : nullptr) names.insert(e->d_name);
+  if (d) closedir(d);
+  for (const std::string& n : names) EXPECT_EQ(n.find("general.safetensors.tmp"), std::string::npos);
+}
+
+TEST(SafetensorsTest, WriterRefusesRepeatedNamesAndMissingFolders) {
+  const float x = 1;
+  EXPECT_EQ(WriteSafetensorsFile(TempPath("r"), {{"a", {1}, &x}, {"a", {1}, &x}}, {}).code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::Status s = WriteSafetensorsFile(TempPath("no/such/dir/f"), {{"a", {1}, &x}}, {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("no/such/dir/f"), std::string::npos) << s;
+}
+
+TEST(SafetensorsTest, StrictReaderRefusesMalformedFiles) {
+  const std::string p = TempPath("strict.safetensors");
+  const std::string data(16, '\0');
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", "overlaps"},
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", "gap"},
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", "cover"},
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"a":{"dtype":"F32","shape":[0],"data_offsets":[16,16]}})", "twice"},
+      {R"({"__metadata__":{"k":"1","k":"2"},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", "twice"},
+      {R"({"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", "not a string"},
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}} x)", "after the header"},
+      {R"({"a":{"dtype":"F32","shape":[4]}})", "lacks"},
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16],"x":1}})", "unknown field"},
+      {R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", "expected 12 bytes"},
+      {R"({"a":{"dtype":"F32","shape":[99999999999999999999],"data_offsets":[0,16]}})", "too large"},
+      {R"({"a\q":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", "bad escape"},
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16])", "expected"},
+      {R"({"a)", "unterminated"},
+  };
+  for (const auto& [json, expected] : cases) {
+    WriteBytes(p, Header(json) + data);
+    auto r = SafetensorsReader::Open(p);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << json;
+    EXPECT_NE(r.status().message().find(expected), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find(p), std::string::npos) << r.status();
+  }
+  WriteBytes(p, Header("{}").substr(0, 8) + "{");
+  EXPECT_NE(SafetensorsReader::Open(p).status().message().find("exceeds the file"),
+            std::string::npos);
+}
+
+// Every truncation and every single-byte change of a valid file gives a
+// Status or a valid reader, never a crash.
+TEST(SafetensorsTest, MangledFilesNeverCrash) {
+  const std::string good = TempPath("good.safetensors"), p = TempPath("mangled.safetensors");
+  const std::vector<float> v = {1, 2, 3};
+  ASSERT_TRUE(WriteSafetensorsFile(good, {{"w", {3}, v.data()}}, {{"m", "\\u00e9"}}).ok());
+  std::ifstream in(good, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string bytes = buffer.str();
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    WriteBytes(p, bytes.substr(0, n));
+    EXPECT_FALSE(ReadSafetensors(p).ok()) << n;
+  }
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    for (int bit : {0, 5, 7}) {
+      std::string m = bytes;
+      m[i] ^= static_cast<char>(1 << bit);
+      WriteBytes(p, m);
+      ReadSafetensors(p).status().IgnoreError();
+    }
+  }
 }
 
 }  // namespace

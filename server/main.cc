@@ -11,6 +11,11 @@
 #include "common/flags_help.h"
 #include "common/malloc_tuning.h"
 #include "glog/logging.h"
+#include "common/cluster_spec.h"
+#include "server/checkpoint_manager.h"
+#include "server/coordinator.h"
+#include "server/membership.h"
+#include "server/rpc/coordinator_client.h"
 #include "server/rpc/grpc_server.h"
 #include "server/shard_store.h"
 
@@ -26,6 +31,19 @@ ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
 ABSL_FLAG(bool, deterministic, false, "Sum worker gradients in rank order (bitwise reproducible).");
 ABSL_FLAG(int, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
 ABSL_FLAG(int, pull_timeout_s, 120, "Longest a pull waits for its version.");
+ABSL_FLAG(std::string, servers, "",
+          "Every server's address host:port,... in rank order; the others reach the "
+          "coordinator (server 0) there. Needed when --num_servers > 1.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Write checkpoints here and restore the newest valid one at start (empty: none).");
+ABSL_FLAG(int64_t, checkpoint_every, 0,
+          "Checkpoint every N steps (and the job's last step, and at SIGTERM); 0: only at "
+          "SIGTERM. Needs --checkpoint_dir.");
+ABSL_FLAG(int, keep_checkpoints, 3, "Newest checkpoints kept per server (>= 2).");
+ABSL_FLAG(int, peer_timeout_s, 120,
+          "Fail the job when a worker has been silent this long while its peers wait.");
+ABSL_FLAG(int, worker_lease_ms, 2000,
+          "A worker silent this long is missing; a restarted worker may take its rank.");
 
 namespace psync {
 namespace {
@@ -44,6 +62,18 @@ absl::StatusOr<ShardStoreOptions> OptionsFromFlags() {
   o.sgd.learning_rate = static_cast<float>(absl::GetFlag(FLAGS_lr));
   o.sgd.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
   o.sgd.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  o.worker_lease = absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
+  o.peer_timeout = absl::Seconds(absl::GetFlag(FLAGS_peer_timeout_s));
+  o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  if (absl::GetFlag(FLAGS_checkpoint_dir).empty() && o.checkpoint_every > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_every is ", o.checkpoint_every, " but --checkpoint_dir is empty"));
+  }
+  if (absl::GetFlag(FLAGS_keep_checkpoints) < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--keep_checkpoints is ", absl::GetFlag(FLAGS_keep_checkpoints),
+        ", expected >= 2 (a rollback may need the one before the newest)"));
+  }
   absl::Status s = o.Validate();
   if (!s.ok()) return s;
   return o;
@@ -71,17 +101,69 @@ int Run() {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  // A failed checkpoint write past a file size limit must return EFBIG,
+  // not kill the server.
+  signal(SIGXFSZ, SIG_IGN);
+
   auto store = ShardStore::Create(*options);
   if (!store.ok()) {
     LOG(ERROR) << store.status().message();
     return 2;
   }
+  std::vector<std::string> addresses;
+  if (!absl::GetFlag(FLAGS_servers).empty()) {
+    auto parsed = ParseServerAddresses(absl::GetFlag(FLAGS_servers));
+    if (!parsed.ok()) {
+      LOG(ERROR) << "bad flags: --servers: " << parsed.status().message();
+      return 2;
+    }
+    addresses = *parsed;
+  }
+  if (options->num_servers > 1 && static_cast<int>(addresses.size()) != options->num_servers) {
+    LOG(ERROR) << "bad flags: --servers lists " << addresses.size() << " addresses, expected "
+               << options->num_servers << " (--num_servers): every server must reach server 0";
+    return 2;
+  }
+  std::unique_ptr<CheckpointManager> checkpoints;
+  const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  if (!checkpoint_dir.empty()) {
+    CheckpointManagerOptions c;
+    c.dir = checkpoint_dir;
+    c.server_rank = options->server_rank;
+    c.num_servers = options->num_servers;
+    c.keep = absl::GetFlag(FLAGS_keep_checkpoints);
+    c.optimizer = options->sgd.Describe();
+    auto opened = CheckpointManager::Open(c);
+    if (!opened.ok()) {
+      LOG(ERROR) << "server " << options->server_rank << ": " << opened.status();
+      return 2;
+    }
+    checkpoints = std::move(*opened);
+    const auto versions = checkpoints->Versions();
+    LOG(INFO) << "server " << options->server_rank << ": checkpoints in " << checkpoint_dir
+              << ": " << (versions.empty() ? std::string("none")
+                                           : absl::StrCat("newest version ", versions.front().version,
+                                                          ", ", versions.size(), " restorable"));
+    (*store)->SetSnapshotSink([m = checkpoints.get()](Snapshot s) { m->Enqueue(std::move(s)); });
+    checkpoints->SetOnWritten([st = store->get()](int64_t v) { st->MarkDurable(v); });
+  }
+
+  std::unique_ptr<Coordinator> coordinator;
+  JoinFunction join;
+  if (options->server_rank == 0) {
+    coordinator = std::make_unique<Coordinator>(options->num_servers);
+    join = [c = coordinator.get()](const JoinInfo& info) { return c->Join(info); };
+  } else {
+    join = CreateGrpcJoinFn(addresses[0], options->num_servers, absl::Seconds(2));
+  }
+
   GrpcServerOptions server_options;
   server_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
   server_options.max_pull_wait = absl::Seconds(pull_timeout_s);
+  server_options.coordinator = coordinator.get();
   auto server = GrpcServer::Start(store->get(), server_options);
   if (!server.ok()) {
-    LOG(ERROR) << server.status().message();
+    LOG(ERROR) << server.status().message() << " (is another server already listening there?)";
     return 1;
   }
   LOG(INFO) << "server " << options->server_rank << "/" << options->num_servers
@@ -89,7 +171,11 @@ int Run() {
             << " for " << options->num_workers << " workers (lr " << options->sgd.learning_rate
             << ", momentum " << options->sgd.momentum << ", weight decay "
             << options->sgd.weight_decay << ", deterministic "
-            << (options->deterministic ? "on" : "off") << ")";
+            << (options->deterministic ? "on" : "off") << ", checkpoints "
+            << (checkpoint_dir.empty() ? std::string("off")
+                                       : absl::StrCat(checkpoint_dir, " every ",
+                                                      options->checkpoint_every, " steps"))
+            << ")";
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     // Write then rename, so a reader never sees a partial file.
@@ -101,16 +187,38 @@ int Run() {
       return 1;
     }
   }
+  Membership membership(store->get(), checkpoints.get(), join, absl::Milliseconds(200));
+  membership.Start();
 
+  // Until a stop signal, or until a missing worker fails the job.
+  int exit_code = 0;
   int signal = 0;
-  sigwait(&stop_signals, &signal);
+  const timespec slice = {0, 250 * 1000 * 1000};
+  while (true) {
+    signal = sigtimedwait(&stop_signals, nullptr, &slice);
+    if (signal > 0) break;
+    absl::Status peers = (*store)->CheckPeers();
+    if (!peers.ok()) {
+      LOG(ERROR) << "server " << options->server_rank << ": " << peers.message();
+      absl::SleepFor(absl::Seconds(1));  // waiting workers get the error first
+      exit_code = 3;
+      break;
+    }
+  }
   const StoreStatus status = (*store)->GetStatus();
-  LOG(INFO) << "received " << (signal == SIGTERM ? "SIGTERM" : "SIGINT")
-            << ", shutting down at version " << status.version;
+  if (signal > 0) {
+    LOG(INFO) << "server " << options->server_rank << ": received "
+              << (signal == SIGTERM ? "SIGTERM" : "SIGINT") << ", shutting down at version "
+              << status.version;
+  }
+  if (checkpoints != nullptr && exit_code == 0) {
+    absl::Status written = checkpoints->WriteNow((*store)->SnapshotForShutdown());
+    if (!written.ok()) LOG(ERROR) << "final checkpoint: " << written;
+  }
   (*server)->Shutdown(absl::Now() + absl::Seconds(2));
   server->reset();
   LOG(INFO) << "server " << options->server_rank << " stopped";
-  return 0;
+  return exit_code;
 }
 
 }  // namespace

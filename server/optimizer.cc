@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace psync {
 
@@ -23,42 +24,62 @@ absl::Status SgdOptions::Validate() const {
   return absl::OkStatus();
 }
 
-void SgdStep(const SgdOptions& options, const float* __restrict grad_sum, float count,
-             float* __restrict weights, float* __restrict momentum, int64_t n) {
+std::string SgdOptions::Describe() const {
+  return absl::StrFormat("sgd lr=%.9g momentum=%.9g weight_decay=%.9g", learning_rate, momentum,
+                         weight_decay);
+}
+
+namespace {
+
+// One pass over the elements; grad(i) is the summed gradient of element i.
+template <typename Grad>
+inline void SgdPass(const SgdOptions& options, const Grad& grad, float count, SgdBuffers b,
+                    int64_t n) {
   const float lr = options.learning_rate;
   const float mu = options.momentum;
   const float wd = options.weight_decay;
+  const float* __restrict w_in = b.weights_in;
+  float* __restrict w_out = b.weights_out;
   if (mu == 0.0f) {
-    for (int64_t i = 0; i < n; ++i) weights[i] -= lr * (grad_sum[i] / count + wd * weights[i]);
+    for (int64_t i = 0; i < n; ++i) w_out[i] = w_in[i] - lr * (grad(i) / count + wd * w_in[i]);
     return;
   }
+  const float* __restrict m_in = b.momentum_in;
+  float* __restrict m_out = b.momentum_out;
   for (int64_t i = 0; i < n; ++i) {
-    const float d = grad_sum[i] / count + wd * weights[i];
-    momentum[i] = mu * momentum[i] + d;
-    weights[i] -= lr * momentum[i];
+    const float d = grad(i) / count + wd * w_in[i];
+    const float m = mu * m_in[i] + d;
+    m_out[i] = m;
+    w_out[i] = w_in[i] - lr * m;
   }
 }
 
+}  // namespace
+
+void SgdStep(const SgdOptions& options, const float* __restrict grad_sum, float count,
+             SgdBuffers b, int64_t n) {
+  SgdPass(options, [grad_sum](int64_t i) { return grad_sum[i]; }, count, b, n);
+}
+
 void SgdStepWithPayload(const SgdOptions& options, const float* __restrict grad_sum,
-                        const char* __restrict payload, float count, float* __restrict weights,
-                        float* __restrict momentum, int64_t n) {
-  const float lr = options.learning_rate;
-  const float mu = options.momentum;
-  const float wd = options.weight_decay;
-  auto grad = [&](int64_t i) {
-    float g;
-    std::memcpy(&g, payload + 4 * i, 4);
-    return grad_sum != nullptr ? grad_sum[i] + g : g;
-  };
-  if (mu == 0.0f) {
-    for (int64_t i = 0; i < n; ++i) weights[i] -= lr * (grad(i) / count + wd * weights[i]);
+                        const char* __restrict payload, float count, SgdBuffers b, int64_t n) {
+  if (grad_sum == nullptr) {
+    SgdPass(options,
+            [payload](int64_t i) {
+              float g;
+              std::memcpy(&g, payload + 4 * i, 4);
+              return g;
+            },
+            count, b, n);
     return;
   }
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = grad(i) / count + wd * weights[i];
-    momentum[i] = mu * momentum[i] + d;
-    weights[i] -= lr * momentum[i];
-  }
+  SgdPass(options,
+          [grad_sum, payload](int64_t i) {
+            float g;
+            std::memcpy(&g, payload + 4 * i, 4);
+            return grad_sum[i] + g;
+          },
+          count, b, n);
 }
 
 }  // namespace psync

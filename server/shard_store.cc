@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "common/init.h"
 #include "common/status_macros.h"
 
@@ -20,26 +23,47 @@ struct ShardStore::Chunk {
   const ChunkInfo info;
   absl::Mutex mu;
   int64_t version ABSL_GUARDED_BY(mu) = 0;
-  // Copied on write when a transport still holds the current buffer.
-  std::shared_ptr<std::vector<float>> weights ABSL_GUARDED_BY(mu);
-  std::vector<float> momentum ABSL_GUARDED_BY(mu);
+  // State at `version` and at `version - 1` (null at the first version of a
+  // generation). Published states are never written again; `spare` is an
+  // old one, reused for the next version when nobody else holds it.
+  std::shared_ptr<ChunkState> current ABSL_GUARDED_BY(mu);
+  std::shared_ptr<ChunkState> previous ABSL_GUARDED_BY(mu);
+  std::shared_ptr<ChunkState> spare ABSL_GUARDED_BY(mu);
   // Pushes for step `version`. Deterministic mode keeps one gradient per
   // worker (per_worker) and sums them in rank order when the last arrives;
   // otherwise gradients are added to `sum` as they come.
   std::vector<bool> received ABSL_GUARDED_BY(mu);
   std::vector<int64_t> counts ABSL_GUARDED_BY(mu);
   int num_received ABSL_GUARDED_BY(mu) = 0;
+  absl::Time first_push ABSL_GUARDED_BY(mu);  // of step `version`
   std::vector<float> sum ABSL_GUARDED_BY(mu);
   std::vector<std::vector<float>> per_worker ABSL_GUARDED_BY(mu);
 };
 
 struct ShardStore::Shard {
-  explicit Shard(Layout layout) : layout(std::move(layout)) {}
+  Shard(Layout layout, TrainingShape shape, int64_t generation)
+      : layout(std::make_shared<const Layout>(std::move(layout))),
+        shape(std::move(shape)),
+        generation(generation) {}
 
-  const Layout layout;
+  const std::shared_ptr<const Layout> layout;
+  const TrainingShape shape;
+  const int64_t generation;
   // Indexed by chunk id; null for chunks other servers own.
   std::vector<std::unique_ptr<Chunk>> chunks;
+  std::vector<int32_t> owned;
+  // Set when a Restore replaced this shard: its waiters stop.
+  std::atomic<bool> retired{false};
 };
+
+namespace {
+
+int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
+
+// A waiting call re-checks why it might stop at least this often.
+constexpr absl::Duration kWaitSlice = absl::Milliseconds(500);
+
+}  // namespace
 
 absl::Status ShardStoreOptions::Validate() const {
   if (num_servers < 1) {
@@ -56,6 +80,15 @@ absl::Status ShardStoreOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_message_bytes is ", max_message_bytes, ", expected >= ", kMessageHeadroomBytes));
   }
+  if (checkpoint_every < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_every is ", checkpoint_every, ", expected >= 0 (0: no checkpoints)"));
+  }
+  if (worker_lease <= absl::ZeroDuration() || peer_timeout < worker_lease) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--peer_timeout_s is ", absl::FormatDuration(peer_timeout), ", expected at least the "
+        "worker lease of ", absl::FormatDuration(worker_lease)));
+  }
   return sgd.Validate();
 }
 
@@ -67,25 +100,55 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(ShardStoreOptions
 ShardStore::ShardStore(ShardStoreOptions options)
     : options_(std::move(options)),
       pool_(options_.apply_threads),
-      registered_(options_.num_workers, false) {}
+      last_seen_ms_(new std::atomic<int64_t>[options_.num_workers]),
+      sessions_(options_.num_workers, 0),
+      incarnations_(options_.num_workers, 0),
+      done_(options_.num_workers, 0),
+      next_session_(std::random_device()() * uint64_t{0x9e3779b97f4a7c15} | 1),
+      generation_start_(absl::Now()) {
+  for (int w = 0; w < options_.num_workers; ++w) last_seen_ms_[w] = UnixMs(absl::Now());
+}
 
 ShardStore::~ShardStore() = default;
 
-absl::StatusOr<RegisterResult> ShardStore::Register(int worker_rank, int num_workers,
-                                                    const Layout& layout,
-                                                    uint64_t claimed_fingerprint) {
-  if (num_workers != options_.num_workers) {
+std::shared_ptr<ShardStore::Shard> ShardStore::NewShard(const Layout& layout,
+                                                        const TrainingShape& shape,
+                                                        int64_t generation) const {
+  auto shard = std::make_shared<Shard>(layout, shape, generation);
+  shard->chunks.resize(layout.chunks().size());
+  shard->owned = layout.ChunksOnServer(options_.server_rank);
+  const int n = options_.num_workers;
+  for (int32_t id : shard->owned) {
+    const ChunkInfo& info = layout.chunks()[id];
+    auto chunk = std::make_unique<Chunk>(info);
+    absl::MutexLock chunk_lock(&chunk->mu);
+    chunk->received.assign(n, false);
+    chunk->counts.assign(n, 0);
+    if (options_.deterministic) {
+      chunk->per_worker.assign(n, std::vector<float>(info.num_elements));
+    } else {
+      chunk->sum.assign(info.num_elements, 0.0f);
+    }
+    shard->chunks[id] = std::move(chunk);
+  }
+  return shard;
+}
+
+absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
+  const int rank = args.worker_rank;
+  if (args.num_workers != options_.num_workers) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Register: worker says the cluster has ", num_workers,
+        "Register: worker says the cluster has ", args.num_workers,
         " workers, this server was started for ", options_.num_workers));
   }
-  if (worker_rank < 0 || worker_rank >= options_.num_workers) {
+  if (rank < 0 || rank >= options_.num_workers) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Register: worker rank ", worker_rank, " is out of range 0..", options_.num_workers - 1));
+        "Register: worker rank ", rank, " is out of range 0..", options_.num_workers - 1));
   }
-  if (layout.fingerprint() != claimed_fingerprint) {
+  const Layout& layout = *args.layout;
+  if (layout.fingerprint() != args.claimed_fingerprint) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Register: worker ", worker_rank, " claims layout fingerprint ", claimed_fingerprint,
+        "Register: worker ", rank, " claims layout fingerprint ", args.claimed_fingerprint,
         " but its layout spec hashes to ", layout.fingerprint()));
   }
   if (layout.num_servers() != options_.num_servers) {
@@ -100,7 +163,6 @@ absl::StatusOr<RegisterResult> ShardStore::Register(int worker_rank, int num_wor
         ", more than the message limit of ", options_.max_message_bytes,
         " bytes less 1 MiB headroom allows; raise --max_message_mb"));
   }
-
   if (options_.deterministic && bytes * options_.num_workers > kMaxDeterministicBytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "Register: deterministic mode keeps one gradient per worker: ", options_.num_workers,
@@ -108,69 +170,92 @@ absl::StatusOr<RegisterResult> ShardStore::Register(int worker_rank, int num_wor
   }
 
   absl::MutexLock lock(&mu_);
-  if (shard_ != nullptr && shard_->layout.fingerprint() != layout.fingerprint()) {
+  if (!ready_) {
+    return absl::UnavailableError(absl::StrCat(
+        "Register: server ", options_.server_rank,
+        " is not ready: the servers have not yet agreed on the version to start from"));
+  }
+  const absl::Duration silent =
+      absl::Now() - absl::FromUnixMillis(last_seen_ms_[rank].load());
+  if (incarnations_[rank] != 0 && incarnations_[rank] != args.incarnation &&
+      silent < options_.worker_lease) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "Register: worker rank ", rank, " is held by a live process (incarnation ",
+        incarnations_[rank], ", heard from ", absl::FormatDuration(silent),
+        " ago); a restarted worker takes the rank once its predecessor has been silent for ",
+        absl::FormatDuration(options_.worker_lease), " (check --worker_rank)"));
+  }
+  if (shard_ != nullptr && shard_->layout->fingerprint() != layout.fingerprint()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "Register: worker ", worker_rank, " has layout fingerprint ", layout.fingerprint(),
-        ", but this server's layout (fixed by the first registration",
-        registered_[worker_rank] ? ", including this worker's own" : "",
-        ") has fingerprint ", shard_->layout.fingerprint()));
+        "Register: worker ", rank, " has layout fingerprint ", layout.fingerprint(),
+        ", but this server's layout (fixed by the first registration or a checkpoint) has "
+        "fingerprint ", shard_->layout->fingerprint(),
+        ": the model, --chunk_kb, --seed or the server count differ"));
+  }
+  if (shard_ != nullptr) {
+    absl::Status same = args.shape.CheckSame(shard_->shape);
+    if (!same.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("Register: worker ", rank, ": ", same.message()));
+    }
   }
   if (shard_ == nullptr) {
-    auto shard = std::make_unique<Shard>(layout);
-    shard->chunks.resize(layout.chunks().size());
-    const int n = options_.num_workers;
-    for (int32_t id : layout.ChunksOnServer(options_.server_rank)) {
-      const ChunkInfo& info = layout.chunks()[id];
-      auto chunk = std::make_unique<Chunk>(info);
-      absl::MutexLock chunk_lock(&chunk->mu);
-      chunk->weights = std::make_shared<std::vector<float>>(info.num_elements);
-      InitialValues(layout.init_seed(), layout.tensors()[info.tensor], info.tensor_offset,
-                    info.num_elements, chunk->weights->data());
-      if (options_.sgd.momentum != 0.0f) chunk->momentum.assign(info.num_elements, 0.0f);
-      chunk->received.assign(n, false);
-      chunk->counts.assign(n, 0);
-      if (options_.deterministic) {
-        chunk->per_worker.assign(n, std::vector<float>(info.num_elements));
-      } else {
-        chunk->sum.assign(info.num_elements, 0.0f);
-      }
-      shard->chunks[id] = std::move(chunk);
+    shard_ = NewShard(layout, args.shape, generation_);
+    for (int32_t id : shard_->owned) {
+      Chunk& c = *shard_->chunks[id];
+      absl::MutexLock chunk_lock(&c.mu);
+      c.current = std::make_shared<ChunkState>();
+      c.current->weights.resize(c.info.num_elements);
+      InitialValues(layout.init_seed(), layout.tensors()[c.info.tensor], c.info.tensor_offset,
+                    c.info.num_elements, c.current->weights.data());
+      if (options_.sgd.momentum != 0.0f) c.current->momentum.assign(c.info.num_elements, 0.0f);
     }
-    shard_ = std::move(shard);
   }
-  registered_[worker_rank] = true;
+  next_session_ = next_session_ * 6364136223846793005ULL + 1442695040888963407ULL;
+  sessions_[rank] = next_session_ | 1;
+  incarnations_[rank] = args.incarnation;
+  done_[rank] = 0;
+  last_seen_ms_[rank] = UnixMs(absl::Now());
 
   RegisterResult result;
   result.fingerprint = layout.fingerprint();
-  result.chunk_ids = layout.ChunksOnServer(options_.server_rank);
-  result.version = INT64_MAX;
+  result.chunk_ids = shard_->owned;
+  result.session = sessions_[rank];
+  result.generation = generation_;
+  result.has_chunks = !result.chunk_ids.empty();
+  result.version = result.has_chunks ? INT64_MAX : 0;
   for (int32_t id : result.chunk_ids) {
     Chunk& c = *shard_->chunks[id];
     absl::MutexLock chunk_lock(&c.mu);
     result.version = std::min(result.version, c.version);
     result.max_version = std::max(result.max_version, c.version);
   }
-  if (result.chunk_ids.empty()) result.version = 0;
   return result;
 }
 
-absl::StatusOr<ShardStore::Shard*> ShardStore::CheckCaller(absl::string_view op, int worker_rank,
-                                                           uint64_t fingerprint) const {
+absl::StatusOr<std::shared_ptr<ShardStore::Shard>> ShardStore::CheckCaller(
+    absl::string_view op, uint64_t session, int worker_rank,
+    std::optional<uint64_t> fingerprint) const {
   absl::ReaderMutexLock lock(&mu_);
   if (worker_rank < 0 || worker_rank >= options_.num_workers) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": worker rank ", worker_rank, " is out of range 0..", options_.num_workers - 1));
   }
-  if (shard_ == nullptr || !registered_[worker_rank]) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        op, ": worker ", worker_rank, " has not registered with server ", options_.server_rank));
+  if (!failed_.ok()) return failed_;
+  if (shard_ == nullptr || session == 0 || session != sessions_[worker_rank]) {
+    return absl::AbortedError(absl::StrCat(
+        op, ": worker ", worker_rank, " has no current session on server ", options_.server_rank,
+        " (generation ", generation_, "; session ", session,
+        "): it never registered, or the server restarted or rolled back, or another process "
+        "registered as this rank since; register again"));
   }
-  if (fingerprint != shard_->layout.fingerprint()) {
+  if (fingerprint.has_value() && *fingerprint != shard_->layout->fingerprint()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        op, ": layout fingerprint ", fingerprint, " from worker ", worker_rank,
-        ", expected ", shard_->layout.fingerprint()));
+        op, ": layout fingerprint ", *fingerprint, " from worker ", worker_rank,
+        ", expected ", shard_->layout->fingerprint()));
   }
-  return shard_.get();
+  last_seen_ms_[worker_rank] = UnixMs(absl::Now());
+  return shard_;
 }
 
 absl::Status ShardStore::ValidateChunkId(absl::string_view op, const Shard& shard,
@@ -182,7 +267,7 @@ absl::Status ShardStore::ValidateChunkId(absl::string_view op, const Shard& shar
   }
   if (shard.chunks[chunk_id] == nullptr) {
     return absl::NotFoundError(absl::StrCat(
-        op, ": chunk ", chunk_id, " is on server ", shard.layout.chunks()[chunk_id].server,
+        op, ": chunk ", chunk_id, " is on server ", shard.layout->chunks()[chunk_id].server,
         ", not on server ", options_.server_rank));
   }
   return absl::OkStatus();
@@ -202,9 +287,11 @@ absl::Status ShardStore::ValidateChunkIds(absl::string_view op, const Shard& sha
   return absl::OkStatus();
 }
 
-absl::Status ShardStore::Push(int worker_rank, uint64_t fingerprint, int64_t step,
-                              int64_t sample_count, absl::Span<const ChunkPayload> chunks) {
-  PSYNC_ASSIGN_OR_RETURN(Shard * shard, CheckCaller("Push", worker_rank, fingerprint));
+absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t fingerprint,
+                              int64_t step, int64_t sample_count,
+                              absl::Span<const ChunkPayload> chunks) {
+  PSYNC_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard,
+                         CheckCaller("Push", session, worker_rank, fingerprint));
   if (step < 0) {
     return absl::InvalidArgumentError(absl::StrCat("Push: step is ", step, ", expected >= 0"));
   }
@@ -245,16 +332,17 @@ absl::Status ShardStore::Push(int worker_rank, uint64_t fingerprint, int64_t ste
     absl::MutexLock lock(&c.mu);
     if (step < c.version || c.received[worker_rank]) return;  // applied, or a repeat
     const bool last = c.num_received + 1 == options_.num_workers;
+    if (c.num_received == 0) c.first_push = absl::Now();
     if (last && !options_.deterministic) {
       // The last gradient goes straight from the wire into the update.
       c.received[worker_rank] = true;
       c.counts[worker_rank] = sample_count;
       ++c.num_received;
-      ApplyLocked(c, &p);
+      ApplyLocked(*shard, c, &p);
       return;
     }
     AddPushLocked(c, worker_rank, sample_count, p);
-    if (last) ApplyLocked(c, nullptr);
+    if (last) ApplyLocked(*shard, c, nullptr);
   });
   return absl::OkStatus();
 }
@@ -318,7 +406,7 @@ void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
   }
 }
 
-void ShardStore::ApplyLocked(Chunk& c, const ChunkPayload* last) {
+void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
   const int64_t n = c.info.num_elements;
   if (options_.deterministic) {
     c.sum = c.per_worker[0];
@@ -336,37 +424,88 @@ void ShardStore::ApplyLocked(Chunk& c, const ChunkPayload* last) {
     std::fill(c.sum.begin(), c.sum.end(), 0.0f);
     total = 1;
   }
-  if (c.weights.use_count() > 1) {
-    // A transport is still sending this version: leave it be. (New
-    // references are only taken under c.mu, so a count of 1 is exclusive.)
-    c.weights = std::make_shared<std::vector<float>>(*c.weights);
+  // The next version goes into the spare state unless a transport or a
+  // checkpoint still holds it (new references are only taken under c.mu, so
+  // a count of 1 is exclusive).
+  std::shared_ptr<ChunkState> next = std::move(c.spare);
+  if (next == nullptr || next.use_count() > 1) {
+    next = std::make_shared<ChunkState>();
+    next->weights.resize(n);
+    next->momentum.resize(c.current->momentum.size());
   } else {
-    // use_count() is a relaxed load: order the transport's last reads of
-    // the buffer before our writes.
+    // use_count() is a relaxed load: order the holder's last reads of the
+    // buffer before our writes.
     std::atomic_thread_fence(std::memory_order_acquire);
   }
-  float* momentum = c.momentum.empty() ? nullptr : c.momentum.data();
+  const bool has_momentum = !c.current->momentum.empty();
+  const SgdBuffers buffers{c.current->weights.data(),
+                           has_momentum ? c.current->momentum.data() : nullptr,
+                           next->weights.data(), has_momentum ? next->momentum.data() : nullptr};
   if (last == nullptr) {
-    SgdStep(options_.sgd, c.sum.data(), static_cast<float>(total), c.weights->data(), momentum, n);
+    SgdStep(options_.sgd, c.sum.data(), static_cast<float>(total), buffers, n);
   } else {
     // The sum holds the other workers' gradients, if there are any.
     const float* sum = options_.num_workers > 1 ? c.sum.data() : nullptr;
     ForEachFloatRun(*last, [&](int64_t first, const char* bytes, int64_t count) {
+      const SgdBuffers part{buffers.weights_in + first,
+                            has_momentum ? buffers.momentum_in + first : nullptr,
+                            buffers.weights_out + first,
+                            has_momentum ? buffers.momentum_out + first : nullptr};
       SgdStepWithPayload(options_.sgd, sum == nullptr ? nullptr : sum + first, bytes,
-                         static_cast<float>(total), c.weights->data() + first,
-                         momentum == nullptr ? nullptr : momentum + first, count);
+                         static_cast<float>(total), part, count);
     });
   }
+  c.spare = std::move(c.previous);
+  c.previous = std::move(c.current);
+  c.current = std::move(next);
   ++c.version;
   std::fill(c.received.begin(), c.received.end(), false);
   std::fill(c.counts.begin(), c.counts.end(), 0);
   c.num_received = 0;
+  CollectSnapshotLocked(shard, c);
 }
 
-absl::Status ShardStore::Pull(int worker_rank, uint64_t fingerprint, int64_t version,
-                              absl::Span<const int32_t> chunk_ids, absl::Time deadline,
-                              const ChunkSink& sink) {
-  PSYNC_ASSIGN_OR_RETURN(Shard * shard, CheckCaller("Pull", worker_rank, fingerprint));
+void ShardStore::CollectSnapshotLocked(Shard& shard, Chunk& c) {
+  const int64_t every = options_.checkpoint_every;
+  if (every <= 0 || (c.version % every != 0 && c.version != shard.shape.total_steps)) return;
+  absl::MutexLock lock(&snapshot_mu_);
+  if (pending_shard_ != &shard) {  // a new generation: drop the old one's partial snapshots
+    pending_.clear();
+    pending_shard_ = &shard;
+  }
+  Snapshot& snapshot = pending_[c.version];
+  snapshot.chunks.emplace_back(c.info.id, c.current);
+  if (snapshot.chunks.size() < shard.owned.size()) return;
+  snapshot.version = c.version;
+  snapshot.generation = shard.generation;
+  snapshot.layout = shard.layout;
+  snapshot.shape = shard.shape;
+  std::sort(snapshot.chunks.begin(), snapshot.chunks.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  Snapshot complete = std::move(snapshot);
+  pending_.erase(c.version);
+  if (snapshot_sink_) snapshot_sink_(std::move(complete));
+}
+
+absl::Status ShardStore::Interrupted(absl::string_view op, const Shard& shard) const {
+  if (closed_.load()) {
+    return absl::UnavailableError(absl::StrCat(op, ": server ", options_.server_rank,
+                                               " is shutting down"));
+  }
+  if (shard.retired.load()) {
+    return absl::AbortedError(absl::StrCat(
+        op, ": server ", options_.server_rank,
+        " rolled back to a checkpoint while this call waited; register again"));
+  }
+  absl::ReaderMutexLock lock(&mu_);
+  return failed_;
+}
+
+absl::Status ShardStore::Pull(uint64_t session, int worker_rank, uint64_t fingerprint,
+                              int64_t version, absl::Span<const int32_t> chunk_ids,
+                              absl::Time deadline, const ChunkSink& sink) {
+  PSYNC_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard,
+                         CheckCaller("Pull", session, worker_rank, fingerprint));
   if (version < 0) {
     return absl::InvalidArgumentError(absl::StrCat("Pull: version is ", version, ", expected >= 0"));
   }
@@ -379,48 +518,225 @@ absl::Status ShardStore::Pull(int worker_rank, uint64_t fingerprint, int64_t ver
           "Pull: version ", version, " of chunk ", id, " is from the future; the chunk is at version ",
           c.version, " and can reach only ", c.version + 1, " next"));
     }
-    auto ready = [this, &c, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
-      return c.version >= version || closed_.load();
+    // Wakes in slices to notice a rollback, a shutdown or a failed peer.
+    const Shard* s = shard.get();
+    auto ready = [this, &c, version, s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+      return c.version >= version || closed_.load() || s->retired.load();
     };
-    const bool reached = c.mu.AwaitWithDeadline(absl::Condition(&ready), deadline);
-    if (closed_.load()) {
-      return absl::UnavailableError(absl::StrCat(
-          "Pull: server ", options_.server_rank, " is shutting down"));
+    while (true) {
+      const absl::Time until = std::min(deadline, absl::Now() + kWaitSlice);
+      const bool reached = c.mu.AwaitWithDeadline(absl::Condition(&ready), until);
+      c.mu.Unlock();
+      absl::Status stop = Interrupted("Pull", *shard);
+      c.mu.Lock();
+      if (!stop.ok()) return stop;
+      if (reached && c.version >= version) break;
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "Pull: chunk ", id, " is still at version ", c.version, " (", c.num_received, " of ",
+            options_.num_workers, " workers pushed step ", c.version, "); waited for version ",
+            version));
+      }
     }
-    if (!reached) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "Pull: chunk ", id, " is still at version ", c.version, " (", c.num_received, " of ",
-          options_.num_workers, " workers pushed step ", c.version, "); waited for version ", version));
+    const std::shared_ptr<ChunkState>& state =
+        c.version == version ? c.current : c.version == version + 1 ? c.previous : nullptr;
+    if (state == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Pull: version ", version, " of chunk ", id, " is no longer kept; the chunk is at version ",
+          c.version, " and keeps ", c.previous != nullptr ? c.version - 1 : c.version, "..",
+          c.version));
     }
-    sink(id, c.version, c.weights);
+    sink(id, version, WeightsRef(state, &state->weights));
   }
   return absl::OkStatus();
 }
 
-void ShardStore::Close() {
-  closed_.store(true);
-  absl::ReaderMutexLock lock(&mu_);
-  if (shard_ == nullptr) return;
-  for (auto& chunk : shard_->chunks) {
+absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t session,
+                                                      int64_t done_version) {
+  PSYNC_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard,
+                         CheckCaller("Heartbeat", session, worker_rank, std::nullopt));
+  HeartbeatResult result;
+  result.version = INT64_MAX;
+  const Chunk* lowest = nullptr;
+  for (int32_t id : shard->owned) {
+    Chunk& c = *shard->chunks[id];
+    absl::MutexLock lock(&c.mu);
+    if (c.version < result.version || (c.version == result.version && c.num_received > 0 &&
+                                       (lowest == nullptr || c.first_push < result.waiting_since))) {
+      result.version = c.version;
+      lowest = &c;
+      result.waiting_for.clear();
+      result.waiting_since = absl::InfinitePast();
+      if (c.num_received > 0) {
+        for (int w = 0; w < options_.num_workers; ++w) {
+          if (!c.received[w]) result.waiting_for.push_back(w);
+        }
+        result.waiting_since = c.first_push;
+      }
+    }
+  }
+  if (lowest == nullptr) result.version = 0;
+  absl::MutexLock lock(&mu_);
+  if (done_version > 0) done_[worker_rank] = done_version;
+  result.all_done = lowest != nullptr || shard->owned.empty();
+  for (int w = 0; w < options_.num_workers; ++w) {
+    if (done_[w] == 0 || (lowest != nullptr && done_[w] != result.version)) result.all_done = false;
+  }
+  if (options_.checkpoint_every > 0 && lowest != nullptr && durable_version_ < result.version) {
+    result.all_done = false;
+  }
+  return result;
+}
+
+void ShardStore::WakeAll(const Shard& shard) {
+  for (const auto& chunk : shard.chunks) {
     // Releasing a chunk's mutex makes its waiters re-check their condition.
     if (chunk != nullptr) absl::MutexLock chunk_lock(&chunk->mu);
   }
 }
 
+void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state) {
+  std::shared_ptr<Shard> old;
+  {
+    absl::MutexLock lock(&mu_);
+    old = std::move(shard_);
+    if (old != nullptr) old->retired = true;
+    if (state.has_value()) {
+      shard_ = NewShard(state->layout, state->shape, generation);
+      for (auto& [id, restored] : state->chunks) {
+        Chunk& c = *shard_->chunks[id];
+        absl::MutexLock chunk_lock(&c.mu);
+        c.version = state->version;
+        c.current = std::make_shared<ChunkState>(*restored);
+        if (options_.sgd.momentum != 0.0f && c.current->momentum.empty()) {
+          c.current->momentum.assign(c.info.num_elements, 0.0f);
+        }
+      }
+    }
+    generation_ = generation;
+    ready_ = false;
+    std::fill(sessions_.begin(), sessions_.end(), 0);
+    std::fill(done_.begin(), done_.end(), 0);
+    durable_version_ = state.has_value() ? state->version : -1;
+    generation_start_ = absl::Now();
+    for (int w = 0; w < options_.num_workers; ++w) {
+      last_seen_ms_[w] = std::max(last_seen_ms_[w].load(), UnixMs(generation_start_));
+    }
+  }
+  if (old != nullptr) WakeAll(*old);
+}
+
+void ShardStore::SetReady(bool ready) {
+  absl::MutexLock lock(&mu_);
+  ready_ = ready;
+}
+
+int64_t ShardStore::generation() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return generation_;
+}
+
+void ShardStore::SetSnapshotSink(std::function<void(Snapshot)> sink) {
+  absl::MutexLock lock(&snapshot_mu_);
+  snapshot_sink_ = std::move(sink);
+}
+
+void ShardStore::MarkDurable(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  durable_version_ = std::max(durable_version_, version);
+}
+
+std::vector<Snapshot> ShardStore::SnapshotForShutdown() const {
+  std::shared_ptr<Shard> shard;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    shard = shard_;
+  }
+  if (shard == nullptr || shard->owned.empty()) return {};
+  // Lock every chunk (in id order) so that no step moves on meanwhile.
+  int64_t low = INT64_MAX, high = 0;
+  for (int32_t id : shard->owned) {
+    Chunk& c = *shard->chunks[id];
+    c.mu.Lock();
+    low = std::min(low, c.version);
+    high = std::max(high, c.version);
+  }
+  std::vector<Snapshot> out;
+  for (int64_t version : {low, low - 1}) {
+    if (version < 1 || (version == low - 1 && high != low)) continue;
+    Snapshot s;
+    s.version = version;
+    s.generation = shard->generation;
+    s.layout = shard->layout;
+    s.shape = shard->shape;
+    for (int32_t id : shard->owned) {
+      const Chunk& c = *shard->chunks[id];
+      const std::shared_ptr<ChunkState>& state =
+          c.version == version ? c.current : c.version == version + 1 ? c.previous : nullptr;
+      if (state == nullptr) break;
+      s.chunks.emplace_back(id, state);
+    }
+    if (s.chunks.size() == shard->owned.size()) out.push_back(std::move(s));
+  }
+  for (int32_t id : shard->owned) shard->chunks[id]->mu.Unlock();
+  return out;
+}
+
+absl::Status ShardStore::CheckPeers() {
+  std::shared_ptr<Shard> shard;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failed_.ok() || !ready_ || shard_ == nullptr) return failed_;
+    const absl::Time now = absl::Now();
+    int missing = -1;
+    absl::Duration longest, freshest = absl::InfiniteDuration();
+    for (int w = 0; w < options_.num_workers; ++w) {
+      if (done_[w] != 0) continue;
+      const absl::Duration silent = now - absl::FromUnixMillis(last_seen_ms_[w].load());
+      freshest = std::min(freshest, silent);
+      if (silent > options_.peer_timeout && silent > longest) {
+        missing = w;
+        longest = silent;
+      }
+    }
+    // Only a missing worker that live peers wait for fails the job.
+    if (missing < 0 || freshest > options_.worker_lease) return absl::OkStatus();
+    failed_ = absl::DeadlineExceededError(absl::StrCat(
+        "worker ", missing, " has not been heard from for ", absl::FormatDuration(longest),
+        " (--peer_timeout_s is ", absl::FormatDuration(options_.peer_timeout),
+        "); server ", options_.server_rank, " gives up on the job"));
+    shard = shard_;
+  }
+  WakeAll(*shard);
+  absl::ReaderMutexLock lock(&mu_);
+  return failed_;
+}
+
+void ShardStore::Close() {
+  closed_.store(true);
+  std::shared_ptr<Shard> shard;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    shard = shard_;
+  }
+  if (shard != nullptr) WakeAll(*shard);
+}
+
 int ShardStore::OwnedChunks() const {
   absl::ReaderMutexLock lock(&mu_);
-  if (shard_ == nullptr) return 0;
-  return static_cast<int>(shard_->layout.ChunksOnServer(options_.server_rank).size());
+  return shard_ == nullptr ? 0 : static_cast<int>(shard_->owned.size());
 }
 
 StoreStatus ShardStore::GetStatus() const {
   absl::ReaderMutexLock lock(&mu_);
   StoreStatus status;
+  status.ready = ready_;
+  status.generation = generation_;
   if (shard_ == nullptr) return status;
   status.registered = true;
-  status.fingerprint = shard_->layout.fingerprint();
+  status.fingerprint = shard_->layout->fingerprint();
   status.version = INT64_MAX;
-  for (int32_t id : shard_->layout.ChunksOnServer(options_.server_rank)) {
+  for (int32_t id : shard_->owned) {
     Chunk& c = *shard_->chunks[id];
     absl::MutexLock chunk_lock(&c.mu);
     status.version = std::min(status.version, c.version);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -19,7 +20,9 @@
 #include "absl/types/span.h"
 #include "common/byte_pieces.h"
 #include "common/layout.h"
+#include "common/training_shape.h"
 #include "common/thread_pool.h"
+#include "server/chunk_state.h"
 #include "server/optimizer.h"
 
 namespace psync {
@@ -39,6 +42,15 @@ struct ShardStoreOptions {
   // request in parallel; 0 means one per hardware thread.
   int apply_threads = 0;
   SgdOptions sgd;
+  // A worker not heard from (any request or heartbeat) for this long is
+  // missing: its rank may be taken by a restarted process.
+  absl::Duration worker_lease = absl::Seconds(2);
+  // Once a missing worker has been silent this long while its peers wait,
+  // CheckPeers fails the job with an error naming it.
+  absl::Duration peer_timeout = absl::Seconds(120);
+  // Snapshot every version that is a multiple of this (and the job's last
+  // step) for a checkpoint; 0: never.
+  int64_t checkpoint_every = 0;
 
   absl::Status Validate() const;
 };
@@ -55,21 +67,65 @@ struct ChunkPayload {
 };
 
 // A chunk's weights at one version. The store never changes a buffer that
-// someone else still holds (it copies on write), so a transport may send
-// from it directly, for as long as it keeps the reference.
+// someone else still holds, so a transport may send from it directly, for as
+// long as it keeps the reference.
 using WeightsRef = std::shared_ptr<const std::vector<float>>;
+
+struct RegisterArgs {
+  int worker_rank = 0;
+  int num_workers = 1;
+  const Layout* layout = nullptr;
+  // What the worker computed for `layout`; a difference means the two sides
+  // disagree on the layout rules.
+  uint64_t claimed_fingerprint = 0;
+  // New at every start of the worker process.
+  uint64_t incarnation = 0;
+  TrainingShape shape;
+};
 
 struct RegisterResult {
   uint64_t fingerprint = 0;
   int64_t version = 0;      // lowest version over this server's chunks
-  int64_t max_version = 0;  // highest; differs if a worker died mid-step
+  int64_t max_version = 0;  // highest: version + 1 if a worker died mid-step
+  bool has_chunks = false;
   std::vector<int32_t> chunk_ids;
+  uint64_t session = 0;
+  int64_t generation = 0;
+};
+
+struct HeartbeatResult {
+  int64_t version = 0;
+  // Workers whose push the lowest chunk waits for, and since when; empty
+  // when nobody waits here.
+  std::vector<int> waiting_for;
+  absl::Time waiting_since = absl::InfinitePast();
+  bool all_done = false;
+};
+
+// What a checkpoint restores: a layout and every chunk this server owns in
+// it, at one version.
+struct RestoredState {
+  Layout layout;
+  TrainingShape shape;
+  int64_t version = 0;
+  std::vector<std::pair<int32_t, ChunkStateRef>> chunks;  // ascending ids
+};
+
+// Every chunk of this server at one version, for a checkpoint.
+struct Snapshot {
+  int64_t version = 0;
+  int64_t generation = 0;
+  std::shared_ptr<const Layout> layout;
+  TrainingShape shape;
+  std::vector<std::pair<int32_t, ChunkStateRef>> chunks;  // ascending ids
 };
 
 struct StoreStatus {
   bool registered = false;
+  bool ready = false;
   uint64_t fingerprint = 0;
   int64_t version = 0;
+  int64_t generation = 0;
   int num_chunks = 0;
   int64_t bytes = 0;
 };
@@ -80,37 +136,71 @@ using ChunkSink = std::function<void(int32_t chunk_id, int64_t version, const We
 
 // Thread-safe: every method may be called concurrently from any thread.
 //
-// The layout is fixed by the first successful Register. A chunk at version t
-// collects one push for step t from each of the N workers; the last one to
-// arrive forms g = sum(grad_i) / sum(count_i), applies SGD and moves the chunk
-// to version t + 1. Pushes are idempotent: a repeat of (worker, chunk, step)
-// is acknowledged and ignored, a push for an applied step is acknowledged
+// The layout and training shape are fixed by the first successful Register
+// (or by Restore). A chunk at version t collects one push for step t from
+// each of the N workers; the last one to arrive forms
+// g = sum(grad_i) / sum(count_i), applies SGD and moves the chunk to version
+// t + 1, keeping version t as well: a worker that died in the middle of
+// pushing step t restarts, pulls version t of every chunk and pushes the
+// step again. Pushes are idempotent: a repeat of (worker, chunk, step) is
+// acknowledged and ignored, a push for an applied step is acknowledged
 // without effect, a push from the future is refused (FailedPrecondition).
+//
+// Membership: Register hands out a session, which every later request
+// carries; a request with another session gets Aborted (the worker
+// registers again). A rank is held by one live process at a time. Restore
+// (a rollback decided by the coordinator) replaces every chunk, starts a new
+// generation, ends every session and wakes waiting pulls with Aborted.
 class ShardStore {
  public:
   static absl::StatusOr<std::unique_ptr<ShardStore>> Create(ShardStoreOptions options);
   ~ShardStore();
 
-  // `claimed_fingerprint` is what the worker computed for `layout`; a
-  // difference means the two sides disagree on the layout rules.
-  absl::StatusOr<RegisterResult> Register(int worker_rank, int num_workers,
-                                          const Layout& layout,
-                                          uint64_t claimed_fingerprint);
+  // Unavailable until SetReady(true).
+  absl::StatusOr<RegisterResult> Register(const RegisterArgs& args);
 
   // Validates every chunk before any is applied: a bad request changes nothing.
-  absl::Status Push(int worker_rank, uint64_t fingerprint, int64_t step,
+  absl::Status Push(uint64_t session, int worker_rank, uint64_t fingerprint, int64_t step,
                     int64_t sample_count, absl::Span<const ChunkPayload> chunks);
 
   // Waits until each chunk has reached `version` (or `deadline` passes:
-  // DeadlineExceeded), then hands its weights to `sink`. A chunk already past
-  // `version` is returned at its current version; asking for more than one
-  // version ahead is refused, since it cannot arrive before the caller pushes.
-  absl::Status Pull(int worker_rank, uint64_t fingerprint, int64_t version,
+  // DeadlineExceeded), then hands its weights at exactly `version` to `sink`
+  // (the previous version is kept for chunks one step ahead). Asking for more
+  // than one version ahead is refused, since it cannot arrive before the
+  // caller pushes.
+  absl::Status Pull(uint64_t session, int worker_rank, uint64_t fingerprint, int64_t version,
                     absl::Span<const int32_t> chunk_ids, absl::Time deadline,
                     const ChunkSink& sink);
 
+  // Marks the worker alive; `done_version` > 0 says it has trained every step.
+  absl::StatusOr<HeartbeatResult> Heartbeat(int worker_rank, uint64_t session,
+                                            int64_t done_version);
+
+  // Starts `generation` from `state` (nullopt: afresh, the next Register
+  // fixes the layout). Not ready until SetReady(true).
+  void Restore(int64_t generation, std::optional<RestoredState> state);
+  void SetReady(bool ready);
+  int64_t generation() const;
+
+  // Receives each complete snapshot (see ShardStoreOptions::checkpoint_every);
+  // runs on the thread that applied the last chunk, under locks: queue it and
+  // return. Set before serving.
+  void SetSnapshotSink(std::function<void(Snapshot)> sink);
+  // The newest version a checkpoint holds, for Heartbeat's all_done.
+  void MarkDurable(int64_t version);
+  // Snapshots for a shutdown: the lowest version over the chunks (chunks a
+  // step ahead give their kept previous version) and, when every chunk is
+  // at one version, the one before too, so that every server of a cluster
+  // writes at least one version in common.
+  std::vector<Snapshot> SnapshotForShutdown() const;
+
+  // Fails every waiting and later call (DeadlineExceeded naming the worker)
+  // once a missing worker has been silent for peer_timeout while a peer was
+  // heard from; returns that error, or OK.
+  absl::Status CheckPeers();
+
   StoreStatus GetStatus() const;
-  // Chunks this server owns; 0 before the first registration. Cheap.
+  // Chunks this server owns; 0 before a layout is fixed. Cheap.
   int OwnedChunks() const;
 
   // Wakes every waiting Pull, which returns Unavailable, and refuses new
@@ -123,29 +213,57 @@ class ShardStore {
   struct Shard;
 
   explicit ShardStore(ShardStoreOptions options);
-  // Returns the shard once a layout is fixed and `fingerprint` matches it.
-  absl::StatusOr<Shard*> CheckCaller(absl::string_view op, int worker_rank,
-                                     uint64_t fingerprint) const;
+  // Returns the current shard once `session` is the worker's current one and
+  // `fingerprint` matches the layout.
+  // (Heartbeats carry no fingerprint: nullopt.)
+  absl::StatusOr<std::shared_ptr<Shard>> CheckCaller(absl::string_view op, uint64_t session,
+                                                     int worker_rank,
+                                                     std::optional<uint64_t> fingerprint) const;
   absl::Status ValidateChunkId(absl::string_view op, const Shard& shard,
                                int32_t chunk_id) const;
   // Every id valid and none repeated.
   absl::Status ValidateChunkIds(absl::string_view op, const Shard& shard,
                                 absl::Span<const int32_t> ids) const;
+  std::shared_ptr<Shard> NewShard(const Layout& layout, const TrainingShape& shape,
+                                  int64_t generation) const;
   void AddPushLocked(Chunk& chunk, int worker_rank, int64_t sample_count,
                      const ChunkPayload& payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
   // Applies the step; `last`, if not null, is the last worker's gradient,
   // not yet added to the sum (non-deterministic mode only).
-  void ApplyLocked(Chunk& chunk, const ChunkPayload* last)
+  void ApplyLocked(Shard& shard, Chunk& chunk, const ChunkPayload* last)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
+  // Adds the chunk's new version to a pending snapshot, handing complete
+  // ones to the sink.
+  void CollectSnapshotLocked(Shard& shard, Chunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
+  // Why a waiting call must stop now (closed, rolled back, failed), or OK.
+  absl::Status Interrupted(absl::string_view op, const Shard& shard) const;
+  static void WakeAll(const Shard& shard);
 
   const ShardStoreOptions options_;
   std::atomic<bool> closed_{false};
   ThreadPool pool_;
+  // Unix ms each worker was last heard from; read and written without mu_.
+  std::unique_ptr<std::atomic<int64_t>[]> last_seen_ms_;
+
   mutable absl::Mutex mu_;
-  // Set once by the first Register and never replaced, so a pointer read
-  // under mu_ stays valid for the store's lifetime.
-  std::unique_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> registered_ ABSL_GUARDED_BY(mu_);
+  // Replaced (never changed) by Restore and by the first Register of a
+  // generation; requests in flight keep theirs alive.
+  std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(mu_);      // 0: none
+  std::vector<uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // holder of each rank
+  std::vector<int64_t> done_ ABSL_GUARDED_BY(mu_);           // version, 0: not done
+  int64_t durable_version_ ABSL_GUARDED_BY(mu_) = -1;
+  uint64_t next_session_ ABSL_GUARDED_BY(mu_);
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
+  absl::Time generation_start_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex snapshot_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::function<void(Snapshot)> snapshot_sink_ ABSL_GUARDED_BY(snapshot_mu_);
+  // Partial snapshots by version, for the shard they belong to.
+  std::map<int64_t, Snapshot> pending_ ABSL_GUARDED_BY(snapshot_mu_);
+  const Shard* pending_shard_ ABSL_GUARDED_BY(snapshot_mu_) = nullptr;
 };
 
 }  // namespace psync

@@ -22,6 +22,26 @@ std::string Bytes(std::vector<float> v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
 }
 
+// Registers with a fixed incarnation (a restarted worker would bring a new
+// one) and the default training shape.
+absl::StatusOr<RegisterResult> Reg(ShardStore& store, int rank, int workers, const Layout& layout,
+                                   uint64_t fingerprint, uint64_t incarnation = 7) {
+  RegisterArgs args;
+  args.worker_rank = rank;
+  args.num_workers = workers;
+  args.layout = &layout;
+  args.claimed_fingerprint = fingerprint;
+  args.incarnation = incarnation;
+  return store.Register(args);
+}
+
+std::unique_ptr<ShardStore> ReadyStore(ShardStoreOptions o) {
+  auto store = ShardStore::Create(o);
+  EXPECT_TRUE(store.ok()) << store.status();
+  (*store)->SetReady(true);
+  return std::move(*store);
+}
+
 class ShardStoreTest : public ::testing::Test {
  protected:
   void Make(int workers, bool deterministic, SgdOptions sgd = {1.0f, 0.0f, 0.0f},
@@ -32,27 +52,35 @@ class ShardStoreTest : public ::testing::Test {
     o.server_rank = rank;
     o.deterministic = deterministic;
     o.sgd = sgd;
-    auto store = ShardStore::Create(o);
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
+    o.checkpoint_every = checkpoint_every_;
+    store_ = ReadyStore(o);
+    store_->SetSnapshotSink([this](Snapshot s) { snapshots_.push_back(std::move(s)); });
     layout_ = SmallLayout(num_servers);
+    sessions_.assign(workers, 0);
     for (int w = 0; w < workers; ++w) {
-      ASSERT_TRUE(store_->Register(w, workers, layout_, layout_.fingerprint()).ok());
+      auto r = Reg(*store_, w, workers, layout_, layout_.fingerprint());
+      ASSERT_TRUE(r.ok()) << r.status();
+      sessions_[w] = r->session;
     }
   }
+
+  // The session of worker w (0 for ranks that never registered).
+  uint64_t S(int w) const { return w >= 0 && w < static_cast<int>(sessions_.size()) ? sessions_[w] : 0; }
 
   absl::Status Push(int worker, int64_t step, int64_t count, int32_t chunk, std::vector<float> g) {
     std::string b = Bytes(g);
     ChunkPayload p{chunk, true, {b}};
-    return store_->Push(worker, layout_.fingerprint(), step, count, {p});
+    return store_->Push(S(worker), worker, layout_.fingerprint(), step, count, {p});
   }
 
   // Pulls one chunk; returns its version and weights.
   absl::StatusOr<std::pair<int64_t, std::vector<float>>> Pull(int64_t version, int32_t chunk,
-                                                             absl::Duration wait = absl::Seconds(5)) {
+                                                             absl::Duration wait = absl::Seconds(5),
+                                                             int worker = 0) {
     std::pair<int64_t, std::vector<float>> out;
     int32_t ids[] = {chunk};
-    absl::Status s = store_->Pull(0, layout_.fingerprint(), version, ids, absl::Now() + wait,
+    absl::Status s = store_->Pull(S(worker), worker, layout_.fingerprint(), version, ids,
+                                  absl::Now() + wait,
                                   [&](int32_t, int64_t v, const WeightsRef& w) {
                                     out = {v, *w};
                                   });
@@ -70,6 +98,9 @@ class ShardStoreTest : public ::testing::Test {
 
   std::unique_ptr<ShardStore> store_;
   Layout layout_ = SmallLayout();
+  std::vector<uint64_t> sessions_;
+  int64_t checkpoint_every_ = 0;
+  std::vector<Snapshot> snapshots_;
 };
 
 TEST_F(ShardStoreTest, InitialWeightsComeFromTheSeed) {
@@ -169,18 +200,18 @@ TEST_F(ShardStoreTest, BadRequestsNameTheValue) {
   EXPECT_NE(s.message().find("has 12 bytes, layout says 8"), std::string::npos) << s;
   EXPECT_EQ(Push(0, -1, 1, 0, {1.0f, 1.0f}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Push(0, 0, -5, 0, {1.0f, 1.0f}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(Push(2, 0, 1, 0, {1.0f, 1.0f}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Push(2, 0, 1, 0, {1.0f, 1.0f}).code(), StatusCode::kInvalidArgument);  // rank 2 of 2
   std::string b = Bytes({1.0f, 1.0f});
   ChunkPayload f16{0, false, {b}};
-  EXPECT_EQ(store_->Push(0, layout_.fingerprint(), 0, 1, {f16}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->Push(S(0), 0, layout_.fingerprint(), 0, 1, {f16}).code(), StatusCode::kInvalidArgument);
   ChunkPayload ok{0, true, {b}};
-  EXPECT_EQ(store_->Push(0, layout_.fingerprint() + 1, 0, 1, {ok}).code(),
+  EXPECT_EQ(store_->Push(S(0), 0, layout_.fingerprint() + 1, 0, 1, {ok}).code(),
             StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store_->Push(0, layout_.fingerprint(), 0, 1, {ok, ok}).code(),
+  EXPECT_EQ(store_->Push(S(0), 0, layout_.fingerprint(), 0, 1, {ok, ok}).code(),
             StatusCode::kInvalidArgument);
   // A bad chunk after a good one in the same request: nothing is applied.
   ChunkPayload bad{1, true, {b}};
-  EXPECT_FALSE(store_->Push(0, layout_.fingerprint(), 0, 1, {ok, bad}).ok());
+  EXPECT_FALSE(store_->Push(S(0), 0, layout_.fingerprint(), 0, 1, {ok, bad}).ok());
   ASSERT_TRUE(Push(1, 0, 1, 0, {1.0f, 1.0f}).ok());
   EXPECT_EQ(Pull(1, 0, absl::Milliseconds(20)).status().code(), StatusCode::kDeadlineExceeded);
 }
@@ -188,20 +219,20 @@ TEST_F(ShardStoreTest, BadRequestsNameTheValue) {
 TEST_F(ShardStoreTest, RegistrationIsChecked) {
   Make(2, false);
   const Layout other = SmallLayout(1, 6);
-  auto s = store_->Register(1, 2, other, other.fingerprint()).status();
+  auto s = Reg(*store_, 1, 2, other, other.fingerprint()).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("worker 1"), std::string::npos) << s;
-  EXPECT_EQ(store_->Register(2, 2, layout_, layout_.fingerprint()).status().code(),
+  EXPECT_EQ(Reg(*store_, 2, 2, layout_, layout_.fingerprint()).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(store_->Register(0, 3, layout_, layout_.fingerprint()).status().code(),
+  EXPECT_EQ(Reg(*store_, 0, 3, layout_, layout_.fingerprint()).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(store_->Register(0, 2, layout_, layout_.fingerprint() ^ 1).status().code(),
+  EXPECT_EQ(Reg(*store_, 0, 2, layout_, layout_.fingerprint() ^ 1).status().code(),
             StatusCode::kInvalidArgument);
   const Layout two_servers = SmallLayout(2);
-  EXPECT_EQ(store_->Register(0, 2, two_servers, two_servers.fingerprint()).status().code(),
+  EXPECT_EQ(Reg(*store_, 0, 2, two_servers, two_servers.fingerprint()).status().code(),
             StatusCode::kInvalidArgument);
   // The same layout again (a restarted worker) is fine.
-  auto again = store_->Register(1, 2, layout_, layout_.fingerprint());
+  auto again = Reg(*store_, 1, 2, layout_, layout_.fingerprint());
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->chunk_ids, (std::vector<int32_t>{0, 1, 2}));
 }
@@ -209,14 +240,21 @@ TEST_F(ShardStoreTest, RegistrationIsChecked) {
 TEST_F(ShardStoreTest, UnregisteredWorkersAreRefused) {
   ShardStoreOptions o;
   o.num_workers = 2;
-  auto store = ShardStore::Create(o);
-  ASSERT_TRUE(store.ok());
+  auto store = ReadyStore(o);
   std::string b = Bytes({1.0f, 1.0f});
   ChunkPayload p{0, true, {b}};
-  EXPECT_EQ((*store)->Push(0, 0, 0, 1, {p}).code(), StatusCode::kFailedPrecondition);
-  ASSERT_TRUE((*store)->Register(0, 2, layout_, layout_.fingerprint()).ok());
-  EXPECT_EQ((*store)->Push(1, layout_.fingerprint(), 0, 1, {p}).code(),
-            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->Push(0, 0, 0, 0, 1, {p}).code(), StatusCode::kAborted);
+  auto r = Reg(*store, 0, 2, layout_, layout_.fingerprint());
+  ASSERT_TRUE(r.ok());
+  // Rank 1 never registered; guessing rank 0's session does not work either.
+  auto s = store->Push(r->session, 1, layout_.fingerprint(), 0, 1, {p});
+  EXPECT_EQ(s.code(), StatusCode::kAborted);
+  EXPECT_NE(s.message().find("worker 1 has no current session"), std::string::npos) << s;
+  int32_t ids[] = {0};
+  EXPECT_EQ(store->Pull(r->session + 2, 0, layout_.fingerprint(), 0, ids, absl::Now(),
+                        [](int32_t, int64_t, const WeightsRef&) {})
+                .code(),
+            StatusCode::kAborted);
 }
 
 TEST_F(ShardStoreTest, PayloadsSplitMidFloatAddUp) {
@@ -228,8 +266,8 @@ TEST_F(ShardStoreTest, PayloadsSplitMidFloatAddUp) {
     ChunkPayload pa{0, true, {absl::string_view(a).substr(0, 3), absl::string_view(a).substr(3, 2),
                               absl::string_view(a).substr(5)}};
     ChunkPayload pb{0, true, {absl::string_view(b).substr(0, 1), absl::string_view(b).substr(1)}};
-    ASSERT_TRUE(store_->Push(0, layout_.fingerprint(), 0, 1, {pa}).ok());
-    ASSERT_TRUE(store_->Push(1, layout_.fingerprint(), 0, 1, {pb}).ok());
+    ASSERT_TRUE(store_->Push(S(0), 0, layout_.fingerprint(), 0, 1, {pa}).ok());
+    ASSERT_TRUE(store_->Push(S(1), 1, layout_.fingerprint(), 0, 1, {pb}).ok());
     auto got = Pull(1, 0);
     ASSERT_TRUE(got.ok());
     EXPECT_FLOAT_EQ(got->second[0], w0[0] - 1.0f);
@@ -241,7 +279,7 @@ TEST_F(ShardStoreTest, HeldWeightsAreNeverChanged) {
   Make(1, false);
   WeightsRef held;
   int32_t ids[] = {0};
-  ASSERT_TRUE(store_->Pull(0, layout_.fingerprint(), 0, ids, absl::Now() + absl::Seconds(1),
+  ASSERT_TRUE(store_->Pull(S(0), 0, layout_.fingerprint(), 0, ids, absl::Now() + absl::Seconds(1),
                            [&](int32_t, int64_t, const WeightsRef& w) { held = w; })
                   .ok());
   const std::vector<float> before = *held;
@@ -252,22 +290,188 @@ TEST_F(ShardStoreTest, HeldWeightsAreNeverChanged) {
   EXPECT_NE(got->second, before);
 }
 
-TEST_F(ShardStoreTest, RegistrationReportsAStepPushedHalfway) {
+TEST_F(ShardStoreTest, AStepPushedHalfwayCanBeRecomputed) {
   Make(1, false);
   ASSERT_TRUE(Push(0, 0, 1, 2, {1.0f, 1.0f}).ok());  // chunk 2 moves on; 0 and 1 do not
-  auto r = store_->Register(0, 1, layout_, layout_.fingerprint());
+  auto r = Reg(*store_, 0, 1, layout_, layout_.fingerprint());
   ASSERT_TRUE(r.ok());
+  sessions_[0] = r->session;
   EXPECT_EQ(r->version, 0);
   EXPECT_EQ(r->max_version, 1);
+  // Version 0 of chunk 2 is still there for the recomputation.
+  auto old = Pull(0, 2);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->first, 0);
+  EXPECT_EQ(old->second, Initial(2));
+  // Pushing the step again is idempotent for chunk 2 and completes the rest.
+  for (int32_t c = 0; c < 3; ++c) ASSERT_TRUE(Push(0, 0, 1, c, {1.0f, 1.0f}).ok());
+  for (int32_t c = 0; c < 3; ++c) {
+    auto got = Pull(1, c);
+    ASSERT_TRUE(got.ok());
+    EXPECT_FLOAT_EQ(got->second[0], Initial(c)[0] - 1.0f);
+  }
+  // Two versions back is gone, and says so.
+  ASSERT_TRUE(Push(0, 1, 1, 0, {1.0f, 1.0f}).ok());
+  auto gone = Pull(0, 0);
+  EXPECT_EQ(gone.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(gone.status().message().find("no longer kept"), std::string::npos) << gone.status();
 }
 
 TEST_F(ShardStoreTest, PullOfTheSameChunkTwiceIsRefused) {
   Make(1, false);
   int32_t ids[] = {1, 1};
-  auto s = store_->Pull(0, layout_.fingerprint(), 0, ids, absl::Now() + absl::Seconds(1),
+  auto s = store_->Pull(S(0), 0, layout_.fingerprint(), 0, ids, absl::Now() + absl::Seconds(1),
                         [](int32_t, int64_t, const WeightsRef&) {});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("chunk 1 is asked for twice"), std::string::npos) << s;
+}
+
+TEST_F(ShardStoreTest, ARankIsHeldByOneLiveProcess) {
+  ShardStoreOptions o;
+  o.num_workers = 2;
+  o.worker_lease = absl::Milliseconds(200);
+  o.peer_timeout = absl::Seconds(10);
+  auto store = ReadyStore(o);
+  auto first = Reg(*store, 1, 2, layout_, layout_.fingerprint(), /*incarnation=*/11);
+  ASSERT_TRUE(first.ok());
+  auto second = Reg(*store, 1, 2, layout_, layout_.fingerprint(), /*incarnation=*/12);
+  EXPECT_EQ(second.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(second.status().message().find("worker rank 1 is held by a live process"),
+            std::string::npos) << second.status();
+  // The same process may register again (after a rollback); its old session ends.
+  auto again = Reg(*store, 1, 2, layout_, layout_.fingerprint(), 11);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->session, first->session);
+  std::string b = Bytes({1.0f, 1.0f});
+  ChunkPayload p{0, true, {b}};
+  EXPECT_EQ(store->Push(first->session, 1, layout_.fingerprint(), 0, 1, {p}).code(),
+            StatusCode::kAborted);
+  // Once the holder is silent past its lease, a restarted process takes the rank.
+  absl::SleepFor(absl::Milliseconds(300));
+  auto restarted = Reg(*store, 1, 2, layout_, layout_.fingerprint(), 12);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+}
+
+TEST_F(ShardStoreTest, WorkersWithAnotherShapeAreRefused) {
+  ShardStoreOptions o;
+  o.num_workers = 2;
+  auto store = ReadyStore(o);
+  RegisterArgs a;
+  a.worker_rank = 0;
+  a.num_workers = 2;
+  a.layout = &layout_;
+  a.claimed_fingerprint = layout_.fingerprint();
+  a.incarnation = 1;
+  a.shape.batch_per_device = 32;
+  a.shape.devices = 2;
+  ASSERT_TRUE(store->Register(a).ok());
+  a.worker_rank = 1;
+  a.incarnation = 2;
+  a.shape.batch_per_device = 16;
+  auto s = store->Register(a).status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("batch_per_device is '16', the job's is '32'"), std::string::npos) << s;
+}
+
+TEST_F(ShardStoreTest, RegistrationWaitsUntilTheServerIsReady) {
+  ShardStoreOptions o;
+  auto store = ShardStore::Create(o);
+  ASSERT_TRUE(store.ok());
+  auto s = Reg(**store, 0, 1, layout_, layout_.fingerprint()).status();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("not ready"), std::string::npos) << s;
+}
+
+TEST_F(ShardStoreTest, RestoreWakesWaitersAndStartsANewGeneration) {
+  Make(2, false, {1.0f, 0.9f, 0.0f});
+  ASSERT_TRUE(Push(0, 0, 1, 0, {1.0f, 1.0f}).ok());
+  absl::Status waited;
+  std::thread waiter([&] { waited = Pull(1, 0, absl::Seconds(20)).status(); });
+  absl::SleepFor(absl::Milliseconds(50));
+  RestoredState state{layout_, TrainingShape(), 5, {}};
+  for (int32_t id : layout_.ChunksOnServer(0)) {
+    auto st = std::make_shared<ChunkState>();
+    st->weights.assign(layout_.chunks()[id].num_elements, 0.25f * id);
+    st->momentum.assign(st->weights.size(), 0.5f);
+    state.chunks.emplace_back(id, st);
+  }
+  store_->Restore(3, state);
+  waiter.join();
+  EXPECT_EQ(waited.code(), StatusCode::kAborted) << waited;
+  EXPECT_EQ(Push(1, 0, 1, 0, {1.0f, 1.0f}).code(), StatusCode::kAborted);  // old session
+  EXPECT_EQ(Reg(*store_, 0, 2, layout_, layout_.fingerprint()).status().code(),
+            StatusCode::kUnavailable);  // not ready yet
+  store_->SetReady(true);
+  for (int w = 0; w < 2; ++w) {
+    auto r = Reg(*store_, w, 2, layout_, layout_.fingerprint());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->generation, 3);
+    EXPECT_EQ(r->version, 5);
+    sessions_[w] = r->session;
+  }
+  auto got = Pull(5, 2);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->second, std::vector<float>(2, 0.5f));
+  // The restored momentum takes part in the next step: m = 0.9 * 0.5 + 1.
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(Push(w, 5, 1, 2, {1.0f, 1.0f}).ok());
+  got = Pull(6, 2);
+  ASSERT_TRUE(got.ok());
+  EXPECT_FLOAT_EQ(got->second[0], 0.5f - (0.9f * 0.5f + 1.0f));
+}
+
+TEST_F(ShardStoreTest, SnapshotsHoldEveryChunkAtTheSameVersion) {
+  checkpoint_every_ = 2;
+  Make(1, false, {1.0f, 0.9f, 0.0f});
+  for (int step = 0; step < 5; ++step) {
+    for (int32_t c = 0; c < 3; ++c) ASSERT_TRUE(Push(0, step, 1, c, {1.0f, 1.0f}).ok());
+  }
+  ASSERT_EQ(snapshots_.size(), 2u);
+  EXPECT_EQ(snapshots_[0].version, 2);
+  EXPECT_EQ(snapshots_[1].version, 4);
+  ASSERT_EQ(snapshots_[1].chunks.size(), 3u);
+  auto at4 = snapshots_[1].chunks[1].second->weights;
+  EXPECT_FLOAT_EQ(at4[0], Initial(1)[0] - (1 + 1.9f + 2.71f + 3.439f));
+  // Held by the snapshot: later steps do not touch it.
+  for (int32_t c = 0; c < 3; ++c) ASSERT_TRUE(Push(0, 5, 1, c, {1.0f, 1.0f}).ok());
+  EXPECT_EQ(snapshots_[1].chunks[1].second->weights, at4);
+  // At shutdown, in the middle of step 6: version 6 (chunk 0 gives its kept
+  // previous version).
+  ASSERT_TRUE(Push(0, 6, 1, 0, {1.0f, 1.0f}).ok());
+  auto shutdown = store_->SnapshotForShutdown();
+  ASSERT_EQ(shutdown.size(), 1u);
+  EXPECT_EQ(shutdown[0].version, 6);
+  // All chunks at one version: that one and the one before.
+  for (int32_t c = 1; c < 3; ++c) ASSERT_TRUE(Push(0, 6, 1, c, {1.0f, 1.0f}).ok());
+  shutdown = store_->SnapshotForShutdown();
+  ASSERT_EQ(shutdown.size(), 2u);
+  EXPECT_EQ(shutdown[0].version, 7);
+  EXPECT_EQ(shutdown[1].version, 6);
+}
+
+TEST_F(ShardStoreTest, AMissingWorkerFailsTheJobAfterThePeerTimeout) {
+  ShardStoreOptions o;
+  o.num_workers = 2;
+  o.worker_lease = absl::Milliseconds(100);
+  o.peer_timeout = absl::Milliseconds(300);
+  store_ = ReadyStore(o);
+  sessions_.assign(2, 0);
+  for (int w = 0; w < 2; ++w) sessions_[w] = Reg(*store_, w, 2, layout_, layout_.fingerprint(), w + 1)->session;
+  ASSERT_TRUE(Push(0, 0, 1, 0, {1.0f, 1.0f}).ok());
+  absl::Status waited;
+  std::thread waiter([&] { waited = Pull(1, 0, absl::Seconds(20)).status(); });
+  // Worker 0 keeps heartbeating; worker 1 is silent.
+  absl::Status failed;
+  for (int i = 0; i < 40 && failed.ok(); ++i) {
+    ASSERT_TRUE(store_->Heartbeat(0, S(0), 0).ok());
+    auto beat = store_->Heartbeat(0, S(0), 0);
+    if (beat.ok()) EXPECT_EQ(beat->waiting_for, std::vector<int>{1});
+    failed = store_->CheckPeers();
+    absl::SleepFor(absl::Milliseconds(25));
+  }
+  waiter.join();
+  EXPECT_EQ(failed.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(failed.message().find("worker 1 has not been heard from"), std::string::npos) << failed;
+  EXPECT_EQ(waited.code(), StatusCode::kDeadlineExceeded) << waited;
 }
 
 TEST(ShardStoreOptionsTest, Validate) {
@@ -289,7 +493,7 @@ TEST(ShardStoreLimitTest, LayoutTooLargeForTheMessageLimitIsRefused) {
   auto store = ShardStore::Create(o);
   ASSERT_TRUE(store.ok());
   auto big = Layout::Create({{"w", {1 << 20}}}, 1 << 20, 1, 0);
-  auto s = (*store)->Register(0, 1, *big, big->fingerprint()).status();
+  auto s = Reg(**store, 0, 1, *big, big->fingerprint()).status();
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(s.message().find("4194304 bytes"), std::string::npos) << s;
 }

@@ -17,13 +17,37 @@ class LocalPsClient final : public PsClient {
 
   absl::StatusOr<int64_t> Register() override {
     int64_t version = INT64_MAX;
+    sessions_.clear();
+    RegisterArgs args;
+    args.worker_rank = rank_;
+    args.num_workers = num_workers_;
+    args.layout = &layout_;
+    args.claimed_fingerprint = layout_.fingerprint();
+    args.incarnation = uint64_t{1000} + rank_;
     for (ShardStore* store : stores_) {
-      PSYNC_ASSIGN_OR_RETURN(RegisterResult r,
-                             store->Register(rank_, num_workers_, layout_, layout_.fingerprint()));
-      version = std::min(version, r.version);
+      PSYNC_ASSIGN_OR_RETURN(RegisterResult r, store->Register(args));
+      if (r.has_chunks) version = std::min(version, r.version);
+      sessions_.push_back(r.session);
     }
-    return version;
+    return version == INT64_MAX ? 0 : version;
   }
+
+  absl::Status Finish(int64_t version) override {
+    const absl::Time deadline = absl::Now() + timeout_;
+    while (true) {
+      bool all_done = true;
+      for (size_t s = 0; s < stores_.size(); ++s) {
+        PSYNC_ASSIGN_OR_RETURN(HeartbeatResult beat,
+                               stores_[s]->Heartbeat(rank_, sessions_[s], version));
+        all_done = all_done && beat.all_done;
+      }
+      if (all_done) return absl::OkStatus();
+      if (absl::Now() > deadline) return absl::DeadlineExceededError("Finish: peers did not finish");
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
+
+  void Cancel() override {}
 
   absl::Status Pull(int64_t version, float* weights) override {
     for (int s = 0; s < static_cast<int>(stores_.size()); ++s) {
@@ -50,7 +74,8 @@ class LocalPsClient final : public PsClient {
       }
       if (ids.empty()) continue;
       PSYNC_RETURN_IF_ERROR(
-          stores_[s]->Push(rank_, layout_.fingerprint(), step, sample_count, payloads));
+          stores_[s]->Push(sessions_[s], rank_, layout_.fingerprint(), step, sample_count,
+                           payloads));
       pending_.push_back({s, step + 1, std::move(ids), weights});
     }
     return absl::OkStatus();
@@ -78,7 +103,7 @@ class LocalPsClient final : public PsClient {
                           float* weights) {
     absl::Status bad_version;
     PSYNC_RETURN_IF_ERROR(stores_[s]->Pull(
-        rank_, layout_.fingerprint(), version, ids, absl::Now() + timeout_,
+        sessions_[s], rank_, layout_.fingerprint(), version, ids, absl::Now() + timeout_,
         [&](int32_t id, int64_t v, const WeightsRef& w) {
           if (v != version) {
             bad_version = absl::FailedPreconditionError(
@@ -96,6 +121,7 @@ class LocalPsClient final : public PsClient {
   const int num_workers_;
   const absl::Duration timeout_;
   std::vector<PendingPull> pending_;
+  std::vector<uint64_t> sessions_;  // by server, from Register
 };
 
 }  // namespace

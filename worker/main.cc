@@ -1,5 +1,9 @@
 // psync_worker: one machine's devices training against the parameter servers.
+#include <signal.h>
+
+#include <atomic>
 #include <cstdio>
+#include <thread>
 #include <fstream>
 
 #include "absl/flags/flag.h"
@@ -17,6 +21,7 @@
 #include "common/safetensors.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
+#include "common/training_shape.h"
 #include "glog/logging.h"
 #include "worker/cpu_reducer.h"
 #include "worker/data/dataset.h"
@@ -49,6 +54,12 @@ ABSL_FLAG(std::string, device_weights, "",
 ABSL_FLAG(bool, overlap, true, "Push each layer's gradients while backward continues.");
 ABSL_FLAG(int, rpc_timeout_s, 120, "Deadline of one push-pull (includes waiting for peers).");
 ABSL_FLAG(int, connect_timeout_s, 60, "How long to wait for servers at registration.");
+ABSL_FLAG(int, peer_timeout_s, 120,
+          "How long to wait for an unreachable or recovering cluster (registering again after "
+          "a rollback, or at the end for the other workers) before failing.");
+ABSL_FLAG(int, stop_grace_s, 5,
+          "On SIGTERM: time the step in progress gets to finish before its calls are "
+          "cancelled; the worker then exits 0.");
 
 namespace psync {
 namespace {
@@ -90,6 +101,62 @@ std::string Json(const TrainResult& r, int64_t global_batch, int servers,
       absl::GetFlag(FLAGS_num_workers), absl::GetFlag(FLAGS_devices),
       absl::GetFlag(FLAGS_batch_per_device), absl::GetFlag(FLAGS_seed));
 }
+
+// SIGTERM or SIGINT: the trainer stops before its next step; a step that
+// does not finish within --stop_grace_s (peers gone, say) has its calls
+// cancelled. The signals are blocked in every thread (set up before any
+// starts), and this object's thread takes them.
+class StopOnSignal {
+ public:
+  StopOnSignal(Trainer* trainer, PsClient* client, int rank)
+      : trainer_(trainer), client_(client), rank_(rank), thread_([this] { Loop(); }) {}
+  ~StopOnSignal() {
+    done_.store(true);
+    thread_.join();
+  }
+  bool signalled() const { return signalled_.load(); }
+
+  static void BlockSignals() {
+    sigset_t set = Signals();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  }
+
+ private:
+  static sigset_t Signals() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    return set;
+  }
+
+  void Loop() {
+    const sigset_t set = Signals();
+    const timespec slice = {0, 100 * 1000 * 1000};
+    absl::Time cancel_at = absl::InfiniteFuture();
+    while (!done_.load()) {
+      const int sig = sigtimedwait(&set, nullptr, &slice);
+      if (sig > 0 && !signalled_.exchange(true)) {
+        LOG(INFO) << "worker " << rank_ << ": received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
+                  << "; stopping after the current step";
+        trainer_->RequestStop();
+        cancel_at = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
+      }
+      if (absl::Now() >= cancel_at) {
+        LOG(INFO) << "worker " << rank_ << ": the step did not finish within --stop_grace_s; "
+                  << "abandoning it";
+        client_->Cancel();
+        cancel_at = absl::InfiniteFuture();
+      }
+    }
+  }
+
+  Trainer* const trainer_;
+  PsClient* const client_;
+  const int rank_;
+  std::atomic<bool> signalled_{false}, done_{false};
+  std::thread thread_;
+};
 
 absl::Status Run() {
   PSYNC_ASSIGN_OR_RETURN(std::vector<std::string> servers,
@@ -168,7 +235,25 @@ absl::Status Run() {
   client_options.worker_rank = options.worker_rank;
   client_options.num_workers = options.num_workers;
   client_options.call_timeout = absl::Seconds(rpc_timeout_s);
-  client_options.connect_timeout = absl::Seconds(connect_timeout_s);
+  const int peer_timeout_s = absl::GetFlag(FLAGS_peer_timeout_s);
+  if (peer_timeout_s < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--peer_timeout_s is ", peer_timeout_s,
+                                                   ", expected >= 1"));
+  }
+  client_options.connect_timeout = absl::Seconds(std::max(connect_timeout_s, peer_timeout_s));
+  client_options.shape = TrainingShape{devices,
+                                       options.batch_per_device,
+                                       options.max_steps > 0
+                                           ? options.max_steps
+                                           : options.epochs * Sharding{data.train.size,
+                                                                       options.num_workers,
+                                                                       devices,
+                                                                       options.batch_per_device,
+                                                                       options.device_weights}
+                                                                  .steps_per_epoch(),
+                                       data.train.size,
+                                       options.seed,
+                                       absl::GetFlag(FLAGS_device_weights)};
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
                          CreateGrpcPsClient(layout, client_options));
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
@@ -176,14 +261,22 @@ absl::Status Run() {
                                          client.get(), &data.train, &data.test));
   const int64_t global_batch = int64_t{options.num_workers} * devices * options.batch_per_device;
   const bool rank0 = options.worker_rank == 0;
-  PSYNC_ASSIGN_OR_RETURN(TrainResult result, trainer->Run([&](const EpochReport& r) {
+  StopOnSignal stopper(trainer.get(), client.get(), options.worker_rank);
+  absl::StatusOr<TrainResult> trained = trainer->Run([&](const EpochReport& r) {
     if (!rank0) return;
     std::printf("epoch %d step %lld loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f "
                 "samples/s %.0f\n",
                 r.epoch, static_cast<long long>(r.step), r.loss, r.train_accuracy, r.test_loss,
                 r.test_accuracy, r.samples_per_sec);
     std::fflush(stdout);
-  }));
+  });
+  if (absl::IsCancelled(trained.status()) && stopper.signalled()) {
+    LOG(INFO) << "worker " << options.worker_rank << " stopped on a signal ("
+              << trained.status().message() << "); the job can be resumed";
+    return absl::OkStatus();
+  }
+  PSYNC_RETURN_IF_ERROR(trained.status());
+  TrainResult& result = *trained;
   LOG(INFO) << "worker " << options.worker_rank << " finished " << result.steps << " steps, "
             << static_cast<int64_t>(result.samples_per_sec) << " samples/s";
   if (!rank0) return absl::OkStatus();
@@ -233,6 +326,7 @@ int main(int argc, char** argv) {
   // Each device thread runs its own GEMMs: one BLAS thread per device keeps
   // the devices from oversubscribing the cores.
   openblas_set_num_threads(1);
+  psync::StopOnSignal::BlockSignals();
   absl::Status s = psync::Run();
   if (!s.ok()) {
     LOG(ERROR) << "worker " << absl::GetFlag(FLAGS_worker_rank) << " failed: " << s;

@@ -14,14 +14,26 @@ namespace psync {
 // server. Every call talks to all servers in parallel and fails with a
 // Status naming the server if any of them fails.
 //
-// Not thread-safe: one trainer thread drives it.
+// Not thread-safe (but for Cancel): one trainer thread drives it.
 class PsClient {
  public:
   virtual ~PsClient() = default;
 
-  // Registers this worker with every server. Returns the version the
-  // servers' chunks are at (the lowest), the step training resumes from.
+  // Registers this worker with every server (again after a rollback: any
+  // call may fail with Aborted, which means exactly that). Returns the
+  // version the servers' chunks are at (the lowest), the step training
+  // resumes from; chunks one version ahead still serve that version.
   virtual absl::StatusOr<int64_t> Register() = 0;
+
+  // Says that this worker has trained every step up to `version` and waits
+  // until every worker has and the servers hold that version (checkpointed,
+  // when checkpoints are on), so that no later rollback can need this worker
+  // again. Aborted if a rollback happened meanwhile: register and go on.
+  virtual absl::Status Finish(int64_t version) = 0;
+
+  // Thread-safe, unlike the rest: calls in flight and later ones fail with
+  // Cancelled (a worker stopping on SIGTERM).
+  virtual void Cancel() = 0;
 
   // Fills `weights` with every chunk at `version`.
   virtual absl::Status Pull(int64_t version, float* weights) = 0;

@@ -286,21 +286,35 @@ absl::StatusOr<BatchStats> Trainer::Evaluate() {
   return total;
 }
 
+absl::StatusOr<int64_t> Trainer::Join(int64_t total_steps) {
+  constexpr int kMaxAttempts = 100;  // rollbacks in a row while joining
+  absl::Status last;
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    absl::StatusOr<int64_t> start = client_->Register();
+    if (start.ok() && *start > total_steps) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the servers are at version ", *start, ", past the ", total_steps,
+          " steps of this run"));
+    }
+    last = start.status();
+    if (start.ok()) last = client_->Pull(*start, host_weights_.get());
+    if (last.ok()) {
+      PSYNC_RETURN_IF_ERROR(reducer_->Broadcast(host_weights_.get(), num_params_, DeviceWeights()));
+      return *start;
+    }
+    if (!absl::IsAborted(last)) return last;
+  }
+  return last;
+}
+
 absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochReport&)>& on_epoch) {
   const int64_t per_epoch = sharding_.steps_per_epoch();
   const int64_t total_steps =
       options_.max_steps > 0 ? options_.max_steps : options_.epochs * per_epoch;
-  PSYNC_ASSIGN_OR_RETURN(const int64_t start, client_->Register());
-  LOG(INFO) << "worker " << options_.worker_rank << " registered; training steps " << start
+  PSYNC_ASSIGN_OR_RETURN(int64_t step, Join(total_steps));
+  LOG(INFO) << "worker " << options_.worker_rank << " registered; training steps " << step
             << ".." << total_steps << " (" << per_epoch << " per epoch, global batch "
             << sharding_.global_batch() << ")";
-  if (start > total_steps) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the servers are at version ", start, ", past the ", total_steps, " steps of this run"));
-  }
-  PSYNC_RETURN_IF_ERROR(client_->Pull(start, host_weights_.get()));
-  PSYNC_RETURN_IF_ERROR(
-      reducer_->Broadcast(host_weights_.get(), num_params_, DeviceWeights()));
 
   TrainResult result;
   BatchStats epoch_stats;
@@ -308,42 +322,72 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
   absl::Duration epoch_time, total_time;
   int64_t total_samples = 0;
   std::vector<int64_t> permutation;
-  for (int64_t step = start; step < total_steps; ++step) {
-    const int64_t epoch = step / per_epoch;
-    const int64_t in_epoch = step % per_epoch;
-    if (permutation.empty() || in_epoch == 0) {
-      permutation = EpochPermutation(train_->size, options_.seed, epoch);
-    }
-    const absl::Time t0 = absl::Now();
-    PSYNC_ASSIGN_OR_RETURN(BatchStats stats, Step(step, permutation));
-    const absl::Duration dt = absl::Now() - t0;
-    epoch_time += dt;
-    total_time += dt;
-    epoch_stats.Add(stats);
-    const int64_t global = std::min(sharding_.global_batch(),
-                                    train_->size - in_epoch * sharding_.global_batch());
-    epoch_samples += global;
-    total_samples += global;
-
-    if (in_epoch == per_epoch - 1 || step + 1 == total_steps) {
-      EpochReport r;
-      r.epoch = static_cast<int>(epoch + 1);
-      r.step = step + 1;
-      r.loss = epoch_stats.count > 0 ? epoch_stats.loss_sum / epoch_stats.count : 0;
-      r.train_accuracy =
-          epoch_stats.count > 0 ? static_cast<double>(epoch_stats.correct) / epoch_stats.count : 0;
-      r.samples_per_sec = epoch_samples / std::max(1e-9, absl::ToDoubleSeconds(epoch_time));
-      if (options_.evaluate) {
-        PSYNC_ASSIGN_OR_RETURN(BatchStats test, Evaluate());
-        r.test_loss = test.count > 0 ? test.loss_sum / test.count : 0;
-        r.test_accuracy = test.count > 0 ? static_cast<double>(test.correct) / test.count : 0;
+  auto rejoin = [&](const absl::Status& why) -> absl::Status {
+    const int64_t was = step;
+    PSYNC_ASSIGN_OR_RETURN(step, Join(total_steps));
+    LOG(INFO) << "worker " << options_.worker_rank << ": the cluster rolled back (" << why.message()
+              << "); resuming at step " << step << " (was at step " << was << ")";
+    permutation.clear();
+    epoch_stats = BatchStats{};
+    epoch_samples = 0;
+    epoch_time = absl::ZeroDuration();
+    return absl::OkStatus();
+  };
+  while (true) {
+    while (step < total_steps) {
+      if (stop_requested_.load()) {
+        return absl::CancelledError(absl::StrCat("stopped before step ", step));
       }
-      if (on_epoch) on_epoch(r);
-      result.last = r;
-      epoch_stats = BatchStats{};
-      epoch_samples = 0;
-      epoch_time = absl::ZeroDuration();
+      const int64_t epoch = step / per_epoch;
+      const int64_t in_epoch = step % per_epoch;
+      if (permutation.empty() || in_epoch == 0) {
+        permutation = EpochPermutation(train_->size, options_.seed, epoch);
+      }
+      const absl::Time t0 = absl::Now();
+      absl::StatusOr<BatchStats> stats = Step(step, permutation);
+      if (absl::IsAborted(stats.status())) {
+        PSYNC_RETURN_IF_ERROR(rejoin(stats.status()));
+        continue;
+      }
+      PSYNC_RETURN_IF_ERROR(stats.status());
+      const absl::Duration dt = absl::Now() - t0;
+      epoch_time += dt;
+      total_time += dt;
+      epoch_stats.Add(*stats);
+      const int64_t global = std::min(sharding_.global_batch(),
+                                      train_->size - in_epoch * sharding_.global_batch());
+      epoch_samples += global;
+      total_samples += global;
+
+      if (in_epoch == per_epoch - 1 || step + 1 == total_steps) {
+        EpochReport r;
+        r.epoch = static_cast<int>(epoch + 1);
+        r.step = step + 1;
+        r.loss = epoch_stats.count > 0 ? epoch_stats.loss_sum / epoch_stats.count : 0;
+        r.train_accuracy =
+            epoch_stats.count > 0 ? static_cast<double>(epoch_stats.correct) / epoch_stats.count : 0;
+        r.samples_per_sec = epoch_samples / std::max(1e-9, absl::ToDoubleSeconds(epoch_time));
+        if (options_.evaluate) {
+          PSYNC_ASSIGN_OR_RETURN(BatchStats test, Evaluate());
+          r.test_loss = test.count > 0 ? test.loss_sum / test.count : 0;
+          r.test_accuracy = test.count > 0 ? static_cast<double>(test.correct) / test.count : 0;
+        }
+        if (on_epoch) on_epoch(r);
+        result.last = r;
+        epoch_stats = BatchStats{};
+        epoch_samples = 0;
+        epoch_time = absl::ZeroDuration();
+      }
+      ++step;
     }
+    // Every worker must reach the end before any leaves: a rollback until
+    // then would need this worker's steps again.
+    absl::Status finished = client_->Finish(total_steps);
+    if (!absl::IsAborted(finished)) {
+      PSYNC_RETURN_IF_ERROR(finished);
+      break;
+    }
+    PSYNC_RETURN_IF_ERROR(rejoin(finished));
   }
   result.steps = total_steps;
   result.samples_per_sec = total_samples / std::max(1e-9, absl::ToDoubleSeconds(total_time));

@@ -2,6 +2,7 @@
 #ifndef PSYNC_WORKER_TRAINER_H_
 #define PSYNC_WORKER_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -79,7 +80,14 @@ class Trainer {
 
   // `on_epoch` runs on the calling thread after each epoch (and after the
   // last step when max_steps ends mid-epoch).
+  //
+  // When the cluster rolls back (a call fails with Aborted), the trainer
+  // registers again and continues from the servers' version; Run returns
+  // once every worker has finished (PsClient::Finish).
   absl::StatusOr<TrainResult> Run(const std::function<void(const EpochReport&)>& on_epoch);
+
+  // Thread-safe: Run returns Cancelled before its next step.
+  void RequestStop() { stop_requested_.store(true); }
 
   ~Trainer();
 
@@ -106,6 +114,10 @@ class Trainer {
   void CommLoop();
   absl::StatusOr<BatchStats> Step(int64_t step, const std::vector<int64_t>& permutation);
   absl::StatusOr<BatchStats> Evaluate();
+  // Registers, pulls the servers' version and hands it to every device;
+  // returns that version (the next step to train). Retries rollbacks that
+  // happen meanwhile.
+  absl::StatusOr<int64_t> Join(int64_t total_steps);
 
   const TrainerOptions options_;
   std::vector<std::unique_ptr<Model>> replicas_;
@@ -115,6 +127,7 @@ class Trainer {
   const Dataset* const test_;
   const Sharding sharding_;
   const int64_t num_params_;
+  std::atomic<bool> stop_requested_{false};
   std::vector<int64_t> tensor_offsets_;  // flat offset of each tensor, plus the total
 
   // Per device, from the Reducer (device memory): weights and gradient

@@ -74,6 +74,7 @@ class Cluster {
       o.deterministic = deterministic;
       o.sgd = {0.05f, 0.9f, 1e-3f};
       stores_.push_back(*ShardStore::Create(o));
+      stores_.back()->SetReady(true);
     }
   }
 
@@ -181,6 +182,7 @@ TEST(TrainerTest, LearnsSyntheticData) {
   ShardStoreOptions so;
   so.sgd = {0.1f, 0.9f, 0.0f};
   auto store = *ShardStore::Create(so);
+  store->SetReady(true);
   auto layout = *Layout::Create(CpuMlp(kSizes).parameters(), 256, 1, 1);
   auto client = CreateLocalPsClient(layout, {store.get()}, 0, 1);
   std::vector<std::unique_ptr<Model>> replicas;

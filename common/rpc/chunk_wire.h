@@ -1,6 +1,6 @@
 // Zero-copy encoding and decoding of the chunk-carrying messages
-// (proto::PushRequest and proto::PullResponse: scalar fields 1-4, repeated
-// Chunk at field 5). The bytes are ordinary protobuf, so any protobuf peer
+// (proto::PushRequest and proto::PullResponse: scalar fields 1-4 and 6,
+// repeated Chunk at field 5). The bytes are ordinary protobuf, so any protobuf peer
 // can read and write them; but payloads never pass through a protobuf
 // string: the encoder points gRPC slices at the caller's float buffers, and
 // the decoder returns views into the received slices.
@@ -27,6 +27,7 @@ enum WireField : int {
   kWireStep = 3,
   kWireSampleCount = 4,
   kWireChunks = 5,
+  kWireSession = 6,  // PushRequest only
 };
 
 
@@ -41,7 +42,7 @@ struct WireChunk {
 // A decoded message. The chunks' data views point into `slices`, so they
 // are valid as long as this object lives.
 struct WireMessage {
-  uint64_t scalars[5] = {0, 0, 0, 0, 0};  // by field number 1..4, raw varints
+  uint64_t scalars[7] = {};  // by field number (1..4 and 6), raw varints
   std::vector<WireChunk> chunks;
   std::vector<grpc::Slice> slices;
 

@@ -8,6 +8,7 @@
 #include "common/layout_proto.h"
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
+#include "common/training_shape.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/resource_quota.h"
@@ -27,13 +28,16 @@ namespace {
 // copy in between. The bytes on the wire are the .proto's messages.
 class ParameterService final : public grpc::Service {
  public:
-  ParameterService(ShardStore* store, absl::Duration max_pull_wait)
-      : store_(store), max_pull_wait_(max_pull_wait) {
+  ParameterService(ShardStore* store, absl::Duration max_pull_wait, Coordinator* coordinator)
+      : store_(store), max_pull_wait_(max_pull_wait), coordinator_(coordinator) {
     Add<proto::RegisterRequest, proto::RegisterResponse>("Register", &ParameterService::Register);
     Add<grpc::ByteBuffer, grpc::ByteBuffer>("Push", &ParameterService::Push);
     Add<proto::PullRequest, grpc::ByteBuffer>("Pull", &ParameterService::Pull);
     Add<grpc::ByteBuffer, grpc::ByteBuffer>("PushPull", &ParameterService::PushPull);
     Add<proto::StatusRequest, proto::StatusResponse>("GetStatus", &ParameterService::GetStatus);
+    Add<proto::HeartbeatRequest, proto::HeartbeatResponse>("Heartbeat",
+                                                           &ParameterService::Heartbeat);
+    Add<proto::JoinRequest, proto::JoinResponse>("Join", &ParameterService::Join);
   }
 
  private:
@@ -60,16 +64,32 @@ class ParameterService final : public grpc::Service {
       return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
           "Register: worker ", req->worker_rank(), ": ", layout.status().message())));
     }
-    auto result = store_->Register(req->worker_rank(), req->num_workers(), *layout,
-                                   req->layout_fingerprint());
+    RegisterArgs args;
+    args.worker_rank = req->worker_rank();
+    args.num_workers = req->num_workers();
+    args.layout = &*layout;
+    args.claimed_fingerprint = req->layout_fingerprint();
+    args.incarnation = req->worker_incarnation();
+    const proto::TrainingShape& shape = req->shape();
+    args.shape = TrainingShape{shape.devices(),       shape.batch_per_device(),
+                               shape.total_steps(),   shape.train_samples(),
+                               shape.seed(),          shape.device_weights()};
+    auto result = store_->Register(args);
     if (!result.ok()) return ToGrpcStatus(result.status());
     LOG(INFO) << "server " << store_->options().server_rank << ": worker "
-              << req->worker_rank() << " registered (layout " << result->fingerprint << ", "
-              << result->chunk_ids.size() << " chunks here, version " << result->version << ")";
+              << req->worker_rank() << " registered (generation " << result->generation
+              << ", layout " << result->fingerprint << ", " << result->chunk_ids.size()
+              << " chunks here, version " << result->version
+              << (result->max_version != result->version
+                      ? absl::StrCat(" to ", result->max_version, ": a step was pushed halfway")
+                      : std::string()) << ")";
     resp->set_server_rank(store_->options().server_rank);
     resp->set_layout_fingerprint(result->fingerprint);
     resp->set_version(result->version);
     resp->set_max_version(result->max_version);
+    resp->set_session(result->session);
+    resp->set_generation(result->generation);
+    resp->set_has_chunks(result->has_chunks);
     for (int32_t id : result->chunk_ids) resp->add_chunk_ids(id);
     return grpc::Status::OK;
   }
@@ -84,8 +104,8 @@ class ParameterService final : public grpc::Service {
   grpc::Status Pull(grpc::ServerContext* ctx, const proto::PullRequest* req,
                     grpc::ByteBuffer* resp) {
     std::vector<int32_t> ids(req->chunk_ids().begin(), req->chunk_ids().end());
-    return ToGrpcStatus(
-        DoPull(ctx, req->worker_rank(), req->layout_fingerprint(), req->version(), ids, resp));
+    return ToGrpcStatus(DoPull(ctx, req->session(), req->worker_rank(), req->layout_fingerprint(),
+                               req->version(), ids, resp));
   }
 
   grpc::Status PushPull(grpc::ServerContext* ctx, const grpc::ByteBuffer* req,
@@ -96,7 +116,8 @@ class ParameterService final : public grpc::Service {
     std::vector<int32_t> ids;
     ids.reserve(push.chunks.size());
     for (const WireChunk& c : push.chunks) ids.push_back(c.id);
-    return ToGrpcStatus(DoPull(ctx, static_cast<int>(push.Int(kWireWorkerRank)),
+    return ToGrpcStatus(DoPull(ctx, push.scalars[kWireSession],
+                               static_cast<int>(push.Int(kWireWorkerRank)),
                                push.scalars[kWireFingerprint], push.Int(kWireStep) + 1, ids,
                                resp));
   }
@@ -113,15 +134,66 @@ class ParameterService final : public grpc::Service {
     resp->set_version(s.version);
     resp->set_num_chunks(s.num_chunks);
     resp->set_bytes(s.bytes);
+    resp->set_generation(s.generation);
+    resp->set_ready(s.ready);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext*, const proto::HeartbeatRequest* req,
+                         proto::HeartbeatResponse* resp) {
+    auto beat = store_->Heartbeat(req->worker_rank(), req->session(), req->done_version());
+    if (!beat.ok()) return ToGrpcStatus(beat.status());
+    for (int w : beat->waiting_for) resp->add_waiting_for(w);
+    if (!beat->waiting_for.empty()) {
+      resp->set_waiting_since_unix_ms(absl::ToUnixMillis(beat->waiting_since));
+    }
+    resp->set_version(beat->version);
+    resp->set_all_done(beat->all_done);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Join(grpc::ServerContext*, const proto::JoinRequest* req,
+                    proto::JoinResponse* resp) {
+    if (coordinator_ == nullptr) {
+      return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+          "Join: server ", store_->options().server_rank,
+          " is not the coordinator; servers join server 0 (check the order of --servers)")));
+    }
+    if (req->num_servers() != store_->options().num_servers) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "Join: server ", req->server_rank(), " says the cluster has ", req->num_servers(),
+          " servers, the coordinator was started for ", store_->options().num_servers)));
+    }
+    JoinInfo info;
+    info.server_rank = req->server_rank();
+    info.incarnation = req->incarnation();
+    info.generation = req->generation();
+    info.restore_failed = req->restore_failed();
+    for (const proto::CheckpointVersion& c : req->checkpoints()) {
+      info.checkpoints.push_back({c.version(), c.model_id()});
+    }
+    auto reply = coordinator_->Join(info);
+    if (!reply.ok()) return ToGrpcStatus(reply.status());
+    resp->set_target_generation(reply->target_generation);
+    resp->set_target_version(reply->target_version);
+    resp->set_ready(reply->ready);
     return grpc::Status::OK;
   }
 
   // Decodes a PushRequest into `push` (whose slices back the payload views)
   // and hands it to the store.
   absl::Status DoPush(const grpc::ByteBuffer& req, WireMessage* push) {
+    const int owned = store_->OwnedChunks();
+    if (owned == 0) {
+      // No layout yet (a worker that pushes here registered with an earlier
+      // incarnation or generation of this server).
+      return absl::AbortedError(absl::StrCat(
+          "Push: server ", store_->options().server_rank,
+          " holds no chunks for this job right now (it restarted or rolled back); register again"));
+    }
     // A request names each of this server's chunks at most once; the bound
     // keeps a hostile message of tiny chunks from costing unbounded memory.
-    absl::Status s = DecodeWireMessage(req, std::max(1, store_->OwnedChunks()), push);
+    absl::Status s = DecodeWireMessage(req, owned, push);
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("Push: ", s.message()));
     std::vector<ChunkPayload> payloads(push->chunks.size());
     for (size_t i = 0; i < payloads.size(); ++i) {
@@ -131,18 +203,20 @@ class ParameterService final : public grpc::Service {
       payloads[i].pieces = c.data;
     }
     const int64_t rank = push->Int(kWireWorkerRank);
-    return store_->Push(rank < INT32_MIN || rank > INT32_MAX ? -1 : static_cast<int>(rank),
+    return store_->Push(push->scalars[kWireSession],
+                        rank < INT32_MIN || rank > INT32_MAX ? -1 : static_cast<int>(rank),
                         push->scalars[kWireFingerprint], push->Int(kWireStep),
                         push->Int(kWireSampleCount), payloads);
   }
 
   // Answers with PullResponse bytes whose payloads are the store's buffers.
-  absl::Status DoPull(grpc::ServerContext* ctx, int worker_rank, uint64_t fingerprint,
-                      int64_t version, const std::vector<int32_t>& ids, grpc::ByteBuffer* resp) {
+  absl::Status DoPull(grpc::ServerContext* ctx, uint64_t session, int worker_rank,
+                      uint64_t fingerprint, int64_t version, const std::vector<int32_t>& ids,
+                      grpc::ByteBuffer* resp) {
     const absl::Time deadline =
         std::min(absl::FromChrono(ctx->deadline()), absl::Now() + max_pull_wait_);
     WireMessageBuilder builder;
-    absl::Status s = store_->Pull(worker_rank, fingerprint, version, ids, deadline,
+    absl::Status s = store_->Pull(session, worker_rank, fingerprint, version, ids, deadline,
                                   [&builder](int32_t id, int64_t v, const WeightsRef& w) {
                                     builder.AddChunk(id, proto::DTYPE_FLOAT32, v, w->data(),
                                                      w->size() * sizeof(float), w);
@@ -158,19 +232,25 @@ class ParameterService final : public grpc::Service {
 
   ShardStore* const store_;
   const absl::Duration max_pull_wait_;
+  Coordinator* const coordinator_;  // server 0 only
   std::deque<std::string> names_;  // RpcServiceMethod keeps the char pointers
 };
 
 class GrpcServerImpl final : public GrpcServer {
  public:
-  GrpcServerImpl(ShardStore* store, absl::Duration max_pull_wait, int max_threads)
-      : store_(store), service_(store, max_pull_wait), max_threads_(max_threads) {}
+  GrpcServerImpl(ShardStore* store, const GrpcServerOptions& options, int max_threads)
+      : store_(store),
+        service_(store, options.max_pull_wait, options.coordinator),
+        max_threads_(max_threads) {}
   ~GrpcServerImpl() override { Shutdown(absl::Now()); }
 
   absl::Status Start(const std::string& address) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&service_);
+    // gRPC sets SO_REUSEPORT by default, which lets a second server bind a
+    // live server's port and silently take half of its connections.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     // Each pull waiting for its version holds a thread of the synchronous
     // server; cap them, so that a flood of calls gets RESOURCE_EXHAUSTED
     // rather than exhausting the machine.
@@ -215,7 +295,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(ShardStore* store,
   const int max_threads =
       options.max_threads > 0 ? options.max_threads
                               : std::max(256, 32 * store->options().num_workers);
-  auto server = std::make_unique<GrpcServerImpl>(store, options.max_pull_wait, max_threads);
+  auto server = std::make_unique<GrpcServerImpl>(store, options, max_threads);
   absl::Status s = server->Start(options.address);
   if (!s.ok()) return s;
   return std::unique_ptr<GrpcServer>(std::move(server));

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/coordinator.h"
 #include "server/shard_store.h"
 
 namespace psync {
@@ -19,6 +20,8 @@ struct GrpcServerOptions {
   // Threads serving calls (a waiting pull holds one); 0 means
   // max(256, 32 x workers): room for every worker's per-layer calls.
   int max_threads = 0;
+  // Server 0's: answers other servers' Join calls. Must outlive the server.
+  Coordinator* coordinator = nullptr;
 };
 
 // Owns the gRPC server and its threads. Thread-safe.

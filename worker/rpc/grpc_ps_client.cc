@@ -1,15 +1,19 @@
 #include "worker/rpc/grpc_ps_client.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/layout_proto.h"
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
+#include "glog/logging.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -20,6 +24,21 @@ namespace {
 
 constexpr int64_t kMessageHeadroomBytes = 1 << 20;
 constexpr absl::Duration kRetryBackoff = absl::Milliseconds(100);
+constexpr absl::Duration kLogInterval = absl::Seconds(5);
+// One registration attempt; Register retries until the connect timeout.
+constexpr absl::Duration kRegisterAttempt = absl::Seconds(5);
+
+// Errors after which the same call may succeed: the server is restarting,
+// overloaded or shutting down (a restarted one answers on the same address).
+bool Retryable(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+         code == grpc::StatusCode::CANCELLED;
+}
+
+uint64_t NewIncarnation() {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32 | rd()) | 1;
+}
 const char kPullMethod[] = "/psync.proto.ParameterServer/Pull";
 const char kPushPullMethod[] = "/psync.proto.ParameterServer/PushPull";
 
@@ -59,7 +78,10 @@ struct ChunkCall {
 class GrpcPsClient final : public PsClient {
  public:
   GrpcPsClient(const Layout& layout, GrpcPsClientOptions options)
-      : layout_(layout), options_(std::move(options)) {
+      : layout_(layout),
+        options_(std::move(options)),
+        incarnation_(NewIncarnation()),
+        sessions_(options_.server_addresses.size(), 0) {
     int64_t largest = 0;
     for (int s = 0; s < layout_.num_servers(); ++s) {
       largest = std::max(largest, layout_.ServerBytes(s));
@@ -89,6 +111,7 @@ class GrpcPsClient final : public PsClient {
       stopping_ = true;
     }
     poller_.join();
+    heartbeat_.join();
     for (grpc::CompletionQueue* cq : {&cq_, &inline_cq_}) {
       cq->Shutdown();
       void* tag;
@@ -106,40 +129,119 @@ class GrpcPsClient final : public PsClient {
     req.set_num_workers(options_.num_workers);
     LayoutToProto(layout_, req.mutable_layout());
     req.set_layout_fingerprint(layout_.fingerprint());
-    int64_t version = INT64_MAX, max_version = 0;
-    // Sequential: registration happens once, and each call may wait for its
-    // server to come up.
-    for (size_t server = 0; server < stubs_.size(); ++server) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.connect_timeout));
-      ctx.set_wait_for_ready(true);
-      proto::RegisterResponse resp;
-      grpc::Status st = stubs_[server]->Register(&ctx, req, &resp);
-      if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    req.set_worker_incarnation(incarnation_);
+    const TrainingShape& shape = options_.shape;
+    proto::TrainingShape* s = req.mutable_shape();
+    s->set_devices(shape.devices);
+    s->set_batch_per_device(shape.batch_per_device);
+    s->set_total_steps(shape.total_steps);
+    s->set_train_samples(shape.train_samples);
+    s->set_seed(shape.seed);
+    s->set_device_weights(shape.device_weights);
+    {
+      absl::MutexLock lock(&session_mu_);
+      std::fill(sessions_.begin(), sessions_.end(), 0);
+      done_version_ = 0;
+    }
+    const absl::Time deadline = absl::Now() + options_.connect_timeout;
+    absl::Time last_log = absl::Now();
+    while (true) {
+      if (cancelled_.load()) return absl::CancelledError("Register: cancelled");
+      absl::Status why;  // why this round did not register everywhere
+      std::vector<proto::RegisterResponse> responses(stubs_.size());
+      // Sequential: each call may wait for its server to come up.
+      for (size_t server = 0; server < stubs_.size() && why.ok(); ++server) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + kRegisterAttempt)));
+        ctx.set_wait_for_ready(true);
+        grpc::Status st = stubs_[server]->Register(&ctx, req, &responses[server]);
+        if (st.ok() && responses[server].server_rank() != static_cast<int>(server)) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "Register: ", options_.server_addresses[server], " is server ",
+              responses[server].server_rank(), ", expected server ", server,
+              " (check the order of --servers)"));
+        }
+        if (st.ok()) continue;
+        why = ServerError("Register", static_cast<int>(server), st);
+        if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+          why = absl::DeadlineExceededError(absl::StrCat(
+              "Register: server ", server, " (", options_.server_addresses[server],
+              ") did not answer; is it running?"));
+        } else if (!Retryable(st.error_code()) &&
+                   st.error_code() != grpc::StatusCode::ALREADY_EXISTS) {
+          return why;
+        }
+      }
+      if (why.ok()) {
+        // Servers restore a new generation one by one: register again until
+        // every server answers from the same one.
+        for (const auto& r : responses) {
+          if (r.generation() != responses[0].generation()) {
+            why = absl::UnavailableError(absl::StrCat(
+                "Register: the servers are at generations ", responses[0].generation(), " and ",
+                r.generation(), " (a rollback is under way)"));
+          }
+        }
+      }
+      if (why.ok()) return Registered(responses);
+      if (absl::Now() >= deadline) {
+        return absl::Status(why.code(), absl::StrCat(why.message(), " (gave up after --connect_timeout_s=",
+                                                    absl::ToInt64Seconds(options_.connect_timeout), ")"));
+      }
+      if (absl::Now() - last_log >= kLogInterval) {
+        LOG(INFO) << "worker " << options_.worker_rank << ": waiting to register: " << why.message();
+        last_log = absl::Now();
+      }
+      absl::SleepFor(kRetryBackoff * 2);
+    }
+  }
+
+  absl::Status Finish(int64_t version) override {
+    {
+      absl::MutexLock lock(&session_mu_);
+      done_version_ = version;
+    }
+    const absl::Time deadline = absl::Now() + options_.call_timeout;
+    absl::Time last_log = absl::Now();
+    while (true) {
+      bool all_done = true;
+      absl::Status why;
+      for (size_t server = 0; server < stubs_.size(); ++server) {
+        absl::StatusOr<proto::HeartbeatResponse> beat = Beat(static_cast<int>(server));
+        if (!beat.ok() && beat.status().code() != absl::StatusCode::kUnavailable) {
+          return beat.status();  // Aborted after a rollback, or a failed job
+        }
+        if (!beat.ok() || !beat->all_done()) {
+          all_done = false;
+          if (why.ok()) {
+            why = beat.ok() ? absl::UnavailableError(absl::StrCat(
+                                  "server ", server, " waits for other workers to finish"))
+                            : beat.status();
+          }
+        }
+      }
+      if (all_done) return absl::OkStatus();
+      if (cancelled_.load()) return absl::CancelledError("Finish: cancelled");
+      if (absl::Now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
-            "Register: server ", server, " (", options_.server_addresses[server],
-            ") did not answer within the connect timeout of ",
-            absl::FormatDuration(options_.connect_timeout), "; is it running?"));
+            "Finish: the job did not complete within ", absl::FormatDuration(options_.call_timeout),
+            " after this worker's last step: ", why.message()));
       }
-      if (!st.ok()) return ServerError("Register", static_cast<int>(server), st);
-      if (resp.server_rank() != static_cast<int>(server)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "Register: ", options_.server_addresses[server], " is server ", resp.server_rank(),
-            ", expected server ", server, " (check the order of --servers)"));
+      if (absl::Now() - last_log >= kLogInterval) {
+        LOG(INFO) << "worker " << options_.worker_rank << ": finished step " << version
+                  << "; waiting until every worker has and the servers hold it: " << why.message();
+        last_log = absl::Now();
       }
-      version = std::min(version, resp.version());
-      max_version = std::max(max_version, std::max(resp.version(), resp.max_version()));
+      absl::SleepFor(kRetryBackoff * 2);
     }
-    if (max_version != version) {
-      // A worker stopped after pushing part of a step: some chunks moved on,
-      // and the weights they had are gone. Only a checkpoint can restore a
-      // consistent state; say so rather than train on a mix.
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Register: the servers' chunks are at versions ", version, " to ", max_version,
-          ": a worker stopped in the middle of a step, and resuming needs every chunk at one "
-          "version (restart the servers)"));
+  }
+
+  void Cancel() override {
+    cancelled_.store(true);
+    absl::MutexLock lock(&mu_);
+    for (const auto& call : calls_) {
+      if (call->ctx != nullptr) call->ctx->TryCancel();
     }
-    return version;
   }
 
   absl::Status Pull(int64_t version, float* weights) override {
@@ -150,6 +252,7 @@ class GrpcPsClient final : public PsClient {
       req.set_worker_rank(options_.worker_rank);
       req.set_layout_fingerprint(layout_.fingerprint());
       req.set_version(version);
+      req.set_session(Session(server));
       for (int32_t id : ids) req.add_chunk_ids(id);
       grpc::Slice slice(req.SerializeAsString());
       Launch(server, /*push=*/false, version, ids, weights, grpc::ByteBuffer(&slice, 1),
@@ -190,6 +293,7 @@ class GrpcPsClient final : public PsClient {
         push.SetScalar(kWireFingerprint, static_cast<int64_t>(layout_.fingerprint()));
         push.SetScalar(kWireStep, step);
         push.SetScalar(kWireSampleCount, sample_count);
+        push.SetScalar(kWireSession, static_cast<int64_t>(Session(server)));
         for (size_t i = begin; i < end; ++i) {
           const ChunkInfo& info = layout_.chunks()[ids[i]];
           push.AddChunk(ids[i], proto::DTYPE_FLOAT32, 0, grads + info.flat_offset, info.bytes());
@@ -272,8 +376,8 @@ class GrpcPsClient final : public PsClient {
       return std::nullopt;
     }
     if (call.status.ok()) return CopyWeights(call);
-    if (call.status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-        absl::Now() + kRetryBackoff < call.deadline) {
+    if (cancelled_.load()) return absl::CancelledError(absl::StrCat(call.op, ": cancelled"));
+    if (Retryable(call.status.error_code()) && absl::Now() + kRetryBackoff < call.deadline) {
       call.issue_alarm.Set(call.cq, absl::ToChronoTime(absl::Now() + kRetryBackoff),
                            &call.issue_tag);
       return std::nullopt;
@@ -302,6 +406,80 @@ class GrpcPsClient final : public PsClient {
         absl::MutexLock lock(&mu_);
         if (first_error_.ok()) first_error_ = *s;
         --outstanding_;
+      }
+    }
+  }
+
+  uint64_t Session(int server) {
+    absl::MutexLock lock(&session_mu_);
+    return sessions_[server];
+  }
+
+  // Takes the sessions and the version to resume from.
+  absl::StatusOr<int64_t> Registered(const std::vector<proto::RegisterResponse>& responses) {
+    int64_t version = INT64_MAX, max_version = 0;
+    for (const auto& r : responses) {
+      if (!r.has_chunks()) continue;
+      version = std::min(version, r.version());
+      max_version = std::max(max_version, std::max(r.version(), r.max_version()));
+    }
+    if (version == INT64_MAX) version = max_version = 0;
+    if (max_version > version + 1) {
+      // Cannot happen in one generation: a step needs every chunk at one
+      // version before any moves on.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Register: the servers' chunks are at versions ", version, " to ", max_version,
+          ", more than one step apart"));
+    }
+    absl::MutexLock lock(&session_mu_);
+    for (size_t s = 0; s < responses.size(); ++s) sessions_[s] = responses[s].session();
+    generation_ = responses[0].generation();
+    return version;
+  }
+
+  // One heartbeat to `server`, with this worker's session and done version.
+  absl::StatusOr<proto::HeartbeatResponse> Beat(int server) {
+    proto::HeartbeatRequest req;
+    req.set_worker_rank(options_.worker_rank);
+    {
+      absl::MutexLock lock(&session_mu_);
+      req.set_session(sessions_[server]);
+      req.set_done_version(done_version_);
+    }
+    if (req.session() == 0) return absl::UnavailableError("not registered");
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    proto::HeartbeatResponse resp;
+    grpc::Status st = stubs_[server]->Heartbeat(&ctx, req, &resp);
+    if (!st.ok()) return ServerError("Heartbeat", server, st);
+    return resp;
+  }
+
+  // The heartbeat thread: keeps this worker's lease on its rank alive while
+  // it computes, and says whom this worker waits for when a step stalls.
+  void HeartbeatLoop() {
+    absl::Time last_log = absl::InfinitePast();
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+        if (mu_.AwaitWithTimeout(absl::Condition(&stop), options_.heartbeat_interval)) return;
+      }
+      for (size_t server = 0; server < stubs_.size(); ++server) {
+        absl::StatusOr<proto::HeartbeatResponse> beat = Beat(static_cast<int>(server));
+        if (!beat.ok() || beat->waiting_for().empty()) continue;
+        const absl::Time since = absl::FromUnixMillis(beat->waiting_since_unix_ms());
+        const bool me = std::find(beat->waiting_for().begin(), beat->waiting_for().end(),
+                                  options_.worker_rank) != beat->waiting_for().end();
+        if (me || absl::Now() - since < kLogInterval || absl::Now() - last_log < kLogInterval) {
+          continue;
+        }
+        LOG(INFO) << "worker " << options_.worker_rank << ": step " << beat->version()
+                  << " waits for worker(s) " << absl::StrJoin(beat->waiting_for(), ", ")
+                  << " since " << absl::FormatTime("%H:%M:%S", since, absl::LocalTimeZone())
+                  << " (" << absl::FormatDuration(absl::Trunc(absl::Now() - since, absl::Seconds(1)))
+                  << ", server " << server << ")";
+        last_log = absl::Now();
       }
     }
   }
@@ -350,6 +528,12 @@ class GrpcPsClient final : public PsClient {
 
   const Layout layout_;
   const GrpcPsClientOptions options_;
+  const uint64_t incarnation_;  // new at every start of the worker process
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex session_mu_;
+  std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(session_mu_);  // by server; 0: none
+  int64_t generation_ ABSL_GUARDED_BY(session_mu_) = 0;
+  int64_t done_version_ ABSL_GUARDED_BY(session_mu_) = 0;
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;  // Register
   std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs_;     // chunk calls
   grpc::CompletionQueue inline_cq_;  // driven by Wait()
@@ -366,6 +550,7 @@ class GrpcPsClient final : public PsClient {
   std::vector<std::unique_ptr<ChunkCall>> calls_ ABSL_GUARDED_BY(mu_);
   // Last: the thread starts once every member it uses is constructed.
   std::thread poller_{[this] { Poll(); }};
+  std::thread heartbeat_{[this] { HeartbeatLoop(); }};
 };
 
 }  // namespace

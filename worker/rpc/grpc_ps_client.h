@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/layout.h"
+#include "common/training_shape.h"
 #include "worker/ps_client.h"
 
 namespace psync {
@@ -21,8 +22,13 @@ struct GrpcPsClientOptions {
   // Deadline of one call. A pull waits for the slowest worker, so this bounds
   // how long a worker waits for its peers.
   absl::Duration call_timeout = absl::Seconds(120);
-  // How long Register keeps retrying servers that are not up yet.
+  // How long Register keeps retrying servers that are not up (or not ready:
+  // recovering, or still holding a dead predecessor's lease on this rank).
   absl::Duration connect_timeout = absl::Seconds(60);
+  // Liveness signal to every server, from a thread of the client's.
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  // Every worker of a job has the same; the servers refuse another.
+  TrainingShape shape;
   // A push-pull to one server is split into requests of at most this many
   // payload bytes (whole chunks; a chunk larger than this goes alone), so
   // that the server applies early chunks while later ones are in flight.

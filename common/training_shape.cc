@@ -1,0 +1,65 @@
+#include "common/training_shape.h"
+
+#include <map>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace psync {
+namespace {
+
+// (name, value as text) of every field, in a fixed order.
+std::vector<std::pair<std::string, std::string>> Fields(const TrainingShape& s) {
+  return {{"devices", absl::StrCat(s.devices)},
+          {"batch_per_device", absl::StrCat(s.batch_per_device)},
+          {"total_steps", absl::StrCat(s.total_steps)},
+          {"train_samples", absl::StrCat(s.train_samples)},
+          {"seed", absl::StrCat(s.seed)},
+          {"device_weights", s.device_weights}};
+}
+
+}  // namespace
+
+std::string TrainingShape::Describe() const {
+  std::string out;
+  for (const auto& [name, value] : Fields(*this)) {
+    absl::StrAppend(&out, out.empty() ? "" : " ", name, "=", value);
+  }
+  return out;
+}
+
+absl::StatusOr<TrainingShape> TrainingShape::Parse(const std::string& text) {
+  std::map<std::string, std::string> values;
+  for (absl::string_view item : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    values[kv.first] = kv.second;
+  }
+  TrainingShape s;
+  bool ok = absl::SimpleAtoi(values["devices"], &s.devices) &&
+            absl::SimpleAtoi(values["batch_per_device"], &s.batch_per_device) &&
+            absl::SimpleAtoi(values["total_steps"], &s.total_steps) &&
+            absl::SimpleAtoi(values["train_samples"], &s.train_samples) &&
+            absl::SimpleAtoi(values["seed"], &s.seed);
+  s.device_weights = values["device_weights"];
+  if (!ok || values.size() != Fields(s).size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training shape '", text, "' is malformed; expected ", TrainingShape().Describe()));
+  }
+  return s;
+}
+
+absl::Status TrainingShape::CheckSame(const TrainingShape& job) const {
+  const auto mine = Fields(*this), theirs = Fields(job);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (mine[i].second != theirs[i].second) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          mine[i].first, " is '", mine[i].second, "', the job's is '", theirs[i].second,
+          "' (every worker must train with the same shape)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace psync

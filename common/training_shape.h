@@ -1,0 +1,35 @@
+// The training shape every worker of a job must share: the data sharding
+// (worker/data/sharding.h) assumes one shape for all workers, so a worker
+// whose shape differs would silently change the training.
+#ifndef PSYNC_COMMON_TRAINING_SHAPE_H_
+#define PSYNC_COMMON_TRAINING_SHAPE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace psync {
+
+struct TrainingShape {
+  int devices = 0;
+  int64_t batch_per_device = 0;
+  int64_t total_steps = 0;
+  int64_t train_samples = 0;
+  uint64_t seed = 0;
+  std::string device_weights;  // as given, e.g. "1,3"; empty means equal
+
+  // "devices=2 batch_per_device=32 total_steps=100 train_samples=60000
+  // seed=1 device_weights=1,3": stored with checkpoints.
+  std::string Describe() const;
+  static absl::StatusOr<TrainingShape> Parse(const std::string& text);
+
+  // OK when equal; otherwise FailedPrecondition naming the first field that
+  // differs, with both values ("batch_per_device is 16, the job's is 32").
+  absl::Status CheckSame(const TrainingShape& job) const;
+};
+
+}  // namespace psync
+
+#endif  // PSYNC_COMMON_TRAINING_SHAPE_H_

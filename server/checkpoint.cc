@@ -1,0 +1,281 @@
+#include "server/checkpoint.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <unordered_map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/safetensors.h"
+#include "common/status_macros.h"
+#include "server/checkpoint_folders.h"
+#include "server/checkpoint_format.h"
+
+namespace psync {
+
+using checkpoint_internal::CheckpointDigest;
+using checkpoint_internal::CheckServer;
+using checkpoint_internal::EntryRole;
+using checkpoint_internal::ErrnoStatus;
+using checkpoint_internal::FindServerFiles;
+using checkpoint_internal::GroupFiles;
+using checkpoint_internal::Join;
+using checkpoint_internal::ListFolder;
+using checkpoint_internal::Prefixed;
+
+absl::StatusOr<uint64_t> ModelId(const Layout& layout) {
+  PSYNC_ASSIGN_OR_RETURN(const Layout one, Layout::Create(layout.tensors(), layout.chunk_bytes(),
+                                                          1, layout.init_seed()));
+  return one.fingerprint();
+}
+
+absl::StatusOr<CheckpointHeader> MakeCheckpointHeader(const Layout& layout, int rank) {
+  PSYNC_RETURN_IF_ERROR(CheckServer(rank, layout.num_servers()));
+  CheckpointHeader h;
+  h.server_rank = rank;
+  h.num_servers = layout.num_servers();
+  h.tensors = layout.tensors();
+  h.chunk_bytes = layout.chunk_bytes();
+  h.init_seed = layout.init_seed();
+  h.layout_fingerprint = layout.fingerprint();
+  PSYNC_ASSIGN_OR_RETURN(h.model_id, ModelId(layout));
+  return h;
+}
+
+absl::Status WriteCheckpoint(const std::string& dir, const Layout& layout,
+                             const CheckpointHeader& header,
+                             absl::Span<const CheckpointChunk> chunks) {
+  absl::Status s = checkpoint_internal::CheckHeaderDescribes(header, layout);
+  if (!s.ok()) return Prefixed("WriteCheckpoint", s);
+  const int rank = header.server_rank;
+  const std::vector<int32_t>& ids = layout.ChunksOnServer(rank);
+  std::unordered_map<int32_t, const ChunkState*> states;
+  size_t with_momentum = 0;
+  for (const CheckpointChunk& c : chunks) {
+    const bool on_server = c.chunk_id >= 0 && c.chunk_id < static_cast<int32_t>(layout.chunks().size()) &&
+                           layout.chunks()[c.chunk_id].server == rank;
+    const int64_t n = on_server ? layout.chunks()[c.chunk_id].num_elements : 0;
+    if (!on_server || c.state == nullptr || !states.emplace(c.chunk_id, c.state.get()).second ||
+        static_cast<int64_t>(c.state->weights.size()) != n ||
+        (!c.state->momentum.empty() && static_cast<int64_t>(c.state->momentum.size()) != n)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "WriteCheckpoint: chunk ", c.chunk_id, " is not on server ", rank, ", repeated, null, "
+          "or not of ", n, " weights (and momentum)"));
+    }
+    with_momentum += !c.state->momentum.empty();
+  }
+  if (states.size() != ids.size() || (with_momentum != 0 && with_momentum != ids.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WriteCheckpoint: got ", states.size(), " chunks (", with_momentum, " with momentum), "
+        "the layout puts ", ids.size(), " on server ", rank, " (momentum: all or none)"));
+  }
+
+  std::vector<SafetensorsEntry> entries;
+  std::vector<SafetensorsEntryInfo> infos;
+  uint64_t offset = 0;
+  for (bool momentum : {false, true}) {
+    if (momentum && with_momentum == 0) break;
+    for (int32_t id : ids) {
+      const ChunkInfo& c = layout.chunks()[id];
+      const std::string name = checkpoint_internal::EntryName(
+          momentum, layout.tensors()[c.tensor].name, c.tensor_offset);
+      const ChunkState* state = states[id];
+      entries.push_back({name, {c.num_elements},
+                         (momentum ? state->momentum : state->weights).data()});
+      infos.push_back({name, {c.num_elements}, offset, offset + uint64_t(c.bytes())});
+      offset += c.bytes();
+    }
+  }
+  SafetensorsMetadata metadata = checkpoint_internal::HeaderToMetadata(header);
+  CheckpointDigest digest(metadata, infos);
+  for (const SafetensorsEntry& e : entries) digest.AddData(e.data, e.shape[0] * 4);
+  metadata["sha256"] = digest.HexDigest();
+
+  const std::string folder = Join(dir, checkpoint_internal::VersionFolderName(header.version));
+  s = checkpoint_internal::MakeFolder(dir, checkpoint_internal::ParentOf(dir));
+  if (s.ok()) s = checkpoint_internal::MakeFolder(folder, dir);
+  if (s.ok()) {
+    s = WriteSafetensorsFile(
+        Join(folder, checkpoint_internal::ServerFileName(rank, layout.num_servers())), entries,
+        metadata);
+  }
+  return s.ok() ? s : Prefixed("WriteCheckpoint", s);
+}
+
+absl::StatusOr<CheckpointScan> ScanCheckpoints(const std::string& dir, int rank,
+                                               int num_servers) {
+  absl::Status s = CheckServer(rank, num_servers);
+  if (!s.ok()) return Prefixed("ScanCheckpoints", s);
+  CheckpointScan scan;
+  auto found = FindServerFiles(dir, &scan.refused);
+  if (absl::IsNotFound(found.status())) return scan;
+  if (!found.ok()) return Prefixed("ScanCheckpoints", found.status());
+  for (const auto& [version, by_count] : GroupFiles(*found)) {
+    auto own = by_count.find(num_servers);
+    if (own != by_count.end() && own->second.count(rank) != 0) {
+      const std::string& path = own->second.at(rank).front();
+      auto file = checkpoint_internal::ValidateCheckpointFile(path);
+      if (file.ok()) {
+        scan.candidates.push_back({version, file->header.model_id, file->header, {path}});
+        continue;
+      }
+      scan.refused.push_back(std::string(file.status().message()));
+    }
+    // Re-sharding: a complete set written by another server count.
+    for (const auto& [count, by_rank] : by_count) {
+      if (count == num_servers) continue;
+      if (static_cast<int>(by_rank.size()) != count) {
+        for (const auto& [r, paths] : by_rank) {
+          scan.refused.push_back(absl::StrCat(paths.front(), ": incomplete set: ", by_rank.size(),
+                                              " of ", count, " server files present"));
+        }
+        continue;
+      }
+      CheckpointCandidate candidate;
+      bool complete = true;
+      for (const auto& [r, paths] : by_rank) {
+        auto file = checkpoint_internal::ValidateCheckpointFile(paths.front());
+        if (!file.ok()) {
+          scan.refused.push_back(std::string(file.status().message()));
+          complete = false;
+        } else if (r == 0) {
+          candidate = {version, file->header.model_id, file->header, {}};
+        } else if (complete && file->header.model_id != candidate.model_id) {
+          scan.refused.push_back(absl::StrCat(paths.front(), ": model_id ", file->header.model_id,
+                                              " differs from server 0's ", candidate.model_id));
+          complete = false;
+        }
+        candidate.files.push_back(paths.front());
+      }
+      if (complete) scan.candidates.push_back(std::move(candidate));
+    }
+  }
+  return scan;
+}
+
+absl::StatusOr<RestoredShard> LoadCheckpoint(const CheckpointCandidate& candidate, int rank,
+                                             int num_servers) {
+  absl::Status s = CheckServer(rank, num_servers);
+  if (!s.ok()) return Prefixed("LoadCheckpoint", s);
+  const CheckpointHeader& h = candidate.header;
+  auto layout = Layout::Create(h.tensors, h.chunk_bytes, num_servers, h.init_seed);
+  if (!layout.ok()) return Prefixed("LoadCheckpoint", layout.status());
+  auto model_id = ModelId(*layout);
+  if (!model_id.ok() || *model_id != candidate.model_id || candidate.files.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoadCheckpoint: candidate at version ", candidate.version, " has model_id ",
+        candidate.model_id, " and ", candidate.files.size(),
+        " files; its header describes model ", model_id.value_or(0)));
+  }
+
+  // The chunks to fill, by "weights/<tensor>@<first>".
+  const std::vector<int32_t>& ids = layout->ChunksOnServer(rank);
+  std::unordered_map<std::string, int32_t> wanted;
+  std::unordered_map<int32_t, std::shared_ptr<ChunkState>> states;
+  for (int32_t id : ids) {
+    const ChunkInfo& c = layout->chunks()[id];
+    wanted[checkpoint_internal::EntryName(false, layout->tensors()[c.tensor].name,
+                                          c.tensor_offset)] = id;
+    states[id] = std::make_shared<ChunkState>();
+  }
+  std::unordered_map<int32_t, int> filled;  // chunk -> entries copied into it
+  int momentum_files = 0;
+  for (const std::string& path : candidate.files) {
+    auto file = checkpoint_internal::OpenCheckpointFile(path);
+    if (!file.ok()) return Prefixed("LoadCheckpoint", file.status());
+    if (file->header.version != candidate.version || file->header.model_id != candidate.model_id) {
+      return absl::DataLossError(absl::StrCat(
+          "LoadCheckpoint: ", path, ": version ", file->header.version, ", model_id ",
+          file->header.model_id, "; the scan found version ", candidate.version, ", model_id ",
+          candidate.model_id, " (changed since?)"));
+    }
+    momentum_files += file->has_momentum;
+    const std::vector<SafetensorsEntryInfo>& entries = file->reader.entries();
+    std::vector<char*> dest(entries.size(), nullptr);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const EntryRole& role = file->roles[i];
+      const ChunkInfo& old = file->layout.chunks()[role.chunk_id];
+      auto it = wanted.find(checkpoint_internal::EntryName(
+          false, file->layout.tensors()[old.tensor].name, old.tensor_offset));
+      if (it == wanted.end()) continue;
+      ChunkState& state = *states[it->second];
+      std::vector<float>& values = role.momentum ? state.momentum : state.weights;
+      if (!values.empty() || old.num_elements != layout->chunks()[it->second].num_elements) {
+        return absl::DataLossError(absl::StrCat("LoadCheckpoint: ", path, ": tensor '",
+                                                entries[i].name,
+                                                "' is repeated or does not fit chunk ", it->second));
+      }
+      values.resize(old.num_elements);
+      dest[i] = reinterpret_cast<char*>(values.data());
+      ++filled[it->second];
+    }
+    s = checkpoint_internal::ReadCheckpointData(*file, dest);
+    if (!s.ok()) return Prefixed("LoadCheckpoint", s);
+  }
+  if (momentum_files != 0 && momentum_files != static_cast<int>(candidate.files.size())) {
+    return absl::DataLossError(absl::StrCat("LoadCheckpoint: ", momentum_files, " of ",
+                                            candidate.files.size(),
+                                            " files keep momentum, expected all or none"));
+  }
+  RestoredShard out{*std::move(layout), h, {}};
+  for (int32_t id : ids) {
+    if (filled[id] != (momentum_files != 0 ? 2 : 1)) {
+      return absl::DataLossError(absl::StrCat("LoadCheckpoint: chunk ", id,
+                                              " is in none of the files of version ",
+                                              candidate.version));
+    }
+    out.chunks.emplace_back(id, std::move(states[id]));
+  }
+  out.header.server_rank = rank;
+  out.header.num_servers = num_servers;
+  out.header.layout_fingerprint = out.layout.fingerprint();
+  return out;
+}
+
+absl::Status PruneCheckpoints(const std::string& dir, int rank, int num_servers, int keep) {
+  absl::Status s = CheckServer(rank, num_servers);
+  if (s.ok() && keep < 1) {
+    s = absl::InvalidArgumentError(absl::StrCat("keep is ", keep, ", expected >= 1"));
+  }
+  if (!s.ok()) return Prefixed("PruneCheckpoints", s);
+  auto folders = ListFolder(dir);
+  if (absl::IsNotFound(folders.status())) return absl::OkStatus();
+  if (!folders.ok()) return Prefixed("PruneCheckpoints", folders.status());
+  const std::string own = checkpoint_internal::ServerFileName(rank, num_servers);
+  const std::string temp_prefix = SafetensorsTempPrefix(own);
+  std::vector<std::string> owned;  // folders holding our file, newest last
+  absl::Status first_error;
+  auto remove = [&](const std::string& path) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT && first_error.ok()) {
+      first_error = ErrnoStatus(path, "delete");
+    }
+  };
+  for (const std::string& name : *folders) {
+    int64_t version = 0;
+    if (!checkpoint_internal::ParseVersionFolderName(name, &version)) continue;
+    const std::string folder = Join(dir, name);
+    auto names = ListFolder(folder);
+    if (!names.ok()) {
+      if (first_error.ok()) first_error = names.status();
+      continue;
+    }
+    for (const std::string& f : *names) {
+      if (absl::StartsWith(f, temp_prefix)) remove(Join(folder, f));
+      if (f == own) owned.push_back(folder);
+    }
+  }
+  // Folder names sort like their versions (equal widths up to 10^12).
+  std::sort(owned.begin(), owned.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
+  for (size_t i = 0; i + keep < owned.size(); ++i) {
+    remove(Join(owned[i], own));
+    ::rmdir(owned[i].c_str());  // fails harmlessly while other servers' files remain
+  }
+  return first_error.ok() ? absl::OkStatus() : Prefixed("PruneCheckpoints", first_error);
+}
+
+}  // namespace psync

@@ -1,0 +1,172 @@
+// Server checkpoints: each server writes its shard of the parameters (and
+// the optimizer's momentum) to a safetensors file per version; a restarting
+// server finds the newest valid version, possibly written by a cluster with
+// another number of servers, and loads its chunks from it.
+//
+// Checkpoint format ("psync-checkpoint-1")
+// ----------------------------------------
+// A checkpoint directory D holds, per version V, a folder
+// D/ckpt-<V as 12 zero-padded digits>/ with one file per server:
+// server-<rank>-of-<num_servers>.safetensors. Several servers may share D
+// (single host) or each have its own (a Kubernetes volume per server).
+// Files are written to a temporary file (<name>.tmp.<pid>.<n>), fsynced and
+// renamed, so a file under its final name is complete. Each file is a
+// standard safetensors file (safetensors.numpy.load_file reads it):
+//   tensors: for each chunk the server owns, a 1-D F32 entry
+//     "weights/<tensor name>@<first element of the chunk within the tensor>"
+//     and, when the optimizer keeps momentum, "momentum/<tensor name>@<first>".
+//   __metadata__ (all values are strings, numbers in decimal):
+//     format              "psync-checkpoint-1"
+//     version, generation the parameter version and the caller's generation
+//     server_rank, num_servers   must match the file name
+//     tensors             the model in layout order, "<name>:<d0>x<d1>...,"
+//                         joined by ","; '%', ',' and ':' in a name are
+//                         written %25, %2C and %3A (e.g. "fc1.weight:256x784,
+//                         fc1.bias:256")
+//     chunk_bytes, init_seed     the rest of the layout's inputs
+//     layout_fingerprint  Layout::fingerprint() of that layout
+//     model_id            the fingerprint of the same model laid out for one
+//                         server: equal for every server count
+//     optimizer, training opaque strings from the caller
+//     sha256              lower-case hex SHA-256 of, in order:
+//       for each other metadata key in byte order: u64(len) key u64(len) value;
+//       u64(number of tensors), then for each tensor in data order:
+//       u64(len) name u64(rank) u64(dim)... u64(begin) u64(end);
+//       the data section
+//     (u64 = 8 bytes little-endian; len = bytes). Any corrupt byte of the
+//     file thus fails either the safetensors parse or this checksum.
+// A reader refuses a file unless all of this holds and every chunk the
+// layout puts on that server is present exactly once with its size.
+#ifndef PSYNC_SERVER_CHECKPOINT_H_
+#define PSYNC_SERVER_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/layout.h"
+#include "common/tensor.h"
+#include "server/chunk_state.h"
+
+namespace psync {
+
+struct CheckpointHeader {
+  int64_t version = 0;
+  int64_t generation = 0;
+  int server_rank = 0;
+  int num_servers = 1;
+  std::vector<TensorSpec> tensors;
+  int64_t chunk_bytes = 0;
+  uint64_t init_seed = 0;
+  uint64_t layout_fingerprint = 0;
+  uint64_t model_id = 0;
+  std::string optimizer;
+  std::string training;
+};
+
+// The fingerprint of `layout`'s model laid out for one server.
+absl::StatusOr<uint64_t> ModelId(const Layout& layout);
+
+// A header whose layout fields describe `layout` and `rank`; the caller
+// fills in version, generation, optimizer and training.
+absl::StatusOr<CheckpointHeader> MakeCheckpointHeader(const Layout& layout, int rank);
+
+struct CheckpointChunk {
+  int32_t chunk_id;
+  ChunkStateRef state;
+};
+
+// Writes D/ckpt-V/server-R-of-K.safetensors atomically (see above), then
+// fsyncs the version folder, and D when the version folder is new (D itself
+// is created when missing). The header's layout fields must describe
+// `layout` and `chunks` must be exactly layout.ChunksOnServer(rank), in any
+// order, each with the chunk's size and either all or none with momentum:
+// otherwise InvalidArgument. On an I/O failure (ENOSPC, EFBIG, EACCES...)
+// the temporary file is removed, no existing file is touched, and the Status
+// names the path and the system error. Thread-compatible: callers serialize
+// writes (and PruneCheckpoints) of one server.
+absl::Status WriteCheckpoint(const std::string& dir, const Layout& layout,
+                             const CheckpointHeader& header,
+                             absl::Span<const CheckpointChunk> chunks);
+
+// A version that server `rank` of `num_servers` can restore, validated.
+struct CheckpointCandidate {
+  int64_t version = 0;
+  uint64_t model_id = 0;
+  CheckpointHeader header;         // of its own file, or of rank 0 of the set
+  std::vector<std::string> files;  // its own file, or a complete set by rank
+};
+
+struct CheckpointScan {
+  std::vector<CheckpointCandidate> candidates;  // newest first
+  std::vector<std::string> refused;             // "<path>: <reason>"
+};
+
+// Scans D, newest version first. Every file considered is fully validated
+// (checksum included). For each version: if server-<rank>-of-<num_servers>
+// is valid, it is the candidate; otherwise each complete, valid set
+// server-0..K'-1-of-K' of another server count K' (one model_id throughout)
+// is a candidate, smallest K' first. Callers skip candidates whose model_id
+// is not their model's (a foreign checkpoint in a shared folder). A missing
+// D is an empty scan; an unreadable D is an error; an unreadable version
+// folder is a refusal.
+absl::StatusOr<CheckpointScan> ScanCheckpoints(const std::string& dir, int rank,
+                                               int num_servers);
+
+struct RestoredShard {
+  Layout layout;            // rebuilt from the header for num_servers servers
+  CheckpointHeader header;  // describes `layout` and rank; version,
+                            // generation, optimizer, training from the files
+  // Every chunk of layout.ChunksOnServer(rank), ascending. Momentum is
+  // empty when the files kept none.
+  std::vector<std::pair<int32_t, ChunkStateRef>> chunks;
+};
+
+// Loads `candidate` for `rank` of `num_servers`. Chunks are found by tensor
+// name and first element in the candidate's files, whatever server count
+// wrote them (chunk boundaries depend only on the model and chunk_bytes,
+// which model_id covers). Re-validates every file it reads, checksum
+// included: DataLoss or InvalidArgument if one changed since the scan.
+absl::StatusOr<RestoredShard> LoadCheckpoint(const CheckpointCandidate& candidate, int rank,
+                                             int num_servers);
+
+// Deletes this server's files (server-<rank>-of-<num_servers> only) of all
+// but its newest `keep` versions, and each such version folder once it is
+// empty; also removes this server's temporary files left by a crash, in
+// every version folder. Call it after a successful WriteCheckpoint, never
+// during one. REQUIRES: keep >= 1 (else InvalidArgument).
+absl::Status PruneCheckpoints(const std::string& dir, int rank, int num_servers, int keep);
+
+// One server file found under a checkpoint directory.
+struct CheckpointFileInfo {
+  std::string path;
+  int64_t version = 0;
+  int rank = 0;
+  int num_servers = 0;  // rank and num_servers from the file's name
+  absl::Status status;  // OK when the file is fully valid
+  uint64_t model_id = 0;  // when valid
+};
+
+// Every server file under `dirs`, fully validated, ordered by version
+// (newest first), num_servers, rank, then dirs' order. A missing or
+// unreadable directory is an error (this is for offline tools).
+absl::StatusOr<std::vector<CheckpointFileInfo>> ListCheckpointFiles(
+    const std::vector<std::string>& dirs);
+
+// Gathers a complete valid set of server files at `version` (-1: the newest
+// version that has one) from `dirs` (e.g. each server's own directory) into
+// one safetensors file at `out`, written atomically, holding the model's
+// tensors by their names and shapes ("fc1.weight" [256, 784] ...) in layout
+// order. Metadata: format=pt, producer=psync, version, model_id, optimizer,
+// training. Returns the version exported; NotFound with the reasons when no
+// complete valid set exists.
+absl::StatusOr<int64_t> ExportCheckpoint(const std::vector<std::string>& dirs, int64_t version,
+                                         const std::string& out);
+
+}  // namespace psync
+
+#endif  // PSYNC_SERVER_CHECKPOINT_H_

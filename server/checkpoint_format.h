@@ -1,0 +1,87 @@
+// Internal to //server:checkpoint: the names, metadata and validation of a
+// single checkpoint file (the format is described in checkpoint.h).
+#ifndef PSYNC_SERVER_CHECKPOINT_FORMAT_H_
+#define PSYNC_SERVER_CHECKPOINT_FORMAT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/layout.h"
+#include "common/safetensors.h"
+#include "common/sha256.h"
+#include "server/checkpoint.h"
+
+namespace psync {
+namespace checkpoint_internal {
+
+inline constexpr char kFormat[] = "psync-checkpoint-1";
+
+std::string VersionFolderName(int64_t version);
+// True for names VersionFolderName gives (canonical digits only).
+bool ParseVersionFolderName(absl::string_view name, int64_t* version);
+std::string ServerFileName(int rank, int num_servers);
+bool ParseServerFileName(absl::string_view name, int* rank, int* num_servers);
+
+std::string EntryName(bool momentum, const std::string& tensor, int64_t first);
+
+// InvalidArgument unless `header` describes `layout` (tensors, chunk_bytes,
+// init_seed, num_servers, fingerprint, model_id) with a rank in range and a
+// non-negative version and generation.
+absl::Status CheckHeaderDescribes(const CheckpointHeader& header, const Layout& layout);
+
+// Every metadata key but sha256.
+SafetensorsMetadata HeaderToMetadata(const CheckpointHeader& header);
+
+// The checksum of checkpoint.h, fed in order: constructor, then the data
+// section. Not thread-safe.
+class CheckpointDigest {
+ public:
+  CheckpointDigest(const SafetensorsMetadata& metadata,
+                   absl::Span<const SafetensorsEntryInfo> entries);
+  void AddData(const void* data, size_t size) { sha_.Update(data, size); }
+  std::string HexDigest() { return sha_.HexDigest(); }
+
+ private:
+  void AddString(const std::string& s);
+  void AddU64(uint64_t v);
+
+  Sha256 sha_;
+};
+
+// What one entry of a checkpoint file holds.
+struct EntryRole {
+  int32_t chunk_id = 0;
+  bool momentum = false;
+};
+
+// A checkpoint file whose name, metadata and tensor index agree with each
+// other and with the layout they describe; its data is checked by
+// ReadCheckpointData.
+struct CheckpointFile {
+  SafetensorsReader reader;
+  CheckpointHeader header;
+  Layout layout;                // header's, for header.num_servers servers
+  std::vector<EntryRole> roles;  // by reader.entries() index
+  bool has_momentum = false;
+};
+
+// Errors say "<path>: <what is wrong>".
+absl::StatusOr<CheckpointFile> OpenCheckpointFile(const std::string& path);
+
+// Reads the whole data section, copying entry i to dest[i] when that is not
+// null (dest has one slot per entry), and checks the sha256: DataLoss on a
+// mismatch.
+absl::Status ReadCheckpointData(const CheckpointFile& file, absl::Span<char* const> dest);
+
+// OpenCheckpointFile, then ReadCheckpointData copying nothing.
+absl::StatusOr<CheckpointFile> ValidateCheckpointFile(const std::string& path);
+
+}  // namespace checkpoint_internal
+}  // namespace psync
+
+#endif  // PSYNC_SERVER_CHECKPOINT_FORMAT_H_

@@ -1,0 +1,230 @@
+#include "server/checkpoint_manager.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+namespace psync {
+namespace {
+
+// Creates `dir` (one level) if missing and proves it writable.
+absl::Status CheckWritable(const std::string& dir) {
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--checkpoint_dir ", dir, " cannot be created: ", strerror(errno)));
+  }
+  const std::string probe = absl::StrCat(dir, "/.write-check.", getpid());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--checkpoint_dir ", dir, " is not writable: ", strerror(errno)));
+  }
+  close(fd);
+  unlink(probe.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
+    CheckpointManagerOptions options) {
+  if (options.keep < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--keep_checkpoints is ", options.keep, ", expected >= 1"));
+  }
+  PSYNC_RETURN_IF_ERROR(CheckWritable(options.dir));
+  PSYNC_ASSIGN_OR_RETURN(CheckpointScan scan,
+                         ScanCheckpoints(options.dir, options.server_rank, options.num_servers));
+  for (const std::string& refused : scan.refused) {
+    LOG(WARNING) << "server " << options.server_rank << ": checkpoint refused: " << refused;
+  }
+  for (const CheckpointCandidate& c : scan.candidates) {
+    if (c.header.optimizer != options.optimizer) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", c.files.front(), " was written with '", c.header.optimizer,
+          "', this server has '", options.optimizer,
+          "': resume with the same optimizer options, or use another --checkpoint_dir"));
+    }
+  }
+  std::unique_ptr<CheckpointManager> manager(new CheckpointManager(std::move(options)));
+  {
+    absl::MutexLock lock(&manager->mu_);
+    manager->candidates_ = std::move(scan.candidates);
+  }
+  manager->writer_ = std::thread([m = manager.get()] { m->WriterLoop(); });
+  return manager;
+}
+
+CheckpointManager::CheckpointManager(CheckpointManagerOptions options)
+    : options_(std::move(options)) {}
+
+CheckpointManager::~CheckpointManager() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (writer_.joinable()) writer_.join();
+}
+
+std::vector<CheckpointVersion> CheckpointManager::Versions() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<CheckpointVersion> out;
+  for (const CheckpointCandidate& c : candidates_) out.push_back({c.version, c.model_id});
+  return out;
+}
+
+absl::StatusOr<RestoredState> CheckpointManager::Load(int64_t version) {
+  CheckpointCandidate candidate;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find_if(candidates_.begin(), candidates_.end(),
+                           [version](const auto& c) { return c.version == version; });
+    if (it == candidates_.end()) {
+      return absl::NotFoundError(absl::StrCat("no valid checkpoint of version ", version, " in ",
+                                              options_.dir));
+    }
+    candidate = *it;
+  }
+  absl::StatusOr<RestoredShard> shard =
+      LoadCheckpoint(candidate, options_.server_rank, options_.num_servers);
+  if (!shard.ok()) {
+    absl::MutexLock lock(&mu_);
+    candidates_.erase(std::remove_if(candidates_.begin(), candidates_.end(),
+                                     [version](const auto& c) { return c.version == version; }),
+                      candidates_.end());
+    return shard.status();
+  }
+  RestoredState state{std::move(shard->layout), {}, shard->header.version,
+                      std::move(shard->chunks)};
+  PSYNC_ASSIGN_OR_RETURN(state.shape, TrainingShape::Parse(shard->header.training));
+  return state;
+}
+
+void CheckpointManager::Enqueue(Snapshot snapshot) {
+  absl::MutexLock lock(&mu_);
+  if (queue_.size() >= 2) {
+    LOG(WARNING) << "server " << options_.server_rank << ": checkpoint of version "
+                 << queue_.front().version << " skipped: earlier writes are still running";
+    queue_.pop_front();
+  }
+  queue_.push_back(std::move(snapshot));
+}
+
+void CheckpointManager::SetOnWritten(std::function<void(int64_t)> callback) {
+  absl::MutexLock lock(&mu_);
+  on_written_ = std::move(callback);
+}
+
+absl::Status CheckpointManager::WriteNow(std::vector<Snapshot> snapshots) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && !writing_; };
+    mu_.Await(absl::Condition(&idle));
+  }
+  absl::Status first;
+  for (const Snapshot& s : snapshots) {
+    absl::MutexLock write_lock(&write_mu_);
+    absl::Status status = Write(s);
+    if (first.ok()) first = status;
+  }
+  return first;
+}
+
+void CheckpointManager::WriterLoop() {
+  while (true) {
+    Snapshot snapshot;
+    {
+      absl::MutexLock lock(&mu_);
+      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !queue_.empty() || stopping_;
+      };
+      mu_.Await(absl::Condition(&work));
+      if (queue_.empty()) return;
+      snapshot = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+    }
+    {
+      absl::MutexLock write_lock(&write_mu_);
+      Write(snapshot).IgnoreError();  // logged and counted
+    }
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+  }
+}
+
+absl::Status CheckpointManager::Write(const Snapshot& s) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<CheckpointHeader> header = MakeCheckpointHeader(*s.layout, options_.server_rank);
+  absl::Status status = header.status();
+  if (status.ok()) {
+    header->version = s.version;
+    header->generation = s.generation;
+    header->optimizer = options_.optimizer;
+    header->training = s.shape.Describe();
+    std::vector<CheckpointChunk> chunks;
+    for (const auto& [id, state] : s.chunks) chunks.push_back({id, state});
+    status = WriteCheckpoint(options_.dir, *s.layout, *header, chunks);
+  }
+  if (!status.ok()) {
+    LOG(ERROR) << "server " << options_.server_rank << ": checkpoint of version " << s.version
+               << " failed (training goes on; older checkpoints are intact): " << status;
+    absl::MutexLock lock(&mu_);
+    ++failed_;
+    return status;
+  }
+  const std::string path =
+      absl::StrFormat("%s/ckpt-%012d/server-%d-of-%d.safetensors", options_.dir, s.version,
+                      options_.server_rank, options_.num_servers);
+  absl::Status pruned = PruneCheckpoints(options_.dir, options_.server_rank,
+                                         options_.num_servers, options_.keep);
+  if (!pruned.ok()) LOG(WARNING) << "server " << options_.server_rank << ": " << pruned;
+  std::function<void(int64_t)> on_written;
+  {
+    absl::MutexLock lock(&mu_);
+    ++written_;
+    candidates_.erase(std::remove_if(candidates_.begin(), candidates_.end(),
+                                     [&](const auto& c) { return c.version == s.version; }),
+                      candidates_.end());
+    candidates_.push_back(CheckpointCandidate{s.version, header->model_id, *header, {path}});
+    std::sort(candidates_.begin(), candidates_.end(),
+              [](const auto& a, const auto& b) { return a.version > b.version; });
+    // Pruning removed our own older files; forget them (sets written by
+    // another server count stay).
+    int own = 0;
+    candidates_.erase(std::remove_if(candidates_.begin(), candidates_.end(),
+                                     [&](const auto& c) {
+                                       return c.files.size() == 1 &&
+                                              c.header.num_servers == options_.num_servers &&
+                                              ++own > options_.keep;
+                                     }),
+                      candidates_.end());
+    on_written = on_written_;
+  }
+  LOG(INFO) << "server " << options_.server_rank << ": checkpoint of version " << s.version
+            << " written to " << path << " in "
+            << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)));
+  if (on_written) on_written(s.version);
+  return absl::OkStatus();
+}
+
+int64_t CheckpointManager::written() const {
+  absl::MutexLock lock(&mu_);
+  return written_;
+}
+
+int64_t CheckpointManager::failed() const {
+  absl::MutexLock lock(&mu_);
+  return failed_;
+}
+
+}  // namespace psync

@@ -1,0 +1,83 @@
+// A server's checkpoints at run time: the versions it can restore, the
+// background writer of the store's snapshots, and pruning. File format and
+// I/O are in checkpoint.h.
+#ifndef PSYNC_SERVER_CHECKPOINT_MANAGER_H_
+#define PSYNC_SERVER_CHECKPOINT_MANAGER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/checkpoint.h"
+#include "server/coordinator.h"
+#include "server/shard_store.h"
+
+namespace psync {
+
+struct CheckpointManagerOptions {
+  std::string dir;
+  int server_rank = 0;
+  int num_servers = 1;
+  int keep = 3;  // newest versions kept
+  // SgdOptions::Describe() of this server: checkpoints written with other
+  // options are refused at Open.
+  std::string optimizer;
+};
+
+// Thread-safe. Owns one writer thread, joined by the destructor after the
+// queued snapshots are written.
+class CheckpointManager {
+ public:
+  // Creates `dir` if missing and checks that it is writable; scans it,
+  // logging every refused file by name with the reason. Fails when a valid
+  // checkpoint was written with other optimizer options.
+  static absl::StatusOr<std::unique_ptr<CheckpointManager>> Open(
+      CheckpointManagerOptions options);
+  ~CheckpointManager();
+
+  // Restorable versions, newest first.
+  std::vector<CheckpointVersion> Versions() const;
+  // Loads a version (re-validating its files). On failure the version is
+  // dropped from Versions().
+  absl::StatusOr<RestoredState> Load(int64_t version);
+
+  // Queues a snapshot for the writer; returns at once (it runs under the
+  // store's locks). If the writer is more than one snapshot behind, the
+  // oldest queued one is dropped with a warning.
+  void Enqueue(Snapshot snapshot);
+  // Writes the queued snapshots, then these, before returning: at shutdown.
+  absl::Status WriteNow(std::vector<Snapshot> snapshots);
+  // Called (on the writer thread) with each version written.
+  void SetOnWritten(std::function<void(int64_t version)> callback);
+
+  int64_t written() const;
+  int64_t failed() const;
+
+ private:
+  explicit CheckpointManager(CheckpointManagerOptions options);
+  void WriterLoop();
+  absl::Status Write(const Snapshot& snapshot);
+
+  const CheckpointManagerOptions options_;
+  absl::Mutex write_mu_;  // serializes writes and pruning
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(write_mu_);
+  std::vector<CheckpointCandidate> candidates_ ABSL_GUARDED_BY(mu_);  // newest first
+  std::deque<Snapshot> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t written_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t failed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void(int64_t)> on_written_ ABSL_GUARDED_BY(mu_);
+  std::thread writer_;
+};
+
+}  // namespace psync
+
+#endif  // PSYNC_SERVER_CHECKPOINT_MANAGER_H_

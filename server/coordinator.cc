@@ -1,0 +1,81 @@
+#include "server/coordinator.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "glog/logging.h"
+
+namespace psync {
+
+Coordinator::Coordinator(int num_servers)
+    : num_servers_(num_servers), members_(num_servers) {}
+
+int64_t Coordinator::CommonVersionLocked() const {
+  // version -> (model id, number of members that have it with that id)
+  std::map<int64_t, std::pair<uint64_t, int>> seen;
+  for (const auto& m : members_) {
+    for (const CheckpointVersion& c : m->checkpoints) {
+      auto [it, added] = seen.try_emplace(c.version, c.model_id, 0);
+      if (it->second.first == c.model_id) ++it->second.second;
+    }
+  }
+  for (auto it = seen.rbegin(); it != seen.rend(); ++it) {
+    if (it->second.second == num_servers_) return it->first;
+  }
+  return 0;
+}
+
+absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
+  if (info.server_rank < 0 || info.server_rank >= num_servers_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Join: server rank ", info.server_rank, " is out of range 0..", num_servers_ - 1,
+        " (do the servers agree on --num_servers?)"));
+  }
+  absl::MutexLock lock(&mu_);
+  std::optional<Member>& member = members_[info.server_rank];
+  if (member.has_value() && member->incarnation != info.incarnation) {
+    LOG(INFO) << "coordinator: server " << info.server_rank
+              << " restarted (new incarnation); the cluster rolls back";
+    round_needed_ = true;
+  }
+  if (info.restore_failed && info.generation != target_generation_) {
+    LOG(WARNING) << "coordinator: server " << info.server_rank
+                 << " could not restore version " << target_version_ << "; choosing again";
+    round_needed_ = true;
+  }
+  member = Member{info.incarnation, info.generation, info.checkpoints};
+
+  const bool all_joined =
+      std::all_of(members_.begin(), members_.end(), [](const auto& m) { return m.has_value(); });
+  if (round_needed_ && all_joined) {
+    int64_t generation = target_generation_;
+    for (const auto& m : members_) generation = std::max(generation, m->generation);
+    target_generation_ = generation + 1;
+    target_version_ = CommonVersionLocked();
+    round_needed_ = false;
+    LOG(INFO) << "coordinator: generation " << target_generation_ << " starts from "
+              << (target_version_ > 0 ? absl::StrCat("checkpoint version ", target_version_)
+                                      : std::string("the initial weights (no checkpoint every server has)"));
+  }
+  JoinReply reply;
+  if (round_needed_) return reply;  // waiting for every server
+  reply.target_generation = target_generation_;
+  reply.target_version = target_version_;
+  reply.ready = std::all_of(members_.begin(), members_.end(), [this](const auto& m) {
+    return m.has_value() && m->generation == target_generation_;
+  });
+  return reply;
+}
+
+std::string Coordinator::Waiting() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int> missing;
+  for (int s = 0; s < num_servers_; ++s) {
+    if (!members_[s].has_value()) missing.push_back(s);
+  }
+  return missing.empty() ? "" : absl::StrCat("waiting for servers ", absl::StrJoin(missing, ", "));
+}
+
+}  // namespace psync

@@ -1,0 +1,65 @@
+#include "server/coordinator.h"
+
+#include "gtest/gtest.h"
+
+namespace psync {
+namespace {
+
+JoinInfo Info(int rank, uint64_t incarnation, int64_t generation,
+              std::vector<CheckpointVersion> checkpoints = {}) {
+  return JoinInfo{rank, incarnation, generation, std::move(checkpoints), false};
+}
+
+TEST(CoordinatorTest, WaitsForEveryServerThenStartsFromTheNewestCommonCheckpoint) {
+  Coordinator c(2);
+  auto r = c.Join(Info(0, 100, 0, {{10, 7}, {20, 7}, {30, 7}}));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->target_generation, 0);  // server 1 not heard from
+  EXPECT_EQ(c.Waiting(), "waiting for servers 1");
+  r = c.Join(Info(1, 200, 0, {{10, 7}, {20, 7}}));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->target_generation, 1);
+  EXPECT_EQ(r->target_version, 20);
+  EXPECT_FALSE(r->ready);
+  c.Join(Info(0, 100, 1, {{10, 7}, {20, 7}, {30, 7}})).IgnoreError();
+  r = c.Join(Info(1, 200, 1, {{10, 7}, {20, 7}}));
+  EXPECT_TRUE(r->ready);
+}
+
+TEST(CoordinatorTest, ARestartedServerRollsEveryoneBack) {
+  Coordinator c(2);
+  c.Join(Info(0, 100, 0)).IgnoreError();
+  c.Join(Info(1, 200, 0)).IgnoreError();
+  c.Join(Info(0, 100, 1, {{4, 9}, {8, 9}})).IgnoreError();
+  EXPECT_TRUE(c.Join(Info(1, 200, 1, {{4, 9}, {8, 9}}))->ready);
+  // Server 1 comes back (new incarnation) having lost its newest checkpoint.
+  auto r = c.Join(Info(1, 201, 0, {{4, 9}}));
+  EXPECT_EQ(r->target_generation, 2);
+  EXPECT_EQ(r->target_version, 4);
+  EXPECT_FALSE(r->ready);
+}
+
+TEST(CoordinatorTest, CheckpointsOfAnotherModelAreNotCommon) {
+  Coordinator c(2);
+  c.Join(Info(0, 1, 0, {{5, 1}, {9, 1}})).IgnoreError();
+  auto r = c.Join(Info(1, 2, 0, {{5, 1}, {9, 2}}));  // version 9 is a foreign file on server 1
+  EXPECT_EQ(r->target_version, 5);
+}
+
+TEST(CoordinatorTest, ARestartedCoordinatorRaisesTheGeneration) {
+  Coordinator c(2);  // fresh: the old coordinator had reached generation 6
+  c.Join(Info(1, 200, 6, {{3, 1}})).IgnoreError();
+  auto r = c.Join(Info(0, 300, 0, {{3, 1}}));
+  EXPECT_EQ(r->target_generation, 7);
+  EXPECT_EQ(r->target_version, 3);
+}
+
+TEST(CoordinatorTest, BadRankIsRefused) {
+  Coordinator c(2);
+  auto r = c.Join(Info(2, 1, 0));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("server rank 2 is out of range 0..1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace psync

@@ -1,0 +1,97 @@
+#include "server/membership.h"
+
+#include <random>
+
+#include "glog/logging.h"
+
+namespace psync {
+namespace {
+
+constexpr absl::Duration kWaitLogInterval = absl::Seconds(5);
+
+uint64_t NewIncarnation() {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32 | rd()) | 1;
+}
+
+}  // namespace
+
+Membership::Membership(ShardStore* store, CheckpointManager* checkpoints, JoinFunction join,
+                       absl::Duration period)
+    : store_(store),
+      checkpoints_(checkpoints),
+      join_(std::move(join)),
+      period_(period),
+      rank_(store->options().server_rank),
+      incarnation_(NewIncarnation()) {}
+
+Membership::~Membership() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Membership::Start() {
+  thread_ = std::thread([this] {
+    while (true) {
+      Tick();
+      absl::MutexLock lock(&mu_);
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop), period_)) return;
+    }
+  });
+}
+
+void Membership::Tick() {
+  JoinInfo info;
+  info.server_rank = rank_;
+  info.incarnation = incarnation_;
+  info.generation = store_->generation();
+  info.restore_failed = restore_failed_;
+  if (checkpoints_ != nullptr) info.checkpoints = checkpoints_->Versions();
+  absl::StatusOr<JoinReply> reply = join_(info);
+  const absl::Time now = absl::Now();
+  if (!reply.ok() || reply->target_generation == 0) {
+    if (now - last_wait_log_ >= kWaitLogInterval) {
+      LOG(INFO) << "server " << rank_ << ": waiting for the coordinator: "
+                << (reply.ok() ? "not every server has joined yet" : reply.status().ToString());
+      last_wait_log_ = now;
+    }
+    return;
+  }
+  if (info.generation != reply->target_generation) {
+    std::optional<RestoredState> state;
+    if (reply->target_version > 0) {
+      absl::StatusOr<RestoredState> loaded =
+          checkpoints_ != nullptr
+              ? checkpoints_->Load(reply->target_version)
+              : absl::NotFoundError("this server has no --checkpoint_dir");
+      if (!loaded.ok()) {
+        LOG(ERROR) << "server " << rank_ << ": cannot restore version " << reply->target_version
+                   << ": " << loaded.status();
+        restore_failed_ = true;
+        return;
+      }
+      state = std::move(*loaded);
+    }
+    store_->Restore(reply->target_generation, std::move(state));
+    restore_failed_ = false;
+    ready_ = false;
+    LOG(INFO) << "server " << rank_ << ": generation " << reply->target_generation << ": "
+              << (reply->target_version > 0
+                      ? absl::StrCat("restored checkpoint version ", reply->target_version)
+                      : std::string("starting from the initial weights"));
+  }
+  if (reply->ready != ready_) {
+    store_->SetReady(reply->ready);
+    ready_ = reply->ready;
+    if (ready_) {
+      LOG(INFO) << "server " << rank_ << ": every server is at generation "
+                << reply->target_generation << "; workers may register";
+    }
+  }
+}
+
+}  // namespace psync

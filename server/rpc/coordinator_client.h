@@ -1,0 +1,22 @@
+// Reaching the coordinator (server 0) from another server over gRPC.
+#ifndef PSYNC_SERVER_RPC_COORDINATOR_CLIENT_H_
+#define PSYNC_SERVER_RPC_COORDINATOR_CLIENT_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/coordinator.h"
+
+namespace psync {
+
+using JoinFn = std::function<absl::StatusOr<JoinReply>(const JoinInfo&)>;
+
+// Each call is one Join RPC to `address` with `timeout`. The returned
+// function is thread-safe.
+JoinFn CreateGrpcJoinFn(const std::string& address, int num_servers, absl::Duration timeout);
+
+}  // namespace psync
+
+#endif  // PSYNC_SERVER_RPC_COORDINATOR_CLIENT_H_

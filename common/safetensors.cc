@@ -37,7 +37,8 @@ absl::Status WriteAll(int fd, const char* p, size_t n, const std::string& path) 
 
 absl::Status SyncDirectoryOf(const std::string& path) {
   const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string dir =
+      slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Errno(dir, "open folder for fsync");
   const int rc = ::fsync(fd);
@@ -107,7 +108,9 @@ absl::Status WriteSafetensorsFile(const std::string& path,
   };
   absl::Status s = write_and_sync();
   if (::close(fd) != 0 && s.ok()) s = Errno(temp, "close");
-  if (s.ok() && ::rename(temp.c_str(), path.c_str()) != 0) s = Errno(path, "rename from temporary file");
+  if (s.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
+    s = Errno(path, "rename from temporary file");
+  }
   if (!s.ok()) {
     ::unlink(temp.c_str());
     return s;

@@ -13,7 +13,6 @@ namespace {
 // Dimensions and offsets above this are refused (2^53, JSON's exact range).
 constexpr uint64_t kMaxNumber = uint64_t{1} << 53;
 
-
 // A strict parser for the header's JSON: an object of tensor objects
 // ({"dtype", "shape", "data_offsets"}) and an optional "__metadata__" object
 // of strings. Numbers are non-negative integers.
@@ -34,7 +33,9 @@ class HeaderParser {
         saw_metadata = true;
         PSYNC_RETURN_IF_ERROR(StringMap(&out.metadata));
       } else {
-        if (!names_.insert(name).second) return Error(absl::StrCat("tensor '", name, "' appears twice"));
+        if (!names_.insert(name).second) {
+          return Error(absl::StrCat("tensor '", name, "' appears twice"));
+        }
         PSYNC_ASSIGN_OR_RETURN(SafetensorsEntryInfo e, Entry(name));
         out.entries.push_back(std::move(e));
       }
@@ -76,7 +77,9 @@ class HeaderParser {
       PSYNC_ASSIGN_OR_RETURN(std::string key, String());
       PSYNC_RETURN_IF_ERROR(Expect(':'));
       const int field = key == "dtype" ? 0 : key == "shape" ? 1 : key == "data_offsets" ? 2 : -1;
-      if (field < 0) return Error(absl::StrCat("tensor '", name, "' has unknown field '", key, "'"));
+      if (field < 0) {
+        return Error(absl::StrCat("tensor '", name, "' has unknown field '", key, "'"));
+      }
       if (seen[field]) return Error(absl::StrCat("tensor '", name, "' repeats '", key, "'"));
       seen[field] = true;
       if (field == 0) {

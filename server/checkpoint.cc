@@ -55,7 +55,8 @@ absl::Status WriteCheckpoint(const std::string& dir, const Layout& layout,
   std::unordered_map<int32_t, const ChunkState*> states;
   size_t with_momentum = 0;
   for (const CheckpointChunk& c : chunks) {
-    const bool on_server = c.chunk_id >= 0 && c.chunk_id < static_cast<int32_t>(layout.chunks().size()) &&
+    const bool on_server = c.chunk_id >= 0 &&
+                           c.chunk_id < static_cast<int32_t>(layout.chunks().size()) &&
                            layout.chunks()[c.chunk_id].server == rank;
     const int64_t n = on_server ? layout.chunks()[c.chunk_id].num_elements : 0;
     if (!on_server || c.state == nullptr || !states.emplace(c.chunk_id, c.state.get()).second ||
@@ -205,8 +206,8 @@ absl::StatusOr<RestoredShard> LoadCheckpoint(const CheckpointCandidate& candidat
       std::vector<float>& values = role.momentum ? state.momentum : state.weights;
       if (!values.empty() || old.num_elements != layout->chunks()[it->second].num_elements) {
         return absl::DataLossError(absl::StrCat("LoadCheckpoint: ", path, ": tensor '",
-                                                entries[i].name,
-                                                "' is repeated or does not fit chunk ", it->second));
+                                                entries[i].name, "' is repeated or does not fit ",
+                                                "chunk ", it->second));
       }
       values.resize(old.num_elements);
       dest[i] = reinterpret_cast<char*>(values.data());

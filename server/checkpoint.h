@@ -37,6 +37,10 @@
 //     file thus fails either the safetensors parse or this checksum.
 // A reader refuses a file unless all of this holds and every chunk the
 // layout puts on that server is present exactly once with its size.
+//
+// Thread safety: every function may run concurrently with the others,
+// except that one server's WriteCheckpoint and PruneCheckpoints calls must
+// not overlap (pruning removes that server's temporary files).
 #ifndef PSYNC_SERVER_CHECKPOINT_H_
 #define PSYNC_SERVER_CHECKPOINT_H_
 
@@ -152,7 +156,8 @@ struct CheckpointFileInfo {
 };
 
 // Every server file under `dirs`, fully validated, ordered by version
-// (newest first), num_servers, rank, then dirs' order. A missing or
+// (newest first), num_servers, rank, then dirs' order. A version folder that
+// cannot be listed appears with rank -1 and the error. A missing or
 // unreadable directory is an error (this is for offline tools).
 absl::StatusOr<std::vector<CheckpointFileInfo>> ListCheckpointFiles(
     const std::vector<std::string>& dirs);

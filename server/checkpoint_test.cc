@@ -162,7 +162,8 @@ TEST_F(CheckpointTest, RoundTripWithMomentum) {
 }
 
 TEST_F(CheckpointTest, RoundTripWithoutMomentumAndUnusualNames) {
-  const Layout layout = MakeLayout(1, {{"a,b", {5}}, {"c:d%2C", {2, 3}}, {"x@1", {9}}, {"é", {1}}});
+  const Layout layout =
+      MakeLayout(1, {{"a,b", {5}}, {"c:d%2C", {2, 3}}, {"x@1", {9}}, {"é", {1}}});
   const std::vector<float> flat = Flat(layout);
   WriteAll(dir_, layout, 0, flat, /*momentum=*/false);
   CheckpointScan scan = Scan(0, 1);

@@ -90,7 +90,9 @@ int List(const std::vector<std::string>& dirs) {
     std::fprintf(stderr, "psync_ckpt list: %s\n", std::string(files.status().message()).c_str());
     return 1;
   }
-  if (files->empty()) std::printf("no checkpoints under %s\n", absl::GetFlag(FLAGS_checkpoint_dir).c_str());
+  if (files->empty()) {
+    std::printf("no checkpoints under %s\n", absl::GetFlag(FLAGS_checkpoint_dir).c_str());
+  }
   for (size_t i = 0; i < files->size();) {
     const int64_t version = (*files)[i].version;
     std::printf("version %lld\n", static_cast<long long>(version));

@@ -1,5 +1,10 @@
 // Every bad request of the protocol sent to a live psync_server process:
 // each gets a status naming the bad value, and the server keeps serving.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <memory>
 
@@ -21,30 +26,46 @@ constexpr int kWorkers = 2;
 
 class BadRequestTest : public ::testing::Test {
  protected:
+  // Server 0 (under test) and server 1 (so that server 0, the coordinator,
+  // sees the whole cluster and opens for registration).
   static void SetUpTestSuite() {
-    const std::string port_file = TempDir() + "/bad_request.port";
-    std::remove(port_file.c_str());
-    auto server = Subprocess::Start({Runfile("server/psync_server"), "--num_servers=2",
-                                     "--server_rank=0", absl::StrCat("--num_workers=", kWorkers),
-                                     "--max_message_mb=4", "--pull_timeout_s=2",
-                                     "--port_file=" + port_file},
-                                    "[server] ");
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-    int port = 0;
-    for (int i = 0; i < 500 && port == 0; ++i) {
-      std::ifstream(port_file) >> port;
-      if (port == 0) absl::SleepFor(absl::Milliseconds(20));
+    const int ports[2] = {FreePort(), FreePort()};
+    const std::string list = absl::StrCat("127.0.0.1:", ports[0], ",127.0.0.1:", ports[1]);
+    for (int rank = 1; rank >= 0; --rank) {
+      auto server = Subprocess::Start(
+          {Runfile("server/psync_server"), "--num_servers=2",
+           absl::StrCat("--server_rank=", rank), absl::StrCat("--num_workers=", kWorkers),
+           "--max_message_mb=4", "--pull_timeout_s=2", absl::StrCat("--port=", ports[rank]),
+           "--servers=" + list},
+          absl::StrCat("[server ", rank, "] "));
+      ASSERT_TRUE(server.ok()) << server.status();
+      servers_[rank] = server->release();
     }
-    ASSERT_GT(port, 0) << "server did not start";
+    server_ = servers_[0];
+    port0_ = ports[0];
     channel_ = new std::shared_ptr<grpc::Channel>(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+        absl::StrCat("127.0.0.1:", ports[0]), grpc::InsecureChannelCredentials()));
   }
 
   static void TearDownTestSuite() {
     delete channel_;
-    if (server_ != nullptr) EXPECT_EQ(server_->Stop(absl::Seconds(5)), 0);
-    delete server_;
+    for (Subprocess*& s : servers_) {
+      if (s != nullptr) EXPECT_EQ(s->Stop(absl::Seconds(5)), 0);
+      delete s;
+      s = nullptr;
+    }
+  }
+
+  static int FreePort() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    close(fd);
+    return ntohs(addr.sin_port);
   }
 
   void SetUp() override {
@@ -52,7 +73,16 @@ class BadRequestTest : public ::testing::Test {
     stub_ = proto::ParameterServer::NewStub(*channel_);
     layout_ = std::make_unique<Layout>(
         *Layout::Create({{"w", {64, 64}}, {"b", {64}}}, 4096, 2, 9));
-    for (int w = 0; w < kWorkers; ++w) ASSERT_TRUE(Register(w, *layout_).ok());
+    // The servers open for registration once they agree on a version.
+    const absl::Time until = absl::Now() + absl::Seconds(20);
+    for (int w = 0; w < kWorkers; ++w) {
+      grpc::Status s;
+      while ((s = Register(w, *layout_)).error_code() == grpc::StatusCode::UNAVAILABLE &&
+             absl::Now() < until) {
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+      ASSERT_TRUE(s.ok()) << s.error_message();
+    }
   }
 
   void TearDown() override {
@@ -68,14 +98,19 @@ class BadRequestTest : public ::testing::Test {
   }
 
   grpc::Status Register(int rank, const Layout& layout, int num_workers = kWorkers,
-                        int64_t fingerprint_delta = 0) {
+                        int64_t fingerprint_delta = 0, uint64_t incarnation = 0,
+                        int64_t batch_per_device = 8) {
     proto::RegisterRequest req;
     req.set_worker_rank(rank);
     req.set_num_workers(num_workers);
     LayoutToProto(layout, req.mutable_layout());
     req.set_layout_fingerprint(layout.fingerprint() + fingerprint_delta);
+    req.set_worker_incarnation(incarnation != 0 ? incarnation : 100 + rank);
+    req.mutable_shape()->set_batch_per_device(batch_per_device);
     proto::RegisterResponse resp;
-    return Call(&proto::ParameterServer::Stub::Register, req, &resp);
+    grpc::Status s = Call(&proto::ParameterServer::Stub::Register, req, &resp);
+    if (s.ok() && rank >= 0 && rank < kWorkers) sessions_[rank] = resp.session();
+    return s;
   }
 
   template <typename Method, typename Req, typename Resp>
@@ -92,6 +127,7 @@ class BadRequestTest : public ::testing::Test {
     req.set_layout_fingerprint(layout_->fingerprint());
     req.set_step(0);
     req.set_sample_count(1);
+    req.set_session(sessions_[0]);
     const int32_t id = layout_->ChunksOnServer(0)[0];
     proto::Chunk* c = req.add_chunks();
     c->set_chunk_id(id);
@@ -112,12 +148,17 @@ class BadRequestTest : public ::testing::Test {
   }
 
   static Subprocess* server_;
+  static Subprocess* servers_[2];
+  static int port0_;
   static std::shared_ptr<grpc::Channel>* channel_;
+  uint64_t sessions_[kWorkers] = {};
   std::unique_ptr<proto::ParameterServer::Stub> stub_;
   std::unique_ptr<Layout> layout_;
 };
 
 Subprocess* BadRequestTest::server_ = nullptr;
+Subprocess* BadRequestTest::servers_[2] = {nullptr, nullptr};
+int BadRequestTest::port0_ = 0;
 std::shared_ptr<grpc::Channel>* BadRequestTest::channel_ = nullptr;
 
 TEST_F(BadRequestTest, UnknownChunk) {
@@ -155,6 +196,8 @@ TEST_F(BadRequestTest, RankOutOfRange) {
   auto req = GoodPush();
   req.set_worker_rank(kWorkers);
   ExpectError(Push(req), grpc::StatusCode::INVALID_ARGUMENT, "worker rank 2 is out of range 0..1");
+  req.set_worker_rank(1);  // a real rank, but rank 0's session
+  ExpectError(Push(req), grpc::StatusCode::ABORTED, "worker 1 has no current session");
   req.set_worker_rank(-1);
   ExpectError(Push(req), grpc::StatusCode::INVALID_ARGUMENT, "worker rank -1");
   ExpectError(Register(5, *layout_), grpc::StatusCode::INVALID_ARGUMENT, "worker rank 5");
@@ -169,6 +212,7 @@ TEST_F(BadRequestTest, StepFromTheFuture) {
   pull.set_worker_rank(0);
   pull.set_layout_fingerprint(layout_->fingerprint());
   pull.set_version(50);
+  pull.set_session(sessions_[0]);
   pull.add_chunk_ids(layout_->ChunksOnServer(0)[0]);
   proto::PullResponse resp;
   ExpectError(Call(&proto::ParameterServer::Stub::Pull, pull, &resp),
@@ -191,6 +235,41 @@ TEST_F(BadRequestTest, SecondRegistrationWithAnotherLayout) {
   req.mutable_layout()->mutable_tensors(0)->set_shape(0, -4);
   ExpectError(Call(&proto::ParameterServer::Stub::Register, req, &resp),
               grpc::StatusCode::INVALID_ARGUMENT, "dimension -4");
+}
+
+TEST_F(BadRequestTest, CallersWithoutASessionAreRefused) {
+  auto req = GoodPush();
+  req.set_session(0);  // a process that never registered
+  ExpectError(Push(req), grpc::StatusCode::ABORTED, "has no current session");
+  proto::PullRequest pull;
+  pull.set_worker_rank(0);
+  pull.set_layout_fingerprint(layout_->fingerprint());
+  pull.add_chunk_ids(layout_->ChunksOnServer(0)[0]);
+  pull.set_session(sessions_[0] + 2);
+  proto::PullResponse resp;
+  ExpectError(Call(&proto::ParameterServer::Stub::Pull, pull, &resp), grpc::StatusCode::ABORTED,
+              "register again");
+}
+
+TEST_F(BadRequestTest, ASecondLiveProcessCannotTakeARank) {
+  ExpectError(Register(1, *layout_, kWorkers, 0, /*incarnation=*/999),
+              grpc::StatusCode::ALREADY_EXISTS, "worker rank 1 is held by a live process");
+}
+
+TEST_F(BadRequestTest, AWorkerWithAnotherShapeIsRefused) {
+  ExpectError(Register(1, *layout_, kWorkers, 0, 0, /*batch_per_device=*/16),
+              grpc::StatusCode::FAILED_PRECONDITION, "batch_per_device is '16', the job's is '8'");
+}
+
+TEST_F(BadRequestTest, ASecondServerCannotListenOnALivePort) {
+  auto second = Subprocess::Start({Runfile("server/psync_server"), "--num_servers=1",
+                                   absl::StrCat("--port=", port0_)},
+                                  "[second server] ");
+  ASSERT_TRUE(second.ok());
+  auto code = (*second)->Wait(absl::Now() + absl::Seconds(20));
+  ASSERT_TRUE(code.has_value()) << "a second server started on a live port";
+  EXPECT_NE(*code, 0);
+  EXPECT_NE((*second)->output().find("cannot listen"), std::string::npos) << (*second)->output();
 }
 
 TEST_F(BadRequestTest, OversizedMessage) {

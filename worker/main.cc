@@ -55,8 +55,8 @@ ABSL_FLAG(bool, overlap, true, "Push each layer's gradients while backward conti
 ABSL_FLAG(int, rpc_timeout_s, 120, "Deadline of one push-pull (includes waiting for peers).");
 ABSL_FLAG(int, connect_timeout_s, 60, "How long to wait for servers at registration.");
 ABSL_FLAG(int, peer_timeout_s, 120,
-          "How long to wait for an unreachable or recovering cluster (registering again after "
-          "a rollback, or at the end for the other workers) before failing.");
+          "How long to wait at the end for the other workers to finish before failing (a "
+          "missing worker fails the job on the servers after their --peer_timeout_s).");
 ABSL_FLAG(int, stop_grace_s, 5,
           "On SIGTERM: time the step in progress gets to finish before its calls are "
           "cancelled; the worker then exits 0.");
@@ -240,7 +240,8 @@ absl::Status Run() {
     return absl::InvalidArgumentError(absl::StrCat("--peer_timeout_s is ", peer_timeout_s,
                                                    ", expected >= 1"));
   }
-  client_options.connect_timeout = absl::Seconds(std::max(connect_timeout_s, peer_timeout_s));
+  client_options.connect_timeout = absl::Seconds(connect_timeout_s);
+  client_options.finish_timeout = absl::Seconds(peer_timeout_s);
   client_options.shape = TrainingShape{devices,
                                        options.batch_per_device,
                                        options.max_steps > 0

@@ -1,14 +1,24 @@
 // psync_launch: runs a whole cluster on this host as real processes on
 // 127.0.0.1 — K servers, N workers — relays their logs with role prefixes,
-// and stops everything if any process fails or the deadline passes.
+// restarts a process that dies (at most --max_restarts times in the whole
+// job), and stops everything when a process fails for good or the deadline
+// passes.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -43,13 +53,65 @@ ABSL_FLAG(std::string, summary, "", "Write a JSON summary of the run here.");
 ABSL_FLAG(int, timeout_s, 1800, "Stop everything and fail after this many seconds.");
 ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server and psync_worker "
           "(default: found next to this binary in the Bazel output tree).");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "One directory for every server's checkpoints (created if missing, kept at the end); "
+          "a restarted server restores from it. Empty: no checkpoints, so a restarted server "
+          "makes the cluster start again from step 0.");
+ABSL_FLAG(int64_t, checkpoint_every, 0,
+          "Servers checkpoint every N steps (and at the last step, and at shutdown); 0: only "
+          "at shutdown. Needs --checkpoint_dir.");
+ABSL_FLAG(int, keep_checkpoints, 3, "Newest checkpoints each server keeps (>= 2).");
+ABSL_FLAG(int, peer_timeout_s, 120,
+          "Servers and workers fail the job when a peer has been missing this long.");
+ABSL_FLAG(int, max_restarts, 3,
+          "Restarts of dead servers and workers allowed in the whole job; 0: fail at the first "
+          "death. Exit codes 2 (bad flags) and 3 (the job cannot continue) are never restarted.");
+ABSL_FLAG(std::string, pid_dir, "",
+          "If set, DIR/server-<i>.pid and DIR/worker-<j>.pid hold each process's current pid, "
+          "rewritten atomically at every (re)start (e.g. for tests that kill one); DIR is "
+          "created if missing.");
 
 namespace psync {
 namespace {
 
+// Longest a server may take from its (re)start to listening.
+constexpr absl::Duration kListenTimeout = absl::Seconds(30);
+
 std::atomic<int> g_stop_signal{0};
 
 void OnStopSignal(int signal) { g_stop_signal.store(signal); }
+
+// "code 1", or "code 137 (killed by SIGKILL)" (Subprocess reports a signal
+// as 128 + its number).
+std::string DescribeExit(int code) {
+  std::string text = absl::StrCat("code ", code);
+  if (code > 128 && code < 128 + NSIG) {
+    const char* name = sigabbrev_np(code - 128);
+    if (name != nullptr) absl::StrAppend(&text, " (killed by SIG", name, ")");
+  }
+  return text;
+}
+
+// Fails if `path` exists and is not a directory.
+absl::Status CheckDirFlag(const char* flag, const std::string& path) {
+  std::error_code error;
+  if (path.empty() || !std::filesystem::exists(path, error)) return absl::OkStatus();
+  if (!std::filesystem::is_directory(path, error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " is '", path, "', which exists and is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CreateDirFlag(const char* flag, const std::string& path) {
+  std::error_code error;
+  std::filesystem::create_directories(path, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", flag, " '", path, "': ", error.message()));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status Validate() {
   const int servers = absl::GetFlag(FLAGS_servers), workers = absl::GetFlag(FLAGS_workers);
@@ -68,6 +130,30 @@ absl::Status Validate() {
     return absl::InvalidArgumentError(absl::StrCat("--timeout_s is ",
                                                    absl::GetFlag(FLAGS_timeout_s), ", expected >= 1"));
   }
+  const int64_t every = absl::GetFlag(FLAGS_checkpoint_every);
+  if (every < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_every is ", every, ", expected >= 0 (0: only at shutdown)"));
+  }
+  if (every > 0 && absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_every is ", every, " but --checkpoint_dir is empty"));
+  }
+  if (absl::GetFlag(FLAGS_keep_checkpoints) < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--keep_checkpoints is ", absl::GetFlag(FLAGS_keep_checkpoints),
+                     ", expected >= 2 (a rollback may need the one before the newest)"));
+  }
+  if (absl::GetFlag(FLAGS_peer_timeout_s) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--peer_timeout_s is ", absl::GetFlag(FLAGS_peer_timeout_s), ", expected >= 1"));
+  }
+  if (absl::GetFlag(FLAGS_max_restarts) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_restarts is ", absl::GetFlag(FLAGS_max_restarts), ", expected >= 0 (0: none)"));
+  }
+  PSYNC_RETURN_IF_ERROR(CheckDirFlag("--checkpoint_dir", absl::GetFlag(FLAGS_checkpoint_dir)));
+  PSYNC_RETURN_IF_ERROR(CheckDirFlag("--pid_dir", absl::GetFlag(FLAGS_pid_dir)));
   // Checked before any process starts (worker 0 checks them again).
   const std::string export_path = absl::GetFlag(FLAGS_export);
   const std::string summary = absl::GetFlag(FLAGS_summary);
@@ -78,6 +164,70 @@ absl::Status Validate() {
   return absl::OkStatus();
 }
 
+// Free TCP ports on 127.0.0.1, each held by a bound (not listening) socket
+// until Release(), so that no port is picked twice. Not thread-safe.
+class PortReservation {
+ public:
+  PortReservation() = default;
+  PortReservation(const PortReservation&) = delete;
+  PortReservation& operator=(const PortReservation&) = delete;
+  ~PortReservation() { Release(); }
+
+  // Holds one more free port and returns it.
+  absl::StatusOr<int> Add() {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+    fds_.push_back(fd);
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof(addr);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot pick a free port on 127.0.0.1: ", strerror(errno)));
+    }
+    return ntohs(addr.sin_port);
+  }
+
+  // Closes every socket: the ports are free for the servers to bind.
+  void Release() {
+    for (int fd : fds_) close(fd);
+    fds_.clear();
+  }
+
+ private:
+  std::vector<int> fds_;
+};
+
+// Writes `pid` to `path` through a temporary file, so a reader never sees a
+// partial one.
+absl::Status WritePidFile(const std::string& path, pid_t pid) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << pid << "\n";
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::DataLossError(absl::StrCat("cannot write the pid file ", path));
+  }
+  return absl::OkStatus();
+}
+
+// One supervised daemon. Every (re)start runs the same argv: same rank,
+// port and checkpoint directory.
+struct Daemon {
+  std::string name;  // "server 0", "worker 1": in logs and errors
+  std::vector<std::string> argv;
+  std::string port_file;  // servers only
+  std::string pid_file;   // empty without --pid_dir
+  std::unique_ptr<Subprocess> process;
+  absl::Time started;
+  bool finished = false;  // a worker that exited 0
+};
+
+// Not thread-safe: main thread only.
 class Launcher {
  public:
   absl::Status Run() {
@@ -87,6 +237,13 @@ class Launcher {
                            FindBinary("server", "psync_server", bin_dir));
     PSYNC_ASSIGN_OR_RETURN(const std::string worker_bin,
                            FindBinary("worker", "psync_worker", bin_dir));
+    checkpoint_dir_ = absl::GetFlag(FLAGS_checkpoint_dir);
+    if (!checkpoint_dir_.empty()) {
+      PSYNC_RETURN_IF_ERROR(CreateDirFlag("--checkpoint_dir", checkpoint_dir_));
+      checkpoint_dir_ = std::filesystem::absolute(checkpoint_dir_).string();
+    }
+    pid_dir_ = absl::GetFlag(FLAGS_pid_dir);
+    if (!pid_dir_.empty()) PSYNC_RETURN_IF_ERROR(CreateDirFlag("--pid_dir", pid_dir_));
     char dir_template[] = "/tmp/psync_launch.XXXXXX";
     if (mkdtemp(dir_template) == nullptr) return absl::InternalError("cannot create a temp dir");
     dir_ = dir_template;
@@ -97,99 +254,172 @@ class Launcher {
     return s;
   }
 
+  int restarts() const { return restarts_; }
+
  private:
   absl::Status Supervise(const std::string& server_bin, const std::string& worker_bin) {
     const int num_servers = absl::GetFlag(FLAGS_servers);
     const int num_workers = absl::GetFlag(FLAGS_workers);
-    for (int i = 0; i < num_servers; ++i) {
-      PSYNC_ASSIGN_OR_RETURN(
-          auto p, Subprocess::Start(
-                      {server_bin, absl::StrCat("--server_rank=", i),
-                       absl::StrCat("--num_servers=", num_servers),
-                       absl::StrCat("--num_workers=", num_workers), "--host=127.0.0.1", "--port=0",
-                       absl::StrCat("--port_file=", dir_, "/server", i, ".port"),
-                       absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)),
-                       absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum)),
-                       absl::StrCat("--weight_decay=", absl::GetFlag(FLAGS_weight_decay)),
-                       absl::StrCat("--deterministic=", absl::GetFlag(FLAGS_deterministic))},
-                      absl::StrCat("[server ", i, "] ")));
-      servers_.push_back(std::move(p));
-    }
+    // Every port is chosen up front: each server needs all the addresses,
+    // and a restarted server comes back on its own.
+    PortReservation reserved;
+    std::vector<int> ports;
     std::vector<std::string> addresses;
     for (int i = 0; i < num_servers; ++i) {
-      PSYNC_ASSIGN_OR_RETURN(const int port, WaitForPort(i));
+      PSYNC_ASSIGN_OR_RETURN(const int port, reserved.Add());
+      ports.push_back(port);
       addresses.push_back(absl::StrCat("127.0.0.1:", port));
     }
     const std::string server_list = absl::StrJoin(addresses, ",");
-    std::printf("[launch] %d servers up at %s; starting %d workers x %d devices\n", num_servers,
-                server_list.c_str(), num_workers, absl::GetFlag(FLAGS_devices_per_worker));
+    const std::string peer_timeout = absl::StrCat("--peer_timeout_s=",
+                                                  absl::GetFlag(FLAGS_peer_timeout_s));
+    servers_.resize(num_servers);
+    for (int i = 0; i < num_servers; ++i) {
+      Daemon& d = servers_[i];
+      d.name = absl::StrCat("server ", i);
+      d.port_file = absl::StrCat(dir_, "/server", i, ".port");
+      if (!pid_dir_.empty()) d.pid_file = absl::StrCat(pid_dir_, "/server-", i, ".pid");
+      d.argv = {server_bin,
+                absl::StrCat("--server_rank=", i),
+                absl::StrCat("--num_servers=", num_servers),
+                absl::StrCat("--num_workers=", num_workers),
+                "--host=127.0.0.1",
+                absl::StrCat("--port=", ports[i]),
+                absl::StrCat("--servers=", server_list),
+                absl::StrCat("--port_file=", d.port_file),
+                absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)),
+                absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum)),
+                absl::StrCat("--weight_decay=", absl::GetFlag(FLAGS_weight_decay)),
+                absl::StrCat("--deterministic=", absl::GetFlag(FLAGS_deterministic)),
+                absl::StrCat("--checkpoint_dir=", checkpoint_dir_),
+                absl::StrCat("--checkpoint_every=", absl::GetFlag(FLAGS_checkpoint_every)),
+                absl::StrCat("--keep_checkpoints=", absl::GetFlag(FLAGS_keep_checkpoints)),
+                peer_timeout};
+    }
+    reserved.Release();
+    for (Daemon& d : servers_) PSYNC_RETURN_IF_ERROR(Start(d));
+    PSYNC_RETURN_IF_ERROR(WaitUntilListening());
+    const std::string checkpoints =
+        checkpoint_dir_.empty() ? "" : absl::StrCat(" (checkpoints in ", checkpoint_dir_, ")");
+    std::printf("[launch] %d servers up at %s%s; starting %d workers x %d devices\n", num_servers,
+                server_list.c_str(), checkpoints.c_str(), num_workers,
+                absl::GetFlag(FLAGS_devices_per_worker));
     std::fflush(stdout);
+    workers_.resize(num_workers);
     for (int w = 0; w < num_workers; ++w) {
-      std::vector<std::string> argv = {
-          worker_bin,
-          absl::StrCat("--servers=", server_list),
-          absl::StrCat("--worker_rank=", w),
-          absl::StrCat("--num_workers=", num_workers),
-          absl::StrCat("--devices=", absl::GetFlag(FLAGS_devices_per_worker)),
-          absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
-          absl::StrCat("--device=", absl::GetFlag(FLAGS_device)),
-          absl::StrCat("--batch_per_device=", absl::GetFlag(FLAGS_batch_per_device)),
-          absl::StrCat("--device_weights=", absl::GetFlag(FLAGS_device_weights)),
-          absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs)),
-          absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
-          absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
-          absl::StrCat("--chunk_kb=", absl::GetFlag(FLAGS_chunk_kb)),
-          absl::StrCat("--data_dir=", absl::GetFlag(FLAGS_data_dir)),
-          absl::StrCat("--synthetic_samples=", absl::GetFlag(FLAGS_synthetic_samples))};
+      Daemon& d = workers_[w];
+      d.name = absl::StrCat("worker ", w);
+      if (!pid_dir_.empty()) d.pid_file = absl::StrCat(pid_dir_, "/worker-", w, ".pid");
+      d.argv = {worker_bin,
+                absl::StrCat("--servers=", server_list),
+                absl::StrCat("--worker_rank=", w),
+                absl::StrCat("--num_workers=", num_workers),
+                absl::StrCat("--devices=", absl::GetFlag(FLAGS_devices_per_worker)),
+                absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
+                absl::StrCat("--device=", absl::GetFlag(FLAGS_device)),
+                absl::StrCat("--batch_per_device=", absl::GetFlag(FLAGS_batch_per_device)),
+                absl::StrCat("--device_weights=", absl::GetFlag(FLAGS_device_weights)),
+                absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs)),
+                absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
+                absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
+                absl::StrCat("--chunk_kb=", absl::GetFlag(FLAGS_chunk_kb)),
+                absl::StrCat("--data_dir=", absl::GetFlag(FLAGS_data_dir)),
+                absl::StrCat("--synthetic_samples=", absl::GetFlag(FLAGS_synthetic_samples)),
+                peer_timeout};
       if (w == 0) {
-        argv.push_back(absl::StrCat("--export_path=", absl::GetFlag(FLAGS_export)));
-        argv.push_back(absl::StrCat("--summary=", absl::GetFlag(FLAGS_summary)));
+        d.argv.push_back(absl::StrCat("--export_path=", absl::GetFlag(FLAGS_export)));
+        d.argv.push_back(absl::StrCat("--summary=", absl::GetFlag(FLAGS_summary)));
       }
-      PSYNC_ASSIGN_OR_RETURN(auto p, Subprocess::Start(argv, absl::StrCat("[worker ", w, "] ")));
-      workers_.push_back(std::move(p));
+      PSYNC_RETURN_IF_ERROR(Start(d));
     }
-    // Watch until every worker has finished.
-    std::vector<bool> done(num_workers, false);
-    int remaining = num_workers;
-    while (remaining > 0) {
-      PSYNC_RETURN_IF_ERROR(CheckStopAndDeadline("training"));
-      for (int i = 0; i < num_servers; ++i) {
-        if (auto code = servers_[i]->Poll()) {
-          return absl::AbortedError(absl::StrCat("server ", i, " exited with code ", *code,
-                                                 " while workers were running"));
-        }
-      }
-      for (int w = 0; w < num_workers; ++w) {
-        if (done[w]) continue;
-        if (auto code = workers_[w]->Poll()) {
-          if (*code != 0) {
-            return absl::AbortedError(absl::StrCat("worker ", w, " exited with code ", *code));
-          }
-          done[w] = true;
-          --remaining;
-        }
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    return WatchUntilWorkersFinish();
+  }
+
+  // (Re)starts `d` with its argv and records its pid. A server's old port
+  // file is removed first, so it says "listening" only for this start.
+  absl::Status Start(Daemon& d) {
+    d.process.reset();  // already reaped: joins its log relay
+    if (!d.port_file.empty()) std::remove(d.port_file.c_str());
+    PSYNC_ASSIGN_OR_RETURN(d.process, Subprocess::Start(d.argv, absl::StrCat("[", d.name, "] ")));
+    d.started = absl::Now();
+    if (!d.pid_file.empty()) PSYNC_RETURN_IF_ERROR(WritePidFile(d.pid_file, d.process->pid()));
     return absl::OkStatus();
   }
 
-  absl::StatusOr<int> WaitForPort(int server) {
-    const std::string path = absl::StrCat(dir_, "/server", server, ".port");
-    const absl::Time until = std::min(deadline_, absl::Now() + absl::Seconds(30));
+  // `d` ended with `code` while it was needed: restarts it if the code
+  // allows and the job has restarts left; otherwise the job fails.
+  absl::Status RestartOrFail(Daemon& d, int code) {
+    const std::string exited = absl::StrCat(d.name, " exited with ", DescribeExit(code));
+    if (code == 2) {
+      return absl::AbortedError(absl::StrCat(exited, ": bad flags (never restarted; see its log)"));
+    }
+    if (code == 3) {
+      return absl::AbortedError(absl::StrCat(
+          exited, ": the job cannot continue (never restarted; see its log)"));
+    }
+    const int max_restarts = absl::GetFlag(FLAGS_max_restarts);
+    if (max_restarts == 0) {
+      return absl::AbortedError(
+          absl::StrCat(exited, " and restarts are off (--max_restarts=0)"));
+    }
+    if (restarts_ >= max_restarts) {
+      return absl::AbortedError(absl::StrCat(exited, " and the job has used all ", max_restarts,
+                                             " restarts (--max_restarts)"));
+    }
+    ++restarts_;
+    std::printf("[launch] %s; restarting it (restart %d of %d)\n", exited.c_str(), restarts_,
+                max_restarts);
+    std::fflush(stdout);
+    return Start(d);
+  }
+
+  // Until every server has written its port file; a server that dies
+  // first is restarted like any other.
+  absl::Status WaitUntilListening() {
     while (true) {
-      std::ifstream in(path);
-      int port = 0;
-      if (in >> port && port > 0) return port;
-      if (auto code = servers_[server]->Poll()) {
-        return absl::AbortedError(absl::StrCat("server ", server, " exited with code ", *code,
-                                               " before listening"));
-      }
       PSYNC_RETURN_IF_ERROR(CheckStopAndDeadline("server start"));
-      if (absl::Now() > until) {
-        return absl::DeadlineExceededError(absl::StrCat("server ", server,
-                                                        " did not start listening within 30 s"));
+      bool all_listening = true;
+      for (Daemon& d : servers_) {
+        if (auto code = d.process->Poll()) {
+          PSYNC_RETURN_IF_ERROR(RestartOrFail(d, *code));
+          all_listening = false;
+          continue;
+        }
+        std::ifstream in(d.port_file);
+        int port = 0;
+        if (in >> port && port > 0) continue;
+        all_listening = false;
+        if (absl::Now() - d.started > kListenTimeout) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              d.name, " did not start listening within ", absl::FormatDuration(kListenTimeout)));
+        }
       }
+      if (all_listening) return absl::OkStatus();
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+
+  // Until every worker has exited 0. A server is needed all that time, so
+  // even one that exits 0 (someone sent it SIGTERM) is restarted.
+  absl::Status WatchUntilWorkersFinish() {
+    while (true) {
+      PSYNC_RETURN_IF_ERROR(CheckStopAndDeadline("training"));
+      for (Daemon& d : servers_) {
+        if (auto code = d.process->Poll()) PSYNC_RETURN_IF_ERROR(RestartOrFail(d, *code));
+      }
+      int running = 0;
+      for (Daemon& d : workers_) {
+        if (d.finished) continue;
+        if (auto code = d.process->Poll()) {
+          if (*code == 0) {
+            d.finished = true;
+            continue;
+          }
+          PSYNC_RETURN_IF_ERROR(RestartOrFail(d, *code));
+        }
+        ++running;
+      }
+      if (running == 0) return absl::OkStatus();
       absl::SleepFor(absl::Milliseconds(20));
     }
   }
@@ -205,24 +435,40 @@ class Launcher {
     return absl::OkStatus();
   }
 
-  // Workers first (they may still be running after a failure), then servers.
+  // Workers first (they may still be running after a failure), then every
+  // server at once: on SIGTERM each writes a final checkpoint and exits 0.
   void StopAll(bool success) {
-    for (auto& w : workers_) {
-      if (!w->Poll().has_value()) w->Stop(absl::Seconds(2));
+    for (Daemon& d : workers_) {
+      if (d.process != nullptr && !d.process->Poll().has_value()) d.process->Stop(absl::Seconds(2));
     }
-    for (size_t i = 0; i < servers_.size(); ++i) {
-      const int code = servers_[i]->Stop(absl::Seconds(5));
-      if (success && code != 0) {
-        std::printf("[launch] server %zu exited with code %d at shutdown\n", i, code);
+    for (Daemon& d : servers_) {
+      if (d.process != nullptr) d.process->Signal(SIGTERM);
+    }
+    const absl::Time until =
+        absl::Now() + (checkpoint_dir_.empty() ? absl::Seconds(5) : absl::Seconds(30));
+    for (Daemon& d : servers_) {
+      if (d.process == nullptr) continue;
+      std::optional<int> code = d.process->Wait(until);
+      if (!code.has_value()) {
+        std::printf("[launch] %s did not stop after SIGTERM; killing it\n", d.name.c_str());
+        code = d.process->Stop(absl::ZeroDuration());
+      }
+      if (success && *code != 0) {
+        std::printf("[launch] %s exited with %s at shutdown\n", d.name.c_str(),
+                    DescribeExit(*code).c_str());
       }
     }
+    std::fflush(stdout);
     workers_.clear();
     servers_.clear();
   }
 
-  std::string dir_;
+  std::string dir_;             // port files; removed at the end
+  std::string checkpoint_dir_;  // absolute; kept at the end
+  std::string pid_dir_;
   absl::Time deadline_;
-  std::vector<std::unique_ptr<Subprocess>> servers_, workers_;
+  int restarts_ = 0;
+  std::vector<Daemon> servers_, workers_;
 };
 
 }  // namespace
@@ -237,11 +483,14 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   const absl::Time start = absl::Now();
-  absl::Status s = psync::Launcher().Run();
+  psync::Launcher launcher;
+  absl::Status s = launcher.Run();
   if (!s.ok()) {
-    std::printf("[launch] FAILED: %s\n", s.ToString().c_str());
+    std::printf("[launch] FAILED: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  std::printf("[launch] done in %.1f s\n", absl::ToDoubleSeconds(absl::Now() - start));
+  const int restarts = launcher.restarts();
+  std::printf("[launch] done in %.1f s (%d restart%s)\n",
+              absl::ToDoubleSeconds(absl::Now() - start), restarts, restarts == 1 ? "" : "s");
   return 0;
 }

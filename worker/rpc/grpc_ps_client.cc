@@ -201,7 +201,7 @@ class GrpcPsClient final : public PsClient {
       absl::MutexLock lock(&session_mu_);
       done_version_ = version;
     }
-    const absl::Time deadline = absl::Now() + options_.call_timeout;
+    const absl::Time deadline = absl::Now() + options_.finish_timeout;
     absl::Time last_log = absl::Now();
     while (true) {
       bool all_done = true;
@@ -224,7 +224,7 @@ class GrpcPsClient final : public PsClient {
       if (cancelled_.load()) return absl::CancelledError("Finish: cancelled");
       if (absl::Now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
-            "Finish: the job did not complete within ", absl::FormatDuration(options_.call_timeout),
+            "Finish: the job did not complete within ", absl::FormatDuration(options_.finish_timeout),
             " after this worker's last step: ", why.message()));
       }
       if (absl::Now() - last_log >= kLogInterval) {

@@ -25,6 +25,8 @@ struct GrpcPsClientOptions {
   // How long Register keeps retrying servers that are not up (or not ready:
   // recovering, or still holding a dead predecessor's lease on this rank).
   absl::Duration connect_timeout = absl::Seconds(60);
+  // How long Finish waits for the other workers.
+  absl::Duration finish_timeout = absl::Seconds(120);
   // Liveness signal to every server, from a thread of the client's.
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   // Every worker of a job has the same; the servers refuse another.

@@ -1,0 +1,180 @@
+// psync_launch supervising its cluster, with real processes: a worker
+// killed with SIGKILL fails the job when restarts are off, and is restarted
+// (the job then finishes) when they are on; bad supervision flags fail at
+// start. Every run is bounded by --timeout_s and a deadline on its wait.
+#include <signal.h>
+#include <sys/types.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/subprocess.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace psync {
+namespace {
+
+constexpr absl::Duration kRunLimit = absl::Seconds(90);  // --timeout_s=60, plus shutdown
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A fresh, empty directory under the test's temp dir.
+std::string FreshDir(const std::string& name) {
+  const std::string dir = absl::StrCat(TempDir(), "/", name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::unique_ptr<Subprocess> StartLaunch(const std::string& name, std::vector<std::string> flags) {
+  std::vector<std::string> argv = {Runfile("deploy/local/psync_launch"),
+                                   "--synthetic_samples=2000", "--steps=300",
+                                   "--batch_per_device=8",     "--devices_per_worker=1",
+                                   "--deterministic",          "--timeout_s=60"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  auto p = Subprocess::Start(argv, absl::StrCat("[", name, "] "));
+  if (!p.ok()) {
+    ADD_FAILURE() << p.status();
+    return nullptr;
+  }
+  return std::move(*p);
+}
+
+// Waits until `text` is in the launcher's output; false if the launcher
+// ended or `deadline` passed first.
+bool WaitForOutput(Subprocess& launch, const std::string& text, absl::Time deadline) {
+  while (absl::Now() < deadline) {
+    if (Contains(launch.output(), text)) return true;
+    if (launch.Poll().has_value()) return Contains(launch.output(), text);
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+std::optional<pid_t> ReadPid(const std::string& path) {
+  std::ifstream in(path);
+  pid_t pid = 0;
+  if (in >> pid && pid > 0) return pid;
+  return std::nullopt;
+}
+
+// Waits for the launcher to end (killing it past kRunLimit); returns its
+// exit code (-1 if it had to be killed) and its whole output.
+int Finish(Subprocess& launch, std::string* output) {
+  std::optional<int> code = launch.Wait(absl::Now() + kRunLimit);
+  if (!code.has_value()) {
+    ADD_FAILURE() << "psync_launch still running after " << kRunLimit;
+    launch.Stop(absl::Seconds(5));
+  }
+  *output = launch.DrainedOutput(absl::Now() + absl::Seconds(10));
+  return code.value_or(-1);
+}
+
+// Kills worker 1 with SIGKILL once it has registered (it is then training);
+// returns the pid it killed.
+std::optional<pid_t> KillWorker1WhenTraining(Subprocess& launch, const std::string& pid_dir) {
+  if (!WaitForOutput(launch, "worker 1 registered", absl::Now() + absl::Seconds(60))) {
+    ADD_FAILURE() << "worker 1 never registered:\n" << launch.output();
+    return std::nullopt;
+  }
+  const std::optional<pid_t> pid = ReadPid(pid_dir + "/worker-1.pid");
+  if (!pid.has_value()) {
+    ADD_FAILURE() << "no pid in " << pid_dir << "/worker-1.pid";
+    return std::nullopt;
+  }
+  if (kill(*pid, SIGKILL) != 0) {
+    ADD_FAILURE() << "kill(" << *pid << ", SIGKILL): " << std::strerror(errno)
+                  << " (did worker 1 finish already?)";
+    return std::nullopt;
+  }
+  return pid;
+}
+
+TEST(LaunchRestartTest, KilledWorkerFailsTheJobWhenRestartsAreOff) {
+  const std::string pid_dir = FreshDir("norestart_pids");
+  auto launch = StartLaunch("norestart", {"--servers=2", "--workers=2", "--max_restarts=0",
+                                          "--pid_dir=" + pid_dir});
+  ASSERT_NE(launch, nullptr);
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(KillWorker1WhenTraining(*launch, pid_dir).has_value());
+  std::string output;
+  EXPECT_EQ(Finish(*launch, &output), 1) << output;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30)) << "the death should end the job at once";
+  EXPECT_TRUE(Contains(output, "[launch] FAILED: worker 1 exited with code 137 (killed by SIGKILL)"))
+      << output;
+  EXPECT_TRUE(Contains(output, "--max_restarts")) << output;
+  EXPECT_FALSE(Contains(output, "restarting it")) << output;
+  // Every pid file was written.
+  for (const char* name : {"server-0.pid", "server-1.pid", "worker-0.pid", "worker-1.pid"}) {
+    EXPECT_TRUE(ReadPid(pid_dir + "/" + name).has_value()) << name;
+  }
+}
+
+TEST(LaunchRestartTest, KilledWorkerIsRestartedAndTheJobFinishes) {
+  const std::string pid_dir = FreshDir("restart_pids");
+  const std::string checkpoints = absl::StrCat(TempDir(), "/restart_checkpoints");
+  std::filesystem::remove_all(checkpoints);  // the launcher creates it
+  const std::string summary = absl::StrCat(TempDir(), "/restart_summary.json");
+  std::remove(summary.c_str());
+  auto launch = StartLaunch(
+      "restart", {"--servers=2", "--workers=2", "--max_restarts=3", "--pid_dir=" + pid_dir,
+                  "--checkpoint_dir=" + checkpoints, "--peer_timeout_s=30",
+                  "--summary=" + summary});
+  ASSERT_NE(launch, nullptr);
+  const std::optional<pid_t> killed = KillWorker1WhenTraining(*launch, pid_dir);
+  std::string output;
+  const int code = Finish(*launch, &output);
+  ASSERT_TRUE(killed.has_value());
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_TRUE(Contains(output, "[launch] worker 1 exited with code 137 (killed by SIGKILL); "
+                               "restarting it (restart 1 of 3)"))
+      << output;
+  EXPECT_TRUE(Contains(output, "(1 restart)")) << output;
+  // The pid file names the new worker 1.
+  const std::optional<pid_t> now = ReadPid(pid_dir + "/worker-1.pid");
+  ASSERT_TRUE(now.has_value());
+  EXPECT_NE(*now, *killed);
+  // The job trained all its steps, and the servers' checkpoints are kept.
+  std::stringstream json;
+  json << std::ifstream(summary).rdbuf();
+  EXPECT_TRUE(std::regex_search(json.str(), std::regex("\"steps\": 300\\b"))) << json.str();
+  EXPECT_TRUE(std::filesystem::is_directory(checkpoints));
+  EXPECT_FALSE(std::filesystem::is_empty(checkpoints)) << "no final checkpoint in " << checkpoints;
+}
+
+TEST(LaunchRestartTest, BadSupervisionFlagsFailAtStart) {
+  const std::string file = absl::StrCat(TempDir(), "/not_a_dir");
+  std::ofstream(file) << "x";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--max_restarts=-1", "--max_restarts is -1, expected >= 0"},
+      {"--peer_timeout_s=0", "--peer_timeout_s is 0, expected >= 1"},
+      {"--keep_checkpoints=1", "--keep_checkpoints is 1, expected >= 2"},
+      {"--checkpoint_every=-2", "--checkpoint_every is -2, expected >= 0"},
+      {"--checkpoint_every=5", "--checkpoint_every is 5 but --checkpoint_dir is empty"},
+      {"--checkpoint_dir=" + file, "--checkpoint_dir is '" + file + "', which exists and is not"},
+      {"--pid_dir=" + file, "--pid_dir is '" + file + "', which exists and is not"},
+  };
+  for (const auto& [flag, message] : cases) {
+    SCOPED_TRACE(flag);
+    auto launch = StartLaunch("badflag", {"--servers=1", "--workers=1", flag});
+    ASSERT_NE(launch, nullptr);
+    std::string output;
+    EXPECT_EQ(Finish(*launch, &output), 1) << output;
+    EXPECT_TRUE(Contains(output, "[launch] FAILED: " + message)) << output;
+    EXPECT_FALSE(Contains(output, "[server 0]")) << "started a server: " << output;
+  }
+}
+
+}  // namespace
+}  // namespace psync

@@ -1,10 +1,5 @@
 // Every bad request of the protocol sent to a live psync_server process:
 // each gets a status naming the bad value, and the server keeps serving.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <fstream>
 #include <memory>
 
@@ -12,6 +7,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/layout.h"
 #include "common/layout_proto.h"
+#include "common/free_ports.h"
 #include "common/subprocess.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -29,7 +25,14 @@ class BadRequestTest : public ::testing::Test {
   // Server 0 (under test) and server 1 (so that server 0, the coordinator,
   // sees the whole cluster and opens for registration).
   static void SetUpTestSuite() {
-    const int ports[2] = {FreePort(), FreePort()};
+    PortReservation reservation;
+    int ports[2];
+    for (int& port : ports) {
+      auto picked = reservation.Add();
+      ASSERT_TRUE(picked.ok()) << picked.status();
+      port = *picked;
+    }
+    reservation.Release();
     const std::string list = absl::StrCat("127.0.0.1:", ports[0], ",127.0.0.1:", ports[1]);
     for (int rank = 1; rank >= 0; --rank) {
       auto server = Subprocess::Start(
@@ -56,17 +59,6 @@ class BadRequestTest : public ::testing::Test {
     }
   }
 
-  static int FreePort() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    close(fd);
-    return ntohs(addr.sin_port);
-  }
 
   void SetUp() override {
     ASSERT_NE(server_, nullptr);

@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "common/flags_help.h"
 #include "common/output_path.h"
+#include "common/free_ports.h"
 #include "common/runfiles.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
@@ -163,43 +164,6 @@ absl::Status Validate() {
   // daemons themselves, which fail at start with the same messages.
   return absl::OkStatus();
 }
-
-// Free TCP ports on 127.0.0.1, each held by a bound (not listening) socket
-// until Release(), so that no port is picked twice. Not thread-safe.
-class PortReservation {
- public:
-  PortReservation() = default;
-  PortReservation(const PortReservation&) = delete;
-  PortReservation& operator=(const PortReservation&) = delete;
-  ~PortReservation() { Release(); }
-
-  // Holds one more free port and returns it.
-  absl::StatusOr<int> Add() {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
-    fds_.push_back(fd);
-    sockaddr_in addr = {};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    socklen_t len = sizeof(addr);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot pick a free port on 127.0.0.1: ", strerror(errno)));
-    }
-    return ntohs(addr.sin_port);
-  }
-
-  // Closes every socket: the ports are free for the servers to bind.
-  void Release() {
-    for (int fd : fds_) close(fd);
-    fds_.clear();
-  }
-
- private:
-  std::vector<int> fds_;
-};
 
 // Writes `pid` to `path` through a temporary file, so a reader never sees a
 // partial one.

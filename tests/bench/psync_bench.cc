@@ -24,6 +24,7 @@
 #include "common/malloc_tuning.h"
 #include "common/runfiles.h"
 #include "common/status_macros.h"
+#include "common/free_ports.h"
 #include "common/subprocess.h"
 #include "tests/bench/baselines.h"
 #include "worker/rpc/grpc_ps_client.h"
@@ -197,7 +198,16 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
                          FindBinary("server", "psync_server", absl::GetFlag(FLAGS_bin_dir)));
   const int64_t message_mb = std::max<int64_t>(64, 2 * (ModelBytes() / k >> 20) + 2);
   std::vector<std::unique_ptr<Subprocess>> servers, clients;
+  // Every server is told every address (the others join server 0).
   std::vector<std::string> addresses;
+  std::vector<int> ports;
+  PortReservation reservation;
+  for (int i = 0; i < k; ++i) {
+    PSYNC_ASSIGN_OR_RETURN(const int port, reservation.Add());
+    ports.push_back(port);
+    addresses.push_back(absl::StrCat("127.0.0.1:", port));
+  }
+  reservation.Release();
   for (int i = 0; i < k; ++i) {
     const std::string port_file = absl::StrCat(dir, "/server", i);
     std::filesystem::remove(port_file);  // a previous run's
@@ -206,10 +216,11 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
                     {server_bin, absl::StrCat("--server_rank=", i), absl::StrCat("--num_servers=", k),
                      absl::StrCat("--num_workers=", n), "--port_file=" + port_file, "--lr=0.0001",
                      "--momentum=0.9", absl::StrCat("--max_message_mb=", message_mb),
-                     absl::StrCat("--deterministic=", absl::GetFlag(FLAGS_deterministic))},
+                     absl::StrCat("--deterministic=", absl::GetFlag(FLAGS_deterministic)),
+                     absl::StrCat("--port=", ports[i]),
+                     "--servers=" + absl::StrJoin(addresses, ",")},
                     absl::StrCat("[server ", i, "] "), /*echo=*/false));
-    PSYNC_ASSIGN_OR_RETURN(int port, WaitForPort(port_file, *p));
-    addresses.push_back(absl::StrCat("127.0.0.1:", port));
+    PSYNC_RETURN_IF_ERROR(WaitForPort(port_file, *p).status());
     servers.push_back(std::move(p));
   }
   for (int w = 0; w < n; ++w) {

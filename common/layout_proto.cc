@@ -32,4 +32,18 @@ absl::StatusOr<Layout> LayoutFromProto(const proto::LayoutSpec& spec) {
                         spec.init_seed());
 }
 
+void TrainingShapeToProto(const TrainingShape& shape, proto::TrainingShape* out) {
+  out->set_devices(shape.devices);
+  out->set_batch_per_device(shape.batch_per_device);
+  out->set_total_steps(shape.total_steps);
+  out->set_train_samples(shape.train_samples);
+  out->set_seed(shape.seed);
+  out->set_device_weights(shape.device_weights);
+}
+
+TrainingShape TrainingShapeFromProto(const proto::TrainingShape& shape) {
+  return TrainingShape{shape.devices(),       shape.batch_per_device(), shape.total_steps(),
+                       shape.train_samples(), shape.seed(),             shape.device_weights()};
+}
+
 }  // namespace psync

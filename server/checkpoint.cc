@@ -45,6 +45,11 @@ absl::StatusOr<CheckpointHeader> MakeCheckpointHeader(const Layout& layout, int 
   return h;
 }
 
+std::string CheckpointPath(const std::string& dir, int64_t version, int rank, int num_servers) {
+  return Join(Join(dir, checkpoint_internal::VersionFolderName(version)),
+              checkpoint_internal::ServerFileName(rank, num_servers));
+}
+
 absl::Status WriteCheckpoint(const std::string& dir, const Layout& layout,
                              const CheckpointHeader& header,
                              absl::Span<const CheckpointChunk> chunks) {
@@ -99,9 +104,8 @@ absl::Status WriteCheckpoint(const std::string& dir, const Layout& layout,
   s = checkpoint_internal::MakeFolder(dir, checkpoint_internal::ParentOf(dir));
   if (s.ok()) s = checkpoint_internal::MakeFolder(folder, dir);
   if (s.ok()) {
-    s = WriteSafetensorsFile(
-        Join(folder, checkpoint_internal::ServerFileName(rank, layout.num_servers())), entries,
-        metadata);
+    s = WriteSafetensorsFile(CheckpointPath(dir, header.version, rank, layout.num_servers()),
+                             entries, metadata);
   }
   return s.ok() ? s : Prefixed("WriteCheckpoint", s);
 }

@@ -97,6 +97,9 @@ absl::Status WriteCheckpoint(const std::string& dir, const Layout& layout,
                              const CheckpointHeader& header,
                              absl::Span<const CheckpointChunk> chunks);
 
+// Where WriteCheckpoint puts server `rank`'s file of `version`.
+std::string CheckpointPath(const std::string& dir, int64_t version, int rank, int num_servers);
+
 // A version that server `rank` of `num_servers` can restore, validated.
 struct CheckpointCandidate {
   int64_t version = 0;

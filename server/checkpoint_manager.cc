@@ -1,15 +1,13 @@
 #include "server/checkpoint_manager.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "common/output_path.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -22,15 +20,7 @@ absl::Status CheckWritable(const std::string& dir) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--checkpoint_dir ", dir, " cannot be created: ", strerror(errno)));
   }
-  const std::string probe = absl::StrCat(dir, "/.write-check.", getpid());
-  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--checkpoint_dir ", dir, " is not writable: ", strerror(errno)));
-  }
-  close(fd);
-  unlink(probe.c_str());
-  return absl::OkStatus();
+  return CheckOutputPath("--checkpoint_dir", dir + "/.write-check");
 }
 
 }  // namespace
@@ -183,8 +173,7 @@ absl::Status CheckpointManager::Write(const Snapshot& s) {
     return status;
   }
   const std::string path =
-      absl::StrFormat("%s/ckpt-%012d/server-%d-of-%d.safetensors", options_.dir, s.version,
-                      options_.server_rank, options_.num_servers);
+      CheckpointPath(options_.dir, s.version, options_.server_rank, options_.num_servers);
   absl::Status pruned = PruneCheckpoints(options_.dir, options_.server_rank,
                                          options_.num_servers, options_.keep);
   if (!pruned.ok()) LOG(WARNING) << "server " << options_.server_rank << ": " << pruned;
@@ -200,14 +189,13 @@ absl::Status CheckpointManager::Write(const Snapshot& s) {
               [](const auto& a, const auto& b) { return a.version > b.version; });
     // Pruning removed our own older files; forget them (sets written by
     // another server count stay).
+    std::vector<CheckpointCandidate> kept;
     int own = 0;
-    candidates_.erase(std::remove_if(candidates_.begin(), candidates_.end(),
-                                     [&](const auto& c) {
-                                       return c.files.size() == 1 &&
-                                              c.header.num_servers == options_.num_servers &&
-                                              ++own > options_.keep;
-                                     }),
-                      candidates_.end());
+    for (CheckpointCandidate& c : candidates_) {
+      const bool ours = c.files.size() == 1 && c.header.num_servers == options_.num_servers;
+      if (!ours || ++own <= options_.keep) kept.push_back(std::move(c));
+    }
+    candidates_ = std::move(kept);
     on_written = on_written_;
   }
   LOG(INFO) << "server " << options_.server_rank << ": checkpoint of version " << s.version

@@ -1,18 +1,13 @@
 #include "server/membership.h"
 
-#include <random>
-
+#include "absl/strings/str_cat.h"
+#include "common/incarnation.h"
 #include "glog/logging.h"
 
 namespace psync {
 namespace {
 
 constexpr absl::Duration kWaitLogInterval = absl::Seconds(5);
-
-uint64_t NewIncarnation() {
-  std::random_device rd;
-  return (uint64_t{rd()} << 32 | rd()) | 1;
-}
 
 }  // namespace
 

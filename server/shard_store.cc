@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/incarnation.h"
 #include "common/init.h"
 #include "common/status_macros.h"
 
@@ -104,7 +104,7 @@ ShardStore::ShardStore(ShardStoreOptions options)
       sessions_(options_.num_workers, 0),
       incarnations_(options_.num_workers, 0),
       done_(options_.num_workers, 0),
-      next_session_(std::random_device()() * uint64_t{0x9e3779b97f4a7c15} | 1),
+      next_session_(NewIncarnation()),
       generation_start_(absl::Now()) {
   for (int w = 0; w < options_.num_workers; ++w) last_seen_ms_[w] = UnixMs(absl::Now());
 }
@@ -487,6 +487,12 @@ void ShardStore::CollectSnapshotLocked(Shard& shard, Chunk& c) {
   if (snapshot_sink_) snapshot_sink_(std::move(complete));
 }
 
+std::shared_ptr<ChunkState> ShardStore::StateAtLocked(const Chunk& c, int64_t version) {
+  if (version == c.version) return c.current;
+  if (version == c.version - 1) return c.previous;
+  return nullptr;
+}
+
 absl::Status ShardStore::Interrupted(absl::string_view op, const Shard& shard) const {
   if (closed_.load()) {
     return absl::UnavailableError(absl::StrCat(op, ": server ", options_.server_rank,
@@ -523,23 +529,25 @@ absl::Status ShardStore::Pull(uint64_t session, int worker_rank, uint64_t finger
     auto ready = [this, &c, version, s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
       return c.version >= version || closed_.load() || s->retired.load();
     };
-    while (true) {
-      const absl::Time until = std::min(deadline, absl::Now() + kWaitSlice);
-      const bool reached = c.mu.AwaitWithDeadline(absl::Condition(&ready), until);
-      c.mu.Unlock();
+    auto served = [this, &c, version, s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+      return c.version >= version && !closed_.load() && !s->retired.load();
+    };
+    // The usual case, a version already there, takes no other lock.
+    while (!served()) {
+      c.mu.AwaitWithDeadline(absl::Condition(&ready), std::min(deadline, absl::Now() + kWaitSlice));
+      if (served()) break;
+      c.mu.Unlock();  // mu_ (in Interrupted) is taken before chunk locks
       absl::Status stop = Interrupted("Pull", *shard);
       c.mu.Lock();
       if (!stop.ok()) return stop;
-      if (reached && c.version >= version) break;
-      if (absl::Now() >= deadline) {
+      if (absl::Now() >= deadline && c.version < version) {
         return absl::DeadlineExceededError(absl::StrCat(
             "Pull: chunk ", id, " is still at version ", c.version, " (", c.num_received, " of ",
             options_.num_workers, " workers pushed step ", c.version, "); waited for version ",
             version));
       }
     }
-    const std::shared_ptr<ChunkState>& state =
-        c.version == version ? c.current : c.version == version + 1 ? c.previous : nullptr;
+    const std::shared_ptr<ChunkState> state = StateAtLocked(c, version);
     if (state == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "Pull: version ", version, " of chunk ", id, " is no longer kept; the chunk is at version ",
@@ -556,33 +564,35 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
   PSYNC_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard,
                          CheckCaller("Heartbeat", session, worker_rank, std::nullopt));
   HeartbeatResult result;
-  result.version = INT64_MAX;
-  const Chunk* lowest = nullptr;
+  // The lowest version; among its chunks, the one waiting longest for pushes.
+  bool found = false;
   for (int32_t id : shard->owned) {
     Chunk& c = *shard->chunks[id];
     absl::MutexLock lock(&c.mu);
-    if (c.version < result.version || (c.version == result.version && c.num_received > 0 &&
-                                       (lowest == nullptr || c.first_push < result.waiting_since))) {
-      result.version = c.version;
-      lowest = &c;
-      result.waiting_for.clear();
-      result.waiting_since = absl::InfinitePast();
-      if (c.num_received > 0) {
-        for (int w = 0; w < options_.num_workers; ++w) {
-          if (!c.received[w]) result.waiting_for.push_back(w);
-        }
-        result.waiting_since = c.first_push;
+    const bool waits = c.num_received > 0;
+    const bool better =
+        !found || c.version < result.version ||
+        (c.version == result.version && waits &&
+         (result.waiting_for.empty() || c.first_push < result.waiting_since));
+    if (!better) continue;
+    found = true;
+    result.version = c.version;
+    result.waiting_for.clear();
+    result.waiting_since = absl::InfinitePast();
+    if (waits) {
+      for (int w = 0; w < options_.num_workers; ++w) {
+        if (!c.received[w]) result.waiting_for.push_back(w);
       }
+      result.waiting_since = c.first_push;
     }
   }
-  if (lowest == nullptr) result.version = 0;
   absl::MutexLock lock(&mu_);
   if (done_version > 0) done_[worker_rank] = done_version;
-  result.all_done = lowest != nullptr || shard->owned.empty();
+  result.all_done = true;
   for (int w = 0; w < options_.num_workers; ++w) {
-    if (done_[w] == 0 || (lowest != nullptr && done_[w] != result.version)) result.all_done = false;
+    if (done_[w] == 0 || (found && done_[w] != result.version)) result.all_done = false;
   }
-  if (options_.checkpoint_every > 0 && lowest != nullptr && durable_version_ < result.version) {
+  if (options_.checkpoint_every > 0 && found && durable_version_ < result.version) {
     result.all_done = false;
   }
   return result;
@@ -671,8 +681,7 @@ std::vector<Snapshot> ShardStore::SnapshotForShutdown() const {
     s.shape = shard->shape;
     for (int32_t id : shard->owned) {
       const Chunk& c = *shard->chunks[id];
-      const std::shared_ptr<ChunkState>& state =
-          c.version == version ? c.current : c.version == version + 1 ? c.previous : nullptr;
+      const std::shared_ptr<ChunkState> state = StateAtLocked(c, version);
       if (state == nullptr) break;
       s.chunks.emplace_back(id, state);
     }

@@ -235,6 +235,9 @@ class ShardStore {
   // Adds the chunk's new version to a pending snapshot, handing complete
   // ones to the sink.
   void CollectSnapshotLocked(Shard& shard, Chunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
+  // The chunk's state at `version` (current or kept previous), or null.
+  static std::shared_ptr<ChunkState> StateAtLocked(const Chunk& chunk, int64_t version)
+      ABSL_SHARED_LOCKS_REQUIRED(chunk.mu);
   // Why a waiting call must stop now (closed, rolled back, failed), or OK.
   absl::Status Interrupted(absl::string_view op, const Shard& shard) const;
   static void WakeAll(const Shard& shard);

@@ -474,6 +474,17 @@ TEST_F(ShardStoreTest, AMissingWorkerFailsTheJobAfterThePeerTimeout) {
   EXPECT_EQ(waited.code(), StatusCode::kDeadlineExceeded) << waited;
 }
 
+TEST_F(ShardStoreTest, HeartbeatNamesWhomAnyLowestChunkWaitsFor) {
+  Make(2, false);
+  // Only chunk 2 (not the first one) has a push: it is the one waiting.
+  ASSERT_TRUE(Push(0, 0, 1, 2, {1.0f, 1.0f}).ok());
+  auto beat = store_->Heartbeat(0, S(0), 0);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  EXPECT_EQ(beat->version, 0);
+  EXPECT_EQ(beat->waiting_for, std::vector<int>{1});
+  EXPECT_FALSE(beat->all_done);
+}
+
 TEST(ShardStoreOptionsTest, Validate) {
   ShardStoreOptions o;
   EXPECT_TRUE(o.Validate().ok());

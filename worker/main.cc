@@ -244,14 +244,11 @@ absl::Status Run() {
   client_options.finish_timeout = absl::Seconds(peer_timeout_s);
   client_options.shape = TrainingShape{devices,
                                        options.batch_per_device,
-                                       options.max_steps > 0
-                                           ? options.max_steps
-                                           : options.epochs * Sharding{data.train.size,
-                                                                       options.num_workers,
-                                                                       devices,
-                                                                       options.batch_per_device,
-                                                                       options.device_weights}
-                                                                  .steps_per_epoch(),
+                                       options.TotalSteps(Sharding{data.train.size,
+                                                                   options.num_workers, devices,
+                                                                   options.batch_per_device,
+                                                                   options.device_weights}
+                                                              .steps_per_epoch()),
                                        data.train.size,
                                        options.seed,
                                        absl::GetFlag(FLAGS_device_weights)};

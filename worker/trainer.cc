@@ -309,8 +309,7 @@ absl::StatusOr<int64_t> Trainer::Join(int64_t total_steps) {
 
 absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochReport&)>& on_epoch) {
   const int64_t per_epoch = sharding_.steps_per_epoch();
-  const int64_t total_steps =
-      options_.max_steps > 0 ? options_.max_steps : options_.epochs * per_epoch;
+  const int64_t total_steps = options_.TotalSteps(per_epoch);
   PSYNC_ASSIGN_OR_RETURN(int64_t step, Join(total_steps));
   LOG(INFO) << "worker " << options_.worker_rank << " registered; training steps " << step
             << ".." << total_steps << " (" << per_epoch << " per epoch, global batch "

@@ -40,6 +40,10 @@ struct TrainerOptions {
   std::vector<double> device_weights;
 
   absl::Status Validate() const;
+  // Steps of the whole run: max_steps, or epochs of `steps_per_epoch`.
+  int64_t TotalSteps(int64_t steps_per_epoch) const {
+    return max_steps > 0 ? max_steps : epochs * steps_per_epoch;
+  }
 };
 
 struct EpochReport {

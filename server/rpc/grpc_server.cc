@@ -70,10 +70,7 @@ class ParameterService final : public grpc::Service {
     args.layout = &*layout;
     args.claimed_fingerprint = req->layout_fingerprint();
     args.incarnation = req->worker_incarnation();
-    const proto::TrainingShape& shape = req->shape();
-    args.shape = TrainingShape{shape.devices(),       shape.batch_per_device(),
-                               shape.total_steps(),   shape.train_samples(),
-                               shape.seed(),          shape.device_weights()};
+    args.shape = TrainingShapeFromProto(req->shape());
     auto result = store_->Register(args);
     if (!result.ok()) return ToGrpcStatus(result.status());
     LOG(INFO) << "server " << store_->options().server_rank << ": worker "

@@ -5,11 +5,11 @@
 #include <cstring>
 #include <functional>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/incarnation.h"
 #include "common/layout_proto.h"
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
@@ -35,10 +35,6 @@ bool Retryable(grpc::StatusCode code) {
          code == grpc::StatusCode::CANCELLED;
 }
 
-uint64_t NewIncarnation() {
-  std::random_device rd;
-  return (uint64_t{rd()} << 32 | rd()) | 1;
-}
 const char kPullMethod[] = "/psync.proto.ParameterServer/Pull";
 const char kPushPullMethod[] = "/psync.proto.ParameterServer/PushPull";
 
@@ -130,14 +126,7 @@ class GrpcPsClient final : public PsClient {
     LayoutToProto(layout_, req.mutable_layout());
     req.set_layout_fingerprint(layout_.fingerprint());
     req.set_worker_incarnation(incarnation_);
-    const TrainingShape& shape = options_.shape;
-    proto::TrainingShape* s = req.mutable_shape();
-    s->set_devices(shape.devices);
-    s->set_batch_per_device(shape.batch_per_device);
-    s->set_total_steps(shape.total_steps);
-    s->set_train_samples(shape.train_samples);
-    s->set_seed(shape.seed);
-    s->set_device_weights(shape.device_weights);
+    TrainingShapeToProto(options_.shape, req.mutable_shape());
     {
       absl::MutexLock lock(&session_mu_);
       std::fill(sessions_.begin(), sessions_.end(), 0);

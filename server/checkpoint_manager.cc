@@ -109,9 +109,10 @@ void CheckpointManager::Enqueue(Snapshot snapshot) {
   queue_.push_back(std::move(snapshot));
 }
 
-void CheckpointManager::SetOnWritten(std::function<void(int64_t)> callback) {
+void CheckpointManager::SetOnDone(
+    std::function<void(int64_t, const absl::Status&)> callback) {
   absl::MutexLock lock(&mu_);
-  on_written_ = std::move(callback);
+  on_done_ = std::move(callback);
 }
 
 absl::Status CheckpointManager::WriteNow(std::vector<Snapshot> snapshots) {
@@ -166,10 +167,17 @@ absl::Status CheckpointManager::Write(const Snapshot& s) {
     status = WriteCheckpoint(options_.dir, *s.layout, *header, chunks);
   }
   if (!status.ok()) {
+    std::function<void(int64_t, const absl::Status&)> on_done;
+    int64_t failed;
+    {
+      absl::MutexLock lock(&mu_);
+      failed = ++failed_;
+      on_done = on_done_;
+    }
     LOG(ERROR) << "server " << options_.server_rank << ": checkpoint of version " << s.version
-               << " failed (training goes on; older checkpoints are intact): " << status;
-    absl::MutexLock lock(&mu_);
-    ++failed_;
+               << " failed (" << failed << " failed so far; training goes on, older checkpoints"
+               << " are intact): " << status;
+    if (on_done) on_done(s.version, status);
     return status;
   }
   const std::string path =
@@ -177,7 +185,7 @@ absl::Status CheckpointManager::Write(const Snapshot& s) {
   absl::Status pruned = PruneCheckpoints(options_.dir, options_.server_rank,
                                          options_.num_servers, options_.keep);
   if (!pruned.ok()) LOG(WARNING) << "server " << options_.server_rank << ": " << pruned;
-  std::function<void(int64_t)> on_written;
+  std::function<void(int64_t, const absl::Status&)> on_done;
   {
     absl::MutexLock lock(&mu_);
     ++written_;
@@ -196,12 +204,12 @@ absl::Status CheckpointManager::Write(const Snapshot& s) {
       if (!ours || ++own <= options_.keep) kept.push_back(std::move(c));
     }
     candidates_ = std::move(kept);
-    on_written = on_written_;
+    on_done = on_done_;
   }
   LOG(INFO) << "server " << options_.server_rank << ": checkpoint of version " << s.version
             << " written to " << path << " in "
             << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)));
-  if (on_written) on_written(s.version);
+  if (on_done) on_done(s.version, absl::OkStatus());
   return absl::OkStatus();
 }
 

@@ -54,8 +54,8 @@ class CheckpointManager {
   void Enqueue(Snapshot snapshot);
   // Writes the queued snapshots, then these, before returning: at shutdown.
   absl::Status WriteNow(std::vector<Snapshot> snapshots);
-  // Called (on the writer thread) with each version written.
-  void SetOnWritten(std::function<void(int64_t version)> callback);
+  // Called (on the writer thread) after each write, successful or not.
+  void SetOnDone(std::function<void(int64_t version, const absl::Status& status)> callback);
 
   int64_t written() const;
   int64_t failed() const;
@@ -74,7 +74,7 @@ class CheckpointManager {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t written_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t failed_ ABSL_GUARDED_BY(mu_) = 0;
-  std::function<void(int64_t)> on_written_ ABSL_GUARDED_BY(mu_);
+  std::function<void(int64_t, const absl::Status&)> on_done_ ABSL_GUARDED_BY(mu_);
   std::thread writer_;
 };
 

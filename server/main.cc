@@ -145,7 +145,8 @@ int Run() {
                                            : absl::StrCat("newest version ", versions.front().version,
                                                           ", ", versions.size(), " restorable"));
     (*store)->SetSnapshotSink([m = checkpoints.get()](Snapshot s) { m->Enqueue(std::move(s)); });
-    checkpoints->SetOnWritten([st = store->get()](int64_t v) { st->MarkDurable(v); });
+    checkpoints->SetOnDone(
+        [st = store->get()](int64_t v, const absl::Status&) { st->CheckpointDone(v); });
   }
 
   std::unique_ptr<Coordinator> coordinator;
@@ -217,7 +218,11 @@ int Run() {
   }
   (*server)->Shutdown(absl::Now() + absl::Seconds(2));
   server->reset();
-  LOG(INFO) << "server " << options->server_rank << " stopped";
+  LOG(INFO) << "server " << options->server_rank << " stopped"
+            << (checkpoints == nullptr
+                    ? std::string()
+                    : absl::StrCat(" (checkpoints: ", checkpoints->written(), " written, ",
+                                   checkpoints->failed(), " failed)"));
   return exit_code;
 }
 

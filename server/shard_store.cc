@@ -592,7 +592,7 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
   for (int w = 0; w < options_.num_workers; ++w) {
     if (done_[w] == 0 || (found && done_[w] != result.version)) result.all_done = false;
   }
-  if (options_.checkpoint_every > 0 && found && durable_version_ < result.version) {
+  if (options_.checkpoint_every > 0 && found && checkpoint_done_ < result.version) {
     result.all_done = false;
   }
   return result;
@@ -627,7 +627,7 @@ void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state)
     ready_ = false;
     std::fill(sessions_.begin(), sessions_.end(), 0);
     std::fill(done_.begin(), done_.end(), 0);
-    durable_version_ = state.has_value() ? state->version : -1;
+    checkpoint_done_ = state.has_value() ? state->version : -1;
     generation_start_ = absl::Now();
     for (int w = 0; w < options_.num_workers; ++w) {
       last_seen_ms_[w] = std::max(last_seen_ms_[w].load(), UnixMs(generation_start_));
@@ -651,9 +651,9 @@ void ShardStore::SetSnapshotSink(std::function<void(Snapshot)> sink) {
   snapshot_sink_ = std::move(sink);
 }
 
-void ShardStore::MarkDurable(int64_t version) {
+void ShardStore::CheckpointDone(int64_t version) {
   absl::MutexLock lock(&mu_);
-  durable_version_ = std::max(durable_version_, version);
+  checkpoint_done_ = std::max(checkpoint_done_, version);
 }
 
 std::vector<Snapshot> ShardStore::SnapshotForShutdown() const {

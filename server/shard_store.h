@@ -186,8 +186,11 @@ class ShardStore {
   // runs on the thread that applied the last chunk, under locks: queue it and
   // return. Set before serving.
   void SetSnapshotSink(std::function<void(Snapshot)> sink);
-  // The newest version a checkpoint holds, for Heartbeat's all_done.
-  void MarkDurable(int64_t version);
+  // The checkpoint of `version` was written, or failed (and was logged): for
+  // Heartbeat's all_done, which waits for the last version's checkpoint so
+  // that no rollback can need a worker that has left, but does not hold a
+  // job whose disk is full.
+  void CheckpointDone(int64_t version);
   // Snapshots for a shutdown: the lowest version over the chunks (chunks a
   // step ahead give their kept previous version) and, when every chunk is
   // at one version, the one before too, so that every server of a cluster
@@ -257,7 +260,7 @@ class ShardStore {
   std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(mu_);      // 0: none
   std::vector<uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // holder of each rank
   std::vector<int64_t> done_ ABSL_GUARDED_BY(mu_);           // version, 0: not done
-  int64_t durable_version_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t checkpoint_done_ ABSL_GUARDED_BY(mu_) = -1;  // newest version
   uint64_t next_session_ ABSL_GUARDED_BY(mu_);
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   absl::Time generation_start_ ABSL_GUARDED_BY(mu_);

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/psync.grpc.pb.h"
@@ -11,7 +12,8 @@ namespace psync {
 
 JoinFn CreateGrpcJoinFn(const std::string& address, int num_servers, absl::Duration timeout) {
   std::shared_ptr<proto::ParameterServer::Stub> stub = proto::ParameterServer::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                PeerChannelArguments()));
   return [stub, address, num_servers, timeout](const JoinInfo& info) -> absl::StatusOr<JoinReply> {
     proto::JoinRequest req;
     req.set_server_rank(info.server_rank);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/incarnation.h"
 #include "common/layout_proto.h"
+#include "common/rpc/channel.h"
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
 #include "glog/logging.h"
@@ -82,7 +83,7 @@ class GrpcPsClient final : public PsClient {
     for (int s = 0; s < layout_.num_servers(); ++s) {
       largest = std::max(largest, layout_.ServerBytes(s));
     }
-    grpc::ChannelArguments args;
+    grpc::ChannelArguments args = PeerChannelArguments();
     const int limit = static_cast<int>(std::min<int64_t>(largest + kMessageHeadroomBytes, INT32_MAX));
     args.SetMaxReceiveMessageSize(limit);
     args.SetMaxSendMessageSize(limit);
@@ -134,6 +135,9 @@ class GrpcPsClient final : public PsClient {
     }
     const absl::Time deadline = absl::Now() + options_.connect_timeout;
     absl::Time last_log = absl::Now();
+    // Each server's latest refusal: more telling than the deadline of an
+    // attempt cut short by the connect timeout.
+    std::vector<absl::Status> refused(stubs_.size());
     while (true) {
       if (cancelled_.load()) return absl::CancelledError("Register: cancelled");
       absl::Status why;  // why this round did not register everywhere
@@ -153,12 +157,16 @@ class GrpcPsClient final : public PsClient {
         if (st.ok()) continue;
         why = ServerError("Register", static_cast<int>(server), st);
         if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-          why = absl::DeadlineExceededError(absl::StrCat(
-              "Register: server ", server, " (", options_.server_addresses[server],
-              ") did not answer; is it running?"));
+          why = refused[server].ok() ? absl::DeadlineExceededError(absl::StrCat(
+                                           "Register: server ", server, " (",
+                                           options_.server_addresses[server],
+                                           ") did not answer; is it running?"))
+                                     : refused[server];
         } else if (!Retryable(st.error_code()) &&
                    st.error_code() != grpc::StatusCode::ALREADY_EXISTS) {
           return why;
+        } else {
+          refused[server] = why;
         }
       }
       if (why.ok()) {

@@ -1,0 +1,375 @@
+// The gRPC adapter of the server, driven with the generated stubs (plain
+// protobuf on the wire): what a client in any language would see.
+#include "server/rpc/grpc_server.h"
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/init.h"
+#include "common/layout_proto.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/psync.grpc.pb.h"
+
+namespace psync {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Two tensors, 4 + 2 floats, in chunks of 2 floats: chunks 0..2.
+Layout TestLayout() { return *Layout::Create({{"w", {2, 2}}, {"b", {2}}}, 8, 1, 3); }
+
+std::string Floats(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+std::vector<float> FloatsOf(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+class GrpcServerTest : public ::testing::Test {
+ protected:
+  // Starts server `rank` of `num_servers` for two workers (SGD with lr 1 and
+  // no momentum: one step subtracts the mean gradient).
+  void StartServer(int rank = 0, int num_servers = 1, int64_t max_message_bytes = 64 << 20) {
+    stub_.reset();
+    server_.reset();
+    ShardStoreOptions o;
+    o.server_rank = rank;
+    o.num_servers = num_servers;
+    o.num_workers = 2;
+    o.sgd = {1.0f, 0.0f, 0.0f};
+    o.max_message_bytes = max_message_bytes;
+    auto store = ShardStore::Create(o);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    store_->SetReady(true);
+    if (rank == 0) coordinator_ = std::make_unique<Coordinator>(num_servers);
+    GrpcServerOptions so;
+    so.coordinator = coordinator_.get();
+    so.max_pull_wait = absl::Seconds(10);
+    auto server = GrpcServer::Start(store_.get(), so);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(256 << 20);
+    args.SetMaxReceiveMessageSize(256 << 20);
+    stub_ = proto::ParameterServer::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(), args));
+  }
+
+  proto::RegisterRequest RegisterRequestFor(int rank) const {
+    proto::RegisterRequest req;
+    req.set_worker_rank(rank);
+    req.set_num_workers(2);
+    LayoutToProto(layout_, req.mutable_layout());
+    req.set_layout_fingerprint(layout_.fingerprint());
+    req.set_worker_incarnation(100 + rank);
+    return req;
+  }
+
+  // Registers worker `rank`; returns its session.
+  uint64_t Register(int rank) {
+    proto::RegisterResponse resp;
+    grpc::Status st = Call(&proto::ParameterServer::Stub::Register, RegisterRequestFor(rank), &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.session();
+  }
+
+  // A push of `value` for every element of every chunk of the layout.
+  proto::PushRequest PushOf(int rank, uint64_t session, int64_t step, float value) const {
+    proto::PushRequest req;
+    req.set_worker_rank(rank);
+    req.set_layout_fingerprint(layout_.fingerprint());
+    req.set_step(step);
+    req.set_sample_count(1);
+    req.set_session(session);
+    for (const ChunkInfo& c : layout_.chunks()) {
+      proto::Chunk* chunk = req.add_chunks();
+      chunk->set_chunk_id(c.id);
+      chunk->set_dtype(proto::DTYPE_FLOAT32);
+      chunk->set_data(Floats(std::vector<float>(c.num_elements, value)));
+    }
+    return req;
+  }
+
+  proto::PullRequest PullOf(int rank, uint64_t session, int64_t version) const {
+    proto::PullRequest req;
+    req.set_worker_rank(rank);
+    req.set_layout_fingerprint(layout_.fingerprint());
+    req.set_version(version);
+    req.set_session(session);
+    for (const ChunkInfo& c : layout_.chunks()) req.add_chunk_ids(c.id);
+    return req;
+  }
+
+  template <typename Req, typename Resp>
+  grpc::Status Call(grpc::Status (proto::ParameterServer::Stub::*method)(grpc::ClientContext*,
+                                                                        const Req&, Resp*),
+                    const Req& req, Resp* resp, absl::Duration timeout = absl::Seconds(10)) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    return (stub_.get()->*method)(&ctx, req, resp);
+  }
+
+  // The layout's initial weights, flat.
+  std::vector<float> InitialWeights() const {
+    std::vector<float> w(layout_.total_elements());
+    for (size_t t = 0; t < layout_.tensors().size(); ++t) {
+      InitialValues(layout_.init_seed(), layout_.tensors()[t], 0,
+                    layout_.tensors()[t].NumElements(), w.data() + layout_.tensor_offset(t));
+    }
+    return w;
+  }
+
+  // The response's chunks, flat in layout order; checks each one's version.
+  std::vector<float> Flat(const proto::PullResponse& resp, int64_t version) const {
+    std::vector<float> w;
+    for (const proto::Chunk& c : resp.chunks()) {
+      EXPECT_EQ(c.version(), version) << "chunk " << c.chunk_id();
+      const std::vector<float> v = FloatsOf(c.data());
+      w.insert(w.end(), v.begin(), v.end());
+    }
+    return w;
+  }
+
+  const Layout layout_ = TestLayout();
+  std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<GrpcServer> server_;
+  std::unique_ptr<proto::ParameterServer::Stub> stub_;
+};
+
+TEST_F(GrpcServerTest, RegistrationAnswersEveryField) {
+  StartServer();
+  proto::RegisterResponse resp;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Register, RegisterRequestFor(1), &resp).ok());
+  EXPECT_EQ(resp.server_rank(), 0);
+  EXPECT_EQ(resp.layout_fingerprint(), layout_.fingerprint());
+  EXPECT_EQ(resp.version(), 0);
+  EXPECT_EQ(resp.max_version(), 0);
+  EXPECT_NE(resp.session(), 0u);
+  EXPECT_TRUE(resp.has_chunks());
+  EXPECT_THAT(resp.chunk_ids(), ::testing::ElementsAre(0, 1, 2));
+
+  proto::StatusResponse status;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::GetStatus, proto::StatusRequest(), &status).ok());
+  EXPECT_TRUE(status.registered());
+  EXPECT_TRUE(status.ready());
+  EXPECT_EQ(status.num_workers(), 2);
+  EXPECT_EQ(status.num_chunks(), 3);
+  EXPECT_EQ(status.bytes(), layout_.total_elements() * 4);
+  EXPECT_EQ(status.generation(), resp.generation());
+}
+
+// Protobuf bytes in, protobuf bytes out, although the server decodes and
+// encodes them with its own zero-copy codec.
+TEST_F(GrpcServerTest, AStepThroughTheGeneratedStubs) {
+  StartServer();
+  const uint64_t s0 = Register(0), s1 = Register(1);
+  proto::PullResponse pulled;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Pull, PullOf(0, s0, 0), &pulled).ok());
+  const std::vector<float> w0 = Flat(pulled, 0);
+  EXPECT_EQ(w0, InitialWeights());
+
+  proto::PushResponse pushed;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push, PushOf(1, s1, 0, 3.0f), &pushed).ok());
+  proto::PullResponse next;
+  grpc::Status st = Call(&proto::ParameterServer::Stub::PushPull, PushOf(0, s0, 0, 1.0f), &next);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  const std::vector<float> w1 = Flat(next, 1);
+  ASSERT_EQ(w1.size(), w0.size());
+  for (size_t i = 0; i < w0.size(); ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 2.0f) << i;  // mean 2
+
+  // A repeat of an applied step is acknowledged and changes nothing.
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push, PushOf(1, s1, 0, 50.0f), &pushed).ok());
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Pull, PullOf(1, s1, 1), &pulled).ok());
+  EXPECT_EQ(Flat(pulled, 1), w1);
+}
+
+TEST_F(GrpcServerTest, BadRequestsGetCodesThatNameTheProblem) {
+  StartServer();
+  const uint64_t s0 = Register(0);
+  proto::PushResponse pushed;
+  proto::PullResponse pulled;
+
+  // Never registered, or a session of the past.
+  grpc::Status st = Call(&proto::ParameterServer::Stub::Pull, PullOf(1, 0, 0), &pulled);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(st.error_message(), HasSubstr("worker 1 has no current session"));
+  st = Call(&proto::ParameterServer::Stub::Push, PushOf(0, s0 + 2, 0, 1.0f), &pushed);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED);
+
+  // A step from the future.
+  st = Call(&proto::ParameterServer::Stub::Push, PushOf(0, s0, 5, 1.0f), &pushed);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(st.error_message(), HasSubstr("step 5"));
+
+  // An unknown chunk, a chunk of the wrong size, another layout.
+  proto::PushRequest push = PushOf(0, s0, 0, 1.0f);
+  push.mutable_chunks(0)->set_chunk_id(7);
+  st = Call(&proto::ParameterServer::Stub::Push, push, &pushed);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(st.error_message(), HasSubstr("chunk 7 does not exist"));
+  push = PushOf(0, s0, 0, 1.0f);
+  push.mutable_chunks(1)->set_data("abc");
+  st = Call(&proto::ParameterServer::Stub::Push, push, &pushed);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("3 bytes"));
+  push = PushOf(0, s0, 0, 1.0f);
+  push.set_layout_fingerprint(layout_.fingerprint() + 1);
+  st = Call(&proto::ParameterServer::Stub::Push, push, &pushed);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(st.error_message(), HasSubstr("layout fingerprint"));
+
+  // Bytes that are no PushRequest at all.
+  grpc::GenericStub generic(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                                grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  grpc::Slice garbage(std::string("\x2a\xff\xff\xff\xff\x0f", 6));
+  const grpc::ByteBuffer request(&garbage, 1);
+  grpc::ByteBuffer out;
+  grpc::Status garbled;
+  bool done = false;
+  absl::Mutex mu;
+  generic.UnaryCall(&ctx, "/psync.proto.ParameterServer/Push", grpc::StubOptions(),
+                    &request, &out, [&](grpc::Status s) {
+                      absl::MutexLock lock(&mu);
+                      garbled = s;
+                      done = true;
+                    });
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+  }
+  EXPECT_EQ(garbled.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << garbled.error_message();
+
+  // None of it changed the state: the step still waits for both workers.
+  proto::StatusResponse status;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::GetStatus, proto::StatusRequest(), &status).ok());
+  EXPECT_EQ(status.version(), 0);
+}
+
+TEST_F(GrpcServerTest, OversizedRequestIsRefusedByTheTransport) {
+  StartServer(0, 1, /*max_message_bytes=*/2 << 20);
+  const uint64_t s0 = Register(0);
+  proto::PushRequest push = PushOf(0, s0, 0, 1.0f);
+  push.mutable_chunks(0)->set_data(std::string(3 << 20, '\0'));
+  proto::PushResponse pushed;
+  grpc::Status st = Call(&proto::ParameterServer::Stub::Push, push, &pushed);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+}
+
+TEST_F(GrpcServerTest, HeartbeatSaysWhomAStepWaitsFor) {
+  StartServer();
+  const uint64_t s0 = Register(0), s1 = Register(1);
+  proto::PushResponse pushed;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push, PushOf(0, s0, 0, 1.0f), &pushed).ok());
+  proto::HeartbeatRequest beat;
+  beat.set_worker_rank(0);
+  beat.set_session(s0);
+  proto::HeartbeatResponse resp;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Heartbeat, beat, &resp).ok());
+  EXPECT_THAT(resp.waiting_for(), ::testing::ElementsAre(1));
+  EXPECT_GT(resp.waiting_since_unix_ms(), 0);
+  EXPECT_FALSE(resp.all_done());
+
+  beat.set_session(s1);  // worker 0's rank with worker 1's session
+  grpc::Status st = Call(&proto::ParameterServer::Stub::Heartbeat, beat, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED);
+}
+
+TEST_F(GrpcServerTest, ARollbackAbortsAWaitingPullAndOldSessions) {
+  StartServer();
+  const uint64_t s0 = Register(0);
+  Register(1);
+  grpc::Status waited;
+  std::thread puller([&] {
+    proto::PullResponse resp;
+    waited = Call(&proto::ParameterServer::Stub::PushPull, PushOf(0, s0, 0, 1.0f), &resp);
+  });
+  absl::SleepFor(absl::Milliseconds(300));  // the call now waits for worker 1
+  const absl::Time rollback = absl::Now();
+  store_->Restore(store_->generation() + 1, std::nullopt);
+  puller.join();
+  EXPECT_EQ(waited.error_code(), grpc::StatusCode::ABORTED) << waited.error_message();
+  EXPECT_THAT(waited.error_message(), HasSubstr("rolled back"));
+  EXPECT_LT(absl::Now() - rollback, absl::Seconds(5));
+
+  // Not ready until the coordinator says so; then old sessions are refused
+  // and a new registration starts the new generation.
+  proto::RegisterResponse reg;
+  grpc::Status st = Call(&proto::ParameterServer::Stub::Register, RegisterRequestFor(0), &reg);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+  store_->SetReady(true);
+  proto::PullResponse pulled;
+  st = Call(&proto::ParameterServer::Stub::Pull, PullOf(0, s0, 0), &pulled);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED);
+  const uint64_t again = Register(0);
+  EXPECT_NE(again, s0);
+  EXPECT_TRUE(Call(&proto::ParameterServer::Stub::Pull, PullOf(0, again, 0), &pulled).ok());
+}
+
+// A SIGTERM'd server (psync_server calls Shutdown) answers waiting calls
+// with UNAVAILABLE, which clients retry until the server is back.
+TEST_F(GrpcServerTest, ShutdownAnswersWaitingCallsUnavailable) {
+  StartServer();
+  const uint64_t s0 = Register(0);
+  Register(1);
+  grpc::Status waited;
+  std::thread puller([&] {
+    proto::PullResponse resp;
+    waited = Call(&proto::ParameterServer::Stub::PushPull, PushOf(0, s0, 0, 1.0f), &resp);
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  const absl::Time shutdown = absl::Now();
+  server_->Shutdown(absl::Now() + absl::Seconds(5));
+  puller.join();
+  EXPECT_EQ(waited.error_code(), grpc::StatusCode::UNAVAILABLE) << waited.error_message();
+  EXPECT_THAT(waited.error_message(), HasSubstr("shutting down"));
+  EXPECT_LT(absl::Now() - shutdown, absl::Seconds(4));
+
+  proto::StatusResponse status;
+  grpc::Status st = Call(&proto::ParameterServer::Stub::GetStatus, proto::StatusRequest(), &status,
+                         absl::Seconds(2));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+}
+
+TEST_F(GrpcServerTest, JoinIsForTheCoordinatorOfTheRightClusterSize) {
+  StartServer(/*rank=*/1, /*num_servers=*/2);
+  proto::JoinRequest join;
+  join.set_server_rank(0);
+  join.set_num_servers(2);
+  join.set_incarnation(9);
+  proto::JoinResponse resp;
+  grpc::Status st = Call(&proto::ParameterServer::Stub::Join, join, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(st.error_message(), HasSubstr("not the coordinator"));
+
+  server_->Shutdown(absl::Now());
+  StartServer(/*rank=*/0, /*num_servers=*/2);
+  join.set_num_servers(3);
+  st = Call(&proto::ParameterServer::Stub::Join, join, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("3 servers"));
+
+  // Both servers joined: the coordinator names a generation to start afresh.
+  join.set_num_servers(2);
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Join, join, &resp).ok());
+  join.set_server_rank(1);
+  join.set_incarnation(10);
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Join, join, &resp).ok());
+  EXPECT_GT(resp.target_generation(), 0);
+  EXPECT_EQ(resp.target_version(), 0);
+}
+
+}  // namespace
+}  // namespace psync

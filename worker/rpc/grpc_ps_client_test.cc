@@ -1,0 +1,460 @@
+// GrpcPsClient against in-process psync servers (a ShardStore behind the
+// real gRPC adapter) and against a small fake service that misbehaves on
+// purpose: retries, refusals, rollbacks and re-registration.
+#include "worker/rpc/grpc_ps_client.h"
+
+#include <atomic>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/free_ports.h"
+#include "common/init.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/psync.grpc.pb.h"
+#include "server/rpc/grpc_server.h"
+#include "server/shard_store.h"
+
+namespace psync {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Two tensors, 4 + 2 floats, in chunks of 2 floats: chunks 0..2.
+Layout TestLayout(int num_servers) {
+  return *Layout::Create({{"w", {2, 2}}, {"b", {2}}}, 8, num_servers, 3);
+}
+
+std::vector<float> InitialWeights(const Layout& layout) {
+  std::vector<float> w(layout.total_elements());
+  for (size_t t = 0; t < layout.tensors().size(); ++t) {
+    InitialValues(layout.init_seed(), layout.tensors()[t], 0, layout.tensors()[t].NumElements(),
+                  w.data() + layout.tensor_offset(t));
+  }
+  return w;
+}
+
+// A psync server in this process: the real store and gRPC adapter, SGD with
+// lr 1 and no momentum (a step subtracts the mean gradient).
+struct InProcessServer {
+  // checkpoint_every > 0 keeps those versions' snapshots, for RollBackTo.
+  InProcessServer(int rank, int num_servers, int num_workers, int port = 0,
+                  absl::Duration worker_lease = absl::Seconds(2), int64_t checkpoint_every = 0) {
+    ShardStoreOptions o;
+    o.server_rank = rank;
+    o.num_servers = num_servers;
+    o.num_workers = num_workers;
+    o.sgd = {1.0f, 0.0f, 0.0f};
+    o.worker_lease = worker_lease;
+    o.checkpoint_every = checkpoint_every;
+    store = std::move(*ShardStore::Create(o));
+    store->SetSnapshotSink([this](Snapshot s) {
+      absl::MutexLock lock(&mu);
+      snapshots.push_back(std::move(s));
+    });
+    store->SetReady(true);
+    GrpcServerOptions so;
+    so.address = absl::StrCat("127.0.0.1:", port);
+    auto started = GrpcServer::Start(store.get(), so);
+    EXPECT_TRUE(started.ok()) << started.status();
+    if (started.ok()) server = std::move(*started);
+  }
+  ~InProcessServer() {
+    if (server != nullptr) server->Shutdown(absl::Now());
+  }
+
+  std::string address() const { return absl::StrCat("127.0.0.1:", server->port()); }
+
+  // Rolls back to the snapshot of `version`, as the coordinator would.
+  void RollBackTo(int64_t version) {
+    std::optional<RestoredState> state;
+    {
+      absl::MutexLock lock(&mu);
+      for (const Snapshot& s : snapshots) {
+        if (s.version == version) state = RestoredState{*s.layout, s.shape, s.version, s.chunks};
+      }
+    }
+    ASSERT_TRUE(state.has_value()) << "no snapshot of version " << version;
+    store->Restore(store->generation() + 1, std::move(state));
+    store->SetReady(true);
+  }
+
+  std::unique_ptr<ShardStore> store;
+  std::unique_ptr<GrpcServer> server;
+  absl::Mutex mu;
+  std::vector<Snapshot> snapshots ABSL_GUARDED_BY(mu);
+};
+
+// A ParameterServer that answers what the test tells it to and counts calls.
+// A push-pull is answered with the pushed gradients as the new weights.
+class FakeService final : public proto::ParameterServer::Service {
+ public:
+  absl::Mutex mu;
+  int server_rank ABSL_GUARDED_BY(mu) = 0;
+  // Generations answered to successive Register calls (the last repeats).
+  std::vector<int64_t> generations ABSL_GUARDED_BY(mu) = {1};
+  int register_calls ABSL_GUARDED_BY(mu) = 0;
+  int push_pull_calls ABSL_GUARDED_BY(mu) = 0;
+  // The first `failures` push-pulls fail with `failure`.
+  int failures ABSL_GUARDED_BY(mu) = 0;
+  grpc::Status failure ABSL_GUARDED_BY(mu){grpc::StatusCode::UNAVAILABLE, "restarting"};
+  int64_t version_skew ABSL_GUARDED_BY(mu) = 0;  // added to answered versions
+  bool drop_last_chunk ABSL_GUARDED_BY(mu) = false;
+
+  grpc::Status Register(grpc::ServerContext*, const proto::RegisterRequest* req,
+                        proto::RegisterResponse* resp) override {
+    absl::MutexLock lock(&mu);
+    resp->set_server_rank(server_rank);
+    resp->set_layout_fingerprint(req->layout_fingerprint());
+    resp->set_session(77);
+    resp->set_generation(generations[std::min<size_t>(register_calls, generations.size() - 1)]);
+    resp->set_has_chunks(true);
+    ++register_calls;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PushPull(grpc::ServerContext*, const proto::PushRequest* req,
+                        proto::PullResponse* resp) override {
+    absl::MutexLock lock(&mu);
+    if (push_pull_calls++ < failures) return failure;
+    for (const proto::Chunk& c : req->chunks()) {
+      proto::Chunk* out = resp->add_chunks();
+      *out = c;
+      out->set_version(req->step() + 1 + version_skew);
+    }
+    if (drop_last_chunk) resp->mutable_chunks()->RemoveLast();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext*, const proto::HeartbeatRequest*,
+                         proto::HeartbeatResponse*) override {
+    return grpc::Status::OK;
+  }
+};
+
+struct FakeServer {
+  FakeServer() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+  }
+  ~FakeServer() { server->Shutdown(std::chrono::system_clock::now()); }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port); }
+
+  FakeService service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+};
+
+std::unique_ptr<PsClient> Client(const Layout& layout, std::vector<std::string> addresses,
+                                 int rank = 0, int workers = 1,
+                                 absl::Duration connect_timeout = absl::Seconds(10),
+                                 absl::Duration call_timeout = absl::Seconds(20)) {
+  GrpcPsClientOptions o;
+  o.server_addresses = std::move(addresses);
+  o.worker_rank = rank;
+  o.num_workers = workers;
+  o.connect_timeout = connect_timeout;
+  o.call_timeout = call_timeout;
+  o.finish_timeout = absl::Seconds(20);
+  auto client = CreateGrpcPsClient(layout, o);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? std::move(*client) : nullptr;
+}
+
+void ExpectVersion(const absl::StatusOr<int64_t>& version, int64_t expected) {
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(*version, expected);
+}
+
+// Runs `f` on a thread of its own; Get() waits for its result.
+class Async {
+ public:
+  explicit Async(std::function<absl::Status()> f)
+      : thread_([this, f = std::move(f)] {
+          absl::Status s = f();
+          absl::MutexLock lock(&mu_);
+          status_ = std::move(s);
+          done_ = true;
+        }) {}
+  ~Async() {
+    if (thread_.joinable()) thread_.join();
+  }
+  bool Done() {
+    absl::MutexLock lock(&mu_);
+    return done_;
+  }
+  absl::Status Get() {
+    thread_.join();
+    thread_ = std::thread();
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+TEST(GrpcPsClientTest, TrainsStepsAgainstTwoServers) {
+  const Layout layout = TestLayout(2);
+  InProcessServer s0(0, 2, 1), s1(1, 2, 1);
+  auto client = Client(layout, {s0.address(), s1.address()});
+  ExpectVersion(client->Register(), 0);
+  const std::vector<float> w0 = InitialWeights(layout);
+  std::vector<float> w(w0.size());
+  ASSERT_TRUE(client->Pull(0, w.data()).ok());
+  EXPECT_EQ(w, w0);
+
+  const std::vector<float> grads(w0.size(), 2.0f);  // over 2 samples: mean 1
+  ASSERT_TRUE(client->PushPull(0, 2, grads.data(), w.data()).ok());
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_FLOAT_EQ(w[i], w0[i] - 1.0f) << i;
+
+  // Layer by layer, as backward produces them.
+  for (int t = client->num_tensors() - 1; t >= 0; --t) {
+    ASSERT_TRUE(client->StartPushPull(1, 2, t, t + 1, grads.data(), w.data()).ok());
+  }
+  ASSERT_TRUE(client->Wait().ok());
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_FLOAT_EQ(w[i], w0[i] - 2.0f) << i;
+  EXPECT_EQ(client->Finish(2), absl::OkStatus());
+}
+
+TEST(GrpcPsClientTest, RetriesUnavailableUntilTheServerAnswers) {
+  const Layout layout = TestLayout(1);
+  FakeServer fake;
+  {
+    absl::MutexLock lock(&fake.service.mu);
+    fake.service.failures = 3;
+  }
+  auto client = Client(layout, {fake.address()});
+  ASSERT_TRUE(client->Register().ok());
+  std::vector<float> grads(layout.total_elements()), w(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i);
+  ASSERT_EQ(client->PushPull(0, 1, grads.data(), w.data()), absl::OkStatus());
+  EXPECT_EQ(w, grads);  // the fake echoes the push
+  absl::MutexLock lock(&fake.service.mu);
+  EXPECT_EQ(fake.service.push_pull_calls, 4);
+}
+
+TEST(GrpcPsClientTest, OtherErrorsAreNotRetriedAndNameTheServer) {
+  const Layout layout = TestLayout(1);
+  FakeServer fake;
+  {
+    absl::MutexLock lock(&fake.service.mu);
+    fake.service.failures = 100;
+    fake.service.failure = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad chunk");
+  }
+  auto client = Client(layout, {fake.address()});
+  ASSERT_TRUE(client->Register().ok());
+  std::vector<float> grads(layout.total_elements()), w(grads.size());
+  absl::Status s = client->PushPull(0, 1, grads.data(), w.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("server 0 (", fake.address(), "): bad chunk")));
+  absl::MutexLock lock(&fake.service.mu);
+  EXPECT_EQ(fake.service.push_pull_calls, 1);
+}
+
+TEST(GrpcPsClientTest, RetriesEndAtTheCallDeadline) {
+  const Layout layout = TestLayout(1);
+  FakeServer fake;
+  {
+    absl::MutexLock lock(&fake.service.mu);
+    fake.service.failures = 1 << 30;
+  }
+  auto client = Client(layout, {fake.address()}, 0, 1, absl::Seconds(10), absl::Seconds(1));
+  ASSERT_TRUE(client->Register().ok());
+  std::vector<float> grads(layout.total_elements()), w(grads.size());
+  const absl::Time start = absl::Now();
+  absl::Status s = client->PushPull(0, 1, grads.data(), w.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  absl::MutexLock lock(&fake.service.mu);
+  EXPECT_GT(fake.service.push_pull_calls, 2);
+}
+
+TEST(GrpcPsClientTest, RefusesAnswersThatDoNotMatchTheRequest) {
+  const Layout layout = TestLayout(1);
+  FakeServer fake;
+  auto client = Client(layout, {fake.address()});
+  ASSERT_TRUE(client->Register().ok());
+  std::vector<float> grads(layout.total_elements()), w(grads.size());
+  {
+    absl::MutexLock lock(&fake.service.mu);
+    fake.service.version_skew = 1;
+  }
+  absl::Status s = client->PushPull(0, 1, grads.data(), w.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("is at version 2, expected 1"));
+  {
+    absl::MutexLock lock(&fake.service.mu);
+    fake.service.version_skew = 0;
+    fake.service.drop_last_chunk = true;
+  }
+  s = client->PushPull(0, 1, grads.data(), w.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("expected 3"));
+}
+
+TEST(GrpcPsClientTest, RegisterWaitsForAServerThatIsNotUpYet) {
+  const Layout layout = TestLayout(1);
+  PortReservation ports;
+  absl::StatusOr<int> port = ports.Add();
+  ASSERT_TRUE(port.ok()) << port.status();
+  ports.Release();
+  auto client = Client(layout, {absl::StrCat("127.0.0.1:", *port)});
+  absl::StatusOr<int64_t> version;
+  std::thread registering([&] { version = client->Register(); });
+  absl::SleepFor(absl::Milliseconds(700));
+  InProcessServer server(0, 1, 1, *port);
+  registering.join();
+  ExpectVersion(version, 0);
+}
+
+TEST(GrpcPsClientTest, RegisterGivesUpAfterTheConnectTimeout) {
+  const Layout layout = TestLayout(1);
+  PortReservation ports;
+  absl::StatusOr<int> port = ports.Add();  // held: nothing listens there
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string address = absl::StrCat("127.0.0.1:", *port);
+  auto client = Client(layout, {address}, 0, 1, absl::Seconds(1));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<int64_t> version = client->Register();
+  EXPECT_FALSE(version.ok());
+  EXPECT_THAT(version.status().message(), HasSubstr(address));
+  EXPECT_THAT(version.status().message(), HasSubstr("--connect_timeout_s=1"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(8));
+}
+
+TEST(GrpcPsClientTest, RegisterChecksTheOrderOfServers) {
+  const Layout layout = TestLayout(2);
+  FakeServer a, b;
+  {
+    absl::MutexLock lock(&a.service.mu);
+    a.service.server_rank = 1;  // listed first, but says it is server 1
+  }
+  auto client = Client(layout, {a.address(), b.address()});
+  absl::StatusOr<int64_t> version = client->Register();
+  EXPECT_EQ(version.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(version.status().message(), HasSubstr("check the order of --servers"));
+}
+
+TEST(GrpcPsClientTest, RegisterWaitsUntilEveryServerIsInTheSameGeneration) {
+  const Layout layout = TestLayout(2);
+  FakeServer a, b;
+  {
+    absl::MutexLock lock(&a.service.mu);
+    a.service.generations = {2};
+  }
+  {
+    absl::MutexLock lock(&b.service.mu);
+    b.service.server_rank = 1;
+    b.service.generations = {1, 1, 2};  // still restoring for two rounds
+  }
+  auto client = Client(layout, {a.address(), b.address()});
+  ASSERT_TRUE(client->Register().ok());
+  absl::MutexLock lock(&b.service.mu);
+  EXPECT_EQ(b.service.register_calls, 3);
+}
+
+TEST(GrpcPsClientTest, AfterARollbackCallsAreAbortedAndRegisteringAgainResumes) {
+  const Layout layout = TestLayout(2);
+  InProcessServer s0(0, 2, 1, 0, absl::Seconds(2), 1), s1(1, 2, 1, 0, absl::Seconds(2), 1);
+  auto client = Client(layout, {s0.address(), s1.address()});
+  ASSERT_TRUE(client->Register().ok());
+  std::vector<float> grads(layout.total_elements(), 1.0f), w(grads.size()), at1;
+  for (int64_t step = 0; step < 3; ++step) {
+    ASSERT_TRUE(client->PushPull(step, 1, grads.data(), w.data()).ok());
+    if (step == 0) at1 = w;
+  }
+  s0.RollBackTo(1);
+  s1.RollBackTo(1);
+
+  absl::Status s = client->PushPull(3, 1, grads.data(), w.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  ExpectVersion(client->Register(), 1);
+  ASSERT_TRUE(client->Pull(1, w.data()).ok());
+  EXPECT_EQ(w, at1);
+  ASSERT_TRUE(client->PushPull(1, 1, grads.data(), w.data()).ok());
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_FLOAT_EQ(w[i], at1[i] - 1.0f) << i;
+}
+
+TEST(GrpcPsClientTest, ARollbackEndsAWaitingCallAtOnce) {
+  const Layout layout = TestLayout(1);
+  InProcessServer server(0, 1, 2);
+  auto c0 = Client(layout, {server.address()}, 0, 2);
+  auto c1 = Client(layout, {server.address()}, 1, 2);
+  ASSERT_TRUE(c0->Register().ok());
+  ASSERT_TRUE(c1->Register().ok());
+  std::vector<float> grads(layout.total_elements(), 1.0f), w(grads.size());
+  Async waiting([&] { return c0->PushPull(0, 1, grads.data(), w.data()); });  // waits for c1
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(waiting.Done());
+  const absl::Time rollback = absl::Now();
+  server.store->Restore(server.store->generation() + 1, std::nullopt);
+  EXPECT_EQ(waiting.Get().code(), absl::StatusCode::kAborted);
+  EXPECT_LT(absl::Now() - rollback, absl::Seconds(5));
+}
+
+TEST(GrpcPsClientTest, ARankHeldByALiveProcessIsRefusedUntilItDies) {
+  const Layout layout = TestLayout(1);
+  InProcessServer server(0, 1, 1, 0, /*worker_lease=*/absl::Milliseconds(600));
+  auto first = Client(layout, {server.address()});
+  ASSERT_TRUE(first->Register().ok());
+  // The first holder's heartbeats keep its lease while it computes.
+  auto second = Client(layout, {server.address()}, 0, 1, absl::Seconds(2));
+  absl::StatusOr<int64_t> refused = second->Register();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("held by a live process"));
+
+  first.reset();  // dies: its lease runs out
+  auto third = Client(layout, {server.address()}, 0, 1, absl::Seconds(10));
+  EXPECT_TRUE(third->Register().ok());
+}
+
+TEST(GrpcPsClientTest, CancelEndsAWaitingCall) {
+  const Layout layout = TestLayout(1);
+  InProcessServer server(0, 1, 2);
+  auto c0 = Client(layout, {server.address()}, 0, 2);
+  auto c1 = Client(layout, {server.address()}, 1, 2);
+  ASSERT_TRUE(c0->Register().ok());
+  ASSERT_TRUE(c1->Register().ok());
+  std::vector<float> grads(layout.total_elements(), 1.0f), w(grads.size());
+  Async waiting([&] { return c0->PushPull(0, 1, grads.data(), w.data()); });
+  absl::SleepFor(absl::Milliseconds(300));
+  const absl::Time cancel = absl::Now();
+  c0->Cancel();
+  EXPECT_EQ(waiting.Get().code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(absl::Now() - cancel, absl::Seconds(5));
+}
+
+TEST(GrpcPsClientTest, FinishWaitsForEveryWorker) {
+  const Layout layout = TestLayout(1);
+  InProcessServer server(0, 1, 2);
+  auto c0 = Client(layout, {server.address()}, 0, 2);
+  auto c1 = Client(layout, {server.address()}, 1, 2);
+  ASSERT_TRUE(c0->Register().ok());
+  ASSERT_TRUE(c1->Register().ok());
+  std::vector<float> grads(layout.total_elements(), 1.0f), w0(grads.size()), w1(grads.size());
+  {
+    Async step([&] { return c1->PushPull(0, 1, grads.data(), w1.data()); });
+    ASSERT_TRUE(c0->PushPull(0, 1, grads.data(), w0.data()).ok());
+    ASSERT_TRUE(step.Get().ok());
+  }
+  Async finishing([&] { return c0->Finish(1); });
+  absl::SleepFor(absl::Milliseconds(800));
+  EXPECT_FALSE(finishing.Done());  // worker 1 has not said it is done
+  EXPECT_EQ(c1->Finish(1), absl::OkStatus());
+  EXPECT_EQ(finishing.Get(), absl::OkStatus());
+}
+
+}  // namespace
+}  // namespace psync

@@ -251,7 +251,8 @@ absl::Status PruneCheckpoints(const std::string& dir, int rank, int num_servers,
   if (!folders.ok()) return Prefixed("PruneCheckpoints", folders.status());
   const std::string own = checkpoint_internal::ServerFileName(rank, num_servers);
   const std::string temp_prefix = SafetensorsTempPrefix(own);
-  std::vector<std::string> owned;  // folders holding our file, newest last
+  // (version, folder): those holding our file, and empty ones (failed writes).
+  std::vector<std::pair<int64_t, std::string>> owned, empty;
   absl::Status first_error;
   auto remove = [&](const std::string& path) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT && first_error.ok()) {
@@ -269,16 +270,22 @@ absl::Status PruneCheckpoints(const std::string& dir, int rank, int num_servers,
     }
     for (const std::string& f : *names) {
       if (absl::StartsWith(f, temp_prefix)) remove(Join(folder, f));
-      if (f == own) owned.push_back(folder);
+      if (f == own) owned.emplace_back(version, folder);
     }
+    if (names->empty()) empty.emplace_back(version, folder);
   }
-  // Folder names sort like their versions (equal widths up to 10^12).
-  std::sort(owned.begin(), owned.end(), [](const std::string& a, const std::string& b) {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;
-  });
+  std::sort(owned.begin(), owned.end());
   for (size_t i = 0; i + keep < owned.size(); ++i) {
-    remove(Join(owned[i], own));
-    ::rmdir(owned[i].c_str());  // fails harmlessly while other servers' files remain
+    remove(Join(owned[i].second, own));
+    ::rmdir(owned[i].second.c_str());  // fails harmlessly while other servers' files remain
+  }
+  // Empty folders older than the oldest version kept (a newer one may be a
+  // folder another server has just made for its file).
+  if (owned.size() >= static_cast<size_t>(keep)) {
+    const int64_t oldest_kept = owned[owned.size() - keep].first;
+    for (const auto& [version, folder] : empty) {
+      if (version < oldest_kept) ::rmdir(folder.c_str());
+    }
   }
   return first_error.ok() ? absl::OkStatus() : Prefixed("PruneCheckpoints", first_error);
 }

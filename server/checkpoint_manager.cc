@@ -20,6 +20,11 @@ absl::Status CheckWritable(const std::string& dir) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--checkpoint_dir ", dir, " cannot be created: ", strerror(errno)));
   }
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--checkpoint_dir is '", dir, "', which exists and is not a directory"));
+  }
   return CheckOutputPath("--checkpoint_dir", dir + "/.write-check");
 }
 

@@ -364,6 +364,12 @@ TEST_F(CheckpointTest, WriteFailureKeepsThePreviousCheckpoint) {
   auto shard = LoadCheckpoint(scan.candidates[0], 0, 1);
   ASSERT_TRUE(shard.ok()) << shard.status();
   ExpectShardMatches(*shard, 0, flat, true);
+
+  // Once writes succeed again, pruning removes the empty folder the failed
+  // write left, as soon as it is older than every version kept.
+  for (int v = 3; v <= 4; ++v) WriteAll(dir_, layout, v, flat);
+  ASSERT_TRUE(PruneCheckpoints(dir_, 0, 1, 2).ok());
+  EXPECT_EQ(Names(dir_), (std::set<std::string>{"ckpt-000000000003", "ckpt-000000000004"}));
 }
 
 TEST_F(CheckpointTest, WriteRejectsChunksThatDoNotMatchTheLayout) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,16 +15,28 @@ Coordinator::Coordinator(int num_servers)
     : num_servers_(num_servers), members_(num_servers) {}
 
 int64_t Coordinator::CommonVersionLocked() const {
-  // version -> (model id, number of members that have it with that id)
-  std::map<int64_t, std::pair<uint64_t, int>> seen;
-  for (const auto& m : members_) {
-    for (const CheckpointVersion& c : m->checkpoints) {
-      auto [it, added] = seen.try_emplace(c.version, c.model_id, 0);
-      if (it->second.first == c.model_id) ++it->second.second;
+  // version -> model id -> servers holding that version of that model
+  std::map<int64_t, std::map<uint64_t, std::vector<int>>> seen;
+  for (int s = 0; s < num_servers_; ++s) {
+    for (const CheckpointVersion& c : members_[s]->checkpoints) {
+      seen[c.version][c.model_id].push_back(s);
     }
   }
   for (auto it = seen.rbegin(); it != seen.rend(); ++it) {
-    if (it->second.second == num_servers_) return it->first;
+    const auto& models = it->second;
+    if (models.size() == 1 && static_cast<int>(models.begin()->second.size()) == num_servers_) {
+      return it->first;
+    }
+    if (models.size() > 1) {
+      std::vector<std::string> held;
+      for (const auto& [model, servers] : models) {
+        held.push_back(absl::StrCat("model ", model, " on server(s) ", absl::StrJoin(servers, ", ")));
+      }
+      LOG(WARNING) << "coordinator: checkpoint version " << it->first
+                   << " is refused: the servers' files there are of different models ("
+                   << absl::StrJoin(held, "; ")
+                   << "); is another job's checkpoint in a --checkpoint_dir?";
+    }
   }
   return 0;
 }

@@ -711,9 +711,10 @@ absl::Status ShardStore::CheckPeers() {
     // Only a missing worker that live peers wait for fails the job.
     if (missing < 0 || freshest > options_.worker_lease) return absl::OkStatus();
     failed_ = absl::DeadlineExceededError(absl::StrCat(
-        "worker ", missing, " has not been heard from for ", absl::FormatDuration(longest),
-        " (--peer_timeout_s is ", absl::FormatDuration(options_.peer_timeout),
-        "); server ", options_.server_rank, " gives up on the job"));
+        "worker ", missing, " has not been heard from for ",
+        absl::FormatDuration(absl::Trunc(longest, absl::Milliseconds(100))),
+        " (--peer_timeout_s is ", absl::FormatDuration(options_.peer_timeout), "); server ",
+        options_.server_rank, " gives up on the job"));
     shard = shard_;
   }
   WakeAll(*shard);

@@ -49,21 +49,28 @@ absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
   }
   absl::MutexLock lock(&mu_);
   std::optional<Member>& member = members_[info.server_rank];
+  bool new_round = false;
   if (member.has_value() && member->incarnation != info.incarnation) {
     LOG(INFO) << "coordinator: server " << info.server_rank
               << " restarted (new incarnation); the cluster rolls back";
-    round_needed_ = true;
+    new_round = true;
   }
   if (info.restore_failed && info.generation != target_generation_) {
     LOG(WARNING) << "coordinator: server " << info.server_rank
                  << " could not restore version " << target_version_ << "; choosing again";
+    new_round = true;
+  }
+  if (new_round) {
     round_needed_ = true;
+    for (auto& m : members_) {
+      if (m.has_value()) m->fresh = false;
+    }
   }
   member = Member{info.incarnation, info.generation, info.checkpoints};
 
-  const bool all_joined =
-      std::all_of(members_.begin(), members_.end(), [](const auto& m) { return m.has_value(); });
-  if (round_needed_ && all_joined) {
+  const bool all_reported = std::all_of(members_.begin(), members_.end(),
+                                        [](const auto& m) { return m.has_value() && m->fresh; });
+  if (round_needed_ && all_reported) {
     int64_t generation = target_generation_;
     for (const auto& m : members_) generation = std::max(generation, m->generation);
     target_generation_ = generation + 1;

@@ -41,7 +41,9 @@ struct JoinReply {
 // again whenever a server comes back with a new incarnation (it restarted
 // and lost its state) or reports that it could not restore: the target is
 // then the newest version that every server has a checkpoint of (with one
-// model), or 0, under a generation higher than any seen. Every server
+// model), or 0, under a generation higher than any seen; it is chosen once
+// every server has reported after the round began, so that no checkpoint
+// written meanwhile is missed. Every server
 // restores the target when it learns it; a live one thereby rolls back, and
 // since data order and sums are deterministic, training from there gives the
 // same weights. Workers register once every server reports the target
@@ -59,6 +61,7 @@ class Coordinator {
     uint64_t incarnation = 0;
     int64_t generation = 0;
     std::vector<CheckpointVersion> checkpoints;
+    bool fresh = true;  // reported since the round began
   };
   // The newest version every member can restore, or 0.
   int64_t CommonVersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -32,11 +32,28 @@ TEST(CoordinatorTest, ARestartedServerRollsEveryoneBack) {
   c.Join(Info(1, 200, 0)).IgnoreError();
   c.Join(Info(0, 100, 1, {{4, 9}, {8, 9}})).IgnoreError();
   EXPECT_TRUE(c.Join(Info(1, 200, 1, {{4, 9}, {8, 9}}))->ready);
-  // Server 1 comes back (new incarnation) having lost its newest checkpoint.
-  auto r = c.Join(Info(1, 201, 0, {{4, 9}}));
+  // Server 1 comes back (new incarnation) having lost its newest checkpoint;
+  // the round is decided at server 0's next report.
+  c.Join(Info(1, 201, 0, {{4, 9}})).IgnoreError();
+  auto r = c.Join(Info(0, 100, 1, {{4, 9}, {8, 9}}));
   EXPECT_EQ(r->target_generation, 2);
   EXPECT_EQ(r->target_version, 4);
   EXPECT_FALSE(r->ready);
+}
+
+TEST(CoordinatorTest, ARoundWaitsForFreshReportsOfEveryServer) {
+  Coordinator c(2);
+  c.Join(Info(0, 100, 0, {{20, 7}})).IgnoreError();
+  c.Join(Info(1, 200, 0, {{20, 7}})).IgnoreError();
+  c.Join(Info(0, 100, 1, {{20, 7}})).IgnoreError();
+  EXPECT_TRUE(c.Join(Info(1, 200, 1, {{20, 7}}))->ready);
+  // Server 1 restarts having written version 40, which server 0 has also
+  // written but not yet reported: the round waits for its next report.
+  auto r = c.Join(Info(1, 201, 0, {{20, 7}, {40, 7}}));
+  EXPECT_EQ(r->target_generation, 0);
+  r = c.Join(Info(0, 100, 1, {{20, 7}, {40, 7}}));
+  EXPECT_EQ(r->target_generation, 2);
+  EXPECT_EQ(r->target_version, 40);
 }
 
 TEST(CoordinatorTest, CheckpointsOfAnotherModelAreNotCommon) {

@@ -42,7 +42,7 @@ ABSL_FLAG(int64_t, checkpoint_every, 0,
 ABSL_FLAG(int, keep_checkpoints, 3, "Newest checkpoints kept per server (>= 2).");
 ABSL_FLAG(int, peer_timeout_s, 120,
           "Fail the job when a worker has been silent this long while its peers wait.");
-ABSL_FLAG(int, worker_lease_ms, 2000,
+ABSL_FLAG(int, worker_lease_ms, 1000,
           "A worker silent this long is missing; a restarted worker may take its rank.");
 
 namespace psync {
@@ -188,7 +188,7 @@ int Run() {
       return 1;
     }
   }
-  Membership membership(store->get(), checkpoints.get(), join, absl::Milliseconds(200));
+  Membership membership(store->get(), checkpoints.get(), join, absl::Milliseconds(100));
   membership.Start();
 
   // Until a stop signal, or until a missing worker fails the job.

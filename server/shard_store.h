@@ -44,7 +44,7 @@ struct ShardStoreOptions {
   SgdOptions sgd;
   // A worker not heard from (any request or heartbeat) for this long is
   // missing: its rank may be taken by a restarted process.
-  absl::Duration worker_lease = absl::Seconds(2);
+  absl::Duration worker_lease = absl::Seconds(1);
   // Once a missing worker has been silent this long while its peers wait,
   // CheckPeers fails the job with an error naming it.
   absl::Duration peer_timeout = absl::Seconds(120);

@@ -189,7 +189,7 @@ class GrpcPsClient final : public PsClient {
         LOG(INFO) << "worker " << options_.worker_rank << ": waiting to register: " << why.message();
         last_log = absl::Now();
       }
-      absl::SleepFor(kRetryBackoff * 2);
+      absl::SleepFor(kRetryBackoff);
     }
   }
 

@@ -464,7 +464,9 @@ TEST_F(ShardStoreTest, AMissingWorkerFailsTheJobAfterThePeerTimeout) {
   for (int i = 0; i < 40 && failed.ok(); ++i) {
     ASSERT_TRUE(store_->Heartbeat(0, S(0), 0).ok());
     auto beat = store_->Heartbeat(0, S(0), 0);
-    if (beat.ok()) EXPECT_EQ(beat->waiting_for, std::vector<int>{1});
+    if (beat.ok()) {
+      EXPECT_EQ(beat->waiting_for, std::vector<int>{1});
+    }
     failed = store_->CheckPeers();
     absl::SleepFor(absl::Milliseconds(25));
   }

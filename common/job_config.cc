@@ -1,0 +1,415 @@
+#include "common/job_config.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/internal/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+
+// One flag per field of proto::JobConfig, named like the field, with the
+// field's default (JobConfigTest checks both).
+ABSL_FLAG(std::string, config, "",
+          "Job configuration file (protobuf text format, or JSON if it ends in .json; see "
+          "proto/job_config.proto); the flags below override single fields.");
+ABSL_FLAG(int32_t, num_servers, 1, "Parameter servers in the job.");
+ABSL_FLAG(int32_t, num_workers, 1, "Workers in the job.");
+ABSL_FLAG(std::string, servers, "",
+          "Server addresses host:port,... in server-rank order, or a pattern with {rank}, "
+          "e.g. psync-server-{rank}.psync-server:7070.");
+ABSL_FLAG(std::string, model, "mlp", "Model: mlp or cnn.");
+ABSL_FLAG(int32_t, devices, 1, "Devices per worker (one thread and model replica each).");
+ABSL_FLAG(std::string, device, "auto", "Kind of worker device: auto, cpu or cuda.");
+ABSL_FLAG(std::string, device_weights, "", "Relative device speeds, e.g. 1,3 (empty: equal).");
+ABSL_FLAG(int64_t, batch_per_device, 32, "Samples per device per step.");
+ABSL_FLAG(int32_t, epochs, 1, "Epochs to train (ignored if --steps > 0).");
+ABSL_FLAG(int64_t, steps, 0, "If > 0, total steps to train instead of --epochs.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and the data order.");
+ABSL_FLAG(int64_t, chunk_kb, 256, "Largest chunk of a tensor on one server, in KiB.");
+ABSL_FLAG(bool, overlap, true, "Push each layer's gradients while backward continues.");
+ABSL_FLAG(bool, deterministic, false, "Servers sum gradients in worker-rank order.");
+ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "Fashion-MNIST directory.");
+ABSL_FLAG(int64_t, synthetic_samples, 0, "If > 0, train on this many synthetic samples instead.");
+ABSL_FLAG(double, lr, 0.1, "SGD learning rate.");
+ABSL_FLAG(double, momentum, 0.9, "SGD momentum.");
+ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Servers' checkpoint directory (created if missing); empty: none, and a restarted "
+          "server starts the cluster again from step 0.");
+ABSL_FLAG(int64_t, checkpoint_every, 0,
+          "Checkpoint every N steps (and the last step, and at shutdown); 0: only at shutdown.");
+ABSL_FLAG(int32_t, keep_checkpoints, 3, "Newest checkpoints each server keeps (>= 2).");
+ABSL_FLAG(int32_t, rpc_timeout_s, 120, "Deadline of one push-pull (includes waiting for peers).");
+ABSL_FLAG(int32_t, connect_timeout_s, 60, "How long a worker waits for servers at registration.");
+ABSL_FLAG(int32_t, peer_timeout_s, 120, "Fail the job once a peer has been missing this long.");
+ABSL_FLAG(int32_t, pull_timeout_s, 120, "Longest a pull waits on a server for its version.");
+ABSL_FLAG(int32_t, stop_grace_s, 5,
+          "On SIGTERM a worker abandons a step not finished within this many seconds.");
+ABSL_FLAG(int32_t, worker_lease_ms, 1000,
+          "A worker silent this long is missing; a restarted worker may take its rank.");
+ABSL_FLAG(std::string, export_path, "", "Worker 0 writes the final weights here (safetensors).");
+ABSL_FLAG(std::string, summary, "", "Worker 0 writes a JSON summary of the run here.");
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address a server listens on (0.0.0.0 for all).");
+ABSL_FLAG(int32_t, port, 0, "Port a server listens on; 0 picks a free one.");
+ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
+
+namespace psync {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+using google::protobuf::TextFormat;
+
+// A leaf field and the section (nested message of JobConfig) holding it.
+struct FieldRef {
+  const FieldDescriptor* section = nullptr;
+  const FieldDescriptor* field = nullptr;
+
+  std::string path() const { return absl::StrCat(section->name(), ".", field->name()); }
+};
+
+std::vector<FieldRef> AllFields() {
+  std::vector<FieldRef> out;
+  const Descriptor* d = proto::JobConfig::descriptor();
+  for (int s = 0; s < d->field_count(); ++s) {
+    const FieldDescriptor* section = d->field(s);
+    for (int f = 0; f < section->message_type()->field_count(); ++f) {
+      out.push_back({section, section->message_type()->field(f)});
+    }
+  }
+  return out;
+}
+
+std::optional<FieldRef> FindField(absl::string_view name) {
+  for (const FieldRef& f : AllFields()) {
+    if (f.field->name() == name) return f;
+  }
+  return std::nullopt;
+}
+
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit FirstError(absl::string_view name) : name_(name) {}
+  void AddError(int line, int column, const std::string& message) override {
+    if (error_.empty()) error_ = absl::StrCat(name_, ":", line + 1, ":", column + 1, ": ", message);
+  }
+  void AddWarning(int, int, const std::string&) override {}
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string name_;
+  std::string error_;
+};
+
+// The value of a leaf field in text form, for messages.
+std::string ValueText(const proto::JobConfig& config, const FieldRef& f) {
+  const Reflection* r = config.GetReflection();
+  const Message& section = r->GetMessage(config, f.section);
+  std::string text;
+  TextFormat::PrintFieldValueToString(section, f.field, -1, &text);
+  return text;
+}
+
+// A check of one field: an error naming where the value came from, the
+// field, the value and what was expected.
+class Checker {
+ public:
+  Checker(const LoadedJobConfig& loaded) : loaded_(loaded) {}
+
+  void Expect(absl::string_view field, bool ok, absl::string_view expected) {
+    if (ok || !error_.ok()) return;
+    const FieldRef f = *FindField(field);
+    auto source = loaded_.sources.find(std::string(field));
+    const std::string where =
+        source == loaded_.sources.end() ? "default" : source->second;
+    error_ = absl::InvalidArgumentError(absl::StrCat(where, ": ", f.path(), " is ",
+                                                     ValueText(loaded_.config, f), ", expected ",
+                                                     expected));
+  }
+  absl::Status status() const { return error_; }
+
+ private:
+  const LoadedJobConfig& loaded_;
+  absl::Status error_;
+};
+
+absl::Status Validate(const LoadedJobConfig& loaded) {
+  const proto::JobConfig& c = loaded.config;
+  Checker check(loaded);
+  check.Expect("num_servers", c.cluster().num_servers() >= 1 && c.cluster().num_servers() <= 4096,
+               "1..4096");
+  check.Expect("num_workers", c.cluster().num_workers() >= 1 && c.cluster().num_workers() <= 65536,
+               "1..65536");
+  const std::string& servers = c.cluster().servers();
+  if (absl::StrContains(servers, "{rank}")) {
+    check.Expect("servers", !absl::StrContains(servers, ","),
+                 "one pattern with {rank}, or a list of addresses without it");
+  } else if (!servers.empty()) {
+    const std::vector<std::string> list = absl::StrSplit(servers, ',');
+    check.Expect("servers", static_cast<int>(list.size()) == c.cluster().num_servers(),
+                 absl::StrCat(c.cluster().num_servers(), " addresses (cluster.num_servers)"));
+    for (const std::string& a : list) {
+      check.Expect("servers", !a.empty() && a.find(':') != std::string::npos,
+                   "host:port addresses separated by commas");
+    }
+  }
+  const proto::TrainingConfig& t = c.training();
+  check.Expect("model", t.model() == "mlp" || t.model() == "cnn", "mlp or cnn");
+  check.Expect("devices", t.devices() >= 1 && t.devices() <= 1024, "1..1024");
+  check.Expect("device", t.device() == "auto" || t.device() == "cpu" || t.device() == "cuda",
+               "auto, cpu or cuda");
+  check.Expect("batch_per_device", t.batch_per_device() >= 1 && t.batch_per_device() <= (1 << 20),
+               "1..1048576");
+  check.Expect("epochs", t.epochs() >= 1, ">= 1");
+  check.Expect("steps", t.steps() >= 0, ">= 0 (0: train --epochs)");
+  check.Expect("chunk_kb", t.chunk_kb() >= 1 && t.chunk_kb() <= (1 << 20), "1..1048576");
+  check.Expect("synthetic_samples", c.data().synthetic_samples() >= 0,
+               ">= 0 (0: Fashion-MNIST)");
+  const proto::OptimizerConfig& o = c.optimizer();
+  check.Expect("lr", std::isfinite(o.lr()) && o.lr() > 0, "a finite number > 0");
+  check.Expect("momentum", o.momentum() >= 0 && o.momentum() < 1, "0 <= momentum < 1");
+  check.Expect("weight_decay", std::isfinite(o.weight_decay()) && o.weight_decay() >= 0,
+               "a finite number >= 0");
+  const proto::CheckpointConfig& k = c.checkpoint();
+  check.Expect("checkpoint_every", k.checkpoint_every() >= 0, ">= 0 (0: only at shutdown)");
+  check.Expect("checkpoint_every", k.checkpoint_every() == 0 || !k.checkpoint_dir().empty(),
+               "0 when checkpoint.checkpoint_dir is empty");
+  check.Expect("keep_checkpoints", k.keep_checkpoints() >= 2,
+               ">= 2 (a rollback may need the one before the newest)");
+  const proto::TimeoutConfig& to = c.timeouts();
+  for (const char* f : {"rpc_timeout_s", "connect_timeout_s", "peer_timeout_s", "pull_timeout_s"}) {
+    const FieldRef ref = *FindField(f);
+    const int32_t v = to.GetReflection()->GetInt32(to, ref.field);
+    check.Expect(f, v >= 1, ">= 1");
+  }
+  check.Expect("stop_grace_s", to.stop_grace_s() >= 0, ">= 0");
+  check.Expect("worker_lease_ms", to.worker_lease_ms() >= 100, ">= 100");
+  check.Expect("worker_lease_ms", to.worker_lease_ms() <= to.peer_timeout_s() * int64_t{1000},
+               "at most timeouts.peer_timeout_s");
+  const proto::ServerConfig& s = c.server();
+  check.Expect("port", s.port() >= 0 && s.port() <= 65535, "0..65535 (0: a free one)");
+  check.Expect("host", !s.host().empty(), "an address to listen on");
+  check.Expect("max_message_mb", s.max_message_mb() >= 2 && s.max_message_mb() <= 2047,
+               "2..2047");
+  return check.status();
+}
+
+// Records the file line of every field set in the file.
+void RecordLines(absl::string_view name, const TextFormat::ParseInfoTree& tree,
+                 const proto::JobConfig& config, ConfigSources* sources) {
+  for (const FieldRef& f : AllFields()) {
+    const Reflection* r = config.GetReflection();
+    if (!r->HasField(config, f.section)) continue;
+    const TextFormat::ParseInfoTree* nested = tree.GetTreeForNested(f.section, -1);
+    if (nested == nullptr) continue;
+    const TextFormat::ParseLocation at = nested->GetLocation(f.field, -1);
+    if (at.line >= 0) (*sources)[f.field->name()] = absl::StrCat(name, ":", at.line + 1);
+  }
+}
+
+}  // namespace
+
+absl::Status ParseJobConfig(absl::string_view name, const std::string& text,
+                            LoadedJobConfig* loaded) {
+  if (absl::EndsWith(name, ".json")) {
+    google::protobuf::util::JsonParseOptions options;
+    auto s = google::protobuf::util::JsonStringToMessage(text, &loaded->config, options);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": ", s.message().ToString()));
+    }
+    for (const FieldRef& f : AllFields()) {
+      const Reflection* r = loaded->config.GetReflection();
+      if (r->HasField(loaded->config, f.section) &&
+          r->GetMessage(loaded->config, f.section).GetReflection()->HasField(
+              r->GetMessage(loaded->config, f.section), f.field)) {
+        loaded->sources[f.field->name()] = std::string(name);
+      }
+    }
+    return absl::OkStatus();
+  }
+  TextFormat::Parser parser;
+  FirstError errors(name);
+  parser.RecordErrorsTo(&errors);
+  TextFormat::ParseInfoTree tree;
+  parser.WriteLocationsTo(&tree);
+  if (!parser.ParseFromString(text, &loaded->config)) {
+    return absl::InvalidArgumentError(errors.error().empty() ? absl::StrCat(name, ": unreadable")
+                                                             : errors.error());
+  }
+  RecordLines(name, tree, loaded->config, &loaded->sources);
+  return absl::OkStatus();
+}
+
+absl::Status SetJobConfigField(absl::string_view field, absl::string_view value,
+                               absl::string_view source, LoadedJobConfig* loaded) {
+  const std::optional<FieldRef> f = FindField(field);
+  if (!f.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": no job configuration field '",
+                                                   field, "'"));
+  }
+  Message* section =
+      loaded->config.GetReflection()->MutableMessage(&loaded->config, f->section);
+  const Reflection* r = section->GetReflection();
+  const std::string v(absl::StripAsciiWhitespace(value));
+  bool ok = true;
+  switch (f->field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32: {
+      int32_t x;
+      ok = absl::SimpleAtoi(v, &x);
+      if (ok) r->SetInt32(section, f->field, x);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_INT64: {
+      int64_t x;
+      ok = absl::SimpleAtoi(v, &x);
+      if (ok) r->SetInt64(section, f->field, x);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      uint64_t x;
+      ok = absl::SimpleAtoi(v, &x);
+      if (ok) r->SetUInt64(section, f->field, x);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_DOUBLE: {
+      double x;
+      ok = absl::SimpleAtod(v, &x);
+      if (ok) r->SetDouble(section, f->field, x);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_BOOL: {
+      bool x;
+      ok = absl::SimpleAtob(v, &x);
+      if (ok) r->SetBool(section, f->field, x);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_STRING:
+      r->SetString(section, f->field, std::string(value));
+      break;
+    default:
+      ok = false;
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", f->path(), " is '", value,
+                                                   "', expected a ",
+                                                   f->field->cpp_type_name()));
+  }
+  loaded->sources[f->field->name()] = std::string(source);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyJobFlags(LoadedJobConfig* loaded) {
+  for (const FieldRef& f : AllFields()) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(f.field->name());
+    // (The one way to tell a flag given its default value from one left out.)
+    if (flag == nullptr || !absl::flags_internal::WasPresentOnCommandLine(f.field->name())) {
+      continue;
+    }
+    PSYNC_RETURN_IF_ERROR(SetJobConfigField(f.field->name(), flag->CurrentValue(),
+                                            absl::StrCat("--", f.field->name()), loaded));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FinishJobConfig(LoadedJobConfig* loaded) {
+  proto::ClusterConfig* cluster = loaded->config.mutable_cluster();
+  // A list of addresses says how many servers there are.
+  if (!cluster->has_num_servers() && !cluster->servers().empty() &&
+      !absl::StrContains(cluster->servers(), "{rank}")) {
+    cluster->set_num_servers(
+        static_cast<int32_t>(std::vector<std::string>(absl::StrSplit(cluster->servers(), ','))
+                                 .size()));
+    loaded->sources["num_servers"] = loaded->sources["servers"];
+  }
+  return Validate(*loaded);
+}
+
+absl::StatusOr<LoadedJobConfig> LoadJobConfig() {
+  LoadedJobConfig loaded;
+  const std::string path = absl::GetFlag(FLAGS_config);
+  if (!path.empty()) {
+    std::ifstream in(path);
+    if (!in) {
+      return absl::NotFoundError(absl::StrCat("--config ", path, " cannot be read: ",
+                                              std::strerror(errno)));
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    PSYNC_RETURN_IF_ERROR(ParseJobConfig(path, text.str(), &loaded));
+  }
+  PSYNC_RETURN_IF_ERROR(ApplyJobFlags(&loaded));
+  PSYNC_RETURN_IF_ERROR(FinishJobConfig(&loaded));
+  return loaded;
+}
+
+std::vector<std::string> ServerAddresses(const proto::JobConfig& config) {
+  const std::string& servers = config.cluster().servers();
+  if (!absl::StrContains(servers, "{rank}")) {
+    if (servers.empty()) return {};
+    return absl::StrSplit(servers, ',');
+  }
+  std::vector<std::string> out;
+  for (int r = 0; r < config.cluster().num_servers(); ++r) {
+    out.push_back(absl::StrReplaceAll(servers, {{"{rank}", absl::StrCat(r)}}));
+  }
+  return out;
+}
+
+absl::StatusOr<int> ResolveRank(Role role, absl::string_view flag, absl::string_view value,
+                                int count) {
+  std::string text(value);
+  std::string from = absl::StrCat(flag, "=", value);
+  if (value == "auto") {
+    if (role == Role::kWorker) {
+      const char* index = std::getenv("JOB_COMPLETION_INDEX");
+      if (index == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            flag, "=auto takes the rank from $JOB_COMPLETION_INDEX (an Indexed Job's pods), "
+                  "which is not set"));
+      }
+      text = index;
+      from = absl::StrCat(flag, "=auto ($JOB_COMPLETION_INDEX=", index, ")");
+    } else {
+      char host[256] = {};
+      gethostname(host, sizeof(host) - 1);
+      const absl::string_view name(host);
+      const size_t dash = name.rfind('-');
+      text = dash == absl::string_view::npos ? "" : std::string(name.substr(dash + 1));
+      from = absl::StrCat(flag, "=auto (hostname ", name, ")");
+      if (text.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            from, ": expected a StatefulSet pod name ending in -<ordinal>"));
+      }
+    }
+  }
+  int rank = -1;
+  if (!absl::SimpleAtoi(text, &rank) || rank < 0 || rank >= count) {
+    return absl::InvalidArgumentError(absl::StrCat(from, ": expected a rank in 0..", count - 1,
+                                                   " or auto"));
+  }
+  return rank;
+}
+
+std::string JobConfigToText(const proto::JobConfig& config) {
+  std::string text;
+  TextFormat::PrintToString(config, &text);
+  return text;
+}
+
+}  // namespace psync

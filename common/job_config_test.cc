@@ -1,0 +1,128 @@
+#include "common/job_config.h"
+
+#include <cstdlib>
+#include <set>
+
+#include "absl/flags/reflection.h"
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace psync {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Parses, then finishes (fills in and validates) a text configuration.
+absl::StatusOr<LoadedJobConfig> Load(const std::string& text, const std::string& name = "job.pbtxt") {
+  LoadedJobConfig loaded;
+  absl::Status s = ParseJobConfig(name, text, &loaded);
+  if (s.ok()) s = FinishJobConfig(&loaded);
+  if (!s.ok()) return s;
+  return loaded;
+}
+
+TEST(JobConfigTest, EveryFieldHasAFlagOfItsNameWithItsDefault) {
+  const auto* d = proto::JobConfig::descriptor();
+  std::set<std::string> names;
+  for (int s = 0; s < d->field_count(); ++s) {
+    const auto* section = d->field(s)->message_type();
+    for (int f = 0; f < section->field_count(); ++f) {
+      const auto* field = section->field(f);
+      SCOPED_TRACE(field->full_name());
+      EXPECT_TRUE(names.insert(field->name()).second) << "two fields named " << field->name();
+      const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(field->name());
+      ASSERT_NE(flag, nullptr);
+      // The flag's default, set as a flag would, equals the field's default.
+      LoadedJobConfig set;
+      ASSERT_TRUE(SetJobConfigField(field->name(), flag->DefaultValue(), "test", &set).ok());
+      proto::JobConfig defaults;
+      defaults.GetReflection()->MutableMessage(&defaults, d->field(s));  // present, all defaults
+      std::string a, b;
+      google::protobuf::TextFormat::PrintFieldValueToString(
+          set.config.GetReflection()->GetMessage(set.config, d->field(s)), field, -1, &a);
+      google::protobuf::TextFormat::PrintFieldValueToString(
+          defaults.GetReflection()->GetMessage(defaults, d->field(s)), field, -1, &b);
+      EXPECT_EQ(a, b);
+    }
+  }
+}
+
+TEST(JobConfigTest, DefaultsAreValid) {
+  auto loaded = Load("");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config.optimizer().lr(), 0.1);
+  EXPECT_EQ(loaded->config.training().batch_per_device(), 32);
+}
+
+TEST(JobConfigTest, ErrorsNameTheFileLineFieldValueAndExpectation) {
+  auto loaded = Load("cluster { num_workers: 2 }\ntraining {\n  batch_per_device: 0\n}\n");
+  EXPECT_EQ(loaded.status().message(),
+            "job.pbtxt:3: training.batch_per_device is 0, expected 1..1048576");
+  loaded = Load("optimizer {\n  lr: 0.1\n  momentm: 0.5\n}\n");
+  EXPECT_THAT(loaded.status().message(), HasSubstr("job.pbtxt:3:"));
+  EXPECT_THAT(loaded.status().message(), HasSubstr("momentm"));
+  loaded = Load("checkpoint { checkpoint_every: 10 }");
+  EXPECT_EQ(loaded.status().message(),
+            "job.pbtxt:1: checkpoint.checkpoint_every is 10, expected 0 when "
+            "checkpoint.checkpoint_dir is empty");
+}
+
+TEST(JobConfigTest, FlagsOverrideTheFileAndAreNamedInErrors) {
+  LoadedJobConfig loaded;
+  ASSERT_TRUE(ParseJobConfig("job.pbtxt", "optimizer { lr: 0.5 momentum: 0.8 }", &loaded).ok());
+  ASSERT_TRUE(SetJobConfigField("lr", "0.25", "--lr", &loaded).ok());
+  EXPECT_EQ(loaded.config.optimizer().lr(), 0.25);
+  EXPECT_EQ(loaded.config.optimizer().momentum(), 0.8);
+  ASSERT_TRUE(SetJobConfigField("momentum", "1.5", "--momentum", &loaded).ok());
+  EXPECT_EQ(FinishJobConfig(&loaded).message(),
+            "--momentum: optimizer.momentum is 1.5, expected 0 <= momentum < 1");
+  absl::Status bad = SetJobConfigField("epochs", "many", "--epochs", &loaded);
+  EXPECT_EQ(bad.message(), "--epochs: training.epochs is 'many', expected a int32");
+  EXPECT_THAT(SetJobConfigField("nonsense", "1", "--nonsense", &loaded).message(),
+              HasSubstr("no job configuration field 'nonsense'"));
+}
+
+TEST(JobConfigTest, JsonFilesToo) {
+  auto loaded = Load(R"({"cluster": {"numServers": 2, "numWorkers": 3},
+                         "training": {"model": "cnn"}})",
+                     "job.json");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config.cluster().num_workers(), 3);
+  EXPECT_EQ(loaded->config.training().model(), "cnn");
+  loaded = Load(R"({"training": {"model": "rnn"}})", "job.json");
+  EXPECT_EQ(loaded.status().message(), "job.json: training.model is \"rnn\", expected mlp or cnn");
+  loaded = Load(R"({"training": {"modle": "cnn"}})", "job.json");
+  EXPECT_THAT(loaded.status().message(), HasSubstr("job.json: "));
+}
+
+TEST(JobConfigTest, ServerAddressesFromAListOrAPattern) {
+  auto list = Load(R"(cluster { servers: "a:1,b:2" })");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->config.cluster().num_servers(), 2);
+  EXPECT_THAT(ServerAddresses(list->config), ::testing::ElementsAre("a:1", "b:2"));
+  auto pattern = Load(R"(cluster { num_servers: 3 servers: "ps-{rank}.ps:7070" })");
+  ASSERT_TRUE(pattern.ok()) << pattern.status();
+  EXPECT_THAT(ServerAddresses(pattern->config),
+              ::testing::ElementsAre("ps-0.ps:7070", "ps-1.ps:7070", "ps-2.ps:7070"));
+  auto mismatch = Load("cluster {\n  num_servers: 3\n  servers: \"a:1,b:2\"\n}");
+  EXPECT_EQ(mismatch.status().message(),
+            "job.pbtxt:3: cluster.servers is \"a:1,b:2\", expected 3 addresses "
+            "(cluster.num_servers)");
+}
+
+TEST(JobConfigTest, RanksFromAFlagOrFromThePod) {
+  EXPECT_EQ(*ResolveRank(Role::kWorker, "--worker_rank", "2", 3), 2);
+  EXPECT_EQ(ResolveRank(Role::kWorker, "--worker_rank", "3", 3).status().message(),
+            "--worker_rank=3: expected a rank in 0..2 or auto");
+  unsetenv("JOB_COMPLETION_INDEX");
+  EXPECT_THAT(ResolveRank(Role::kWorker, "--worker_rank", "auto", 3).status().message(),
+              HasSubstr("$JOB_COMPLETION_INDEX"));
+  setenv("JOB_COMPLETION_INDEX", "1", 1);
+  EXPECT_EQ(*ResolveRank(Role::kWorker, "--worker_rank", "auto", 3), 1);
+  unsetenv("JOB_COMPLETION_INDEX");
+}
+
+}  // namespace
+}  // namespace psync

@@ -8,6 +8,7 @@
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
@@ -26,24 +27,35 @@ const char* TypeName(const absl::CommandLineFlag& flag) {
   return nullptr;
 }
 
-}  // namespace
-
-std::string FlagsHelp(absl::string_view main_file) {
-  std::vector<const absl::CommandLineFlag*> flags;
-  for (const auto& [name, flag] : absl::GetAllFlags()) {
-    if (flag->Filename() == main_file) flags.push_back(flag);
-  }
+// One line per flag of `flags`, sorted by name.
+std::string Describe(std::vector<const absl::CommandLineFlag*> flags) {
   std::sort(flags.begin(), flags.end(),
             [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) {
               return a->Name() < b->Name();
             });
-  std::string out = absl::StrCat(absl::ProgramUsageMessage(), "\n\nFlags:\n");
+  std::string out;
   for (const absl::CommandLineFlag* flag : flags) {
     const char* type = TypeName(*flag);
     std::string default_value = flag->DefaultValue();
     if (flag->IsOfType<std::string>()) default_value = absl::StrCat("\"", default_value, "\"");
     absl::StrAppend(&out, "  --", flag->Name(), " (", type ? type : "", type ? ", " : "",
                     "default: ", default_value, ")\n      ", flag->Help(), "\n");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FlagsHelp(absl::string_view main_file) {
+  std::vector<const absl::CommandLineFlag*> own, job;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (flag->Filename() == main_file) own.push_back(flag);
+    if (absl::EndsWith(flag->Filename(), "common/job_config.cc")) job.push_back(flag);
+  }
+  std::string out = absl::StrCat(absl::ProgramUsageMessage(), "\n\nFlags:\n", Describe(own));
+  if (!job.empty()) {
+    absl::StrAppend(&out, "\nJob configuration (--config=FILE; each flag overrides its field, "
+                          "see proto/job_config.proto):\n", Describe(job));
   }
   return out;
 }

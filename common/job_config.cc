@@ -117,6 +117,13 @@ class FirstError : public google::protobuf::io::ErrorCollector {
   std::string error_;
 };
 
+// What an error is about: "--flag" for a value from a flag, else where the
+// value came from and the field.
+std::string Subject(absl::string_view source, const FieldRef& f) {
+  if (absl::StartsWith(source, "--")) return std::string(source);
+  return absl::StrCat(source.empty() ? "default" : source, ": ", f.path());
+}
+
 // The value of a leaf field in text form, for messages.
 std::string ValueText(const proto::JobConfig& config, const FieldRef& f) {
   const Reflection* r = config.GetReflection();
@@ -136,11 +143,9 @@ class Checker {
     if (ok || !error_.ok()) return;
     const FieldRef f = *FindField(field);
     auto source = loaded_.sources.find(std::string(field));
-    const std::string where =
-        source == loaded_.sources.end() ? "default" : source->second;
-    error_ = absl::InvalidArgumentError(absl::StrCat(where, ": ", f.path(), " is ",
-                                                     ValueText(loaded_.config, f), ", expected ",
-                                                     expected));
+    error_ = absl::InvalidArgumentError(absl::StrCat(
+        Subject(source == loaded_.sources.end() ? "" : source->second, f), " is ",
+        ValueText(loaded_.config, f), ", expected ", expected));
   }
   absl::Status status() const { return error_; }
 
@@ -306,7 +311,7 @@ absl::Status SetJobConfigField(absl::string_view field, absl::string_view value,
       ok = false;
   }
   if (!ok) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": ", f->path(), " is '", value,
+    return absl::InvalidArgumentError(absl::StrCat(Subject(source, *f), " is '", value,
                                                    "', expected a ",
                                                    f->field->cpp_type_name()));
   }

@@ -77,9 +77,9 @@ TEST(JobConfigTest, FlagsOverrideTheFileAndAreNamedInErrors) {
   EXPECT_EQ(loaded.config.optimizer().momentum(), 0.8);
   ASSERT_TRUE(SetJobConfigField("momentum", "1.5", "--momentum", &loaded).ok());
   EXPECT_EQ(FinishJobConfig(&loaded).message(),
-            "--momentum: optimizer.momentum is 1.5, expected 0 <= momentum < 1");
+            "--momentum is 1.5, expected 0 <= momentum < 1");
   absl::Status bad = SetJobConfigField("epochs", "many", "--epochs", &loaded);
-  EXPECT_EQ(bad.message(), "--epochs: training.epochs is 'many', expected a int32");
+  EXPECT_EQ(bad.message(), "--epochs is 'many', expected a int32");
   EXPECT_THAT(SetJobConfigField("nonsense", "1", "--nonsense", &loaded).message(),
               HasSubstr("no job configuration field 'nonsense'"));
 }

@@ -8,7 +8,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/flags_help.h"
+#include "common/job_config.h"
+#include "common/status_macros.h"
 #include "common/malloc_tuning.h"
 #include "glog/logging.h"
 #include "common/cluster_spec.h"
@@ -19,77 +22,45 @@
 #include "server/rpc/grpc_server.h"
 #include "server/shard_store.h"
 
-ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all).");
-ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (see --port_file).");
+// The job's settings (--config and a flag per field) are in
+// common/job_config.h; these are this server's own.
 ABSL_FLAG(std::string, port_file, "", "If set, the chosen port is written here once listening.");
-ABSL_FLAG(int, server_rank, 0, "This server's rank in 0..num_servers-1.");
-ABSL_FLAG(int, num_servers, 1, "Number of servers in the cluster.");
-ABSL_FLAG(int, num_workers, 1, "Number of workers that push each step.");
-ABSL_FLAG(double, lr, 0.1, "SGD learning rate.");
-ABSL_FLAG(double, momentum, 0.9, "SGD momentum.");
-ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
-ABSL_FLAG(bool, deterministic, false, "Sum worker gradients in rank order (bitwise reproducible).");
-ABSL_FLAG(int, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
-ABSL_FLAG(int, pull_timeout_s, 120, "Longest a pull waits for its version.");
-ABSL_FLAG(std::string, servers, "",
-          "Every server's address host:port,... in rank order; the others reach the "
-          "coordinator (server 0) there. Needed when --num_servers > 1.");
-ABSL_FLAG(std::string, checkpoint_dir, "",
-          "Write checkpoints here and restore the newest valid one at start (empty: none).");
-ABSL_FLAG(int64_t, checkpoint_every, 0,
-          "Checkpoint every N steps (and the job's last step, and at SIGTERM); 0: only at "
-          "SIGTERM. Needs --checkpoint_dir.");
-ABSL_FLAG(int, keep_checkpoints, 3, "Newest checkpoints kept per server (>= 2).");
-ABSL_FLAG(int, peer_timeout_s, 120,
-          "Fail the job when a worker has been silent this long while its peers wait.");
-ABSL_FLAG(int, worker_lease_ms, 1000,
-          "A worker silent this long is missing; a restarted worker may take its rank.");
+ABSL_FLAG(std::string, server_rank, "0",
+          "This server's rank in 0..num_servers-1, or auto: the ordinal its StatefulSet pod "
+          "name ends in.");
 
 namespace psync {
 namespace {
 
-absl::StatusOr<ShardStoreOptions> OptionsFromFlags() {
+absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c) {
   ShardStoreOptions o;
-  o.server_rank = absl::GetFlag(FLAGS_server_rank);
-  o.num_servers = absl::GetFlag(FLAGS_num_servers);
-  o.num_workers = absl::GetFlag(FLAGS_num_workers);
-  o.deterministic = absl::GetFlag(FLAGS_deterministic);
-  const int mb = absl::GetFlag(FLAGS_max_message_mb);
-  if (mb < 2 || mb > 2047) {
-    return absl::InvalidArgumentError(absl::StrCat("--max_message_mb is ", mb, ", expected 2..2047"));
-  }
-  o.max_message_bytes = int64_t{mb} << 20;
-  o.sgd.learning_rate = static_cast<float>(absl::GetFlag(FLAGS_lr));
-  o.sgd.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
-  o.sgd.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
-  o.worker_lease = absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
-  o.peer_timeout = absl::Seconds(absl::GetFlag(FLAGS_peer_timeout_s));
-  o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
-  if (absl::GetFlag(FLAGS_checkpoint_dir).empty() && o.checkpoint_every > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--checkpoint_every is ", o.checkpoint_every, " but --checkpoint_dir is empty"));
-  }
-  if (absl::GetFlag(FLAGS_keep_checkpoints) < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--keep_checkpoints is ", absl::GetFlag(FLAGS_keep_checkpoints),
-        ", expected >= 2 (a rollback may need the one before the newest)"));
-  }
-  absl::Status s = o.Validate();
-  if (!s.ok()) return s;
+  PSYNC_ASSIGN_OR_RETURN(o.server_rank, ResolveRank(Role::kServer, "--server_rank",
+                                                     absl::GetFlag(FLAGS_server_rank),
+                                                     c.cluster().num_servers()));
+  o.num_servers = c.cluster().num_servers();
+  o.num_workers = c.cluster().num_workers();
+  o.deterministic = c.training().deterministic();
+  o.max_message_bytes = int64_t{c.server().max_message_mb()} << 20;
+  o.sgd.learning_rate = static_cast<float>(c.optimizer().lr());
+  o.sgd.momentum = static_cast<float>(c.optimizer().momentum());
+  o.sgd.weight_decay = static_cast<float>(c.optimizer().weight_decay());
+  o.worker_lease = absl::Milliseconds(c.timeouts().worker_lease_ms());
+  o.peer_timeout = absl::Seconds(c.timeouts().peer_timeout_s());
+  o.checkpoint_every = c.checkpoint().checkpoint_every();
+  PSYNC_RETURN_IF_ERROR(o.Validate());
   return o;
 }
 
 int Run() {
-  auto options = OptionsFromFlags();
-  if (!options.ok()) {
-    LOG(ERROR) << "bad flags: " << options.status().message();
+  absl::StatusOr<LoadedJobConfig> loaded = LoadJobConfig();
+  if (!loaded.ok()) {
+    LOG(ERROR) << "bad configuration: " << loaded.status().message();
     return 2;
   }
-  const int port = absl::GetFlag(FLAGS_port);
-  const int pull_timeout_s = absl::GetFlag(FLAGS_pull_timeout_s);
-  if (port < 0 || port > 65535 || pull_timeout_s < 1) {
-    LOG(ERROR) << "bad flags: --port is " << port << " (expected 0..65535), --pull_timeout_s is "
-               << pull_timeout_s << " (expected >= 1)";
+  const proto::JobConfig& config = loaded->config;
+  auto options = StoreOptions(config);
+  if (!options.ok()) {
+    LOG(ERROR) << "bad flags: " << options.status().message();
     return 2;
   }
 
@@ -111,8 +82,8 @@ int Run() {
     return 2;
   }
   std::vector<std::string> addresses;
-  if (!absl::GetFlag(FLAGS_servers).empty()) {
-    auto parsed = ParseServerAddresses(absl::GetFlag(FLAGS_servers));
+  if (!config.cluster().servers().empty()) {
+    auto parsed = ParseServerAddresses(absl::StrJoin(ServerAddresses(config), ","));
     if (!parsed.ok()) {
       LOG(ERROR) << "bad flags: --servers: " << parsed.status().message();
       return 2;
@@ -125,13 +96,13 @@ int Run() {
     return 2;
   }
   std::unique_ptr<CheckpointManager> checkpoints;
-  const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  const std::string& checkpoint_dir = config.checkpoint().checkpoint_dir();
   if (!checkpoint_dir.empty()) {
     CheckpointManagerOptions c;
     c.dir = checkpoint_dir;
     c.server_rank = options->server_rank;
     c.num_servers = options->num_servers;
-    c.keep = absl::GetFlag(FLAGS_keep_checkpoints);
+    c.keep = config.checkpoint().keep_checkpoints();
     c.optimizer = options->sgd.Describe();
     auto opened = CheckpointManager::Open(c);
     if (!opened.ok()) {
@@ -159,8 +130,8 @@ int Run() {
   }
 
   GrpcServerOptions server_options;
-  server_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
-  server_options.max_pull_wait = absl::Seconds(pull_timeout_s);
+  server_options.address = absl::StrCat(config.server().host(), ":", config.server().port());
+  server_options.max_pull_wait = absl::Seconds(config.timeouts().pull_timeout_s());
   server_options.coordinator = coordinator.get();
   auto server = GrpcServer::Start(store->get(), server_options);
   if (!server.ok()) {
@@ -168,7 +139,7 @@ int Run() {
     return 1;
   }
   LOG(INFO) << "server " << options->server_rank << "/" << options->num_servers
-            << " listening on " << absl::GetFlag(FLAGS_host) << ":" << (*server)->port()
+            << " listening on " << config.server().host() << ":" << (*server)->port()
             << " for " << options->num_workers << " workers (lr " << options->sgd.learning_rate
             << ", momentum " << options->sgd.momentum << ", weight decay "
             << options->sgd.weight_decay << ", deterministic "

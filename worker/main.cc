@@ -17,6 +17,8 @@
 #include "common/flags_help.h"
 #include "common/layout.h"
 #include "common/malloc_tuning.h"
+#include "absl/strings/str_join.h"
+#include "common/job_config.h"
 #include "common/output_path.h"
 #include "common/safetensors.h"
 #include "common/sha256.h"
@@ -31,35 +33,11 @@
 #include "worker/rpc/grpc_ps_client.h"
 #include "worker/trainer.h"
 
-ABSL_FLAG(std::string, servers, "", "Server addresses host:port,... in server-rank order.");
-ABSL_FLAG(int, worker_rank, 0, "This worker's rank in 0..num_workers-1.");
-ABSL_FLAG(int, num_workers, 1, "Number of workers.");
-ABSL_FLAG(int, devices, 1, "Devices on this worker (one thread and model replica each).");
-ABSL_FLAG(std::string, device, "auto",
-          "auto: CUDA devices when usable GPUs exist (and the model runs on them), else CPU; "
-          "cpu; cuda (fails at start without GPUs).");
-ABSL_FLAG(std::string, model, "mlp", "Model: mlp or cnn.");
-ABSL_FLAG(int64_t, batch_per_device, 32, "Samples per device per step.");
-ABSL_FLAG(int, epochs, 1, "Epochs to train (ignored if --steps > 0).");
-ABSL_FLAG(int64_t, steps, 0, "If > 0, total steps to train instead of --epochs.");
-ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and the data order.");
-ABSL_FLAG(int64_t, chunk_kb, 256, "Largest chunk of a tensor on one server, in KiB.");
-ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "Fashion-MNIST directory.");
-ABSL_FLAG(int64_t, synthetic_samples, 0, "If > 0, train on this many synthetic samples instead.");
-ABSL_FLAG(std::string, export_path, "", "Rank 0: write the final weights here (safetensors).");
-ABSL_FLAG(std::string, summary, "", "Rank 0: write a JSON summary of the run here.");
-ABSL_FLAG(std::string, device_weights, "",
-          "Relative speeds of the devices, e.g. 1,3: faster devices take proportionally more "
-          "of each step's samples (default: equal).");
-ABSL_FLAG(bool, overlap, true, "Push each layer's gradients while backward continues.");
-ABSL_FLAG(int, rpc_timeout_s, 120, "Deadline of one push-pull (includes waiting for peers).");
-ABSL_FLAG(int, connect_timeout_s, 60, "How long to wait for servers at registration.");
-ABSL_FLAG(int, peer_timeout_s, 120,
-          "How long to wait at the end for the other workers to finish before failing (a "
-          "missing worker fails the job on the servers after their --peer_timeout_s).");
-ABSL_FLAG(int, stop_grace_s, 5,
-          "On SIGTERM: time the step in progress gets to finish before its calls are "
-          "cancelled; the worker then exits 0.");
+// The job's settings (--config and a flag per field) are in
+// common/job_config.h; this is the worker's own.
+ABSL_FLAG(std::string, worker_rank, "0",
+          "This worker's rank in 0..num_workers-1, or auto: $JOB_COMPLETION_INDEX (the pod's "
+          "index in an Indexed Job).");
 
 namespace psync {
 namespace {
@@ -88,18 +66,16 @@ absl::StatusOr<Data> LoadData(int64_t synthetic, const std::string& dir, int64_t
   return d;
 }
 
-std::string Json(const TrainResult& r, int64_t global_batch, int servers,
-                 const std::string& sha256) {
+std::string Json(const proto::JobConfig& c, const TrainResult& r, int64_t global_batch,
+                 int servers, const std::string& sha256) {
   return absl::StrFormat(
       "{\"test_accuracy\": %.6f, \"test_loss\": %.6f, \"final_loss\": %.6f, \"steps\": %d, "
       "\"global_batch\": %d, \"samples_per_sec\": %.1f, \"weights_sha256\": \"%s\", "
       "\"model\": \"%s\", \"servers\": %d, \"workers\": %d, \"devices_per_worker\": %d, "
       "\"batch_per_device\": %d, \"seed\": %d}\n",
       r.last.test_accuracy, r.last.test_loss, r.last.loss, r.steps, global_batch,
-      r.samples_per_sec, sha256, absl::GetFlag(FLAGS_model),
-      servers,
-      absl::GetFlag(FLAGS_num_workers), absl::GetFlag(FLAGS_devices),
-      absl::GetFlag(FLAGS_batch_per_device), absl::GetFlag(FLAGS_seed));
+      r.samples_per_sec, sha256, c.training().model(), servers, c.cluster().num_workers(),
+      c.training().devices(), c.training().batch_per_device(), c.training().seed());
 }
 
 // SIGTERM or SIGINT: the trainer stops before its next step; a step that
@@ -108,8 +84,12 @@ std::string Json(const TrainResult& r, int64_t global_batch, int servers,
 // starts), and this object's thread takes them.
 class StopOnSignal {
  public:
-  StopOnSignal(Trainer* trainer, PsClient* client, int rank)
-      : trainer_(trainer), client_(client), rank_(rank), thread_([this] { Loop(); }) {}
+  StopOnSignal(Trainer* trainer, PsClient* client, int rank, absl::Duration grace)
+      : trainer_(trainer),
+        client_(client),
+        rank_(rank),
+        grace_(grace),
+        thread_([this] { Loop(); }) {}
   ~StopOnSignal() {
     done_.store(true);
     thread_.join();
@@ -140,7 +120,7 @@ class StopOnSignal {
         LOG(INFO) << "worker " << rank_ << ": received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
                   << "; stopping after the current step";
         trainer_->RequestStop();
-        cancel_at = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
+        cancel_at = absl::Now() + grace_;
       }
       if (absl::Now() >= cancel_at) {
         LOG(INFO) << "worker " << rank_ << ": the step did not finish within --stop_grace_s; "
@@ -154,23 +134,24 @@ class StopOnSignal {
   Trainer* const trainer_;
   PsClient* const client_;
   const int rank_;
+  const absl::Duration grace_;
   std::atomic<bool> signalled_{false}, done_{false};
   std::thread thread_;
 };
 
-absl::Status Run() {
+absl::Status Run(const proto::JobConfig& c, int rank) {
   PSYNC_ASSIGN_OR_RETURN(std::vector<std::string> servers,
-                         ParseServerAddresses(absl::GetFlag(FLAGS_servers)));
+                         ParseServerAddresses(absl::StrJoin(ServerAddresses(c), ",")));
   TrainerOptions options;
-  options.worker_rank = absl::GetFlag(FLAGS_worker_rank);
-  options.num_workers = absl::GetFlag(FLAGS_num_workers);
-  options.batch_per_device = absl::GetFlag(FLAGS_batch_per_device);
-  options.epochs = absl::GetFlag(FLAGS_epochs);
-  options.max_steps = absl::GetFlag(FLAGS_steps);
-  options.seed = absl::GetFlag(FLAGS_seed);
+  options.worker_rank = rank;
+  options.num_workers = c.cluster().num_workers();
+  options.batch_per_device = c.training().batch_per_device();
+  options.epochs = c.training().epochs();
+  options.max_steps = c.training().steps();
+  options.seed = c.training().seed();
   options.evaluate = options.worker_rank == 0;
-  options.overlap = absl::GetFlag(FLAGS_overlap);
-  for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_device_weights), ',',
+  options.overlap = c.training().overlap();
+  for (absl::string_view w : absl::StrSplit(c.training().device_weights(), ',',
                                             absl::SkipEmpty())) {
     double weight;
     if (!absl::SimpleAtod(w, &weight)) {
@@ -180,35 +161,21 @@ absl::Status Run() {
     options.device_weights.push_back(weight);
   }
   PSYNC_RETURN_IF_ERROR(options.Validate());
-  const int devices = absl::GetFlag(FLAGS_devices);
-  const int64_t chunk_kb = absl::GetFlag(FLAGS_chunk_kb);
-  const int rpc_timeout_s = absl::GetFlag(FLAGS_rpc_timeout_s);
-  const int connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout_s);
-  if (chunk_kb < 1 || chunk_kb > (1 << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat("--chunk_kb is ", chunk_kb, ", expected 1..1048576"));
-  }
-  if (rpc_timeout_s < 1 || connect_timeout_s < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--rpc_timeout_s is ", rpc_timeout_s, " and --connect_timeout_s is ", connect_timeout_s,
-        ", expected both >= 1"));
-  }
-  const int64_t synthetic_samples = absl::GetFlag(FLAGS_synthetic_samples);
-  if (synthetic_samples < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--synthetic_samples is ", synthetic_samples,
-                                                   ", expected >= 0 (0: train on Fashion-MNIST)"));
-  }
+  const int devices = c.training().devices();
+  const int64_t chunk_kb = c.training().chunk_kb();
+  const int64_t synthetic_samples = c.data().synthetic_samples();
   // Checked before training: a bad path found only at the end would lose the
   // trained weights.
-  const std::string export_path = absl::GetFlag(FLAGS_export_path);
-  const std::string summary = absl::GetFlag(FLAGS_summary);
+  const std::string& export_path = c.output().export_path();
+  const std::string& summary = c.output().summary();
   if (options.worker_rank == 0) {
     if (!export_path.empty()) PSYNC_RETURN_IF_ERROR(CheckOutputPath("--export_path", export_path));
     if (!summary.empty()) PSYNC_RETURN_IF_ERROR(CheckOutputPath("--summary", summary));
   }
 
-  const std::string model = absl::GetFlag(FLAGS_model);
+  const std::string& model = c.training().model();
   PSYNC_ASSIGN_OR_RETURN(const DeviceChoice device,
-                         ChooseDevice(absl::GetFlag(FLAGS_device), ProbeGpus(), devices));
+                         ChooseDevice(c.training().device(), ProbeGpus(), devices));
   LOG(INFO) << "worker " << options.worker_rank << " uses " << devices << " "
             << (device.cuda ? "CUDA" : "CPU") << " devices: " << device.reason;
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
@@ -222,10 +189,10 @@ absl::Status Run() {
   PSYNC_ASSIGN_OR_RETURN(Layout layout,
                          Layout::Create(replicas[0]->parameters(), chunk_kb << 10,
                                         static_cast<int>(servers.size()), options.seed));
-  PSYNC_ASSIGN_OR_RETURN(Data data, LoadData(synthetic_samples, absl::GetFlag(FLAGS_data_dir),
+  PSYNC_ASSIGN_OR_RETURN(Data data, LoadData(synthetic_samples, c.data().data_dir(),
                                              replicas[0]->input_dim(), options.seed));
   LOG(INFO) << "worker " << options.worker_rank << "/" << options.num_workers << ": model "
-            << absl::GetFlag(FLAGS_model) << " (" << layout.total_elements() << " parameters, "
+            << model << " (" << layout.total_elements() << " parameters, "
             << layout.chunks().size() << " chunks on " << servers.size() << " servers, layout "
             << layout.fingerprint() << "), " << devices << " devices x batch "
             << options.batch_per_device << ", " << data.train.size << " training samples";
@@ -234,14 +201,9 @@ absl::Status Run() {
   client_options.server_addresses = servers;
   client_options.worker_rank = options.worker_rank;
   client_options.num_workers = options.num_workers;
-  client_options.call_timeout = absl::Seconds(rpc_timeout_s);
-  const int peer_timeout_s = absl::GetFlag(FLAGS_peer_timeout_s);
-  if (peer_timeout_s < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--peer_timeout_s is ", peer_timeout_s,
-                                                   ", expected >= 1"));
-  }
-  client_options.connect_timeout = absl::Seconds(connect_timeout_s);
-  client_options.finish_timeout = absl::Seconds(peer_timeout_s);
+  client_options.call_timeout = absl::Seconds(c.timeouts().rpc_timeout_s());
+  client_options.connect_timeout = absl::Seconds(c.timeouts().connect_timeout_s());
+  client_options.finish_timeout = absl::Seconds(c.timeouts().peer_timeout_s());
   client_options.shape = TrainingShape{devices,
                                        options.batch_per_device,
                                        options.TotalSteps(Sharding{data.train.size,
@@ -251,7 +213,7 @@ absl::Status Run() {
                                                               .steps_per_epoch()),
                                        data.train.size,
                                        options.seed,
-                                       absl::GetFlag(FLAGS_device_weights)};
+                                       c.training().device_weights()};
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
                          CreateGrpcPsClient(layout, client_options));
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
@@ -259,7 +221,8 @@ absl::Status Run() {
                                          client.get(), &data.train, &data.test));
   const int64_t global_batch = int64_t{options.num_workers} * devices * options.batch_per_device;
   const bool rank0 = options.worker_rank == 0;
-  StopOnSignal stopper(trainer.get(), client.get(), options.worker_rank);
+  StopOnSignal stopper(trainer.get(), client.get(), options.worker_rank,
+                       absl::Seconds(c.timeouts().stop_grace_s()));
   absl::StatusOr<TrainResult> trained = trainer->Run([&](const EpochReport& r) {
     if (!rank0) return;
     std::printf("epoch %d step %lld loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f "
@@ -297,7 +260,7 @@ absl::Status Run() {
   if (!summary.empty()) {
     const std::string tmp = summary + ".tmp";
     std::ofstream out(tmp, std::ios::trunc);
-    out << Json(result, global_batch, static_cast<int>(servers.size()), digest);
+    out << Json(c, result, global_batch, static_cast<int>(servers.size()), digest);
     out.close();
     if (!out) {
       std::remove(tmp.c_str());
@@ -325,9 +288,21 @@ int main(int argc, char** argv) {
   // the devices from oversubscribing the cores.
   openblas_set_num_threads(1);
   psync::StopOnSignal::BlockSignals();
-  absl::Status s = psync::Run();
+  absl::StatusOr<psync::LoadedJobConfig> loaded = psync::LoadJobConfig();
+  if (!loaded.ok()) {
+    LOG(ERROR) << "bad configuration: " << loaded.status().message();
+    return 1;
+  }
+  absl::StatusOr<int> rank =
+      psync::ResolveRank(psync::Role::kWorker, "--worker_rank", absl::GetFlag(FLAGS_worker_rank),
+                         loaded->config.cluster().num_workers());
+  if (!rank.ok()) {
+    LOG(ERROR) << "bad flags: " << rank.status().message();
+    return 1;
+  }
+  absl::Status s = psync::Run(loaded->config, *rank);
   if (!s.ok()) {
-    LOG(ERROR) << "worker " << absl::GetFlag(FLAGS_worker_rank) << " failed: " << s;
+    LOG(ERROR) << "worker " << *rank << " failed: " << s;
     return 1;
   }
   return 0;

@@ -14,7 +14,6 @@
 #include <functional>
 #include <map>
 #include <regex>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -35,44 +34,6 @@ constexpr int kSteps = 400;
 // above everything else the job writes (summary JSON < 1 KiB, port and pid
 // files): under this limit only checkpoint writes fail.
 constexpr int64_t kFileSizeLimit = 64 << 10;
-
-struct JobRun {
-  int exit_code = -1;
-  std::string output;
-  std::string sha;
-};
-
-// ReadFile and Sha are copies of tests/recovery_test.cc's.
-std::string ReadFile(const std::string& path) {
-  std::stringstream s;
-  s << std::ifstream(path, std::ios::binary).rdbuf();
-  return s.str();
-}
-
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
-std::string Sha(const std::string& summary) {
-  std::smatch m;
-  static const std::regex re("\"weights_sha256\": \"([0-9a-f]+)\"");
-  return std::regex_search(summary, m, re) ? m[1].str() : "";
-}
-
-// The lines of `text` that contain `what`.
-std::vector<std::string> LinesWith(const std::string& text, const std::string& what) {
-  std::vector<std::string> out;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (line.find(what) != absl::string_view::npos) out.emplace_back(line);
-  }
-  return out;
-}
-
-std::string FreshDir(const std::string& name) {
-  const std::string dir = fs::absolute(absl::StrCat(TempDir(), "/", name, "_ckpt")).string();
-  fs::remove_all(dir);
-  return dir;
-}
 
 std::string ServerFile(const std::string& dir, int64_t version, int rank) {
   return absl::StrFormat("%s/ckpt-%012d/server-%d-of-2.safetensors", dir, version, rank);
@@ -111,32 +72,15 @@ std::vector<std::string> Job(const std::string& dir) {
           "--peer_timeout_s=20", "--checkpoint_dir=" + dir};
 }
 
-// Runs `wrapper` (a command that execs the rest, e.g. prlimit; may be empty)
-// with psync_launch and `flags`. `during(launcher)` runs on this thread once
-// the launcher has started. Nothing is restarted: a death fails the job.
+// Runs psync_launch with `flags` (behind `wrapper`, e.g. prlimit, if not
+// empty); `during(launcher)` runs meanwhile. Nothing is restarted: a death
+// fails the job.
 JobRun Launch(const std::string& name, const std::vector<std::string>& flags,
               std::vector<std::string> wrapper = {},
-              const std::function<void(Subprocess*)>& during = nullptr) {
-  JobRun run;
-  const std::string summary = absl::StrCat(TempDir(), "/", name, ".json");
-  std::remove(summary.c_str());
-  std::vector<std::string> argv = std::move(wrapper);
-  for (const std::string& a : {Runfile("deploy/local/psync_launch"), "--summary=" + summary,
-                               std::string("--timeout_s=60"), std::string("--max_restarts=0")}) {
-    argv.push_back(a);
-  }
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  auto p = Subprocess::Start(argv, absl::StrCat("[", name, "] "));
-  if (!p.ok()) {
-    ADD_FAILURE() << p.status();
-    return run;
-  }
-  if (during) during(p->get());
-  run.exit_code = (*p)->Wait(absl::Now() + absl::Seconds(75)).value_or(-1);
-  run.output = (*p)->DrainedOutput(absl::Now() + absl::Seconds(5));
-  p->reset();  // kills the launcher if it still runs; its children follow
-  run.sha = Sha(ReadFile(summary));
-  return run;
+              std::function<void(Subprocess*)> during = nullptr) {
+  std::vector<std::string> all = {"--timeout_s=60", "--max_restarts=0"};
+  all.insert(all.end(), flags.begin(), flags.end());
+  return RunLaunch(name, all, {absl::Seconds(75), std::move(wrapper), std::move(during)});
 }
 
 class CheckpointFailureTest : public ::testing::Test {

@@ -64,10 +64,6 @@ std::vector<std::string> Launch(std::vector<std::string> flags) {
   return argv;
 }
 
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 TEST(CliTest, HelpListsEachBinarysOwnFlags) {
   struct Case {
     std::string binary, usage;

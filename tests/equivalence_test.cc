@@ -44,12 +44,6 @@ LaunchResult Launch(const std::string& name, std::vector<std::string> flags) {
   return run;
 }
 
-std::string JsonField(const std::string& json, const std::string& key) {
-  std::smatch m;
-  std::regex re("\"" + key + "\": \"?([^,\"}]+)");
-  return std::regex_search(json, m, re) ? m[1].str() : "";
-}
-
 const std::vector<std::string> kCommon = {"--deterministic", "--seed=7", "--steps=30",
                                           "--lr=0.05", "--momentum=0.9", "--weight_decay=0.0001",
                                           "--chunk_kb=64"};

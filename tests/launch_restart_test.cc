@@ -25,41 +25,13 @@ namespace {
 
 constexpr absl::Duration kRunLimit = absl::Seconds(90);  // --timeout_s=60, plus shutdown
 
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-// A fresh, empty directory under the test's temp dir.
-std::string FreshDir(const std::string& name) {
-  const std::string dir = absl::StrCat(TempDir(), "/", name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 std::unique_ptr<Subprocess> StartLaunch(const std::string& name, std::vector<std::string> flags) {
   std::vector<std::string> argv = {Runfile("deploy/local/psync_launch"),
                                    "--synthetic_samples=2000", "--steps=300",
                                    "--batch_per_device=8",     "--devices_per_worker=1",
                                    "--deterministic",          "--timeout_s=60"};
   argv.insert(argv.end(), flags.begin(), flags.end());
-  auto p = Subprocess::Start(argv, absl::StrCat("[", name, "] "));
-  if (!p.ok()) {
-    ADD_FAILURE() << p.status();
-    return nullptr;
-  }
-  return std::move(*p);
-}
-
-// Waits until `text` is in the launcher's output; false if the launcher
-// ended or `deadline` passed first.
-bool WaitForOutput(Subprocess& launch, const std::string& text, absl::Time deadline) {
-  while (absl::Now() < deadline) {
-    if (Contains(launch.output(), text)) return true;
-    if (launch.Poll().has_value()) return Contains(launch.output(), text);
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return false;
+  return StartProcess(argv, name);
 }
 
 std::optional<pid_t> ReadPid(const std::string& path) {

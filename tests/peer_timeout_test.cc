@@ -19,34 +19,12 @@ namespace {
 
 constexpr int kPeerTimeoutS = 8;
 
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-std::unique_ptr<Subprocess> Start(std::vector<std::string> argv, const std::string& prefix) {
-  auto p = Subprocess::Start(std::move(argv), prefix);
-  if (!p.ok()) {
-    ADD_FAILURE() << p.status();
-    return nullptr;
-  }
-  return std::move(*p);
-}
-
-bool WaitForOutput(Subprocess& p, const std::string& text, absl::Time deadline) {
-  while (absl::Now() < deadline) {
-    if (Contains(p.output(), text)) return true;
-    if (p.Poll().has_value()) return Contains(p.output(), text);
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return false;
-}
-
 std::unique_ptr<Subprocess> StartWorker(int rank, const std::string& address) {
-  return Start({Runfile("worker/psync_worker"), "--servers=" + address,
+  return StartProcess({Runfile("worker/psync_worker"), "--servers=" + address,
                 absl::StrCat("--worker_rank=", rank), "--num_workers=2",
                 "--synthetic_samples=4000", "--steps=100000", "--batch_per_device=8",
                 absl::StrCat("--peer_timeout_s=", kPeerTimeoutS), "--connect_timeout_s=30"},
-               absl::StrCat("[worker ", rank, "] "));
+               absl::StrCat("worker ", rank));
 }
 
 TEST(PeerTimeoutTest, AWorkerThatStaysDeadFailsTheJobByName) {
@@ -55,9 +33,9 @@ TEST(PeerTimeoutTest, AWorkerThatStaysDeadFailsTheJobByName) {
   ASSERT_TRUE(port.ok()) << port.status();
   ports.Release();
   const std::string address = absl::StrCat("127.0.0.1:", *port);
-  auto server = Start({Runfile("server/psync_server"), absl::StrCat("--port=", *port),
-                       "--num_workers=2", absl::StrCat("--peer_timeout_s=", kPeerTimeoutS)},
-                      "[server] ");
+  auto server = StartProcess({Runfile("server/psync_server"), absl::StrCat("--port=", *port),
+                              "--num_workers=2", absl::StrCat("--peer_timeout_s=", kPeerTimeoutS)},
+                             "server");
   ASSERT_NE(server, nullptr);
   auto survivor = StartWorker(0, address);
   auto victim = StartWorker(1, address);

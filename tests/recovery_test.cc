@@ -7,13 +7,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
-#include <regex>
-#include <sstream>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/subprocess.h"
 #include "gtest/gtest.h"
@@ -21,31 +18,6 @@
 
 namespace psync {
 namespace {
-
-struct JobRun {
-  int exit_code = -1;
-  std::string output;
-  std::string sha;
-  int kills = 0;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::stringstream s;
-  s << std::ifstream(path).rdbuf();
-  return s.str();
-}
-
-std::string Sha(const std::string& summary) {
-  std::smatch m;
-  static const std::regex re("\"weights_sha256\": \"([0-9a-f]+)\"");
-  return std::regex_search(summary, m, re) ? m[1].str() : "";
-}
-
-int Count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 // The job of the chaos runs: 2 servers, 3 workers x 2 devices.
 std::vector<std::string> Job(const std::string& dir, int servers = 2) {
@@ -62,52 +34,32 @@ bool Kill(const std::string& pid_dir, const std::string& name) {
   return pid > 0 && kill(pid, SIGKILL) == 0;
 }
 
-// Runs psync_launch with `flags`; `chaos(pid_dir, launcher)` runs on another
-// thread meanwhile and returns how many processes it killed.
-JobRun Launch(const std::string& name, std::vector<std::string> flags,
-           const std::function<int(const std::string&, Subprocess*)>& chaos = nullptr) {
-  JobRun run;
-  const std::string summary = absl::StrCat(TempDir(), "/", name, ".json");
-  const std::string pid_dir = absl::StrCat(TempDir(), "/", name, "_pids");
-  std::filesystem::create_directories(pid_dir);
-  std::remove(summary.c_str());
-  std::vector<std::string> argv = {Runfile("deploy/local/psync_launch"), "--summary=" + summary,
-                                   "--timeout_s=150", "--pid_dir=" + pid_dir,
-                                   "--max_restarts=30"};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  auto p = Subprocess::Start(argv, absl::StrCat("[", name, "] "));
-  if (!p.ok()) {
-    ADD_FAILURE() << p.status();
-    return run;
-  }
-  std::thread killer;
-  if (chaos) killer = std::thread([&] { run.kills = chaos(pid_dir, p->get()); });
-  run.exit_code = (*p)->Wait(absl::Now() + absl::Seconds(170)).value_or(-1);
-  if (killer.joinable()) killer.join();
-  run.output = (*p)->DrainedOutput(absl::Now() + absl::Seconds(5));
-  p->reset();
-  run.sha = Sha(ReadFile(summary));
-  return run;
-}
-
-std::string FreshDir(const std::string& name) {
-  const std::string dir = absl::StrCat(TempDir(), "/", name, "_ckpt");
-  std::filesystem::remove_all(dir);
-  return dir;
+// Runs psync_launch with `flags`, restarting what dies; `chaos(pid_dir,
+// launcher)` runs on another thread meanwhile and returns how many processes
+// it killed.
+struct ChaosRun : JobRun {
+  int kills = 0;
+};
+ChaosRun Launch(const std::string& name, std::vector<std::string> flags,
+                const std::function<int(const std::string&, Subprocess*)>& chaos = nullptr) {
+  const std::string pid_dir = FreshDir(name + "_pids");
+  flags.insert(flags.end(), {"--timeout_s=150", "--pid_dir=" + pid_dir, "--max_restarts=30"});
+  int kills = 0;
+  LaunchOptions options;
+  if (chaos) options.during = [&](Subprocess* l) { kills = chaos(pid_dir, l); };
+  JobRun job = RunLaunch(name, flags, options);
+  return ChaosRun{std::move(job), kills};
 }
 
 // Waits until training has begun (a worker logged its first step range).
 void AwaitTraining(Subprocess* launcher) {
-  const absl::Time until = absl::Now() + absl::Seconds(30);
-  while (absl::Now() < until && launcher->output().find("training steps") == std::string::npos) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  WaitForOutput(*launcher, "training steps", absl::Now() + absl::Seconds(30));
 }
 
 class RecoveryTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const JobRun calm = Launch("calm", Job(FreshDir("calm")));
+    const JobRun calm = Launch("calm", Job(FreshDir("calm_ckpt")));
     ASSERT_EQ(calm.exit_code, 0) << calm.output;
     ASSERT_FALSE(calm.sha.empty());
     reference_ = new std::string(calm.sha);
@@ -123,7 +75,8 @@ TEST_F(RecoveryTest, RandomKillsOfServersAndWorkersChangeNoBit) {
   for (uint32_t seed : {11u, 23u, 37u}) {
     SCOPED_TRACE(absl::StrCat("kill schedule seed ", seed));
     const std::string name = absl::StrCat("chaos", seed);
-    const JobRun run = Launch(name, Job(FreshDir(name)), [&](const std::string& pids, Subprocess* l) {
+    const std::string dir = FreshDir(name + "_ckpt");
+    const ChaosRun run = Launch(name, Job(dir), [&](const std::string& pids, Subprocess* l) {
       std::mt19937 rng(seed);
       AwaitTraining(l);
       int kills = 0;
@@ -143,7 +96,8 @@ TEST_F(RecoveryTest, RandomKillsOfServersAndWorkersChangeNoBit) {
 
 TEST_F(RecoveryTest, TwoFailuresCloseTogether) {
   const std::string name = "close";
-  const JobRun run = Launch(name, Job(FreshDir(name)), [](const std::string& pids, Subprocess* l) {
+  const std::string dir = FreshDir(name + "_ckpt");
+  const ChaosRun run = Launch(name, Job(dir), [](const std::string& pids, Subprocess* l) {
     AwaitTraining(l);
     absl::SleepFor(absl::Milliseconds(400));
     int kills = Kill(pids, "server-1");
@@ -163,7 +117,7 @@ TEST_F(RecoveryTest, WholeJobStopsAndResumesAlsoOntoAnotherServerCount) {
   for (int resume_servers : {2, 3}) {
     SCOPED_TRACE(absl::StrCat("resumed with ", resume_servers, " servers"));
     const std::string name = absl::StrCat("resume", resume_servers);
-    const std::string dir = FreshDir(name);
+    const std::string dir = FreshDir(name + "_ckpt");
     // Stop the whole job (SIGTERM to the launcher) in the middle.
     const JobRun first = Launch(name, Job(dir), [](const std::string&, Subprocess* l) {
       AwaitTraining(l);

@@ -2,21 +2,59 @@
 #ifndef PSYNC_TESTS_TEST_UTIL_H_
 #define PSYNC_TESTS_TEST_UTIL_H_
 
-#include <cstdlib>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/subprocess.h"
 
 namespace psync {
 
 // Path of a binary in this test's runfiles, e.g. Runfile("server/psync_server").
-inline std::string Runfile(const std::string& path) {
-  const char* dir = std::getenv("TEST_SRCDIR");
-  return std::string(dir ? dir : ".") + "/psync/" + path;
-}
+std::string Runfile(const std::string& path);
+std::string TempDir();
+// An empty directory TempDir()/<name> (absolute; emptied if it existed).
+std::string FreshDir(const std::string& name);
 
-inline std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir ? dir : "/tmp";
-}
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& bytes);
+
+bool Contains(const std::string& text, const std::string& part);
+// Occurrences of `what` in `text`.
+int Count(const std::string& text, const std::string& what);
+// The lines of `text` that contain `what`.
+std::vector<std::string> LinesWith(const std::string& text, const std::string& what);
+// A scalar field of a flat JSON object such as psync_worker's --summary
+// ("" if absent).
+std::string JsonField(const std::string& json, const std::string& key);
+
+// Starts argv (argv[0] a path), its output echoed with prefix "[name] ";
+// a test failure and null if it cannot start.
+std::unique_ptr<Subprocess> StartProcess(std::vector<std::string> argv, const std::string& name);
+// Waits until `text` is in the process's output; false if it ended or
+// `deadline` passed first.
+bool WaitForOutput(Subprocess& p, const std::string& text, absl::Time deadline);
+
+// One psync_launch run: its exit code (-1: still running at the limit, then
+// killed with everything it started), its output, and weights_sha256 from
+// its --summary.
+struct JobRun {
+  int exit_code = -1;
+  std::string output;
+  std::string sha;
+};
+struct LaunchOptions {
+  absl::Duration limit = absl::Seconds(170);
+  // A command that execs the rest (e.g. prlimit ... --); may be empty.
+  std::vector<std::string> wrapper;
+  // Runs on another thread while the launcher runs (kills, signals).
+  std::function<void(Subprocess* launcher)> during;
+};
+// Runs psync_launch with `flags` plus --summary=TempDir()/<name>.json.
+JobRun RunLaunch(const std::string& name, const std::vector<std::string>& flags,
+                 const LaunchOptions& options = {});
 
 }  // namespace psync
 

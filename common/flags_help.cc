@@ -50,7 +50,7 @@ std::string FlagsHelp(absl::string_view main_file) {
   std::vector<const absl::CommandLineFlag*> own, job;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
     if (flag->Filename() == main_file) own.push_back(flag);
-    if (absl::EndsWith(flag->Filename(), "common/job_config.cc")) job.push_back(flag);
+    if (absl::EndsWith(flag->Filename(), "common/job_flags.cc")) job.push_back(flag);
   }
   std::string out = absl::StrCat(absl::ProgramUsageMessage(), "\n\nFlags:\n", Describe(own));
   if (!job.empty()) {

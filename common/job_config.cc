@@ -1,71 +1,27 @@
 #include "common/job_config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+#include <optional>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/internal/parse.h"
-#include "absl/flags/reflection.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/cluster_spec.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
-
-// One flag per field of proto::JobConfig, named like the field, with the
-// field's default (JobConfigTest checks both).
-ABSL_FLAG(std::string, config, "",
-          "Job configuration file (protobuf text format, or JSON if it ends in .json; see "
-          "proto/job_config.proto); the flags below override single fields.");
-ABSL_FLAG(int32_t, num_servers, 1, "Parameter servers in the job.");
-ABSL_FLAG(int32_t, num_workers, 1, "Workers in the job.");
-ABSL_FLAG(std::string, servers, "",
-          "Server addresses host:port,... in server-rank order, or a pattern with {rank}, "
-          "e.g. psync-server-{rank}.psync-server:7070.");
-ABSL_FLAG(std::string, model, "mlp", "Model: mlp or cnn.");
-ABSL_FLAG(int32_t, devices, 1, "Devices per worker (one thread and model replica each).");
-ABSL_FLAG(std::string, device, "auto", "Kind of worker device: auto, cpu or cuda.");
-ABSL_FLAG(std::string, device_weights, "", "Relative device speeds, e.g. 1,3 (empty: equal).");
-ABSL_FLAG(int64_t, batch_per_device, 32, "Samples per device per step.");
-ABSL_FLAG(int32_t, epochs, 1, "Epochs to train (ignored if --steps > 0).");
-ABSL_FLAG(int64_t, steps, 0, "If > 0, total steps to train instead of --epochs.");
-ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and the data order.");
-ABSL_FLAG(int64_t, chunk_kb, 256, "Largest chunk of a tensor on one server, in KiB.");
-ABSL_FLAG(bool, overlap, true, "Push each layer's gradients while backward continues.");
-ABSL_FLAG(bool, deterministic, false, "Servers sum gradients in worker-rank order.");
-ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "Fashion-MNIST directory.");
-ABSL_FLAG(int64_t, synthetic_samples, 0, "If > 0, train on this many synthetic samples instead.");
-ABSL_FLAG(double, lr, 0.1, "SGD learning rate.");
-ABSL_FLAG(double, momentum, 0.9, "SGD momentum.");
-ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
-ABSL_FLAG(std::string, checkpoint_dir, "",
-          "Servers' checkpoint directory (created if missing); empty: none, and a restarted "
-          "server starts the cluster again from step 0.");
-ABSL_FLAG(int64_t, checkpoint_every, 0,
-          "Checkpoint every N steps (and the last step, and at shutdown); 0: only at shutdown.");
-ABSL_FLAG(int32_t, keep_checkpoints, 3, "Newest checkpoints each server keeps (>= 2).");
-ABSL_FLAG(int32_t, rpc_timeout_s, 120, "Deadline of one push-pull (includes waiting for peers).");
-ABSL_FLAG(int32_t, connect_timeout_s, 60, "How long a worker waits for servers at registration.");
-ABSL_FLAG(int32_t, peer_timeout_s, 120, "Fail the job once a peer has been missing this long.");
-ABSL_FLAG(int32_t, pull_timeout_s, 120, "Longest a pull waits on a server for its version.");
-ABSL_FLAG(int32_t, stop_grace_s, 5,
-          "On SIGTERM a worker abandons a step not finished within this many seconds.");
-ABSL_FLAG(int32_t, worker_lease_ms, 1000,
-          "A worker silent this long is missing; a restarted worker may take its rank.");
-ABSL_FLAG(std::string, export_path, "", "Worker 0 writes the final weights here (safetensors).");
-ABSL_FLAG(std::string, summary, "", "Worker 0 writes a JSON summary of the run here.");
-ABSL_FLAG(std::string, host, "127.0.0.1", "Address a server listens on (0.0.0.0 for all).");
-ABSL_FLAG(int32_t, port, 0, "Port a server listens on; 0 picks a free one.");
-ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
 
 namespace psync {
 namespace {
@@ -169,10 +125,14 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
     const std::vector<std::string> list = absl::StrSplit(servers, ',');
     check.Expect("servers", static_cast<int>(list.size()) == c.cluster().num_servers(),
                  absl::StrCat(c.cluster().num_servers(), " addresses (cluster.num_servers)"));
-    for (const std::string& a : list) {
-      check.Expect("servers", !a.empty() && a.find(':') != std::string::npos,
-                   "host:port addresses separated by commas");
-    }
+  }
+  // Checked once the count is: a pattern expands to num_servers addresses.
+  if (check.status().ok() && !servers.empty()) {
+    const absl::StatusOr<std::vector<std::string>> parsed =
+        ParseServerAddresses(absl::StrJoin(ServerAddresses(c), ","));
+    check.Expect("servers", parsed.ok(),
+                 absl::StrCat("host:port addresses (",
+                              absl::StripPrefix(parsed.status().message(), "--servers: "), ")"));
   }
   const proto::TrainingConfig& t = c.training();
   check.Expect("model", t.model() == "mlp" || t.model() == "cnn", "mlp or cnn");
@@ -197,6 +157,9 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                "0 when checkpoint.checkpoint_dir is empty");
   check.Expect("keep_checkpoints", k.keep_checkpoints() >= 2,
                ">= 2 (a rollback may need the one before the newest)");
+  // The coordinator takes at most 4096 versions per server (other server
+  // counts' sets included).
+  check.Expect("keep_checkpoints", k.keep_checkpoints() <= 1000, "at most 1000");
   const proto::TimeoutConfig& to = c.timeouts();
   for (const char* f : {"rpc_timeout_s", "connect_timeout_s", "peer_timeout_s", "pull_timeout_s"}) {
     const FieldRef ref = *FindField(f);
@@ -228,7 +191,65 @@ void RecordLines(absl::string_view name, const TextFormat::ParseInfoTree& tree,
   }
 }
 
+// Reads all of `fd` (the open file `path`) into `text`, if it is a regular
+// file of at most kMaxJobConfigFileBytes.
+absl::Status ReadSmallFile(int fd, const std::string& path, std::string* text) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("job configuration ", path, ": fstat"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISDIR(st.st_mode)                            ? "a directory"
+                       : S_ISFIFO(st.st_mode)                         ? "a FIFO"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                      : "not a regular file";
+    return absl::InvalidArgumentError(
+        absl::StrCat("job configuration ", path, " is ", kind, ", expected a regular file"));
+  }
+  if (st.st_size > kMaxJobConfigFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("job configuration ", path, " has ",
+                                                   st.st_size, " bytes, expected at most ",
+                                                   kMaxJobConfigFileBytes));
+  }
+  text->resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < text->size()) {
+    const ssize_t n = read(fd, text->data() + done, text->size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return absl::ErrnoToStatus(errno, absl::StrCat("job configuration ", path, ": read"));
+    }
+    if (n == 0) {
+      return absl::DataLossError(absl::StrCat("job configuration ", path, " ends at byte ",
+                                              done, ", expected ", text->size(),
+                                              " (changed while read?)"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status ReadJobConfigFile(const std::string& path, LoadedJobConfig* loaded) {
+  // Non-blocking: opening a FIFO must not wait for a writer. (Reads of a
+  // regular file ignore the flag.)
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("job configuration ", path, ": cannot open"));
+  }
+  std::string text;
+  const absl::Status s = ReadSmallFile(fd, path, &text);
+  close(fd);
+  PSYNC_RETURN_IF_ERROR(s);
+  return ParseJobConfig(path, text, loaded);
+}
+
+std::vector<std::string> JobConfigFieldNames() {
+  std::vector<std::string> names;
+  for (const FieldRef& f : AllFields()) names.push_back(f.field->name());
+  return names;
+}
 
 absl::Status ParseJobConfig(absl::string_view name, const std::string& text,
                             LoadedJobConfig* loaded) {
@@ -319,19 +340,6 @@ absl::Status SetJobConfigField(absl::string_view field, absl::string_view value,
   return absl::OkStatus();
 }
 
-absl::Status ApplyJobFlags(LoadedJobConfig* loaded) {
-  for (const FieldRef& f : AllFields()) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(f.field->name());
-    // (The one way to tell a flag given its default value from one left out.)
-    if (flag == nullptr || !absl::flags_internal::WasPresentOnCommandLine(f.field->name())) {
-      continue;
-    }
-    PSYNC_RETURN_IF_ERROR(SetJobConfigField(f.field->name(), flag->CurrentValue(),
-                                            absl::StrCat("--", f.field->name()), loaded));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status FinishJobConfig(LoadedJobConfig* loaded) {
   proto::ClusterConfig* cluster = loaded->config.mutable_cluster();
   // A list of addresses says how many servers there are.
@@ -343,24 +351,6 @@ absl::Status FinishJobConfig(LoadedJobConfig* loaded) {
     loaded->sources["num_servers"] = loaded->sources["servers"];
   }
   return Validate(*loaded);
-}
-
-absl::StatusOr<LoadedJobConfig> LoadJobConfig() {
-  LoadedJobConfig loaded;
-  const std::string path = absl::GetFlag(FLAGS_config);
-  if (!path.empty()) {
-    std::ifstream in(path);
-    if (!in) {
-      return absl::NotFoundError(absl::StrCat("--config ", path, " cannot be read: ",
-                                              std::strerror(errno)));
-    }
-    std::stringstream text;
-    text << in.rdbuf();
-    PSYNC_RETURN_IF_ERROR(ParseJobConfig(path, text.str(), &loaded));
-  }
-  PSYNC_RETURN_IF_ERROR(ApplyJobFlags(&loaded));
-  PSYNC_RETURN_IF_ERROR(FinishJobConfig(&loaded));
-  return loaded;
 }
 
 std::vector<std::string> ServerAddresses(const proto::JobConfig& config) {

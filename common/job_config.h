@@ -1,10 +1,11 @@
 // One job's configuration (proto/job_config.proto), as every binary reads
-// it: the defaults in the .proto, then --config=FILE, then each job flag
-// given on the command line (a flag per field, named like the field and
-// defined once, in job_config.cc, for every binary).
+// it: the defaults in the .proto, then a file, then single fields set by
+// name. No flags here: common/job_flags.h reads --config and the job flags
+// with these functions. Thread-compatible: the functions keep no state.
 #ifndef PSYNC_COMMON_JOB_CONFIG_H_
 #define PSYNC_COMMON_JOB_CONFIG_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,23 +25,28 @@ struct LoadedJobConfig {
   ConfigSources sources;
 };
 
-// Reads --config (if set) and the job flags given on the command line,
-// fills in what follows from them (num_servers from a list of addresses)
-// and validates the result. Call after absl::ParseCommandLine.
-absl::StatusOr<LoadedJobConfig> LoadJobConfig();
+// Largest configuration file ReadJobConfigFile accepts.
+inline constexpr int64_t kMaxJobConfigFileBytes = int64_t{1} << 20;
 
-// The pieces, for tests and for the launcher.
+// Reads the file `path` (a regular file of at most kMaxJobConfigFileBytes:
+// never blocks on a FIFO or reads /dev/zero forever) and parses it into
+// `loaded` with ParseJobConfig. Errors name the path and what was expected.
+absl::Status ReadJobConfigFile(const std::string& path, LoadedJobConfig* loaded);
+
 // Parses `text` (JSON if `name` ends in .json, else protobuf text format)
 // into `loaded`; errors name `name` and the line.
 absl::Status ParseJobConfig(absl::string_view name, const std::string& text,
                             LoadedJobConfig* loaded);
 // Sets the field called `field` (any nested message's) from its text form,
-// as a flag would.
+// as a flag would; `source` ("--lr", say) is named in errors.
 absl::Status SetJobConfigField(absl::string_view field, absl::string_view value,
                                absl::string_view source, LoadedJobConfig* loaded);
-// Applies every job flag given on the command line.
-absl::Status ApplyJobFlags(LoadedJobConfig* loaded);
+// Fills in what follows from the fields set (num_servers from a list of
+// addresses) and validates the result; errors name each value's source.
 absl::Status FinishJobConfig(LoadedJobConfig* loaded);
+
+// Every leaf field's name (one job flag each), in .proto order.
+std::vector<std::string> JobConfigFieldNames();
 
 // The servers' addresses by rank: the list, or the pattern with "{rank}"
 // expanded. REQUIRES: a validated config.

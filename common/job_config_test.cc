@@ -1,12 +1,13 @@
 #include "common/job_config.h"
 
-#include <cstdlib>
-#include <set>
+#include <sys/stat.h>
 
-#include "absl/flags/reflection.h"
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
-#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 
 namespace psync {
@@ -21,32 +22,6 @@ absl::StatusOr<LoadedJobConfig> Load(const std::string& text, const std::string&
   if (s.ok()) s = FinishJobConfig(&loaded);
   if (!s.ok()) return s;
   return loaded;
-}
-
-TEST(JobConfigTest, EveryFieldHasAFlagOfItsNameWithItsDefault) {
-  const auto* d = proto::JobConfig::descriptor();
-  std::set<std::string> names;
-  for (int s = 0; s < d->field_count(); ++s) {
-    const auto* section = d->field(s)->message_type();
-    for (int f = 0; f < section->field_count(); ++f) {
-      const auto* field = section->field(f);
-      SCOPED_TRACE(field->full_name());
-      EXPECT_TRUE(names.insert(field->name()).second) << "two fields named " << field->name();
-      const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(field->name());
-      ASSERT_NE(flag, nullptr);
-      // The flag's default, set as a flag would, equals the field's default.
-      LoadedJobConfig set;
-      ASSERT_TRUE(SetJobConfigField(field->name(), flag->DefaultValue(), "test", &set).ok());
-      proto::JobConfig defaults;
-      defaults.GetReflection()->MutableMessage(&defaults, d->field(s));  // present, all defaults
-      std::string a, b;
-      google::protobuf::TextFormat::PrintFieldValueToString(
-          set.config.GetReflection()->GetMessage(set.config, d->field(s)), field, -1, &a);
-      google::protobuf::TextFormat::PrintFieldValueToString(
-          defaults.GetReflection()->GetMessage(defaults, d->field(s)), field, -1, &b);
-      EXPECT_EQ(a, b);
-    }
-  }
 }
 
 TEST(JobConfigTest, DefaultsAreValid) {
@@ -97,6 +72,53 @@ TEST(JobConfigTest, JsonFilesToo) {
   EXPECT_THAT(loaded.status().message(), HasSubstr("job.json: "));
 }
 
+// A file in a fresh folder of the test's own.
+std::string TestPath(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/job_config_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + name;
+  std::filesystem::remove_all(path);
+  return path;
+}
+
+TEST(JobConfigTest, ReadsAFile) {
+  const std::string path = TestPath("job.pbtxt");
+  std::ofstream(path) << "optimizer {\n  lr: 0.5\n}\n";
+  LoadedJobConfig loaded;
+  ASSERT_EQ(ReadJobConfigFile(path, &loaded), absl::OkStatus());
+  EXPECT_EQ(loaded.config.optimizer().lr(), 0.5);
+  EXPECT_EQ(loaded.sources["lr"], path + ":2");
+  EXPECT_EQ(ReadJobConfigFile(TestPath("missing.pbtxt"), &loaded).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(JobConfigTest, RefusesWhatIsNotASmallRegularFile) {
+  LoadedJobConfig loaded;
+  const std::string dir = TestPath("dir.pbtxt");
+  std::filesystem::create_directories(dir);
+  absl::Status s = ReadJobConfigFile(dir, &loaded);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            absl::StrCat("job configuration ", dir, " is a directory, expected a regular file"));
+
+  // Opened without a writer: must fail at once, not wait for one.
+  const std::string fifo = TestPath("fifo.pbtxt");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  s = ReadJobConfigFile(fifo, &loaded);
+  EXPECT_EQ(s.message(),
+            absl::StrCat("job configuration ", fifo, " is a FIFO, expected a regular file"));
+
+  s = ReadJobConfigFile("/dev/zero", &loaded);  // would never end
+  EXPECT_EQ(s.message(), "job configuration /dev/zero is a device, expected a regular file");
+
+  const std::string huge = TestPath("huge.pbtxt");
+  std::ofstream(huge) << std::string(kMaxJobConfigFileBytes + 1, '#');
+  s = ReadJobConfigFile(huge, &loaded);
+  EXPECT_EQ(s.message(), absl::StrCat("job configuration ", huge, " has 1048577 bytes, "
+                                      "expected at most 1048576"));
+}
+
 TEST(JobConfigTest, ServerAddressesFromAListOrAPattern) {
   auto list = Load(R"(cluster { servers: "a:1,b:2" })");
   ASSERT_TRUE(list.ok()) << list.status();
@@ -110,6 +132,16 @@ TEST(JobConfigTest, ServerAddressesFromAListOrAPattern) {
   EXPECT_EQ(mismatch.status().message(),
             "job.pbtxt:3: cluster.servers is \"a:1,b:2\", expected 3 addresses "
             "(cluster.num_servers)");
+  auto bad_port = Load("cluster {\n  servers: \"a:1,b:99999\"\n}");
+  EXPECT_EQ(bad_port.status().message(),
+            "job.pbtxt:2: cluster.servers is \"a:1,b:99999\", expected host:port addresses "
+            "(entry 'b:99999' is not host:port with a port in 1..65535)");
+  LoadedJobConfig flagged;
+  ASSERT_TRUE(SetJobConfigField("num_servers", "2", "--num_servers", &flagged).ok());
+  ASSERT_TRUE(SetJobConfigField("servers", "ps-{rank}:x", "--servers", &flagged).ok());
+  EXPECT_EQ(FinishJobConfig(&flagged).message(),
+            "--servers is \"ps-{rank}:x\", expected host:port addresses (entry 'ps-0:x' is not "
+            "host:port with a port in 1..65535)");
 }
 
 TEST(JobConfigTest, RanksFromAFlagOrFromThePod) {

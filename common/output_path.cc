@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 
 namespace psync {
 
@@ -33,14 +34,36 @@ absl::Status CheckOutputPath(absl::string_view flag, const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status MoveIntoPlace(absl::string_view flag, const std::string& tmp,
-                           const std::string& path) {
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    std::remove(tmp.c_str());
-    return absl::DataLossError(absl::StrCat(flag, ": cannot rename '", tmp, "' to '", path,
-                                            "': ", std::strerror(error)));
+absl::Status WriteFileAtomically(absl::string_view flag, const std::string& path,
+                                 const std::string& contents) {
+  const std::string tmp = path + ".tmp";
+  // `error`: the errno of the failed `op`.
+  auto failed = [&](const char* op, int error) {
+    unlink(tmp.c_str());
+    return absl::ErrnoToStatus(
+        error, absl::StrCat(flag, ": cannot write '", path, "' (", op, " '", tmp, "')"));
+  };
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return failed("create", errno);
+  for (size_t done = 0; done < contents.size();) {
+    const ssize_t n = write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      close(fd);
+      return failed("write", error);
+    }
+    done += static_cast<size_t>(n);
   }
+  if (fsync(fd) != 0) {
+    const int error = errno;
+    close(fd);
+    return failed("fsync", error);
+  }
+  if (close(fd) != 0) return failed("close", errno);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return failed("rename", errno);
+  const absl::Status synced = SyncFolder(ParentOf(path));
+  if (!synced.ok()) return absl::Status(synced.code(), absl::StrCat(flag, ": ", synced.message()));
   return absl::OkStatus();
 }
 

@@ -16,10 +16,13 @@ namespace psync {
 // ".tmp-check". Errors name `flag`, the path and the reason (strerror).
 absl::Status CheckOutputPath(absl::string_view flag, const std::string& path);
 
-// Renames the finished file `tmp` over `path` (atomic within one file
-// system); on failure removes `tmp` and names `flag`, both paths and strerror.
-absl::Status MoveIntoPlace(absl::string_view flag, const std::string& tmp,
-                           const std::string& path);
+// Replaces `path` with `contents` atomically: writes path + ".tmp" beside
+// it, fsyncs it, renames it over `path` and fsyncs the folder, so a reader
+// (or a crash) sees the old file or the new one, never half of one. On
+// failure the temporary file is removed and the error names `flag`, the
+// path and the reason (strerror).
+absl::Status WriteFileAtomically(absl::string_view flag, const std::string& path,
+                                 const std::string& contents);
 
 }  // namespace psync
 

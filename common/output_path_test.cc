@@ -65,25 +65,34 @@ TEST(OutputPathTest, ReadOnlyFolderFails) {
   ExpectMentions(s, "--out", "Permission denied");
 }
 
-TEST(OutputPathTest, MoveIntoPlaceReplacesTheTarget) {
-  const std::string dir = TestDir("move");
-  std::ofstream(dir + "/w") << "old";
-  std::ofstream(dir + "/w.tmp") << "new";
-  ASSERT_TRUE(MoveIntoPlace("--out", dir + "/w.tmp", dir + "/w").ok());
+std::string Contents(const std::string& path) {
   std::stringstream content;
-  content << std::ifstream(dir + "/w").rdbuf();
-  EXPECT_EQ(content.str(), "new");
+  content << std::ifstream(path).rdbuf();
+  return content.str();
+}
+
+TEST(OutputPathTest, WriteFileAtomicallyReplacesTheTarget) {
+  const std::string dir = TestDir("write");
+  ASSERT_TRUE(WriteFileAtomically("--out", dir + "/w", "first\n").ok());
+  EXPECT_EQ(Contents(dir + "/w"), "first\n");
+  ASSERT_TRUE(WriteFileAtomically("--out", dir + "/w", "new").ok());
+  EXPECT_EQ(Contents(dir + "/w"), "new");
   EXPECT_FALSE(std::filesystem::exists(dir + "/w.tmp"));
 }
 
-TEST(OutputPathTest, MoveIntoPlaceFailureRemovesTheTemporaryFile) {
-  const std::string dir = TestDir("move_fail");
+TEST(OutputPathTest, WriteFileAtomicallyFailureNamesTheFlagAndLeavesNoTemporaryFile) {
+  const std::string dir = TestDir("write_fail");
   std::filesystem::create_directories(dir + "/target/child");  // a non-empty directory
-  std::ofstream(dir + "/w.tmp") << "new";
-  const absl::Status s = MoveIntoPlace("--out", dir + "/w.tmp", dir + "/target");
+  absl::Status s = WriteFileAtomically("--out", dir + "/target", "new");
   EXPECT_FALSE(s.ok());
   ExpectMentions(s, "--out", dir + "/target");
-  EXPECT_FALSE(std::filesystem::exists(dir + "/w.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/target.tmp"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/target/child"));
+
+  const std::string missing = dir + "/no/such/w";
+  s = WriteFileAtomically("--out", missing, "new");
+  ExpectMentions(s, "--out", missing);
+  ExpectMentions(s, "--out", "No such file or directory");
 }
 
 }  // namespace

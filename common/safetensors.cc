@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/safetensors_header.h"
 #include "common/status_macros.h"
 
@@ -20,39 +21,22 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100 << 20;
 constexpr size_t kIoBlock = 1 << 20;
 
-absl::Status Errno(const std::string& path, const char* op) {
-  return absl::ErrnoToStatus(errno, absl::StrCat(path, ": ", op));
-}
-
 absl::Status WriteAll(int fd, const char* p, size_t n, const std::string& path) {
   while (n > 0) {
     const ssize_t w = ::write(fd, p, std::min(n, size_t{1} << 30));
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return Errno(path, "write");
+    if (w <= 0) return ErrnoStatus(path, "write");
     p += w;
     n -= static_cast<size_t>(w);
   }
   return absl::OkStatus();
 }
 
-absl::Status SyncDirectoryOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir =
-      slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno(dir, "open folder for fsync");
-  const int rc = ::fsync(fd);
-  const int saved = errno;
-  ::close(fd);
-  errno = saved;
-  return rc == 0 ? absl::OkStatus() : Errno(dir, "fsync folder");
-}
-
 absl::Status ReadAt(int fd, char* p, size_t n, uint64_t offset, const std::string& path) {
   while (n > 0) {
     const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return Errno(path, "read");
+    if (r < 0) return ErrnoStatus(path, "read");
     if (r == 0) {
       return absl::DataLossError(absl::StrCat(path, ": file ends at byte ", offset,
                                               ", its header says it is longer (truncated?)"));
@@ -82,7 +66,7 @@ absl::Status WriteSafetensorsFile(const std::string& path,
   static std::atomic<uint64_t> counter{0};
   const std::string temp = absl::StrCat(SafetensorsTempPrefix(path), ::getpid(), ".", counter++);
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno(temp, "create");
+  if (fd < 0) return ErrnoStatus(temp, "create");
   auto write_and_sync = [&]() -> absl::Status {
     // Small entries are gathered so that a model of tiny chunks is not
     // written a few bytes per system call.
@@ -103,19 +87,19 @@ absl::Status WriteSafetensorsFile(const std::string& path,
       }
     }
     PSYNC_RETURN_IF_ERROR(WriteAll(fd, buffer.data(), buffer.size(), temp));
-    if (::fsync(fd) != 0) return Errno(temp, "fsync");
+    if (::fsync(fd) != 0) return ErrnoStatus(temp, "fsync");
     return absl::OkStatus();
   };
   absl::Status s = write_and_sync();
-  if (::close(fd) != 0 && s.ok()) s = Errno(temp, "close");
+  if (::close(fd) != 0 && s.ok()) s = ErrnoStatus(temp, "close");
   if (s.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
-    s = Errno(path, "rename from temporary file");
+    s = ErrnoStatus(path, "rename from temporary file");
   }
   if (!s.ok()) {
     ::unlink(temp.c_str());
     return s;
   }
-  return SyncDirectoryOf(path);
+  return SyncFolder(ParentOf(path));
 }
 
 absl::Status WriteSafetensors(const std::string& path,
@@ -159,13 +143,16 @@ SafetensorsReader::~SafetensorsReader() {
 absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(const std::string& path) {
   SafetensorsReader r;
   r.path_ = path;
-  r.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (r.fd_ < 0) return Errno(path, "open");
+  // O_NONBLOCK: opening a FIFO (or a device) would otherwise wait for a
+  // writer before the S_ISREG check below could refuse it. It changes
+  // nothing for regular files.
+  r.fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (r.fd_ < 0) return ErrnoStatus(path, "open");
   auto bad = [&](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
   };
   struct stat st;
-  if (::fstat(r.fd_, &st) != 0) return Errno(path, "stat");
+  if (::fstat(r.fd_, &st) != 0) return ErrnoStatus(path, "stat");
   if (!S_ISREG(st.st_mode)) return bad("not a regular file");
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < 8) return bad(absl::StrCat("file has ", size, " bytes, expected at least 8"));
@@ -222,6 +209,30 @@ absl::Status SafetensorsReader::StreamData(
   return absl::OkStatus();
 }
 
+absl::Status SafetensorsReader::ReadEntries(
+    absl::Span<char* const> dest,
+    absl::FunctionRef<void(const char*, size_t)> on_bytes) const {
+  if (dest.size() != entries_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ReadEntries: ", path_, ": got ", dest.size(),
+                                                   " destinations for ", entries_.size(),
+                                                   " entries"));
+  }
+  // Entries tile the data section, so each piece belongs to the entry at
+  // `i` and the ones after it.
+  size_t i = 0;
+  return StreamData([&](uint64_t pos, const char* p, size_t n) {
+    on_bytes(p, n);
+    const uint64_t end = pos + n;
+    while (pos < end) {
+      while (entries_[i].end <= pos) ++i;
+      const uint64_t stop = std::min(end, entries_[i].end);
+      if (dest[i] != nullptr) std::memcpy(dest[i] + (pos - entries_[i].begin), p, stop - pos);
+      p += stop - pos;
+      pos = stop;
+    }
+  });
+}
+
 absl::StatusOr<std::map<std::string, LoadedTensor>> ReadSafetensors(
     const std::string& path) {
   auto reader = SafetensorsReader::Open(path);
@@ -237,20 +248,7 @@ absl::StatusOr<std::map<std::string, LoadedTensor>> ReadSafetensors(
     t.values.resize(e.NumElements());
     dest.push_back(reinterpret_cast<char*>(t.values.data()));
   }
-  // Entries tile the data section, so each piece belongs to the entry at
-  // `i` and the ones after it.
-  size_t i = 0;
-  const auto& entries = reader->entries();
-  PSYNC_RETURN_IF_ERROR(reader->StreamData([&](uint64_t pos, const char* p, size_t n) {
-    const uint64_t end = pos + n;
-    while (pos < end) {
-      while (entries[i].end <= pos) ++i;
-      const uint64_t stop = std::min(end, entries[i].end);
-      std::memcpy(dest[i] + (pos - entries[i].begin), p, stop - pos);
-      p += stop - pos;
-      pos = stop;
-    }
-  }));
+  PSYNC_RETURN_IF_ERROR(reader->ReadEntries(dest, [](const char*, size_t) {}));
   return out;
 }
 

@@ -94,6 +94,14 @@ class SafetensorsReader {
   absl::Status StreamData(
       absl::FunctionRef<void(uint64_t, const char*, size_t)> fn) const;
 
+  // StreamData, copying entry i's bytes to dest[i] (entries() order) unless
+  // dest[i] is null, and handing every piece of the data section, in order,
+  // to `on_bytes(bytes, size)` (e.g. to hash it) on the calling thread.
+  // dest[i] must have room for entries()[i]'s bytes. InvalidArgument unless
+  // dest has one slot per entry.
+  absl::Status ReadEntries(absl::Span<char* const> dest,
+                           absl::FunctionRef<void(const char*, size_t)> on_bytes) const;
+
  private:
   SafetensorsReader() = default;
 

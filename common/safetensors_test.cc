@@ -1,10 +1,15 @@
 #include "common/safetensors.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <set>
 #include <sstream>
 
@@ -153,6 +158,43 @@ TEST(SafetensorsTest, StrictReaderRefusesMalformedFiles) {
   WriteBytes(p, Header("{}").substr(0, 8) + "{");
   EXPECT_NE(SafetensorsReader::Open(p).status().message().find("exceeds the file"),
             std::string::npos);
+}
+
+TEST(SafetensorsTest, ReadEntriesCopiesChosenEntriesAndSeesEveryByte) {
+  const std::vector<float> a = {1, 2, 3}, b = {4, 5};
+  const std::string path = TempPath("entries.safetensors");
+  ASSERT_TRUE(WriteSafetensorsFile(path, {{"a", {3}, a.data()}, {"b", {2}, b.data()}}, {}).ok());
+  auto reader = SafetensorsReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::vector<float> got_b(2);
+  std::vector<char*> dest = {nullptr, reinterpret_cast<char*>(got_b.data())};
+  std::string seen;
+  ASSERT_TRUE(reader->ReadEntries(dest, [&](const char* p, size_t n) { seen.append(p, n); }).ok());
+  EXPECT_EQ(got_b, b);
+  ASSERT_EQ(seen.size(), 20u);
+  EXPECT_EQ(std::memcmp(seen.data(), a.data(), 12), 0);
+  const absl::Status s = reader->ReadEntries({dest[1]}, [](const char*, size_t) {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("1 destinations for 2 entries"), std::string::npos) << s;
+}
+
+// Opening a FIFO for reading would wait for a writer; the reader refuses it
+// at once instead.
+TEST(SafetensorsTest, FifoIsRefusedWithoutBlocking) {
+  const std::string p = TempPath("fifo.safetensors");
+  ::unlink(p.c_str());
+  ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0);
+  auto result = std::async(std::launch::async, [&] { return ReadSafetensors(p).status(); });
+  if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    // Blocked in open(): a writer lets it go on, so that the test can end.
+    const int fd = ::open(p.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+    ADD_FAILURE() << "ReadSafetensors blocked opening a FIFO";
+  }
+  const absl::Status s = result.get();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find(p + ": not a regular file"), std::string::npos) << s;
+  ::unlink(p.c_str());
 }
 
 // Every truncation and every single-byte change of a valid file gives a

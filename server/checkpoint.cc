@@ -1,6 +1,5 @@
 #include "server/checkpoint.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "server/checkpoint_folders.h"
@@ -19,11 +19,8 @@ namespace psync {
 using checkpoint_internal::CheckpointDigest;
 using checkpoint_internal::CheckServer;
 using checkpoint_internal::EntryRole;
-using checkpoint_internal::ErrnoStatus;
 using checkpoint_internal::FindServerFiles;
 using checkpoint_internal::GroupFiles;
-using checkpoint_internal::Join;
-using checkpoint_internal::ListFolder;
 using checkpoint_internal::Prefixed;
 
 absl::StatusOr<uint64_t> ModelId(const Layout& layout) {
@@ -101,8 +98,8 @@ absl::Status WriteCheckpoint(const std::string& dir, const Layout& layout,
   metadata["sha256"] = digest.HexDigest();
 
   const std::string folder = Join(dir, checkpoint_internal::VersionFolderName(header.version));
-  s = checkpoint_internal::MakeFolder(dir, checkpoint_internal::ParentOf(dir));
-  if (s.ok()) s = checkpoint_internal::MakeFolder(folder, dir);
+  s = MakeFolder(dir, ParentOf(dir));
+  if (s.ok()) s = MakeFolder(folder, dir);
   if (s.ok()) {
     s = WriteSafetensorsFile(CheckpointPath(dir, header.version, rank, layout.num_servers()),
                              entries, metadata);

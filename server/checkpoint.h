@@ -117,8 +117,9 @@ struct CheckpointScan {
 // (checksum included). For each version: if server-<rank>-of-<num_servers>
 // is valid, it is the candidate; otherwise each complete, valid set
 // server-0..K'-1-of-K' of another server count K' (one model_id throughout)
-// is a candidate, smallest K' first. Callers skip candidates whose model_id
-// is not their model's (a foreign checkpoint in a shared folder). A missing
+// is a candidate, smallest K' first. The coordinator restores only a version
+// every server holds with one model_id (a foreign checkpoint in a shared
+// folder is refused there). A missing
 // D is an empty scan; an unreadable D is an error; an unreadable version
 // folder is a refusal.
 absl::StatusOr<CheckpointScan> ScanCheckpoints(const std::string& dir, int rank,

@@ -1,10 +1,13 @@
 // ListCheckpointFiles and ExportCheckpoint: offline views of checkpoint
 // directories for tools.
 #include <algorithm>
+#include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/safetensors.h"
+#include "common/status_macros.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_folders.h"
 #include "server/checkpoint_format.h"
@@ -17,6 +20,55 @@ using checkpoint_internal::FindServerFiles;
 using checkpoint_internal::FoundFile;
 using checkpoint_internal::GroupFiles;
 using checkpoint_internal::Prefixed;
+
+namespace {
+
+// One complete set's model, gathered from its server files.
+struct GatheredModel {
+  CheckpointHeader header;  // server 0's
+  Layout layout;            // server 0's
+  std::vector<float> flat;  // the weights, in layout order
+};
+
+// Reads the weights of the complete set `by_rank` (rank -> paths; the first
+// path of each rank is used) into one flat vector, checking every file's
+// checksum. Every file's header is checked before the model is allocated,
+// so that a bad or foreign file costs no model-sized allocation, and each
+// file is open only while it is checked or read (a set may have thousands).
+// Errors say "<path>: <what is wrong>".
+absl::StatusOr<GatheredModel> GatherWeights(
+    const std::map<int, std::vector<std::string>>& by_rank) {
+  std::optional<GatheredModel> model;
+  // Opened twice: a file replaced between the passes must still hold
+  // server 0's model, or its chunk offsets would not fit `flat`.
+  auto open = [&](const std::string& path) -> absl::StatusOr<CheckpointFile> {
+    PSYNC_ASSIGN_OR_RETURN(CheckpointFile file, checkpoint_internal::OpenCheckpointFile(path));
+    if (model.has_value() && file.header.model_id != model->header.model_id) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": model_id differs from server 0's"));
+    }
+    return file;
+  };
+  for (const auto& [rank, paths] : by_rank) {
+    PSYNC_ASSIGN_OR_RETURN(CheckpointFile file, open(paths.front()));
+    if (!model.has_value()) {
+      model = GatheredModel{std::move(file.header), std::move(file.layout), {}};
+    }
+  }
+  if (!model.has_value()) return absl::InvalidArgumentError("GatherWeights: no server files");
+  model->flat.resize(model->layout.total_elements());
+  for (const auto& [rank, paths] : by_rank) {
+    PSYNC_ASSIGN_OR_RETURN(const CheckpointFile file, open(paths.front()));
+    std::vector<char*> dest;
+    for (const EntryRole& role : file.roles) {
+      dest.push_back(role.momentum ? nullptr : reinterpret_cast<char*>(
+          model->flat.data() + file.layout.chunks()[role.chunk_id].flat_offset));
+    }
+    PSYNC_RETURN_IF_ERROR(checkpoint_internal::ReadCheckpointData(file, dest));
+  }
+  return *std::move(model);
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<CheckpointFileInfo>> ListCheckpointFiles(
     const std::vector<std::string>& dirs) {
@@ -68,47 +120,25 @@ absl::StatusOr<int64_t> ExportCheckpoint(const std::vector<std::string>& dirs, i
                                        " server files present"));
         continue;
       }
-      // One pass per file: copy the weights while checking the checksum.
-      std::vector<CheckpointFile> files;
-      std::vector<float> flat;
-      absl::Status s;
-      for (const auto& [r, paths] : by_rank) {
-        auto file = checkpoint_internal::OpenCheckpointFile(paths.front());
-        if (file.ok() && !files.empty() && file->header.model_id != files[0].header.model_id) {
-          file = absl::InvalidArgumentError(absl::StrCat(paths.front(),
-                                                         ": model_id differs from server 0's"));
-        }
-        if (!file.ok()) {
-          s = file.status();
-          break;
-        }
-        if (flat.empty()) flat.resize(file->layout.total_elements());
-        std::vector<char*> dest;
-        for (const EntryRole& role : file->roles) {
-          dest.push_back(role.momentum ? nullptr : reinterpret_cast<char*>(
-              flat.data() + file->layout.chunks()[role.chunk_id].flat_offset));
-        }
-        s = checkpoint_internal::ReadCheckpointData(*file, dest);
-        if (!s.ok()) break;
-        files.push_back(*std::move(file));
-      }
-      if (!s.ok()) {
-        reasons.push_back(std::string(s.message()));
+      auto model = GatherWeights(by_rank);
+      if (!model.ok()) {
+        reasons.push_back(std::string(model.status().message()));
         continue;
       }
-      const CheckpointFile& first = files[0];
       std::vector<SafetensorsEntry> entries;
-      for (size_t t = 0; t < first.layout.tensors().size(); ++t) {
-        const TensorSpec& spec = first.layout.tensors()[t];
-        entries.push_back({spec.name, spec.shape, flat.data() + first.layout.tensor_offset(t)});
+      for (size_t t = 0; t < model->layout.tensors().size(); ++t) {
+        const TensorSpec& spec = model->layout.tensors()[t];
+        entries.push_back(
+            {spec.name, spec.shape, model->flat.data() + model->layout.tensor_offset(t)});
       }
-      s = WriteSafetensorsFile(out, entries,
+      const absl::Status s =
+          WriteSafetensorsFile(out, entries,
                                {{"format", "pt"},
                                 {"producer", "psync"},
                                 {"version", absl::StrCat(v)},
-                                {"model_id", absl::StrCat(first.header.model_id)},
-                                {"optimizer", first.header.optimizer},
-                                {"training", first.header.training}});
+                                {"model_id", absl::StrCat(model->header.model_id)},
+                                {"optimizer", model->header.optimizer},
+                                {"training", model->header.training}});
       if (!s.ok()) return Prefixed("ExportCheckpoint", s);
       return v;
     }
@@ -119,6 +149,5 @@ absl::StatusOr<int64_t> ExportCheckpoint(const std::vector<std::string>& dirs, i
       " under ", absl::StrJoin(dirs, ","), reasons.empty() ? "" : ": ",
       absl::StrJoin(reasons, "; ")));
 }
-
 
 }  // namespace psync

@@ -16,22 +16,10 @@
 namespace psync {
 namespace checkpoint_internal {
 
-// "<path>: <op>: <strerror(errno)>", with errno's status code.
-absl::Status ErrnoStatus(const std::string& path, const char* op);
 // `s` with "<op>: " before its message.
 absl::Status Prefixed(absl::string_view op, const absl::Status& s);
 // InvalidArgument unless 0 <= rank < num_servers <= 4096.
 absl::Status CheckServer(int rank, int num_servers);
-
-std::string ParentOf(std::string path);
-std::string Join(const std::string& dir, const std::string& name);
-
-// Names in a folder, sorted, without "." and "..". NotFound when missing.
-absl::StatusOr<std::vector<std::string>> ListFolder(const std::string& path);
-absl::Status SyncFolder(const std::string& path);
-// Creates `path` unless it exists; when created, fsyncs `parent` so that
-// the new entry survives a crash.
-absl::Status MakeFolder(const std::string& path, const std::string& parent);
 
 struct FoundFile {
   std::string path;

@@ -1,7 +1,6 @@
 #include "server/checkpoint_format.h"
 
 #include <algorithm>
-#include <cstring>
 #include <unordered_map>
 
 #include "absl/strings/numbers.h"
@@ -9,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 
 namespace psync {
@@ -239,11 +239,8 @@ absl::StatusOr<CheckpointFile> OpenCheckpointFile(const std::string& path) {
   auto bad = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
   };
-  const size_t slash = path.rfind('/');
-  const std::string base = path.substr(slash == std::string::npos ? 0 : slash + 1);
-  const std::string parent = slash == std::string::npos ? "" : path.substr(0, slash);
-  const std::string folder = parent.substr(parent.rfind('/') == std::string::npos
-                                               ? 0 : parent.rfind('/') + 1);
+  const std::string base = BaseName(path);
+  const std::string folder = BaseName(ParentOf(path));
   int name_rank = 0, name_servers = 0;
   int64_t folder_version = 0;
   if (!ParseServerFileName(base, &name_rank, &name_servers) ||
@@ -300,20 +297,9 @@ absl::StatusOr<CheckpointFile> OpenCheckpointFile(const std::string& path) {
 }
 
 absl::Status ReadCheckpointData(const CheckpointFile& file, absl::Span<char* const> dest) {
-  const std::vector<SafetensorsEntryInfo>& entries = file.reader.entries();
-  CheckpointDigest digest(file.reader.metadata(), entries);
-  size_t i = 0;
-  PSYNC_RETURN_IF_ERROR(file.reader.StreamData([&](uint64_t pos, const char* p, size_t n) {
-    digest.AddData(p, n);
-    const uint64_t end = pos + n;
-    while (pos < end) {
-      while (entries[i].end <= pos) ++i;
-      const uint64_t stop = std::min(end, entries[i].end);
-      if (dest[i] != nullptr) std::memcpy(dest[i] + (pos - entries[i].begin), p, stop - pos);
-      p += stop - pos;
-      pos = stop;
-    }
-  }));
+  CheckpointDigest digest(file.reader.metadata(), file.reader.entries());
+  PSYNC_RETURN_IF_ERROR(
+      file.reader.ReadEntries(dest, [&](const char* p, size_t n) { digest.AddData(p, n); }));
   const std::string actual = digest.HexDigest();
   const std::string& recorded = file.reader.metadata().at("sha256");
   if (actual != recorded) {

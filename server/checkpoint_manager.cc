@@ -91,17 +91,18 @@ absl::StatusOr<RestoredState> CheckpointManager::Load(int64_t version) {
   }
   absl::StatusOr<RestoredShard> shard =
       LoadCheckpoint(candidate, options_.server_rank, options_.num_servers);
-  if (!shard.ok()) {
+  absl::StatusOr<TrainingShape> shape =
+      shard.ok() ? TrainingShape::Parse(shard->header.training) : shard.status();
+  if (!shape.ok()) {
+    // Not restorable after all: the coordinator must not choose it again.
     absl::MutexLock lock(&mu_);
     candidates_.erase(std::remove_if(candidates_.begin(), candidates_.end(),
                                      [version](const auto& c) { return c.version == version; }),
                       candidates_.end());
-    return shard.status();
+    return shape.status();
   }
-  RestoredState state{std::move(shard->layout), {}, shard->header.version,
-                      std::move(shard->chunks)};
-  PSYNC_ASSIGN_OR_RETURN(state.shape, TrainingShape::Parse(shard->header.training));
-  return state;
+  return RestoredState{std::move(shard->layout), *std::move(shape), shard->header.version,
+                       std::move(shard->chunks)};
 }
 
 void CheckpointManager::Enqueue(Snapshot snapshot) {
@@ -120,11 +121,16 @@ void CheckpointManager::SetOnDone(
   on_done_ = std::move(callback);
 }
 
-absl::Status CheckpointManager::WriteNow(std::vector<Snapshot> snapshots) {
+absl::Status CheckpointManager::WriteNow(std::vector<Snapshot> snapshots, absl::Time deadline) {
   {
     absl::MutexLock lock(&mu_);
-    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && !writing_; };
-    mu_.Await(absl::Condition(&idle));
+    queue_.clear();
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !writing_; };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&idle), deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "server ", options_.server_rank, ": a checkpoint write was still running at the "
+          "shutdown deadline; the shutdown checkpoint is not written"));
+    }
   }
   absl::Status first;
   for (const Snapshot& s : snapshots) {

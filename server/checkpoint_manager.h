@@ -52,9 +52,12 @@ class CheckpointManager {
   // store's locks). If the writer is more than one snapshot behind, the
   // oldest queued one is dropped with a warning.
   void Enqueue(Snapshot snapshot);
-  // Writes the queued snapshots, then these, before returning: at shutdown.
-  absl::Status WriteNow(std::vector<Snapshot> snapshots);
-  // Called (on the writer thread) after each write, successful or not.
+  // At shutdown, on the calling thread: drops the queued snapshots (these
+  // supersede them), waits until `deadline` for a write in progress, then
+  // writes these.
+  absl::Status WriteNow(std::vector<Snapshot> snapshots, absl::Time deadline);
+  // Called after each write, successful or not (on the writer thread, or on
+  // WriteNow's caller).
   void SetOnDone(std::function<void(int64_t version, const absl::Status& status)> callback);
 
   int64_t written() const;

@@ -1,13 +1,17 @@
 #include "server/checkpoint.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <set>
 #include <sstream>
 
@@ -94,6 +98,20 @@ std::set<std::string> Names(const std::string& folder) {
 }
 
 bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+// fn() run on another thread, waited for up to 10 s. If it is still blocked
+// then (opening the FIFO `fifo`), a writer opens the FIFO so that it can
+// finish, and the test fails.
+template <typename Fn>
+auto WithinSeconds(const std::string& fifo, Fn fn) {
+  auto result = std::async(std::launch::async, fn);
+  if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    const int fd = open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) close(fd);
+    ADD_FAILURE() << "blocked opening the FIFO " << fifo;
+  }
+  return result.get();
+}
 
 // Every chunk of `shard` holds its slice of `flat` (and momentum, if kept).
 void ExpectShardMatches(const RestoredShard& shard, int rank, const std::vector<float>& flat,
@@ -405,6 +423,42 @@ TEST_F(CheckpointTest, MissingDirectoryIsAnEmptyScanAndAFileIsAnError) {
   WriteFile(dir_, "not a folder");
   EXPECT_FALSE(ScanCheckpoints(dir_, 0, 1).ok());
   EXPECT_EQ(ScanCheckpoints(root_, 2, 2).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A FIFO named like a server file must neither hang a starting server's
+// scan nor psync_ckpt list.
+TEST_F(CheckpointTest, FifoIsRefusedWithoutBlocking) {
+  const Layout layout = MakeLayout(1);
+  WriteAll(dir_, layout, 1, Flat(layout));
+  ASSERT_EQ(mkdir((dir_ + "/ckpt-000000000002").c_str(), 0755), 0);
+  const std::string fifo = FilePath(dir_, 2, 0, 1);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  CheckpointScan scan = WithinSeconds(fifo, [&] { return Scan(0, 1); });
+  ASSERT_EQ(scan.candidates.size(), 1u);
+  EXPECT_EQ(scan.candidates[0].version, 1);
+  ASSERT_EQ(scan.refused.size(), 1u);
+  EXPECT_NE(scan.refused[0].find(fifo + ": not a regular file"), std::string::npos)
+      << scan.refused[0];
+  auto files = WithinSeconds(fifo, [&] { return ListCheckpointFiles({dir_}); });
+  ASSERT_TRUE(files.ok()) << files.status();
+  ASSERT_EQ(files->size(), 2u);
+  EXPECT_EQ((*files)[0].path, fifo);
+  EXPECT_EQ((*files)[0].status.code(), absl::StatusCode::kInvalidArgument) << (*files)[0].status;
+  EXPECT_TRUE((*files)[1].status.ok()) << (*files)[1].status;
+}
+
+TEST_F(CheckpointTest, ExportRefusesASetOfTwoModels) {
+  const Layout ours = MakeLayout(2), foreign = MakeLayout(2, {{"other", {40}}});
+  Write(dir_, ours, 0, 1, Flat(ours));
+  Write(dir_, foreign, 1, 1, Flat(foreign));
+  const std::string out = root_ + "/model.safetensors";
+  auto exported = ExportCheckpoint({dir_}, -1, out);
+  EXPECT_EQ(exported.status().code(), absl::StatusCode::kNotFound) << exported.status();
+  EXPECT_NE(exported.status().message().find(FilePath(dir_, 1, 1, 2) +
+                                             ": model_id differs from server 0's"),
+            std::string::npos)
+      << exported.status();
+  EXPECT_FALSE(Exists(out));
 }
 
 TEST_F(CheckpointTest, ExportGathersTwoServersFromTwoDirectories) {

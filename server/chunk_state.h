@@ -8,9 +8,10 @@
 
 namespace psync {
 
-// Immutable once published by the store: a transport sending the weights and
-// a checkpoint being written may hold it while training goes on (the store
-// writes each new version into another buffer).
+// Never written while anyone but the store holds it: a transport sending the
+// weights and a checkpoint being written may hold it while training goes on.
+// The store writes each new version into another buffer, reusing an old
+// state only once nobody else holds it.
 struct ChunkState {
   std::vector<float> weights;
   // SGD's momentum buffer; empty when the optimizer keeps none.

@@ -2,15 +2,19 @@
 // server/checkpoint.h).
 //   psync_ckpt list   --checkpoint_dir=D[,D2...]
 //   psync_ckpt export --checkpoint_dir=D[,D2...] [--version=N] --out=FILE
-// Exit status: 0 done, 1 failed, 2 bad arguments.
+// Exit status: 0 done, 1 failed, 2 bad arguments (a flag that Abseil cannot
+// parse, unknown or with a bad value, is reported by absl::ParseCommandLine,
+// which exits 1).
 #include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/reflection.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "common/flags_help.h"
 #include "common/safetensors.h"
 #include "common/sha256.h"
 #include "server/checkpoint.h"
@@ -23,65 +27,16 @@ ABSL_FLAG(std::string, out, "", "export: the safetensors file to write.");
 namespace psync {
 namespace {
 
-constexpr const char* kFlags[] = {"checkpoint_dir", "version", "out"};
-
-void PrintHelp() {
-  std::printf(
-      "Usage: psync_ckpt <command> [flags]\n"
-      "Commands:\n"
-      "  list    each version's server files and whether each is valid (with the reason)\n"
-      "  export  the full model of one version as one safetensors file, and the\n"
-      "          SHA-256 of its tensor data\n"
-      "Flags:\n");
-  for (const char* name : kFlags) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    std::printf("  --%-16s %s (default: \"%s\")\n", name, flag->Help().c_str(),
-                flag->DefaultValue().c_str());
-  }
-  std::printf("  --%-16s %s\n", "help", "Print this text.");
-}
+constexpr char kUsage[] =
+    "Usage: psync_ckpt <command> [flags]\n"
+    "Commands:\n"
+    "  list    each version's server files and whether each is valid (with the reason)\n"
+    "  export  the full model of one version as one safetensors file, and the\n"
+    "          SHA-256 of its tensor data";
 
 int BadArguments(const std::string& what) {
   std::fprintf(stderr, "psync_ckpt: %s (see --help)\n", what.c_str());
   return 2;
-}
-
-// Sets the flags from argv ("--name=value" or "--name value") and returns
-// the command, or the exit status in *exit_code.
-std::string ParseArgs(int argc, char** argv, int* exit_code) {
-  *exit_code = -1;
-  std::string command;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg[0] != '-') {
-      if (!command.empty()) *exit_code = BadArguments("more than one command: " + arg);
-      command = arg;
-      if (*exit_code >= 0) return "";
-      continue;
-    }
-    arg = arg.substr(arg.rfind("--", 0) == 0 ? 2 : 1);
-    std::string name = arg.substr(0, arg.find('=')), value;
-    bool known = false;
-    for (const char* f : kFlags) known |= name == f;
-    if (!known) {
-      *exit_code = BadArguments("unknown flag --" + name);
-      return "";
-    }
-    if (arg.find('=') != std::string::npos) {
-      value = arg.substr(arg.find('=') + 1);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      *exit_code = BadArguments("--" + name + " needs a value");
-      return "";
-    }
-    std::string error;
-    if (!absl::FindCommandLineFlag(name)->ParseFrom(value, &error)) {
-      *exit_code = BadArguments("--" + name + "=" + value + ": " + error);
-      return "";
-    }
-  }
-  return command;
 }
 
 int List(const std::vector<std::string>& dirs) {
@@ -147,16 +102,17 @@ int Export(const std::vector<std::string>& dirs) {
 }
 
 int Main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-help" || arg == "-h" || arg == "help") {
-      PrintHelp();
-      return 0;
-    }
+  absl::SetProgramUsageMessage(kUsage);
+  if (PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
+  // The positional arguments, after argv[0]: the command.
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() > 2) return BadArguments(std::string("more than one command: ") + args[2]);
+  const std::string command = args.size() == 2 ? args[1] : "";
+  if (command == "help") {
+    const std::string help = FlagsHelp(__FILE__);
+    std::fwrite(help.data(), 1, help.size(), stdout);
+    return 0;
   }
-  int exit_code = -1;
-  const std::string command = ParseArgs(argc, argv, &exit_code);
-  if (exit_code >= 0) return exit_code;
   if (command != "list" && command != "export") {
     return BadArguments(command.empty() ? "no command: expected list or export"
                                         : "unknown command '" + command + "'");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,11 +16,13 @@ Coordinator::Coordinator(int num_servers)
     : num_servers_(num_servers), members_(num_servers) {}
 
 int64_t Coordinator::CommonVersionLocked() const {
-  // version -> model id -> servers holding that version of that model
-  std::map<int64_t, std::map<uint64_t, std::vector<int>>> seen;
+  // version -> model id -> servers holding that version of that model (a
+  // server may list a version twice: its own file and a set written by
+  // another server count)
+  std::map<int64_t, std::map<uint64_t, std::set<int>>> seen;
   for (int s = 0; s < num_servers_; ++s) {
     for (const CheckpointVersion& c : members_[s]->checkpoints) {
-      seen[c.version][c.model_id].push_back(s);
+      seen[c.version][c.model_id].insert(s);
     }
   }
   for (auto it = seen.rbegin(); it != seen.rend(); ++it) {
@@ -30,7 +33,8 @@ int64_t Coordinator::CommonVersionLocked() const {
     if (models.size() > 1) {
       std::vector<std::string> held;
       for (const auto& [model, servers] : models) {
-        held.push_back(absl::StrCat("model ", model, " on server(s) ", absl::StrJoin(servers, ", ")));
+        held.push_back(
+            absl::StrCat("model ", model, " on server(s) ", absl::StrJoin(servers, ", ")));
       }
       LOG(WARNING) << "coordinator: checkpoint version " << it->first
                    << " is refused: the servers' files there are of different models ("
@@ -47,6 +51,28 @@ absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
         "Join: server rank ", info.server_rank, " is out of range 0..", num_servers_ - 1,
         " (do the servers agree on --num_servers?)"));
   }
+  // Bounds on what another process sends: generations are incremented, and
+  // every member's list is kept and merged at each round.
+  constexpr size_t kMaxCheckpoints = 4096;
+  for (int64_t g : {info.generation, info.failed_generation}) {
+    if (g < 0 || g == INT64_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Join: server ", info.server_rank, " reports generation ", g, ", expected 0..",
+          INT64_MAX - 1));
+    }
+  }
+  if (info.checkpoints.size() > kMaxCheckpoints) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Join: server ", info.server_rank, " lists ", info.checkpoints.size(),
+        " checkpoints, expected at most ", kMaxCheckpoints));
+  }
+  for (const CheckpointVersion& c : info.checkpoints) {
+    if (c.version <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Join: server ", info.server_rank, " lists checkpoint version ", c.version,
+          ", expected > 0"));
+    }
+  }
   absl::MutexLock lock(&mu_);
   std::optional<Member>& member = members_[info.server_rank];
   bool new_round = false;
@@ -55,7 +81,7 @@ absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
               << " restarted (new incarnation); the cluster rolls back";
     new_round = true;
   }
-  if (info.restore_failed && info.generation != target_generation_) {
+  if (info.failed_generation != 0 && info.failed_generation == target_generation_) {
     LOG(WARNING) << "coordinator: server " << info.server_rank
                  << " could not restore version " << target_version_ << "; choosing again";
     new_round = true;

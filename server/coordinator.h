@@ -4,6 +4,7 @@
 #define PSYNC_SERVER_COORDINATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,13 +21,14 @@ struct CheckpointVersion {
   uint64_t model_id = 0;  // same tensors, chunk size and seed
 };
 
-// What a server reports, about five times a second.
+// What a server reports, about ten times a second.
 struct JoinInfo {
   int server_rank = 0;
   uint64_t incarnation = 0;  // new at every start of the server process
   int64_t generation = 0;    // 0 until it restored a target
   std::vector<CheckpointVersion> checkpoints;
-  bool restore_failed = false;
+  // The generation whose target this server failed to restore (0: none).
+  int64_t failed_generation = 0;
 };
 
 struct JoinReply {
@@ -34,6 +36,9 @@ struct JoinReply {
   int64_t target_version = 0;     // 0: start afresh
   bool ready = false;             // every server has restored the target
 };
+
+// Reaches the coordinator: a local call on server 0, an RPC elsewhere.
+using JoinFunction = std::function<absl::StatusOr<JoinReply>(const JoinInfo&)>;
 
 // Thread-safe.
 //

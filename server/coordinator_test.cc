@@ -7,7 +7,7 @@ namespace {
 
 JoinInfo Info(int rank, uint64_t incarnation, int64_t generation,
               std::vector<CheckpointVersion> checkpoints = {}) {
-  return JoinInfo{rank, incarnation, generation, std::move(checkpoints), false};
+  return JoinInfo{rank, incarnation, generation, std::move(checkpoints), 0};
 }
 
 TEST(CoordinatorTest, WaitsForEveryServerThenStartsFromTheNewestCommonCheckpoint) {
@@ -56,6 +56,37 @@ TEST(CoordinatorTest, ARoundWaitsForFreshReportsOfEveryServer) {
   EXPECT_EQ(r->target_version, 40);
 }
 
+TEST(CoordinatorTest, AFailedRestoreChoosesAgainOnce) {
+  Coordinator c(2);
+  c.Join(Info(0, 100, 0, {{10, 7}, {20, 7}})).IgnoreError();
+  auto r = c.Join(Info(1, 200, 0, {{10, 7}, {20, 7}}));
+  ASSERT_EQ(r->target_generation, 1);
+  ASSERT_EQ(r->target_version, 20);
+  // Server 1 cannot load version 20 (it dropped it from its list) and says
+  // so; once both have reported again, generation 2 starts from version 10.
+  JoinInfo failed = Info(1, 200, 0, {{10, 7}});
+  failed.failed_generation = 1;
+  c.Join(failed).IgnoreError();
+  r = c.Join(Info(0, 100, 1, {{10, 7}, {20, 7}}));
+  EXPECT_EQ(r->target_generation, 2);
+  EXPECT_EQ(r->target_version, 10);
+  // Until it restores generation 2, server 1 still reports its old failure:
+  // that starts no further round.
+  r = c.Join(failed);
+  EXPECT_EQ(r->target_generation, 2);
+  c.Join(Info(0, 100, 2, {{10, 7}, {20, 7}})).IgnoreError();
+  JoinInfo restored = Info(1, 200, 2, {{10, 7}});
+  restored.failed_generation = 1;
+  EXPECT_TRUE(c.Join(restored)->ready);
+}
+
+TEST(CoordinatorTest, AServerListingAVersionTwiceDoesNotStandInForAnother) {
+  Coordinator c(2);
+  c.Join(Info(0, 1, 0, {{5, 1}, {9, 1}, {9, 1}})).IgnoreError();
+  auto r = c.Join(Info(1, 2, 0, {{5, 1}}));
+  EXPECT_EQ(r->target_version, 5);
+}
+
 TEST(CoordinatorTest, CheckpointsOfAnotherModelAreNotCommon) {
   Coordinator c(2);
   c.Join(Info(0, 1, 0, {{5, 1}, {9, 1}})).IgnoreError();
@@ -69,6 +100,15 @@ TEST(CoordinatorTest, ARestartedCoordinatorRaisesTheGeneration) {
   auto r = c.Join(Info(0, 300, 0, {{3, 1}}));
   EXPECT_EQ(r->target_generation, 7);
   EXPECT_EQ(r->target_version, 3);
+}
+
+TEST(CoordinatorTest, ImplausibleReportsAreRefused) {
+  Coordinator c(2);
+  EXPECT_EQ(c.Join(Info(0, 1, INT64_MAX)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.Join(Info(0, 1, -1)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.Join(Info(0, 1, 0, {{0, 1}})).status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<CheckpointVersion> many(5000, CheckpointVersion{3, 1});
+  EXPECT_EQ(c.Join(Info(0, 1, 0, many)).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CoordinatorTest, BadRankIsRefused) {

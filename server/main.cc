@@ -2,19 +2,18 @@
 #include <signal.h>
 
 #include <cstdio>
-#include <fstream>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/flags_help.h"
 #include "common/job_config.h"
+#include "common/job_flags.h"
+#include "common/output_path.h"
 #include "common/status_macros.h"
 #include "common/malloc_tuning.h"
 #include "glog/logging.h"
-#include "common/cluster_spec.h"
 #include "server/checkpoint_manager.h"
 #include "server/coordinator.h"
 #include "server/membership.h"
@@ -23,7 +22,7 @@
 #include "server/shard_store.h"
 
 // The job's settings (--config and a flag per field) are in
-// common/job_config.h; these are this server's own.
+// common/job_flags.h; these are this server's own.
 ABSL_FLAG(std::string, port_file, "", "If set, the chosen port is written here once listening.");
 ABSL_FLAG(std::string, server_rank, "0",
           "This server's rank in 0..num_servers-1, or auto: the ordinal its StatefulSet pod "
@@ -81,15 +80,8 @@ int Run() {
     LOG(ERROR) << store.status().message();
     return 2;
   }
-  std::vector<std::string> addresses;
-  if (!config.cluster().servers().empty()) {
-    auto parsed = ParseServerAddresses(absl::StrJoin(ServerAddresses(config), ","));
-    if (!parsed.ok()) {
-      LOG(ERROR) << "bad flags: --servers: " << parsed.status().message();
-      return 2;
-    }
-    addresses = *parsed;
-  }
+  // Checked by LoadJobConfig; empty when none are given.
+  const std::vector<std::string> addresses = ServerAddresses(config);
   if (options->num_servers > 1 && static_cast<int>(addresses.size()) != options->num_servers) {
     LOG(ERROR) << "bad flags: --servers lists " << addresses.size() << " addresses, expected "
                << options->num_servers << " (--num_servers): every server must reach server 0";
@@ -150,11 +142,10 @@ int Run() {
             << ")";
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
-    // Write then rename, so a reader never sees a partial file.
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << (*server)->port() << "\n";
-    if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
-      LOG(ERROR) << "cannot write --port_file " << port_file;
+    absl::Status written =
+        WriteFileAtomically("--port_file", port_file, absl::StrCat((*server)->port(), "\n"));
+    if (!written.ok()) {
+      LOG(ERROR) << written.message();
       (*server)->Shutdown(absl::Now());
       return 1;
     }
@@ -184,7 +175,9 @@ int Run() {
               << status.version;
   }
   if (checkpoints != nullptr && exit_code == 0) {
-    absl::Status written = checkpoints->WriteNow((*store)->SnapshotForShutdown());
+    // Within Kubernetes' default grace of 30 s after SIGTERM.
+    absl::Status written =
+        checkpoints->WriteNow((*store)->SnapshotForShutdown(), absl::Now() + absl::Seconds(20));
     if (!written.ok()) LOG(ERROR) << "final checkpoint: " << written;
   }
   (*server)->Shutdown(absl::Now() + absl::Seconds(2));

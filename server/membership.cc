@@ -44,7 +44,7 @@ void Membership::Tick() {
   info.server_rank = rank_;
   info.incarnation = incarnation_;
   info.generation = store_->generation();
-  info.restore_failed = restore_failed_;
+  info.failed_generation = failed_generation_;
   if (checkpoints_ != nullptr) info.checkpoints = checkpoints_->Versions();
   absl::StatusOr<JoinReply> reply = join_(info);
   const absl::Time now = absl::Now();
@@ -66,13 +66,12 @@ void Membership::Tick() {
       if (!loaded.ok()) {
         LOG(ERROR) << "server " << rank_ << ": cannot restore version " << reply->target_version
                    << ": " << loaded.status();
-        restore_failed_ = true;
+        failed_generation_ = reply->target_generation;
         return;
       }
       state = std::move(*loaded);
     }
     store_->Restore(reply->target_generation, std::move(state));
-    restore_failed_ = false;
     ready_ = false;
     LOG(INFO) << "server " << rank_ << ": generation " << reply->target_generation << ": "
               << (reply->target_version > 0

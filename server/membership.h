@@ -19,8 +19,6 @@
 
 namespace psync {
 
-using JoinFunction = std::function<absl::StatusOr<JoinReply>(const JoinInfo&)>;
-
 // Thread-compatible; its thread is joined by the destructor.
 class Membership {
  public:
@@ -41,7 +39,7 @@ class Membership {
   const absl::Duration period_;
   const int rank_;
   const uint64_t incarnation_;
-  bool restore_failed_ = false;
+  int64_t failed_generation_ = 0;  // see JoinInfo
   bool ready_ = false;
   absl::Time last_wait_log_ = absl::InfinitePast();
   absl::Mutex mu_;

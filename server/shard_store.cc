@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/incarnation.h"
 #include "common/init.h"
@@ -24,8 +23,8 @@ struct ShardStore::Chunk {
   absl::Mutex mu;
   int64_t version ABSL_GUARDED_BY(mu) = 0;
   // State at `version` and at `version - 1` (null at the first version of a
-  // generation). Published states are never written again; `spare` is an
-  // old one, reused for the next version when nobody else holds it.
+  // generation). `spare` is an older one, reused for the next version once
+  // nobody else holds it (see ChunkState).
   std::shared_ptr<ChunkState> current ABSL_GUARDED_BY(mu);
   std::shared_ptr<ChunkState> previous ABSL_GUARDED_BY(mu);
   std::shared_ptr<ChunkState> spare ABSL_GUARDED_BY(mu);
@@ -60,9 +59,6 @@ namespace {
 
 int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
 
-// A waiting call re-checks why it might stop at least this often.
-constexpr absl::Duration kWaitSlice = absl::Milliseconds(500);
-
 }  // namespace
 
 absl::Status ShardStoreOptions::Validate() const {
@@ -84,7 +80,11 @@ absl::Status ShardStoreOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "--checkpoint_every is ", checkpoint_every, ", expected >= 0 (0: no checkpoints)"));
   }
-  if (worker_lease <= absl::ZeroDuration() || peer_timeout < worker_lease) {
+  if (worker_lease <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--worker_lease_ms is ", absl::ToInt64Milliseconds(worker_lease), ", expected > 0"));
+  }
+  if (peer_timeout < worker_lease) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--peer_timeout_s is ", absl::FormatDuration(peer_timeout), ", expected at least the "
         "worker lease of ", absl::FormatDuration(worker_lease)));
@@ -103,9 +103,7 @@ ShardStore::ShardStore(ShardStoreOptions options)
       last_seen_ms_(new std::atomic<int64_t>[options_.num_workers]),
       sessions_(options_.num_workers, 0),
       incarnations_(options_.num_workers, 0),
-      done_(options_.num_workers, 0),
-      next_session_(NewIncarnation()),
-      generation_start_(absl::Now()) {
+      done_(options_.num_workers, 0) {
   for (int w = 0; w < options_.num_workers; ++w) last_seen_ms_[w] = UnixMs(absl::Now());
 }
 
@@ -201,6 +199,7 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   }
   if (shard_ == nullptr) {
     shard_ = NewShard(layout, args.shape, generation_);
+    owned_chunks_ = static_cast<int>(shard_->owned.size());
     for (int32_t id : shard_->owned) {
       Chunk& c = *shard_->chunks[id];
       absl::MutexLock chunk_lock(&c.mu);
@@ -211,8 +210,7 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
       if (options_.sgd.momentum != 0.0f) c.current->momentum.assign(c.info.num_elements, 0.0f);
     }
   }
-  next_session_ = next_session_ * 6364136223846793005ULL + 1442695040888963407ULL;
-  sessions_[rank] = next_session_ | 1;
+  sessions_[rank] = NewIncarnation();
   incarnations_[rank] = args.incarnation;
   done_[rank] = 0;
   last_seen_ms_[rank] = UnixMs(absl::Now());
@@ -294,6 +292,10 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
                          CheckCaller("Push", session, worker_rank, fingerprint));
   if (step < 0) {
     return absl::InvalidArgumentError(absl::StrCat("Push: step is ", step, ", expected >= 0"));
+  }
+  if (step == INT64_MAX) {  // a PushPull then pulls version step + 1
+    return absl::InvalidArgumentError(
+        absl::StrCat("Push: step is ", step, ", expected < ", INT64_MAX));
   }
   if (sample_count < 0 || sample_count > (int64_t{1} << 40)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -469,9 +471,11 @@ void ShardStore::CollectSnapshotLocked(Shard& shard, Chunk& c) {
   const int64_t every = options_.checkpoint_every;
   if (every <= 0 || (c.version % every != 0 && c.version != shard.shape.total_steps)) return;
   absl::MutexLock lock(&snapshot_mu_);
-  if (pending_shard_ != &shard) {  // a new generation: drop the old one's partial snapshots
+  // A push that raced a Restore may still apply to the retired shard.
+  if (shard.generation < pending_generation_) return;
+  if (shard.generation > pending_generation_) {
     pending_.clear();
-    pending_shard_ = &shard;
+    pending_generation_ = shard.generation;
   }
   Snapshot& snapshot = pending_[c.version];
   snapshot.chunks.emplace_back(c.info.id, c.current);
@@ -524,28 +528,27 @@ absl::Status ShardStore::Pull(uint64_t session, int worker_rank, uint64_t finger
           "Pull: version ", version, " of chunk ", id, " is from the future; the chunk is at version ",
           c.version, " and can reach only ", c.version + 1, " next"));
     }
-    // Wakes in slices to notice a rollback, a shutdown or a failed peer.
+    // A rollback, a shutdown or a failed job wakes the waiters (WakeAll).
     const Shard* s = shard.get();
-    auto ready = [this, &c, version, s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
-      return c.version >= version || closed_.load() || s->retired.load();
+    auto interrupted = [this, s] {
+      return closed_.load() || s->retired.load() || job_failed_.load();
     };
-    auto served = [this, &c, version, s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
-      return c.version >= version && !closed_.load() && !s->retired.load();
+    auto ready = [&c, version, &interrupted]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+      return c.version >= version || interrupted();
     };
     // The usual case, a version already there, takes no other lock.
-    while (!served()) {
-      c.mu.AwaitWithDeadline(absl::Condition(&ready), std::min(deadline, absl::Now() + kWaitSlice));
-      if (served()) break;
+    c.mu.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    if (interrupted()) {
       c.mu.Unlock();  // mu_ (in Interrupted) is taken before chunk locks
       absl::Status stop = Interrupted("Pull", *shard);
       c.mu.Lock();
-      if (!stop.ok()) return stop;
-      if (absl::Now() >= deadline && c.version < version) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "Pull: chunk ", id, " is still at version ", c.version, " (", c.num_received, " of ",
-            options_.num_workers, " workers pushed step ", c.version, "); waited for version ",
-            version));
-      }
+      return stop;
+    }
+    if (c.version < version) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "Pull: chunk ", id, " is still at version ", c.version, " (", c.num_received, " of ",
+          options_.num_workers, " workers pushed step ", c.version, "); waited for version ",
+          version));
     }
     const std::shared_ptr<ChunkState> state = StateAtLocked(c, version);
     if (state == nullptr) {
@@ -564,27 +567,34 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
   PSYNC_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard,
                          CheckCaller("Heartbeat", session, worker_rank, std::nullopt));
   HeartbeatResult result;
-  // The lowest version; among its chunks, the one waiting longest for pushes.
+  // The lowest version; among its chunks, the one waiting longest for
+  // pushes, whose missing workers are listed.
   bool found = false;
+  Chunk* waiting = nullptr;
   for (int32_t id : shard->owned) {
     Chunk& c = *shard->chunks[id];
     absl::MutexLock lock(&c.mu);
     const bool waits = c.num_received > 0;
-    const bool better =
-        !found || c.version < result.version ||
-        (c.version == result.version && waits &&
-         (result.waiting_for.empty() || c.first_push < result.waiting_since));
-    if (!better) continue;
+    if (!found || c.version < result.version) {
+      result.version = c.version;
+      waiting = nullptr;
+    } else if (c.version > result.version) {
+      continue;
+    }
     found = true;
-    result.version = c.version;
-    result.waiting_for.clear();
-    result.waiting_since = absl::InfinitePast();
-    if (waits) {
-      for (int w = 0; w < options_.num_workers; ++w) {
-        if (!c.received[w]) result.waiting_for.push_back(w);
-      }
+    if (waits && (waiting == nullptr || c.first_push < result.waiting_since)) {
+      waiting = &c;
       result.waiting_since = c.first_push;
     }
+  }
+  if (waiting != nullptr) {
+    absl::MutexLock lock(&waiting->mu);
+    for (int w = 0; w < options_.num_workers; ++w) {
+      if (!waiting->received[w]) result.waiting_for.push_back(w);
+    }
+    if (result.waiting_for.empty()) result.waiting_since = absl::InfinitePast();  // applied since
+  } else {
+    result.waiting_since = absl::InfinitePast();
   }
   absl::MutexLock lock(&mu_);
   if (done_version > 0) done_[worker_rank] = done_version;
@@ -599,38 +609,48 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
 }
 
 void ShardStore::WakeAll(const Shard& shard) {
-  for (const auto& chunk : shard.chunks) {
+  for (int32_t id : shard.owned) {
     // Releasing a chunk's mutex makes its waiters re-check their condition.
-    if (chunk != nullptr) absl::MutexLock chunk_lock(&chunk->mu);
+    absl::MutexLock chunk_lock(&shard.chunks[id]->mu);
   }
 }
 
 void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state) {
+  // Built before taking mu_: allocating and filling a shard takes a while.
+  std::shared_ptr<Shard> fresh;
+  if (state.has_value()) {
+    fresh = NewShard(state->layout, state->shape, generation);
+    for (auto& [id, restored] : state->chunks) {
+      Chunk& c = *fresh->chunks[id];
+      absl::MutexLock chunk_lock(&c.mu);
+      c.version = state->version;
+      c.current = std::make_shared<ChunkState>(*restored);
+      if (options_.sgd.momentum != 0.0f && c.current->momentum.empty()) {
+        c.current->momentum.assign(c.info.num_elements, 0.0f);
+      }
+    }
+  }
+  {
+    absl::MutexLock lock(&snapshot_mu_);
+    pending_.clear();
+    pending_generation_ = generation;
+  }
   std::shared_ptr<Shard> old;
   {
     absl::MutexLock lock(&mu_);
     old = std::move(shard_);
     if (old != nullptr) old->retired = true;
-    if (state.has_value()) {
-      shard_ = NewShard(state->layout, state->shape, generation);
-      for (auto& [id, restored] : state->chunks) {
-        Chunk& c = *shard_->chunks[id];
-        absl::MutexLock chunk_lock(&c.mu);
-        c.version = state->version;
-        c.current = std::make_shared<ChunkState>(*restored);
-        if (options_.sgd.momentum != 0.0f && c.current->momentum.empty()) {
-          c.current->momentum.assign(c.info.num_elements, 0.0f);
-        }
-      }
-    }
+    shard_ = std::move(fresh);
+    owned_chunks_ = shard_ == nullptr ? 0 : static_cast<int>(shard_->owned.size());
     generation_ = generation;
     ready_ = false;
     std::fill(sessions_.begin(), sessions_.end(), 0);
     std::fill(done_.begin(), done_.end(), 0);
     checkpoint_done_ = state.has_value() ? state->version : -1;
-    generation_start_ = absl::Now();
+    // Every worker gets a fresh lease to register in the new generation.
+    const int64_t now_ms = UnixMs(absl::Now());
     for (int w = 0; w < options_.num_workers; ++w) {
-      last_seen_ms_[w] = std::max(last_seen_ms_[w].load(), UnixMs(generation_start_));
+      last_seen_ms_[w] = std::max(last_seen_ms_[w].load(), now_ms);
     }
   }
   if (old != nullptr) WakeAll(*old);
@@ -715,6 +735,7 @@ absl::Status ShardStore::CheckPeers() {
         absl::FormatDuration(absl::Trunc(longest, absl::Milliseconds(100))),
         " (--peer_timeout_s is ", absl::FormatDuration(options_.peer_timeout), "); server ",
         options_.server_rank, " gives up on the job"));
+    job_failed_ = true;
     shard = shard_;
   }
   WakeAll(*shard);
@@ -732,10 +753,7 @@ void ShardStore::Close() {
   if (shard != nullptr) WakeAll(*shard);
 }
 
-int ShardStore::OwnedChunks() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return shard_ == nullptr ? 0 : static_cast<int>(shard_->owned.size());
-}
+int ShardStore::OwnedChunks() const { return owned_chunks_.load(); }
 
 StoreStatus ShardStore::GetStatus() const {
   absl::ReaderMutexLock lock(&mu_);

@@ -261,15 +261,19 @@ class ShardStore {
   std::vector<uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // holder of each rank
   std::vector<int64_t> done_ ABSL_GUARDED_BY(mu_);           // version, 0: not done
   int64_t checkpoint_done_ ABSL_GUARDED_BY(mu_) = -1;  // newest version
-  uint64_t next_session_ ABSL_GUARDED_BY(mu_);
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
-  absl::Time generation_start_ ABSL_GUARDED_BY(mu_);
+  // Set with failed_, for waiting pulls, which cannot take mu_.
+  std::atomic<bool> job_failed_{false};
+  // shard_->owned.size(), for the transport's decode bound without mu_.
+  std::atomic<int> owned_chunks_{0};
 
+  // Taken under a chunk's lock (CollectSnapshotLocked), or alone; never
+  // before mu_.
   absl::Mutex snapshot_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::function<void(Snapshot)> snapshot_sink_ ABSL_GUARDED_BY(snapshot_mu_);
-  // Partial snapshots by version, for the shard they belong to.
+  // Partial snapshots by version, of generation pending_generation_.
   std::map<int64_t, Snapshot> pending_ ABSL_GUARDED_BY(snapshot_mu_);
-  const Shard* pending_shard_ ABSL_GUARDED_BY(snapshot_mu_) = nullptr;
+  int64_t pending_generation_ ABSL_GUARDED_BY(snapshot_mu_) = 0;
 };
 
 }  // namespace psync

@@ -4,21 +4,22 @@
 #include <atomic>
 #include <cstdio>
 #include <thread>
-#include <fstream>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/cluster_spec.h"
+#include "absl/types/optional.h"
 #include "common/flags_help.h"
+#include "common/job_config.h"
+#include "common/job_flags.h"
 #include "common/layout.h"
 #include "common/malloc_tuning.h"
-#include "absl/strings/str_join.h"
-#include "common/job_config.h"
 #include "common/output_path.h"
 #include "common/safetensors.h"
 #include "common/sha256.h"
@@ -30,17 +31,80 @@
 #include "worker/device.h"
 #include "worker/gpu/gpu.h"
 #include "worker/model.h"
+#include "worker/ps_client.h"
 #include "worker/rpc/grpc_ps_client.h"
 #include "worker/trainer.h"
 
 // The job's settings (--config and a flag per field) are in
-// common/job_config.h; this is the worker's own.
+// common/job_flags.h; this is the worker's own.
 ABSL_FLAG(std::string, worker_rank, "0",
           "This worker's rank in 0..num_workers-1, or auto: $JOB_COMPLETION_INDEX (the pod's "
           "index in an Indexed Job).");
 
 namespace psync {
 namespace {
+
+// Exit codes, as the launcher reads them (deploy/local/launch.cc
+// RestartOrFail) and psync_server uses them: 2 and 3 are final, never
+// restarted; 1 is a failure a restart may cure.
+constexpr int kExitFailed = 1;
+constexpr int kExitBadConfig = 2;         // bad configuration, rank or options
+constexpr int kExitCannotContinue = 3;    // the servers refuse this worker for good
+
+// A failure's exit code travels to main() in its Status, as this payload;
+// a failure without one exits kExitFailed.
+constexpr char kExitCodePayload[] = "psync.worker.exit_code";
+
+absl::Status WithExitCode(int code, absl::Status s) {
+  if (!s.ok()) s.SetPayload(kExitCodePayload, absl::Cord(absl::StrCat(code)));
+  return s;
+}
+
+// Found before training; the same configuration would fail the same way
+// after a restart.
+absl::Status BadConfig(absl::Status s) { return WithExitCode(kExitBadConfig, std::move(s)); }
+
+int ExitCode(const absl::Status& s) {
+  if (s.ok()) return 0;
+  const absl::optional<absl::Cord> payload = s.GetPayload(kExitCodePayload);
+  int code = kExitFailed;
+  if (payload.has_value()) absl::SimpleAtoi(std::string(*payload), &code);
+  return code;
+}
+
+// Forwards to another PsClient and remembers whether Register was refused
+// for good: the servers hold another layout or training shape
+// (FailedPrecondition) or call the request invalid (InvalidArgument), which
+// a restart of this worker cannot change.
+class RegisterWatch final : public PsClient {
+ public:
+  explicit RegisterWatch(PsClient* client) : client_(client) {}
+
+  // Trainer thread only, like Register.
+  bool refused() const { return refused_; }
+
+  absl::StatusOr<int64_t> Register() override {
+    absl::StatusOr<int64_t> version = client_->Register();
+    refused_ = absl::IsFailedPrecondition(version.status()) ||
+               absl::IsInvalidArgument(version.status());
+    return version;
+  }
+  absl::Status Finish(int64_t version) override { return client_->Finish(version); }
+  void Cancel() override { client_->Cancel(); }
+  absl::Status Pull(int64_t version, float* weights) override {
+    return client_->Pull(version, weights);
+  }
+  absl::Status StartPushPull(int64_t step, int64_t sample_count, int first_tensor,
+                             int end_tensor, const float* grads, float* weights) override {
+    return client_->StartPushPull(step, sample_count, first_tensor, end_tensor, grads, weights);
+  }
+  absl::Status Wait() override { return client_->Wait(); }
+  int num_tensors() const override { return client_->num_tensors(); }
+
+ private:
+  PsClient* const client_;
+  bool refused_ = false;
+};
 
 struct Data {
   Dataset train, test;
@@ -80,8 +144,9 @@ std::string Json(const proto::JobConfig& c, const TrainResult& r, int64_t global
 
 // SIGTERM or SIGINT: the trainer stops before its next step; a step that
 // does not finish within --stop_grace_s (peers gone, say) has its calls
-// cancelled. The signals are blocked in every thread (set up before any
-// starts), and this object's thread takes them.
+// cancelled. The signals are blocked in every thread main() starts, and
+// this object's thread takes them; threads started before main() (OpenBLAS's
+// pool) do not block them, so a handler catches one delivered there.
 class StopOnSignal {
  public:
   StopOnSignal(Trainer* trainer, PsClient* client, int rank, absl::Duration grace)
@@ -97,6 +162,10 @@ class StopOnSignal {
   bool signalled() const { return signalled_.load(); }
 
   static void BlockSignals() {
+    struct sigaction action = {};
+    action.sa_handler = [](int sig) { caught_.store(sig); };  // async-signal-safe
+    sigaction(SIGTERM, &action, nullptr);
+    sigaction(SIGINT, &action, nullptr);
     sigset_t set = Signals();
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
   }
@@ -115,7 +184,8 @@ class StopOnSignal {
     const timespec slice = {0, 100 * 1000 * 1000};
     absl::Time cancel_at = absl::InfiniteFuture();
     while (!done_.load()) {
-      const int sig = sigtimedwait(&set, nullptr, &slice);
+      int sig = sigtimedwait(&set, nullptr, &slice);
+      if (sig <= 0) sig = caught_.exchange(0);
       if (sig > 0 && !signalled_.exchange(true)) {
         LOG(INFO) << "worker " << rank_ << ": received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
                   << "; stopping after the current step";
@@ -137,11 +207,17 @@ class StopOnSignal {
   const absl::Duration grace_;
   std::atomic<bool> signalled_{false}, done_{false};
   std::thread thread_;
+  // A signal the handler caught (on a thread that does not block it); 0: none.
+  static inline std::atomic<int> caught_{0};
 };
 
+// Trains; a failure's Status carries its exit code (see ExitCode).
 absl::Status Run(const proto::JobConfig& c, int rank) {
-  PSYNC_ASSIGN_OR_RETURN(std::vector<std::string> servers,
-                         ParseServerAddresses(absl::StrJoin(ServerAddresses(c), ",")));
+  const std::vector<std::string> servers = ServerAddresses(c);  // checked by LoadJobConfig
+  if (servers.empty()) {
+    return BadConfig(absl::InvalidArgumentError(
+        "--servers is empty, expected the servers' addresses (host:port,...)"));
+  }
   TrainerOptions options;
   options.worker_rank = rank;
   options.num_workers = c.cluster().num_workers();
@@ -155,12 +231,12 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
                                             absl::SkipEmpty())) {
     double weight;
     if (!absl::SimpleAtod(w, &weight)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--device_weights: '", w, "' is not a number (expected e.g. 1,3)"));
+      return BadConfig(absl::InvalidArgumentError(absl::StrCat(
+          "--device_weights: '", w, "' is not a number (expected e.g. 1,3)")));
     }
     options.device_weights.push_back(weight);
   }
-  PSYNC_RETURN_IF_ERROR(options.Validate());
+  PSYNC_RETURN_IF_ERROR(BadConfig(options.Validate()));
   const int devices = c.training().devices();
   const int64_t chunk_kb = c.training().chunk_kb();
   const int64_t synthetic_samples = c.data().synthetic_samples();
@@ -169,13 +245,16 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   const std::string& export_path = c.output().export_path();
   const std::string& summary = c.output().summary();
   if (options.worker_rank == 0) {
-    if (!export_path.empty()) PSYNC_RETURN_IF_ERROR(CheckOutputPath("--export_path", export_path));
-    if (!summary.empty()) PSYNC_RETURN_IF_ERROR(CheckOutputPath("--summary", summary));
+    if (!export_path.empty()) {
+      PSYNC_RETURN_IF_ERROR(BadConfig(CheckOutputPath("--export_path", export_path)));
+    }
+    if (!summary.empty()) PSYNC_RETURN_IF_ERROR(BadConfig(CheckOutputPath("--summary", summary)));
   }
 
   const std::string& model = c.training().model();
-  PSYNC_ASSIGN_OR_RETURN(const DeviceChoice device,
-                         ChooseDevice(c.training().device(), ProbeGpus(), devices));
+  absl::StatusOr<DeviceChoice> chosen = ChooseDevice(c.training().device(), ProbeGpus(), devices);
+  if (!chosen.ok()) return BadConfig(chosen.status());  // --device=cuda without the GPUs
+  const DeviceChoice& device = *chosen;
   LOG(INFO) << "worker " << options.worker_rank << " uses " << devices << " "
             << (device.cuda ? "CUDA" : "CPU") << " devices: " << device.reason;
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
@@ -189,8 +268,10 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   PSYNC_ASSIGN_OR_RETURN(Layout layout,
                          Layout::Create(replicas[0]->parameters(), chunk_kb << 10,
                                         static_cast<int>(servers.size()), options.seed));
-  PSYNC_ASSIGN_OR_RETURN(Data data, LoadData(synthetic_samples, c.data().data_dir(),
-                                             replicas[0]->input_dim(), options.seed));
+  absl::StatusOr<Data> loaded = LoadData(synthetic_samples, c.data().data_dir(),
+                                         replicas[0]->input_dim(), options.seed);
+  if (!loaded.ok()) return BadConfig(loaded.status());  // a missing --data_dir, say
+  Data& data = *loaded;
   LOG(INFO) << "worker " << options.worker_rank << "/" << options.num_workers << ": model "
             << model << " (" << layout.total_elements() << " parameters, "
             << layout.chunks().size() << " chunks on " << servers.size() << " servers, layout "
@@ -204,6 +285,8 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   client_options.call_timeout = absl::Seconds(c.timeouts().rpc_timeout_s());
   client_options.connect_timeout = absl::Seconds(c.timeouts().connect_timeout_s());
   client_options.finish_timeout = absl::Seconds(c.timeouts().peer_timeout_s());
+  // Two beats per lease, so one late beat does not make this worker look dead.
+  client_options.heartbeat_interval = absl::Milliseconds(c.timeouts().worker_lease_ms()) / 2;
   client_options.shape = TrainingShape{devices,
                                        options.batch_per_device,
                                        options.TotalSteps(Sharding{data.train.size,
@@ -213,15 +296,21 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
                                                               .steps_per_epoch()),
                                        data.train.size,
                                        options.seed,
-                                       c.training().device_weights()};
-  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
+                                       // Canonical: "1, 3" and "1.0,3" are the same weights.
+                                       absl::StrJoin(options.device_weights, ",")};
+  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> grpc_client,
                          CreateGrpcPsClient(layout, client_options));
-  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
-                         Trainer::Create(options, std::move(replicas), std::move(reducer),
-                                         client.get(), &data.train, &data.test));
+  RegisterWatch client(grpc_client.get());
+  absl::StatusOr<std::unique_ptr<Trainer>> created =
+      Trainer::Create(options, std::move(replicas), std::move(reducer), &client, &data.train,
+                      &data.test);
+  // InvalidArgument: the options do not fit the model or the data.
+  if (absl::IsInvalidArgument(created.status())) return BadConfig(created.status());
+  PSYNC_RETURN_IF_ERROR(created.status());
+  std::unique_ptr<Trainer> trainer = std::move(*created);
   const int64_t global_batch = int64_t{options.num_workers} * devices * options.batch_per_device;
   const bool rank0 = options.worker_rank == 0;
-  StopOnSignal stopper(trainer.get(), client.get(), options.worker_rank,
+  StopOnSignal stopper(trainer.get(), &client, options.worker_rank,
                        absl::Seconds(c.timeouts().stop_grace_s()));
   absl::StatusOr<TrainResult> trained = trainer->Run([&](const EpochReport& r) {
     if (!rank0) return;
@@ -236,6 +325,9 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
               << trained.status().message() << "); the job can be resumed";
     return absl::OkStatus();
   }
+  if (!trained.ok() && client.refused()) {
+    return WithExitCode(kExitCannotContinue, trained.status());
+  }
   PSYNC_RETURN_IF_ERROR(trained.status());
   TrainResult& result = *trained;
   LOG(INFO) << "worker " << options.worker_rank << " finished " << result.steps << " steps, "
@@ -245,29 +337,19 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   Sha256 sha;
   sha.Update(result.weights.data(), result.weights.size() * sizeof(float));
   const std::string digest = sha.HexDigest();
-  // Each file is written beside its target and renamed over it, so a reader
-  // (or a crash) never sees half a file.
+  // Both files are replaced atomically, so a reader (or a crash) never sees
+  // half a file.
   if (!export_path.empty()) {
-    const std::string tmp = export_path + ".tmp";
-    absl::Status written = WriteSafetensors(tmp, layout.tensors(), result.weights);
+    absl::Status written = WriteSafetensors(export_path, layout.tensors(), result.weights);
     if (!written.ok()) {
-      std::remove(tmp.c_str());
-      return written;
+      return absl::Status(written.code(), absl::StrCat("--export_path: ", written.message()));
     }
-    PSYNC_RETURN_IF_ERROR(MoveIntoPlace("--export_path", tmp, export_path));
     LOG(INFO) << "wrote weights to " << export_path << " (sha256 " << digest << ")";
   }
   if (!summary.empty()) {
-    const std::string tmp = summary + ".tmp";
-    std::ofstream out(tmp, std::ios::trunc);
-    out << Json(c, result, global_batch, static_cast<int>(servers.size()), digest);
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::DataLossError(
-          absl::StrCat("cannot write --summary ", summary, " (at ", tmp, ")"));
-    }
-    PSYNC_RETURN_IF_ERROR(MoveIntoPlace("--summary", tmp, summary));
+    PSYNC_RETURN_IF_ERROR(WriteFileAtomically(
+        "--summary", summary,
+        Json(c, result, global_batch, static_cast<int>(servers.size()), digest)));
   }
   return absl::OkStatus();
 }
@@ -291,19 +373,20 @@ int main(int argc, char** argv) {
   absl::StatusOr<psync::LoadedJobConfig> loaded = psync::LoadJobConfig();
   if (!loaded.ok()) {
     LOG(ERROR) << "bad configuration: " << loaded.status().message();
-    return 1;
+    return psync::kExitBadConfig;
   }
   absl::StatusOr<int> rank =
       psync::ResolveRank(psync::Role::kWorker, "--worker_rank", absl::GetFlag(FLAGS_worker_rank),
                          loaded->config.cluster().num_workers());
   if (!rank.ok()) {
     LOG(ERROR) << "bad flags: " << rank.status().message();
-    return 1;
+    return psync::kExitBadConfig;
   }
-  absl::Status s = psync::Run(loaded->config, *rank);
+  // A worker stopped by SIGTERM returns OK: exit 0.
+  const absl::Status s = psync::Run(loaded->config, *rank);
   if (!s.ok()) {
-    LOG(ERROR) << "worker " << *rank << " failed: " << s;
-    return 1;
+    LOG(ERROR) << "worker " << *rank
+               << " failed: " << s.ToString(absl::StatusToStringMode::kWithNoExtraData);
   }
-  return 0;
+  return psync::ExitCode(s);
 }

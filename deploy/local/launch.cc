@@ -165,18 +165,9 @@ absl::Status Validate() {
   return absl::OkStatus();
 }
 
-// Writes `pid` to `path` through a temporary file, so a reader never sees a
-// partial one.
+// Writes `pid` to `path` atomically, so a reader never sees a partial file.
 absl::Status WritePidFile(const std::string& path, pid_t pid) {
-  const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp, std::ios::trunc);
-  out << pid << "\n";
-  out.close();
-  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::DataLossError(absl::StrCat("cannot write the pid file ", path));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically("--pid_dir", path, absl::StrCat(pid, "\n"));
 }
 
 // One supervised daemon. Every (re)start runs the same argv: same rank,

@@ -10,7 +10,7 @@
 
 namespace psync {
 
-JoinFn CreateGrpcJoinFn(const std::string& address, int num_servers, absl::Duration timeout) {
+JoinFunction CreateGrpcJoinFn(const std::string& address, int num_servers, absl::Duration timeout) {
   std::shared_ptr<proto::ParameterServer::Stub> stub = proto::ParameterServer::NewStub(
       grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
                                 PeerChannelArguments()));
@@ -20,7 +20,7 @@ JoinFn CreateGrpcJoinFn(const std::string& address, int num_servers, absl::Durat
     req.set_num_servers(num_servers);
     req.set_incarnation(info.incarnation);
     req.set_generation(info.generation);
-    req.set_restore_failed(info.restore_failed);
+    req.set_failed_generation(info.failed_generation);
     for (const CheckpointVersion& c : info.checkpoints) {
       proto::CheckpointVersion* v = req.add_checkpoints();
       v->set_version(c.version);

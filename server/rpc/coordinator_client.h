@@ -11,11 +11,9 @@
 
 namespace psync {
 
-using JoinFn = std::function<absl::StatusOr<JoinReply>(const JoinInfo&)>;
-
 // Each call is one Join RPC to `address` with `timeout`. The returned
 // function is thread-safe.
-JoinFn CreateGrpcJoinFn(const std::string& address, int num_servers, absl::Duration timeout);
+JoinFunction CreateGrpcJoinFn(const std::string& address, int num_servers, absl::Duration timeout);
 
 }  // namespace psync
 

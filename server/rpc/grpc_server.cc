@@ -165,7 +165,7 @@ class ParameterService final : public grpc::Service {
     info.server_rank = req->server_rank();
     info.incarnation = req->incarnation();
     info.generation = req->generation();
-    info.restore_failed = req->restore_failed();
+    info.failed_generation = req->failed_generation();
     for (const proto::CheckpointVersion& c : req->checkpoints()) {
       info.checkpoints.push_back({c.version(), c.model_id()});
     }

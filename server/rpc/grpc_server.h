@@ -15,7 +15,8 @@ namespace psync {
 struct GrpcServerOptions {
   // "host:port"; port 0 picks a free one (see GrpcServer::port()).
   std::string address = "127.0.0.1:0";
-  // Longest a Pull waits for its version when the caller set no deadline.
+  // Longest a Pull waits for its version (less if the caller's deadline is
+  // nearer).
   absl::Duration max_pull_wait = absl::Seconds(60);
   // Threads serving calls (a waiting pull holds one); 0 means
   // max(256, 32 x workers): room for every worker's per-layer calls.

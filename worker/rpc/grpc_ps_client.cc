@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/incarnation.h"
 #include "common/layout_proto.h"
 #include "common/rpc/channel.h"
@@ -29,10 +31,20 @@ constexpr absl::Duration kLogInterval = absl::Seconds(5);
 // One registration attempt; Register retries until the connect timeout.
 constexpr absl::Duration kRegisterAttempt = absl::Seconds(5);
 
-// Errors after which the same call may succeed: the server is restarting,
-// overloaded or shutting down (a restarted one answers on the same address).
+// Errors after which the same chunk call may succeed: the server is
+// restarting, overloaded or shutting down (a restarted one answers on the
+// same address).
 bool Retryable(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+         code == grpc::StatusCode::CANCELLED;
+}
+
+// Refusals of Register that may pass: the server is not up (or not ready),
+// still holds a dead predecessor's lease on this rank, or was shutting
+// down. Not RESOURCE_EXHAUSTED: the server answers that for good (a layout
+// over its message limit). An attempt's own deadline is handled apart.
+bool RegisterMayRetry(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::ALREADY_EXISTS ||
          code == grpc::StatusCode::CANCELLED;
 }
 
@@ -40,8 +52,8 @@ const char kPullMethod[] = "/psync.proto.ParameterServer/Pull";
 const char kPushPullMethod[] = "/psync.proto.ParameterServer/PushPull";
 
 // One RPC to one server that returns chunks (Pull or PushPull), driven by
-// the client's completion queue, and retried on UNAVAILABLE until its
-// deadline (every psync call is idempotent, so retrying is safe).
+// the client's completion queue, and retried on Retryable() errors until
+// its deadline (every psync call is idempotent, so retrying is safe).
 struct ChunkCall {
   int server = 0;
   const char* op = "";      // for messages
@@ -55,7 +67,8 @@ struct ChunkCall {
   // gradients, which stay valid until Wait() returns.
   grpc::ByteBuffer request;
 
-  // Per attempt.
+  // Per attempt. `ctx` is replaced under GrpcPsClient::mu_, which Cancel()
+  // holds to reach it from another thread.
   std::unique_ptr<grpc::ClientContext> ctx;
   std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> reader;
   grpc::ByteBuffer response;
@@ -107,6 +120,7 @@ class GrpcPsClient final : public PsClient {
       absl::MutexLock lock(&mu_);
       stopping_ = true;
     }
+    stop_heartbeat_.Notify();
     poller_.join();
     heartbeat_.join();
     for (grpc::CompletionQueue* cq : {&cq_, &inline_cq_}) {
@@ -162,9 +176,8 @@ class GrpcPsClient final : public PsClient {
                                            options_.server_addresses[server],
                                            ") did not answer; is it running?"))
                                      : refused[server];
-        } else if (!Retryable(st.error_code()) &&
-                   st.error_code() != grpc::StatusCode::ALREADY_EXISTS) {
-          return why;
+        } else if (!RegisterMayRetry(st.error_code()) || cancelled_.load()) {
+          return why;  // refused for good (another layout or shape, say), or cancelled by us
         } else {
           refused[server] = why;
         }
@@ -205,8 +218,11 @@ class GrpcPsClient final : public PsClient {
       absl::Status why;
       for (size_t server = 0; server < stubs_.size(); ++server) {
         absl::StatusOr<proto::HeartbeatResponse> beat = Beat(static_cast<int>(server));
-        if (!beat.ok() && beat.status().code() != absl::StatusCode::kUnavailable) {
-          return beat.status();  // Aborted after a rollback, or a failed job
+        // A beat past its deadline or failing with a Retryable() code is no
+        // answer yet; ABORTED (a rollback) or another code (a failed job) is.
+        const auto code = static_cast<grpc::StatusCode>(beat.status().code());
+        if (!beat.ok() && code != grpc::StatusCode::DEADLINE_EXCEEDED && !Retryable(code)) {
+          return beat.status();
         }
         if (!beat.ok() || !beat->all_done()) {
           all_done = false;
@@ -276,6 +292,7 @@ class GrpcPsClient final : public PsClient {
       std::vector<int32_t> ids(std::lower_bound(all.begin(), all.end(), lo),
                                std::lower_bound(all.begin(), all.end(), hi));
       if (ids.empty()) continue;
+      const int64_t session = static_cast<int64_t>(Session(server));
       // Consecutive chunks, up to max_request_bytes per request.
       for (size_t begin = 0; begin < ids.size();) {
         size_t end = begin;
@@ -290,7 +307,7 @@ class GrpcPsClient final : public PsClient {
         push.SetScalar(kWireFingerprint, static_cast<int64_t>(layout_.fingerprint()));
         push.SetScalar(kWireStep, step);
         push.SetScalar(kWireSampleCount, sample_count);
-        push.SetScalar(kWireSession, static_cast<int64_t>(Session(server)));
+        push.SetScalar(kWireSession, session);
         for (size_t i = begin; i < end; ++i) {
           const ChunkInfo& info = layout_.chunks()[ids[i]];
           push.AddChunk(ids[i], proto::DTYPE_FLOAT32, 0, grads + info.flat_offset, info.bytes());
@@ -341,20 +358,37 @@ class GrpcPsClient final : public PsClient {
     call->deadline = absl::Now() + options_.call_timeout;
     call->request = std::move(request);
     call->cq = defer ? &cq_ : &inline_cq_;
+    ChunkCall& started = *call;
+    {
+      // Listed before it starts, so that a Cancel() from now on reaches it.
+      absl::MutexLock lock(&mu_);
+      if (defer) ++outstanding_;
+      calls_.push_back(std::move(call));
+    }
     if (defer) {
-      call->issue_alarm.Set(&cq_, gpr_now(GPR_CLOCK_MONOTONIC), &call->issue_tag);
+      started.issue_alarm.Set(&cq_, gpr_now(GPR_CLOCK_MONOTONIC), &started.issue_tag);
     } else {
-      Issue(*call);
+      Issue(started);
       ++inline_outstanding_;
     }
-    absl::MutexLock lock(&mu_);
-    if (defer) ++outstanding_;
-    calls_.push_back(std::move(call));
   }
 
+  // Starts an attempt of `call`, on the thread that drives its queue. After
+  // Cancel() it starts no RPC: the call finishes with CANCELLED through its
+  // queue, like any other.
   void Issue(ChunkCall& call) {
-    call.ctx = std::make_unique<grpc::ClientContext>();
-    call.ctx->set_deadline(absl::ToChronoTime(call.deadline));
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(absl::ToChronoTime(call.deadline));
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancelled_.load()) {
+        call.status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+        call.issue_alarm.Set(call.cq, gpr_now(GPR_CLOCK_MONOTONIC), &call.done_tag);
+        return;
+      }
+      // A Cancel() after this point cancels `ctx` (even before it starts).
+      std::swap(call.ctx, ctx);
+    }
     call.response.Clear();
     call.reader = generic_stubs_[call.server]->PrepareUnaryCall(call.ctx.get(), call.method,
                                                                 call.request, call.cq);
@@ -363,8 +397,8 @@ class GrpcPsClient final : public PsClient {
   }
 
   // Handles one completion-queue event of a call: starts it, retries it
-  // after a backoff if the server was unavailable, or finishes it (copying
-  // its weights into place). Returns the call's status once it is finished.
+  // after a backoff on a Retryable() error, or finishes it (copying its
+  // weights into place). Returns the call's status once it is finished.
   std::optional<absl::Status> HandleEvent(void* tag) {
     const auto& t = *static_cast<ChunkCall::Tag*>(tag);
     ChunkCall& call = *t.call;
@@ -414,14 +448,22 @@ class GrpcPsClient final : public PsClient {
 
   // Takes the sessions and the version to resume from.
   absl::StatusOr<int64_t> Registered(const std::vector<proto::RegisterResponse>& responses) {
-    int64_t version = INT64_MAX, max_version = 0;
-    for (const auto& r : responses) {
+    bool any = false;
+    int64_t version = 0, max_version = 0;
+    for (size_t s = 0; s < responses.size(); ++s) {
+      const proto::RegisterResponse& r = responses[s];
       if (!r.has_chunks()) continue;
-      version = std::min(version, r.version());
-      max_version = std::max(max_version, std::max(r.version(), r.max_version()));
+      if (r.version() < 0 || r.max_version() < r.version()) {
+        return absl::DataLossError(absl::StrCat(
+            "Register: server ", s, " (", options_.server_addresses[s], ") answered version ",
+            r.version(), " and max_version ", r.max_version(),
+            ", expected 0 <= version <= max_version"));
+      }
+      version = any ? std::min(version, r.version()) : r.version();
+      max_version = std::max(max_version, r.max_version());
+      any = true;
     }
-    if (version == INT64_MAX) version = max_version = 0;
-    if (max_version > version + 1) {
+    if (max_version - version > 1) {
       // Cannot happen in one generation: a step needs every chunk at one
       // version before any moves on.
       return absl::FailedPreconditionError(absl::StrCat(
@@ -430,7 +472,6 @@ class GrpcPsClient final : public PsClient {
     }
     absl::MutexLock lock(&session_mu_);
     for (size_t s = 0; s < responses.size(); ++s) sessions_[s] = responses[s].session();
-    generation_ = responses[0].generation();
     return version;
   }
 
@@ -456,12 +497,7 @@ class GrpcPsClient final : public PsClient {
   // it computes, and says whom this worker waits for when a step stalls.
   void HeartbeatLoop() {
     absl::Time last_log = absl::InfinitePast();
-    while (true) {
-      {
-        absl::MutexLock lock(&mu_);
-        auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-        if (mu_.AwaitWithTimeout(absl::Condition(&stop), options_.heartbeat_interval)) return;
-      }
+    while (!stop_heartbeat_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
       for (size_t server = 0; server < stubs_.size(); ++server) {
         absl::StatusOr<proto::HeartbeatResponse> beat = Beat(static_cast<int>(server));
         if (!beat.ok() || beat->waiting_for().empty()) continue;
@@ -529,9 +565,8 @@ class GrpcPsClient final : public PsClient {
   std::atomic<bool> cancelled_{false};
   absl::Mutex session_mu_;
   std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(session_mu_);  // by server; 0: none
-  int64_t generation_ ABSL_GUARDED_BY(session_mu_) = 0;
   int64_t done_version_ ABSL_GUARDED_BY(session_mu_) = 0;
-  std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;  // Register
+  std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;  // Register, Heartbeat
   std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs_;     // chunk calls
   grpc::CompletionQueue inline_cq_;  // driven by Wait()
   int inline_outstanding_ = 0;       // caller's thread only
@@ -539,12 +574,13 @@ class GrpcPsClient final : public PsClient {
 
   absl::Mutex mu_;
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // deferred calls in flight
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // the poller's stop
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
   // first_chunk_[t]: id of tensor t's first chunk; first_chunk_[T] = #chunks.
   std::vector<int32_t> first_chunk_;
   // In flight since the last Wait(); owned here, touched by the poller.
   std::vector<std::unique_ptr<ChunkCall>> calls_ ABSL_GUARDED_BY(mu_);
+  absl::Notification stop_heartbeat_;
   // Last: the thread starts once every member it uses is constructed.
   std::thread poller_{[this] { Poll(); }};
   std::thread heartbeat_{[this] { HeartbeatLoop(); }};

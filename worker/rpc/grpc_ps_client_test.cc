@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -106,16 +107,30 @@ class FakeService final : public proto::ParameterServer::Service {
   grpc::Status failure ABSL_GUARDED_BY(mu){grpc::StatusCode::UNAVAILABLE, "restarting"};
   int64_t version_skew ABSL_GUARDED_BY(mu) = 0;  // added to answered versions
   bool drop_last_chunk ABSL_GUARDED_BY(mu) = false;
+  // Register answers these versions, or fails with `register_failure`.
+  int64_t version ABSL_GUARDED_BY(mu) = 0;
+  int64_t max_version ABSL_GUARDED_BY(mu) = 0;
+  grpc::Status register_failure ABSL_GUARDED_BY(mu);
+  // The first `heartbeat_failures` heartbeats fail with `heartbeat_failure`;
+  // the others answer `all_done`.
+  int heartbeat_calls ABSL_GUARDED_BY(mu) = 0;
+  int heartbeat_failures ABSL_GUARDED_BY(mu) = 0;
+  grpc::Status heartbeat_failure ABSL_GUARDED_BY(mu);
+  bool all_done ABSL_GUARDED_BY(mu) = false;
 
   grpc::Status Register(grpc::ServerContext*, const proto::RegisterRequest* req,
                         proto::RegisterResponse* resp) override {
     absl::MutexLock lock(&mu);
+    ++register_calls;
+    if (!register_failure.ok()) return register_failure;
     resp->set_server_rank(server_rank);
     resp->set_layout_fingerprint(req->layout_fingerprint());
     resp->set_session(77);
-    resp->set_generation(generations[std::min<size_t>(register_calls, generations.size() - 1)]);
+    resp->set_generation(
+        generations[std::min<size_t>(register_calls - 1, generations.size() - 1)]);
     resp->set_has_chunks(true);
-    ++register_calls;
+    resp->set_version(version);
+    resp->set_max_version(max_version);
     return grpc::Status::OK;
   }
 
@@ -133,7 +148,10 @@ class FakeService final : public proto::ParameterServer::Service {
   }
 
   grpc::Status Heartbeat(grpc::ServerContext*, const proto::HeartbeatRequest*,
-                         proto::HeartbeatResponse*) override {
+                         proto::HeartbeatResponse* resp) override {
+    absl::MutexLock lock(&mu);
+    if (heartbeat_calls++ < heartbeat_failures) return heartbeat_failure;
+    resp->set_all_done(all_done);
     return grpc::Status::OK;
   }
 };
@@ -363,6 +381,89 @@ TEST(GrpcPsClientTest, RegisterWaitsUntilEveryServerIsInTheSameGeneration) {
   ASSERT_TRUE(client->Register().ok());
   absl::MutexLock lock(&b.service.mu);
   EXPECT_EQ(b.service.register_calls, 3);
+}
+
+TEST(GrpcPsClientTest, RegisterDoesNotRetryAPermanentRefusal) {
+  const Layout layout = TestLayout(1);
+  FakeServer fake;
+  {
+    absl::MutexLock lock(&fake.service.mu);
+    // What a server answers for a layout over its message limit.
+    fake.service.register_failure =
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "layout too large");
+  }
+  auto client = Client(layout, {fake.address()});
+  absl::StatusOr<int64_t> version = client->Register();
+  EXPECT_EQ(version.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(version.status().message(), HasSubstr("layout too large"));
+  absl::MutexLock lock(&fake.service.mu);
+  EXPECT_EQ(fake.service.register_calls, 1);
+}
+
+TEST(GrpcPsClientTest, RegisterRefusesGarbageVersions) {
+  const Layout layout = TestLayout(1);
+  FakeServer fake;
+  for (auto [version, max_version] : {std::pair<int64_t, int64_t>{-1, 0}, {5, 4}}) {
+    {
+      absl::MutexLock lock(&fake.service.mu);
+      fake.service.version = version;
+      fake.service.max_version = max_version;
+    }
+    auto client = Client(layout, {fake.address()});
+    absl::StatusOr<int64_t> registered = client->Register();
+    EXPECT_EQ(registered.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(registered.status().message(),
+                HasSubstr(absl::StrCat("server 0 (", fake.address(), ") answered version ",
+                                       version, " and max_version ", max_version)));
+  }
+}
+
+TEST(GrpcPsClientTest, CallsAfterCancelFailWithoutAnRpc) {
+  const Layout layout = TestLayout(1);
+  FakeServer fake;
+  auto client = Client(layout, {fake.address()});
+  ASSERT_TRUE(client->Register().ok());
+  client->Cancel();
+  std::vector<float> grads(layout.total_elements()), w(grads.size());
+  EXPECT_EQ(client->PushPull(0, 1, grads.data(), w.data()).code(), absl::StatusCode::kCancelled);
+  for (int t = client->num_tensors() - 1; t >= 0; --t) {  // deferred, on the poller
+    ASSERT_TRUE(client->StartPushPull(0, 1, t, t + 1, grads.data(), w.data()).ok());
+  }
+  EXPECT_EQ(client->Wait().code(), absl::StatusCode::kCancelled);
+  absl::MutexLock lock(&fake.service.mu);
+  EXPECT_EQ(fake.service.push_pull_calls, 0);
+}
+
+TEST(GrpcPsClientTest, FinishWaitsThroughTransientHeartbeatErrors) {
+  const Layout layout = TestLayout(1);
+  FakeServer fake;
+  {
+    absl::MutexLock lock(&fake.service.mu);
+    fake.service.heartbeat_failures = 4;
+    fake.service.heartbeat_failure =
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many calls");
+    fake.service.all_done = true;
+  }
+  auto client = Client(layout, {fake.address()});
+  ASSERT_TRUE(client->Register().ok());
+  EXPECT_EQ(client->Finish(1), absl::OkStatus());
+  absl::MutexLock lock(&fake.service.mu);
+  EXPECT_GT(fake.service.heartbeat_calls, 4);
+}
+
+TEST(GrpcPsClientTest, FinishEndsOnAnAbortedHeartbeat) {
+  const Layout layout = TestLayout(1);
+  FakeServer fake;
+  {
+    absl::MutexLock lock(&fake.service.mu);
+    fake.service.heartbeat_failures = 1 << 30;
+    fake.service.heartbeat_failure = grpc::Status(grpc::StatusCode::ABORTED, "rolled back");
+  }
+  auto client = Client(layout, {fake.address()});
+  ASSERT_TRUE(client->Register().ok());
+  const absl::Status s = client->Finish(1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("rolled back"));
 }
 
 TEST(GrpcPsClientTest, AfterARollbackCallsAreAbortedAndRegisteringAgainResumes) {

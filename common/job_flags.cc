@@ -1,0 +1,88 @@
+#include "common/job_flags.h"
+
+#include <cstdint>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/internal/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+// The one deliberate exception to STYLE.md's "flags are defined only in
+// main.cc files": the job's flags are shared by every binary by design, one
+// name per flag, so that one command line (or --config file) describes the
+// job to each of them. Each binary still copies the loaded configuration
+// into its own options structs. One flag per field of proto::JobConfig,
+// named like the field, with the field's default (JobFlagsTest checks both).
+ABSL_FLAG(std::string, config, "",
+          "Job configuration file, at most 1 MiB (protobuf text format, or JSON if it ends in "
+          ".json; see proto/job_config.proto); the flags below override single fields.");
+ABSL_FLAG(int32_t, num_servers, 1, "Parameter servers in the job.");
+ABSL_FLAG(int32_t, num_workers, 1, "Workers in the job.");
+ABSL_FLAG(std::string, servers, "",
+          "Server addresses host:port,... in server-rank order, or a pattern with {rank}, "
+          "e.g. psync-server-{rank}.psync-server:7070.");
+ABSL_FLAG(std::string, model, "mlp", "Model: mlp or cnn.");
+ABSL_FLAG(int32_t, devices, 1, "Devices per worker (one thread and model replica each).");
+ABSL_FLAG(std::string, device, "auto", "Kind of worker device: auto, cpu or cuda.");
+ABSL_FLAG(std::string, device_weights, "", "Relative device speeds, e.g. 1,3 (empty: equal).");
+ABSL_FLAG(int64_t, batch_per_device, 32, "Samples per device per step.");
+ABSL_FLAG(int32_t, epochs, 1, "Epochs to train (ignored if --steps > 0).");
+ABSL_FLAG(int64_t, steps, 0, "If > 0, total steps to train instead of --epochs.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and the data order.");
+ABSL_FLAG(int64_t, chunk_kb, 256, "Largest chunk of a tensor on one server, in KiB.");
+ABSL_FLAG(bool, overlap, true, "Push each layer's gradients while backward continues.");
+ABSL_FLAG(bool, deterministic, false, "Servers sum gradients in worker-rank order.");
+ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "Fashion-MNIST directory.");
+ABSL_FLAG(int64_t, synthetic_samples, 0, "If > 0, train on this many synthetic samples instead.");
+ABSL_FLAG(double, lr, 0.1, "SGD learning rate.");
+ABSL_FLAG(double, momentum, 0.9, "SGD momentum.");
+ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Servers' checkpoint directory (created if missing); empty: none, and a restarted "
+          "server starts the cluster again from step 0.");
+ABSL_FLAG(int64_t, checkpoint_every, 0,
+          "Checkpoint every N steps (and the last step, and at shutdown); 0: only at shutdown.");
+ABSL_FLAG(int32_t, keep_checkpoints, 3, "Newest checkpoints each server keeps (>= 2).");
+ABSL_FLAG(int32_t, rpc_timeout_s, 120, "Deadline of one push-pull (includes waiting for peers).");
+ABSL_FLAG(int32_t, connect_timeout_s, 60, "How long a worker waits for servers at registration.");
+ABSL_FLAG(int32_t, peer_timeout_s, 120, "Fail the job once a peer has been missing this long.");
+ABSL_FLAG(int32_t, pull_timeout_s, 120, "Longest a pull waits on a server for its version.");
+ABSL_FLAG(int32_t, stop_grace_s, 5,
+          "On SIGTERM a worker abandons a step not finished within this many seconds.");
+ABSL_FLAG(int32_t, worker_lease_ms, 1000,
+          "A worker silent this long is missing; a restarted worker may take its rank.");
+ABSL_FLAG(std::string, export_path, "", "Worker 0 writes the final weights here (safetensors).");
+ABSL_FLAG(std::string, summary, "", "Worker 0 writes a JSON summary of the run here.");
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address a server listens on (0.0.0.0 for all).");
+ABSL_FLAG(int32_t, port, 0, "Port a server listens on; 0 picks a free one.");
+ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
+
+namespace psync {
+namespace {
+
+// Applies every job flag given on the command line, over the file's values.
+absl::Status ApplyJobFlags(LoadedJobConfig* loaded) {
+  for (const std::string& name : JobConfigFieldNames()) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    // (The one way to tell a flag given its default value from one left out.)
+    if (flag == nullptr || !absl::flags_internal::WasPresentOnCommandLine(name)) continue;
+    PSYNC_RETURN_IF_ERROR(
+        SetJobConfigField(name, flag->CurrentValue(), absl::StrCat("--", name), loaded));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<LoadedJobConfig> LoadJobConfig() {
+  LoadedJobConfig loaded;
+  const std::string path = absl::GetFlag(FLAGS_config);
+  if (!path.empty()) PSYNC_RETURN_IF_ERROR(ReadJobConfigFile(path, &loaded));
+  PSYNC_RETURN_IF_ERROR(ApplyJobFlags(&loaded));
+  PSYNC_RETURN_IF_ERROR(FinishJobConfig(&loaded));
+  return loaded;
+}
+
+}  // namespace psync

@@ -97,11 +97,7 @@ class Checker {
 
   void Expect(absl::string_view field, bool ok, absl::string_view expected) {
     if (ok || !error_.ok()) return;
-    const FieldRef f = *FindField(field);
-    auto source = loaded_.sources.find(std::string(field));
-    error_ = absl::InvalidArgumentError(absl::StrCat(
-        Subject(source == loaded_.sources.end() ? "" : source->second, f), " is ",
-        ValueText(loaded_.config, f), ", expected ", expected));
+    error_ = JobConfigFieldError(loaded_, field, expected);
   }
   absl::Status status() const { return error_; }
 
@@ -230,6 +226,15 @@ absl::Status ReadSmallFile(int fd, const std::string& path, std::string* text) {
 }
 
 }  // namespace
+
+absl::Status JobConfigFieldError(const LoadedJobConfig& loaded, absl::string_view field,
+                                 absl::string_view expected) {
+  const FieldRef f = *FindField(field);
+  auto source = loaded.sources.find(std::string(field));
+  return absl::InvalidArgumentError(
+      absl::StrCat(Subject(source == loaded.sources.end() ? "" : source->second, f), " is ",
+                   ValueText(loaded.config, f), ", expected ", expected));
+}
 
 absl::Status ReadJobConfigFile(const std::string& path, LoadedJobConfig* loaded) {
   // Non-blocking: opening a FIFO must not wait for a writer. (Reads of a

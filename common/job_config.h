@@ -45,6 +45,12 @@ absl::Status SetJobConfigField(absl::string_view field, absl::string_view value,
 // addresses) and validates the result; errors name each value's source.
 absl::Status FinishJobConfig(LoadedJobConfig* loaded);
 
+// An InvalidArgument error about the field called `field` (REQUIRES: one
+// of JobConfigFieldNames()): where its value came from, the value, and
+// `expected`, as FinishJobConfig words its errors.
+absl::Status JobConfigFieldError(const LoadedJobConfig& loaded, absl::string_view field,
+                                 absl::string_view expected);
+
 // Every leaf field's name (one job flag each), in .proto order.
 std::vector<std::string> JobConfigFieldNames();
 

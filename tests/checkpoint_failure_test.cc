@@ -66,7 +66,7 @@ std::map<std::string, std::string> Files(const std::string& dir) {
 // The deterministic job of every run: 2 servers, 2 workers x 1 device, the
 // MLP, a checkpoint every 50 steps, all of them kept.
 std::vector<std::string> Job(const std::string& dir) {
-  return {"--servers=2", "--workers=2", "--devices_per_worker=1", "--batch_per_device=8",
+  return {"--num_servers=2", "--num_workers=2", "--devices=1", "--batch_per_device=8",
           absl::StrCat("--steps=", kSteps), "--synthetic_samples=256", "--seed=5",
           "--deterministic", "--lr=0.05", "--checkpoint_every=50", "--keep_checkpoints=20",
           "--peer_timeout_s=20", "--checkpoint_dir=" + dir};
@@ -124,7 +124,7 @@ TEST_F(CheckpointFailureTest, RefusedNewestCheckpointFallsBackToTheNextOlderVers
   // server 1 of 2 at the same version has the same name as ours. (A file
   // written with other optimizer options fails the server at start instead.)
   const std::string foreign_dir = FreshDir("cnn");
-  const JobRun foreign = Launch("cnn", {"--servers=2", "--workers=1", "--devices_per_worker=1",
+  const JobRun foreign = Launch("cnn", {"--num_servers=2", "--num_workers=1", "--devices=1",
                                         "--batch_per_device=1", "--model=cnn",
                                         absl::StrCat("--steps=", kSteps),
                                         "--synthetic_samples=64", "--seed=5", "--lr=0.05",
@@ -316,8 +316,8 @@ TEST(CheckpointDirTest, UnusableCheckpointDirFailsAtStart) {
            "', which exists and is not a directory"},
       {{launch, "--checkpoint_dir=" + file + "/ckpt"}, 1,
        "[launch] FAILED: cannot create --checkpoint_dir '" + file + "/ckpt': Not a directory"},
-      {{launch, "--checkpoint_dir=" + file}, 1,
-       "[launch] FAILED: --checkpoint_dir is '" + file + "', which exists and is not a "
+      {{launch, "--checkpoint_dir=" + file}, 2,
+       "[launch] bad configuration: --checkpoint_dir is '" + file + "', which exists and is not a "
        "directory"},
   };
   for (Case& c : cases) {

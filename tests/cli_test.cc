@@ -57,8 +57,8 @@ std::vector<std::string> Worker(std::vector<std::string> flags) {
 }
 
 std::vector<std::string> Launch(std::vector<std::string> flags) {
-  std::vector<std::string> argv = {Runfile("deploy/local/psync_launch"), "--servers=1",
-                                   "--workers=1", "--devices_per_worker=1",
+  std::vector<std::string> argv = {Runfile("deploy/local/psync_launch"), "--num_servers=1",
+                                   "--num_workers=1", "--devices=1",
                                    "--synthetic_samples=64", "--steps=1", "--timeout_s=30"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   return argv;
@@ -72,7 +72,7 @@ TEST(CliTest, HelpListsEachBinarysOwnFlags) {
   const std::vector<Case> cases = {
       {"server/psync_server", "psync parameter server", {"--num_workers", "--port_file"}},
       {"worker/psync_worker", "psync worker", {"--batch_per_device", "--synthetic_samples"}},
-      {"deploy/local/psync_launch", "Runs a psync cluster", {"--servers", "--workers"}},
+      {"deploy/local/psync_launch", "Runs a psync cluster", {"--num_servers", "--max_restarts"}},
   };
   for (const Case& c : cases) {
     for (const char* help : {"--help", "-h", "--helpfull"}) {
@@ -103,9 +103,9 @@ TEST(CliTest, ExportPathInMissingFolderFailsAtStart) {
   EXPECT_TRUE(Contains(worker.output, "No such file or directory")) << worker.output;
   EXPECT_FALSE(Contains(worker.output, kPastStartChecks)) << worker.output;
 
-  const Ended launch = RunToEnd(Launch({"--export=" + path}));
+  const Ended launch = RunToEnd(Launch({"--export_path=" + path}));
   EXPECT_NE(launch.exit_code, 0);
-  EXPECT_TRUE(Contains(launch.output, "--export is '" + path + "'")) << launch.output;
+  EXPECT_TRUE(Contains(launch.output, "--export_path is '" + path + "'")) << launch.output;
   EXPECT_FALSE(Contains(launch.output, "[server 0]")) << "started a server: " << launch.output;
 }
 

@@ -28,7 +28,7 @@ LaunchResult Launch(const std::string& name, std::vector<std::string> flags) {
   run.weights_path = absl::StrCat(TempDir(), "/", name, ".safetensors");
   const std::string summary_path = absl::StrCat(TempDir(), "/", name, ".json");
   std::vector<std::string> argv = {Runfile("deploy/local/psync_launch"),
-                                   "--export=" + run.weights_path, "--summary=" + summary_path,
+                                   "--export_path=" + run.weights_path, "--summary=" + summary_path,
                                    "--timeout_s=240"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   auto p = Subprocess::Start(argv, absl::StrCat("[", name, "] "));
@@ -50,9 +50,9 @@ const std::vector<std::string> kCommon = {"--deterministic", "--seed=7", "--step
 
 std::vector<std::string> Shape(int servers, int workers, int devices, int batch) {
   std::vector<std::string> flags = kCommon;
-  flags.push_back(absl::StrCat("--servers=", servers));
-  flags.push_back(absl::StrCat("--workers=", workers));
-  flags.push_back(absl::StrCat("--devices_per_worker=", devices));
+  flags.push_back(absl::StrCat("--num_servers=", servers));
+  flags.push_back(absl::StrCat("--num_workers=", workers));
+  flags.push_back(absl::StrCat("--devices=", devices));
   flags.push_back(absl::StrCat("--batch_per_device=", batch));
   return flags;
 }
@@ -131,8 +131,8 @@ TEST(EquivalenceTest, AFailingWorkerFailsTheRun) {
 TEST(EquivalenceTest, BadFlagsFailTheRun) {
   std::vector<std::string> flags = Shape(1, 1, 1, 8);
   flags.push_back("--lr=-3");
-  EXPECT_EQ(Launch("badflags", flags).exit_code, 1);
-  EXPECT_EQ(Launch("badworkers", {"--workers=0"}).exit_code, 1);
+  EXPECT_EQ(Launch("badflags", flags).exit_code, 2);
+  EXPECT_EQ(Launch("badworkers", {"--num_workers=0"}).exit_code, 2);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ constexpr absl::Duration kRunLimit = absl::Seconds(90);  // --timeout_s=60, plus
 std::unique_ptr<Subprocess> StartLaunch(const std::string& name, std::vector<std::string> flags) {
   std::vector<std::string> argv = {Runfile("deploy/local/psync_launch"),
                                    "--synthetic_samples=2000", "--steps=300",
-                                   "--batch_per_device=8",     "--devices_per_worker=1",
+                                   "--batch_per_device=8",     "--devices=1",
                                    "--deterministic",          "--timeout_s=60"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   return StartProcess(argv, name);
@@ -75,7 +75,7 @@ std::optional<pid_t> KillWorker1WhenTraining(Subprocess& launch, const std::stri
 
 TEST(LaunchRestartTest, KilledWorkerFailsTheJobWhenRestartsAreOff) {
   const std::string pid_dir = FreshDir("norestart_pids");
-  auto launch = StartLaunch("norestart", {"--servers=2", "--workers=2", "--max_restarts=0",
+  auto launch = StartLaunch("norestart", {"--num_servers=2", "--num_workers=2", "--max_restarts=0",
                                           "--pid_dir=" + pid_dir});
   ASSERT_NE(launch, nullptr);
   const absl::Time start = absl::Now();
@@ -100,7 +100,7 @@ TEST(LaunchRestartTest, KilledWorkerIsRestartedAndTheJobFinishes) {
   const std::string summary = absl::StrCat(TempDir(), "/restart_summary.json");
   std::remove(summary.c_str());
   auto launch = StartLaunch(
-      "restart", {"--servers=2", "--workers=2", "--max_restarts=3", "--pid_dir=" + pid_dir,
+      "restart", {"--num_servers=2", "--num_workers=2", "--max_restarts=3", "--pid_dir=" + pid_dir,
                   "--checkpoint_dir=" + checkpoints, "--peer_timeout_s=30",
                   "--summary=" + summary});
   ASSERT_NE(launch, nullptr);
@@ -133,17 +133,17 @@ TEST(LaunchRestartTest, BadSupervisionFlagsFailAtStart) {
       {"--peer_timeout_s=0", "--peer_timeout_s is 0, expected >= 1"},
       {"--keep_checkpoints=1", "--keep_checkpoints is 1, expected >= 2"},
       {"--checkpoint_every=-2", "--checkpoint_every is -2, expected >= 0"},
-      {"--checkpoint_every=5", "--checkpoint_every is 5 but --checkpoint_dir is empty"},
+      {"--checkpoint_every=5", "--checkpoint_every is 5, expected 0 when checkpoint.checkpoint_dir"},
       {"--checkpoint_dir=" + file, "--checkpoint_dir is '" + file + "', which exists and is not"},
       {"--pid_dir=" + file, "--pid_dir is '" + file + "', which exists and is not"},
   };
   for (const auto& [flag, message] : cases) {
     SCOPED_TRACE(flag);
-    auto launch = StartLaunch("badflag", {"--servers=1", "--workers=1", flag});
+    auto launch = StartLaunch("badflag", {"--num_servers=1", "--num_workers=1", flag});
     ASSERT_NE(launch, nullptr);
     std::string output;
-    EXPECT_EQ(Finish(*launch, &output), 1) << output;
-    EXPECT_TRUE(Contains(output, "[launch] FAILED: " + message)) << output;
+    EXPECT_EQ(Finish(*launch, &output), 2) << output;
+    EXPECT_TRUE(Contains(output, "[launch] bad configuration: " + message)) << output;
     EXPECT_FALSE(Contains(output, "[server 0]")) << "started a server: " << output;
   }
 }

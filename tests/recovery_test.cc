@@ -21,7 +21,7 @@ namespace {
 
 // The job of the chaos runs: 2 servers, 3 workers x 2 devices.
 std::vector<std::string> Job(const std::string& dir, int servers = 2) {
-  return {absl::StrCat("--servers=", servers), "--workers=3", "--devices_per_worker=2",
+  return {absl::StrCat("--num_servers=", servers), "--num_workers=3", "--devices=2",
           "--batch_per_device=4", "--steps=600", "--synthetic_samples=2400", "--seed=5",
           "--deterministic", "--lr=0.05", "--checkpoint_every=7", "--peer_timeout_s=60",
           "--checkpoint_dir=" + dir};

@@ -12,8 +12,8 @@ bazel build //deploy/local:psync_launch
 out="${PSYNC_DEMO_OUT:-$PWD/psync_demo}"
 mkdir -p "$out"
 bazel-bin/deploy/local/psync_launch \
-  --servers=2 --workers=2 --devices_per_worker=2 --model=mlp \
+  --num_servers=2 --num_workers=2 --devices=2 --model=mlp \
   --batch_per_device=32 --epochs=5 --lr=0.1 --momentum=0.9 --weight_decay=0.0001 \
-  --seed=1 --export="$out/weights.safetensors" --summary="$out/summary.json" "$@"
+  --seed=1 --export_path="$out/weights.safetensors" --summary="$out/summary.json" "$@"
 echo "summary: $(cat "$out/summary.json")"
 echo "weights: $out/weights.safetensors"

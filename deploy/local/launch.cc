@@ -1,5 +1,8 @@
 // psync_launch: runs a whole cluster on this host as real processes on
 // 127.0.0.1 — K servers, N workers — relays their logs with role prefixes,
+// hands every process the same job configuration (read like the daemons
+// read it: --config and the job flags of common/job_flags.h, written to one
+// file with this host's addresses),
 // restarts a process that dies (at most --max_restarts times in the whole
 // job), and stops everything when a process fails for good or the deadline
 // passes.
@@ -18,6 +21,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -26,44 +30,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/flags_help.h"
+#include "common/job_config.h"
+#include "common/job_flags.h"
 #include "common/output_path.h"
 #include "common/free_ports.h"
 #include "common/runfiles.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
 
-ABSL_FLAG(int, servers, 2, "Parameter servers to start.");
-ABSL_FLAG(int, workers, 2, "Workers to start.");
-ABSL_FLAG(int, devices_per_worker, 2, "CPU devices per worker.");
-ABSL_FLAG(std::string, model, "mlp", "Model: mlp or cnn.");
-ABSL_FLAG(std::string, device, "auto", "Worker devices: auto, cpu or cuda.");
-ABSL_FLAG(int64_t, batch_per_device, 32, "Samples per device per step.");
-ABSL_FLAG(std::string, device_weights, "", "Relative device speeds, e.g. 1,3 (default: equal).");
-ABSL_FLAG(int, epochs, 1, "Epochs to train (ignored if --steps > 0).");
-ABSL_FLAG(int64_t, steps, 0, "If > 0, total steps to train instead of --epochs.");
-ABSL_FLAG(double, lr, 0.1, "SGD learning rate.");
-ABSL_FLAG(double, momentum, 0.9, "SGD momentum.");
-ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
-ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and the data order.");
-ABSL_FLAG(bool, deterministic, false, "Servers sum gradients in worker-rank order.");
-ABSL_FLAG(int64_t, chunk_kb, 256, "Largest chunk of a tensor on one server, in KiB.");
-ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "Fashion-MNIST directory.");
-ABSL_FLAG(int64_t, synthetic_samples, 0, "If > 0, train on this many synthetic samples.");
-ABSL_FLAG(std::string, export, "", "Write the final weights here (safetensors).");
-ABSL_FLAG(std::string, summary, "", "Write a JSON summary of the run here.");
 ABSL_FLAG(int, timeout_s, 1800, "Stop everything and fail after this many seconds.");
 ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server and psync_worker "
           "(default: found next to this binary in the Bazel output tree).");
-ABSL_FLAG(std::string, checkpoint_dir, "",
-          "One directory for every server's checkpoints (created if missing, kept at the end); "
-          "a restarted server restores from it. Empty: no checkpoints, so a restarted server "
-          "makes the cluster start again from step 0.");
-ABSL_FLAG(int64_t, checkpoint_every, 0,
-          "Servers checkpoint every N steps (and at the last step, and at shutdown); 0: only "
-          "at shutdown. Needs --checkpoint_dir.");
-ABSL_FLAG(int, keep_checkpoints, 3, "Newest checkpoints each server keeps (>= 2).");
-ABSL_FLAG(int, peer_timeout_s, 120,
-          "Servers and workers fail the job when a peer has been missing this long.");
 ABSL_FLAG(int, max_restarts, 3,
           "Restarts of dead servers and workers allowed in the whole job; 0: fail at the first "
           "death. Exit codes 2 (bad flags) and 3 (the job cannot continue) are never restarted.");
@@ -114,54 +91,36 @@ absl::Status CreateDirFlag(const char* flag, const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status Validate() {
-  const int servers = absl::GetFlag(FLAGS_servers), workers = absl::GetFlag(FLAGS_workers);
-  const int devices = absl::GetFlag(FLAGS_devices_per_worker);
-  if (servers < 1 || servers > 64) {
-    return absl::InvalidArgumentError(absl::StrCat("--servers is ", servers, ", expected 1..64"));
+// The launcher's own limits and paths; every other value of the job is
+// validated by LoadJobConfig, as each daemon does.
+absl::Status Validate(const LoadedJobConfig& loaded) {
+  const proto::ClusterConfig& cluster = loaded.config.cluster();
+  // One host runs every process: more would only thrash it.
+  constexpr int kMaxProcesses = 64;
+  if (cluster.num_servers() > kMaxProcesses) {
+    return JobConfigFieldError(loaded, "num_servers", absl::StrCat("1..", kMaxProcesses, " on one host"));
   }
-  if (workers < 1 || workers > 64) {
-    return absl::InvalidArgumentError(absl::StrCat("--workers is ", workers, ", expected 1..64"));
-  }
-  if (devices < 1 || devices > 64) {
-    return absl::InvalidArgumentError(absl::StrCat("--devices_per_worker is ", devices,
-                                                   ", expected 1..64"));
+  if (cluster.num_workers() > kMaxProcesses) {
+    return JobConfigFieldError(loaded, "num_workers", absl::StrCat("1..", kMaxProcesses, " on one host"));
   }
   if (absl::GetFlag(FLAGS_timeout_s) < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--timeout_s is ",
                                                    absl::GetFlag(FLAGS_timeout_s), ", expected >= 1"));
   }
-  const int64_t every = absl::GetFlag(FLAGS_checkpoint_every);
-  if (every < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--checkpoint_every is ", every, ", expected >= 0 (0: only at shutdown)"));
-  }
-  if (every > 0 && absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--checkpoint_every is ", every, " but --checkpoint_dir is empty"));
-  }
-  if (absl::GetFlag(FLAGS_keep_checkpoints) < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--keep_checkpoints is ", absl::GetFlag(FLAGS_keep_checkpoints),
-                     ", expected >= 2 (a rollback may need the one before the newest)"));
-  }
-  if (absl::GetFlag(FLAGS_peer_timeout_s) < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--peer_timeout_s is ", absl::GetFlag(FLAGS_peer_timeout_s), ", expected >= 1"));
-  }
   if (absl::GetFlag(FLAGS_max_restarts) < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_restarts is ", absl::GetFlag(FLAGS_max_restarts), ", expected >= 0 (0: none)"));
   }
-  PSYNC_RETURN_IF_ERROR(CheckDirFlag("--checkpoint_dir", absl::GetFlag(FLAGS_checkpoint_dir)));
+  const proto::JobConfig& c = loaded.config;
+  PSYNC_RETURN_IF_ERROR(CheckDirFlag("--checkpoint_dir", c.checkpoint().checkpoint_dir()));
   PSYNC_RETURN_IF_ERROR(CheckDirFlag("--pid_dir", absl::GetFlag(FLAGS_pid_dir)));
   // Checked before any process starts (worker 0 checks them again).
-  const std::string export_path = absl::GetFlag(FLAGS_export);
-  const std::string summary = absl::GetFlag(FLAGS_summary);
-  if (!export_path.empty()) PSYNC_RETURN_IF_ERROR(CheckOutputPath("--export", export_path));
-  if (!summary.empty()) PSYNC_RETURN_IF_ERROR(CheckOutputPath("--summary", summary));
-  // Everything else (learning rate, batch, model, ...) is validated by the
-  // daemons themselves, which fail at start with the same messages.
+  if (!c.output().export_path().empty()) {
+    PSYNC_RETURN_IF_ERROR(CheckOutputPath("--export_path", c.output().export_path()));
+  }
+  if (!c.output().summary().empty()) {
+    PSYNC_RETURN_IF_ERROR(CheckOutputPath("--summary", c.output().summary()));
+  }
   return absl::OkStatus();
 }
 
@@ -185,17 +144,18 @@ struct Daemon {
 // Not thread-safe: main thread only.
 class Launcher {
  public:
-  absl::Status Run() {
-    PSYNC_RETURN_IF_ERROR(Validate());
+  // REQUIRES: `config` loaded and validated (LoadJobConfig, Validate).
+  absl::Status Run(proto::JobConfig config) {
     const std::string bin_dir = absl::GetFlag(FLAGS_bin_dir);
     PSYNC_ASSIGN_OR_RETURN(const std::string server_bin,
                            FindBinary("server", "psync_server", bin_dir));
     PSYNC_ASSIGN_OR_RETURN(const std::string worker_bin,
                            FindBinary("worker", "psync_worker", bin_dir));
-    checkpoint_dir_ = absl::GetFlag(FLAGS_checkpoint_dir);
+    checkpoint_dir_ = config.checkpoint().checkpoint_dir();
     if (!checkpoint_dir_.empty()) {
       PSYNC_RETURN_IF_ERROR(CreateDirFlag("--checkpoint_dir", checkpoint_dir_));
       checkpoint_dir_ = std::filesystem::absolute(checkpoint_dir_).string();
+      config.mutable_checkpoint()->set_checkpoint_dir(checkpoint_dir_);
     }
     pid_dir_ = absl::GetFlag(FLAGS_pid_dir);
     if (!pid_dir_.empty()) PSYNC_RETURN_IF_ERROR(CreateDirFlag("--pid_dir", pid_dir_));
@@ -203,7 +163,7 @@ class Launcher {
     if (mkdtemp(dir_template) == nullptr) return absl::InternalError("cannot create a temp dir");
     dir_ = dir_template;
     deadline_ = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
-    absl::Status s = Supervise(server_bin, worker_bin);
+    absl::Status s = Supervise(server_bin, worker_bin, std::move(config));
     StopAll(s.ok());
     std::filesystem::remove_all(dir_);
     return s;
@@ -212,9 +172,12 @@ class Launcher {
   int restarts() const { return restarts_; }
 
  private:
-  absl::Status Supervise(const std::string& server_bin, const std::string& worker_bin) {
-    const int num_servers = absl::GetFlag(FLAGS_servers);
-    const int num_workers = absl::GetFlag(FLAGS_workers);
+  // Every daemon reads the job from one file, written here with this
+  // host's addresses; the command line adds only what differs by process.
+  absl::Status Supervise(const std::string& server_bin, const std::string& worker_bin,
+                         proto::JobConfig config) {
+    const int num_servers = config.cluster().num_servers();
+    const int num_workers = config.cluster().num_workers();
     // Every port is chosen up front: each server needs all the addresses,
     // and a restarted server comes back on its own.
     PortReservation reserved;
@@ -226,30 +189,25 @@ class Launcher {
       addresses.push_back(absl::StrCat("127.0.0.1:", port));
     }
     const std::string server_list = absl::StrJoin(addresses, ",");
-    const std::string peer_timeout = absl::StrCat("--peer_timeout_s=",
-                                                  absl::GetFlag(FLAGS_peer_timeout_s));
+    if (!config.cluster().servers().empty()) {
+      std::printf("[launch] running on 127.0.0.1: the configuration's servers '%s' are "
+                  "replaced by %s\n", config.cluster().servers().c_str(), server_list.c_str());
+    }
+    config.mutable_cluster()->set_servers(server_list);
+    config.mutable_server()->set_host("127.0.0.1");
+    config.mutable_server()->set_port(0);  // each server's comes by flag
+    const std::string config_path = absl::StrCat(dir_, "/job.pbtxt");
+    PSYNC_RETURN_IF_ERROR(WriteFileAtomically("job configuration", config_path,
+                                              JobConfigToText(config)));
+    const std::string config_flag = absl::StrCat("--config=", config_path);
     servers_.resize(num_servers);
     for (int i = 0; i < num_servers; ++i) {
       Daemon& d = servers_[i];
       d.name = absl::StrCat("server ", i);
       d.port_file = absl::StrCat(dir_, "/server", i, ".port");
       if (!pid_dir_.empty()) d.pid_file = absl::StrCat(pid_dir_, "/server-", i, ".pid");
-      d.argv = {server_bin,
-                absl::StrCat("--server_rank=", i),
-                absl::StrCat("--num_servers=", num_servers),
-                absl::StrCat("--num_workers=", num_workers),
-                "--host=127.0.0.1",
-                absl::StrCat("--port=", ports[i]),
-                absl::StrCat("--servers=", server_list),
-                absl::StrCat("--port_file=", d.port_file),
-                absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)),
-                absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum)),
-                absl::StrCat("--weight_decay=", absl::GetFlag(FLAGS_weight_decay)),
-                absl::StrCat("--deterministic=", absl::GetFlag(FLAGS_deterministic)),
-                absl::StrCat("--checkpoint_dir=", checkpoint_dir_),
-                absl::StrCat("--checkpoint_every=", absl::GetFlag(FLAGS_checkpoint_every)),
-                absl::StrCat("--keep_checkpoints=", absl::GetFlag(FLAGS_keep_checkpoints)),
-                peer_timeout};
+      d.argv = {server_bin, config_flag, absl::StrCat("--server_rank=", i),
+                absl::StrCat("--port=", ports[i]), absl::StrCat("--port_file=", d.port_file)};
     }
     reserved.Release();
     for (Daemon& d : servers_) PSYNC_RETURN_IF_ERROR(Start(d));
@@ -258,33 +216,14 @@ class Launcher {
         checkpoint_dir_.empty() ? "" : absl::StrCat(" (checkpoints in ", checkpoint_dir_, ")");
     std::printf("[launch] %d servers up at %s%s; starting %d workers x %d devices\n", num_servers,
                 server_list.c_str(), checkpoints.c_str(), num_workers,
-                absl::GetFlag(FLAGS_devices_per_worker));
+                config.training().devices());
     std::fflush(stdout);
     workers_.resize(num_workers);
     for (int w = 0; w < num_workers; ++w) {
       Daemon& d = workers_[w];
       d.name = absl::StrCat("worker ", w);
       if (!pid_dir_.empty()) d.pid_file = absl::StrCat(pid_dir_, "/worker-", w, ".pid");
-      d.argv = {worker_bin,
-                absl::StrCat("--servers=", server_list),
-                absl::StrCat("--worker_rank=", w),
-                absl::StrCat("--num_workers=", num_workers),
-                absl::StrCat("--devices=", absl::GetFlag(FLAGS_devices_per_worker)),
-                absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
-                absl::StrCat("--device=", absl::GetFlag(FLAGS_device)),
-                absl::StrCat("--batch_per_device=", absl::GetFlag(FLAGS_batch_per_device)),
-                absl::StrCat("--device_weights=", absl::GetFlag(FLAGS_device_weights)),
-                absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs)),
-                absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
-                absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
-                absl::StrCat("--chunk_kb=", absl::GetFlag(FLAGS_chunk_kb)),
-                absl::StrCat("--data_dir=", absl::GetFlag(FLAGS_data_dir)),
-                absl::StrCat("--synthetic_samples=", absl::GetFlag(FLAGS_synthetic_samples)),
-                peer_timeout};
-      if (w == 0) {
-        d.argv.push_back(absl::StrCat("--export_path=", absl::GetFlag(FLAGS_export)));
-        d.argv.push_back(absl::StrCat("--summary=", absl::GetFlag(FLAGS_summary)));
-      }
+      d.argv = {worker_bin, config_flag, absl::StrCat("--worker_rank=", w)};
       PSYNC_RETURN_IF_ERROR(Start(d));
     }
     return WatchUntilWorkersFinish();
@@ -437,9 +376,15 @@ int main(int argc, char** argv) {
   sa.sa_handler = psync::OnStopSignal;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  absl::StatusOr<psync::LoadedJobConfig> loaded = psync::LoadJobConfig();
+  absl::Status valid = loaded.ok() ? psync::Validate(*loaded) : loaded.status();
+  if (!valid.ok()) {
+    std::printf("[launch] bad configuration: %s\n", std::string(valid.message()).c_str());
+    return 2;
+  }
   const absl::Time start = absl::Now();
   psync::Launcher launcher;
-  absl::Status s = launcher.Run();
+  absl::Status s = launcher.Run(std::move(loaded->config));
   if (!s.ok()) {
     std::printf("[launch] FAILED: %s\n", std::string(s.message()).c_str());
     return 1;

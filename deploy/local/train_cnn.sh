@@ -7,5 +7,5 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 export PSYNC_DEMO_OUT="${PSYNC_DEMO_OUT:-$PWD/../../psync_cnn}"
-exec bash demo.sh --model=cnn --workers=2 --devices_per_worker=1 --batch_per_device=32 \
+exec bash demo.sh --model=cnn --num_workers=2 --devices=1 --batch_per_device=32 \
   --epochs=12 --lr=0.05 --momentum=0.9 --weight_decay=0.0005 --seed=1 --timeout_s=3600 "$@"

@@ -57,7 +57,7 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
 run_one() {
   local mode="$1" i="$2" dir="$work/$1-$2"
   mkdir "$dir"
-  local flags=(--bin_dir="$work/bin" --servers=2 --workers=2 --devices_per_worker=2 --model=mlp
+  local flags=(--bin_dir="$work/bin" --num_servers=2 --num_workers=2 --devices=2 --model=mlp
                --batch_per_device=32 --epochs=5 --lr=0.1 --momentum=0.9 --weight_decay=0.0001
                --seed=1 --summary="$dir/summary.json" --timeout_s="$run_limit_s")
   if [[ "$mode" == ckpt ]]; then

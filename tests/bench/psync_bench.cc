@@ -3,7 +3,7 @@
 // on 127.0.0.1, side by side with a plain TCP round trip and a plain gRPC
 // echo of the same bytes. Prints a table and one JSON line.
 //
-//   psync_bench --servers=1 --workers=1 --model_mb=16 --tensors=4
+//   psync_bench --num_servers=1 --num_workers=1 --model_mb=16 --tensors=4
 //   psync_bench --model_mb=16 --tensors=8 --compute_ms=4    # overlap mode
 #include <algorithm>
 #include <cstdio>
@@ -30,8 +30,8 @@
 #include "worker/rpc/grpc_ps_client.h"
 
 ABSL_FLAG(std::string, role, "driver", "driver | client | tcp_echo | grpc_echo (internal)");
-ABSL_FLAG(int, servers, 1, "Parameter servers.");
-ABSL_FLAG(int, workers, 1, "Worker clients.");
+ABSL_FLAG(int, num_servers, 1, "Parameter servers.");
+ABSL_FLAG(int, num_workers, 1, "Worker clients.");
 ABSL_FLAG(double, model_mb, 16, "Model size in MiB (float32).");
 ABSL_FLAG(int, tensors, 4, "Tensors the model is split into (equal sizes).");
 ABSL_FLAG(int64_t, chunk_kb, 256, "Layout chunk size in KiB (psync_worker's default).");
@@ -109,7 +109,7 @@ absl::Status RunClient() {
   GrpcPsClientOptions o;
   o.server_addresses = servers;
   o.worker_rank = absl::GetFlag(FLAGS_worker_rank);
-  o.num_workers = absl::GetFlag(FLAGS_workers);
+  o.num_workers = absl::GetFlag(FLAGS_num_workers);
   o.max_request_bytes = absl::GetFlag(FLAGS_request_kb) << 10;
   PSYNC_ASSIGN_OR_RETURN(auto client, CreateGrpcPsClient(layout, o));
   PSYNC_ASSIGN_OR_RETURN(int64_t step, client->Register());
@@ -193,7 +193,7 @@ std::map<std::string, std::vector<double>> ParsePhases(const std::string& output
 
 // Runs the servers and clients; returns worker 0's step times by phase.
 absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std::string& dir) {
-  const int k = absl::GetFlag(FLAGS_servers), n = absl::GetFlag(FLAGS_workers);
+  const int k = absl::GetFlag(FLAGS_num_servers), n = absl::GetFlag(FLAGS_num_workers);
   PSYNC_ASSIGN_OR_RETURN(std::string server_bin,
                          FindBinary("server", "psync_server", absl::GetFlag(FLAGS_bin_dir)));
   const int64_t message_mb = std::max<int64_t>(64, 2 * (ModelBytes() / k >> 20) + 2);
@@ -227,7 +227,7 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
     PSYNC_ASSIGN_OR_RETURN(
         auto p, Subprocess::Start(
                     {SelfPath(), "--role=client", "--server_list=" + absl::StrJoin(addresses, ","),
-                     absl::StrCat("--worker_rank=", w), absl::StrCat("--workers=", n),
+                     absl::StrCat("--worker_rank=", w), absl::StrCat("--num_workers=", n),
                      absl::StrCat("--model_mb=", absl::GetFlag(FLAGS_model_mb)),
                      absl::StrCat("--tensors=", absl::GetFlag(FLAGS_tensors)),
                      absl::StrCat("--chunk_kb=", absl::GetFlag(FLAGS_chunk_kb)),
@@ -279,12 +279,12 @@ absl::StatusOr<std::vector<double>> TimeBaseline(const Baseline& b, bool tcp) {
 }
 
 absl::Status RunDriver() {
-  const int k = absl::GetFlag(FLAGS_servers), n = absl::GetFlag(FLAGS_workers);
+  const int k = absl::GetFlag(FLAGS_num_servers), n = absl::GetFlag(FLAGS_num_workers);
   const int runs = absl::GetFlag(FLAGS_runs);
   if (k < 1 || n < 1 || absl::GetFlag(FLAGS_tensors) < 1 || absl::GetFlag(FLAGS_steps) < 1 ||
       runs < 1 || absl::GetFlag(FLAGS_model_mb) <= 0 || absl::GetFlag(FLAGS_warmup) < 0) {
     return absl::InvalidArgumentError(
-        "--servers, --workers, --tensors, --steps, --runs and --model_mb must be positive");
+        "--num_servers, --num_workers, --tensors, --steps, --runs and --model_mb must be positive");
   }
   char dir_template[] = "/tmp/psync_bench.XXXXXX";
   if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");

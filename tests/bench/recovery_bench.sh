@@ -67,7 +67,7 @@ cp bazel-bin/deploy/local/psync_launch bazel-bin/server/psync_server \
   bazel-bin/worker/psync_worker bazel-bin/tests/bench/recovery_probe "$work/bin/"
 
 log="$work/launch.log"
-"$work/bin/psync_launch" --bin_dir="$work/bin" --servers=2 --workers=2 --devices_per_worker=2 \
+"$work/bin/psync_launch" --bin_dir="$work/bin" --num_servers=2 --num_workers=2 --devices=2 \
   --model=mlp --batch_per_device=32 --steps=1000000000 --synthetic_samples=12800 --lr=0.1 \
   --momentum=0.9 --seed=1 --checkpoint_dir="$work/ckpt" --checkpoint_every=20 \
   --max_restarts=$((4 * kills + 10)) --pid_dir="$work/pids" --peer_timeout_s=60 \

@@ -242,6 +242,10 @@ class GrpcServerImpl final : public GrpcServer {
   ~GrpcServerImpl() override { Shutdown(absl::Now()); }
 
   absl::Status Start(const std::string& address) {
+    // The standard grpc.health.v1 service (Kubernetes' gRPC probes): SERVING
+    // from the start until Shutdown. gRPC's switch is process-wide; every
+    // server of the process wants it.
+    grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&service_);

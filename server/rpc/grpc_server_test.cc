@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -63,6 +64,37 @@ class GrpcServerTest : public ::testing::Test {
     args.SetMaxReceiveMessageSize(256 << 20);
     stub_ = proto::ParameterServer::NewStub(grpc::CreateCustomChannel(
         absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(), args));
+  }
+
+  // Calls `method` with `request` as the raw message bytes, as a client
+  // without psync's .proto would; returns the status and the reply's bytes.
+  std::pair<grpc::Status, std::string> RawCall(const std::string& method,
+                                               const std::string& request) {
+    grpc::GenericStub generic(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                                  grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    grpc::Slice slice(request);
+    const grpc::ByteBuffer in(&slice, 1);
+    grpc::ByteBuffer out;
+    grpc::Status status;
+    bool done = false;
+    absl::Mutex mu;
+    generic.UnaryCall(&ctx, method, grpc::StubOptions(), &in, &out, [&](grpc::Status s) {
+      absl::MutexLock lock(&mu);
+      status = s;
+      done = true;
+    });
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+    std::vector<grpc::Slice> slices;
+    std::string reply;
+    if (status.ok() && out.Dump(&slices).ok()) {
+      for (const grpc::Slice& piece : slices) {
+        reply.append(reinterpret_cast<const char*>(piece.begin()), piece.size());
+      }
+    }
+    return {status, reply};
   }
 
   proto::RegisterRequest RegisterRequestFor(int rank) const {
@@ -230,26 +262,8 @@ TEST_F(GrpcServerTest, BadRequestsGetCodesThatNameTheProblem) {
   EXPECT_THAT(st.error_message(), HasSubstr("layout fingerprint"));
 
   // Bytes that are no PushRequest at all.
-  grpc::GenericStub generic(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                                grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  grpc::Slice garbage(std::string("\x2a\xff\xff\xff\xff\x0f", 6));
-  const grpc::ByteBuffer request(&garbage, 1);
-  grpc::ByteBuffer out;
-  grpc::Status garbled;
-  bool done = false;
-  absl::Mutex mu;
-  generic.UnaryCall(&ctx, "/psync.proto.ParameterServer/Push", grpc::StubOptions(),
-                    &request, &out, [&](grpc::Status s) {
-                      absl::MutexLock lock(&mu);
-                      garbled = s;
-                      done = true;
-                    });
-  {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&done));
-  }
+  const auto [garbled, unused] =
+      RawCall("/psync.proto.ParameterServer/Push", std::string("\x2a\xff\xff\xff\xff\x0f", 6));
   EXPECT_EQ(garbled.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << garbled.error_message();
 
   // None of it changed the state: the step still waits for both workers.
@@ -341,6 +355,23 @@ TEST_F(GrpcServerTest, ShutdownAnswersWaitingCallsUnavailable) {
   grpc::Status st = Call(&proto::ParameterServer::Stub::GetStatus, proto::StatusRequest(), &status,
                          absl::Seconds(2));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+}
+
+// The standard grpc.health.v1 service, as Kubernetes' gRPC probes call it
+// (HealthCheckRequest {service: ""}: no bytes; the reply {status: SERVING}
+// is field 1 = 1: bytes 08 01).
+TEST_F(GrpcServerTest, ServesTheStandardHealthService) {
+  StartServer();
+  const auto [serving, reply] = RawCall("/grpc.health.v1.Health/Check", "");
+  ASSERT_TRUE(serving.ok()) << serving.error_message();
+  EXPECT_EQ(reply, std::string("\x08\x01", 2));
+  // HealthCheckRequest {service: "nope"}: a service it does not know.
+  const auto [unknown, unused] = RawCall("/grpc.health.v1.Health/Check", "\x0a\x04nope");
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND) << unknown.error_message();
+
+  server_->Shutdown(absl::Now() + absl::Seconds(5));
+  const auto [down, unused2] = RawCall("/grpc.health.v1.Health/Check", "");
+  EXPECT_FALSE(down.ok());
 }
 
 TEST_F(GrpcServerTest, JoinIsForTheCoordinatorOfTheRightClusterSize) {

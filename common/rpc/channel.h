@@ -7,6 +7,14 @@
 
 namespace psync {
 
+// Keepalive pings: a peer whose host vanished (a pod rescheduled with a new
+// address, a container restarted on another IP) sends no RST, and a call in
+// flight to it would wait for its deadline; a ping unanswered for
+// kKeepaliveTimeoutMs closes the connection and fails the call at once.
+// Servers accept pings this often (grpc_server.cc).
+inline constexpr int kKeepaliveTimeMs = 2000;
+inline constexpr int kKeepaliveTimeoutMs = 2000;
+
 // A restarted peer answers on the same address within seconds: reconnect
 // every 100 ms to 1 s rather than gRPC's default backoff of up to two
 // minutes, so that recovery is not spent waiting for the next attempt.
@@ -15,6 +23,14 @@ inline grpc::ChannelArguments PeerChannelArguments() {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // A peer restarted elsewhere (a rescheduled pod) has a new address under
+  // the same name: look the name up again at most every 500 ms, not every
+  // 30 s (gRPC's default), while reconnecting.
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 500);
   return args;
 }
 

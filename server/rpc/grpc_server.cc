@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/layout_proto.h"
+#include "common/rpc/channel.h"
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
 #include "common/training_shape.h"
@@ -252,6 +253,13 @@ class GrpcServerImpl final : public GrpcServer {
     // gRPC sets SO_REUSEPORT by default, which lets a second server bind a
     // live server's port and silently take half of its connections.
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    // Clients' keepalive pings (common/rpc/channel.h) are welcome: the
+    // default would answer pings more often than every 5 minutes with
+    // GOAWAY.
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                               kKeepaliveTimeMs / 2);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     // Each pull waiting for its version holds a thread of the synchronous
     // server; cap them, so that a flood of calls gets RESOURCE_EXHAUSTED
     // rather than exhausting the machine.

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds the CPU image localhost/psync:cpu offline, from Debian's packages
+# and this checkout's binaries built --config=nocuda (no registry needed; the
+# Containerfile beside this script is the same image for machines with one).
+#
+#   bash deploy/image/build_cpu_image.sh [IMAGE]   (default localhost/psync:cpu)
+#
+# The base (Debian 12 minbase plus the runtime libraries and Fashion-MNIST)
+# is made once with debootstrap, kept as localhost/psync-base:<hash of the
+# package list>, and reused while the list is unchanged; each build then adds
+# only the binaries as one layer. Needs root, debootstrap, buildah and podman
+# (deploy/bootstrap_tools.sh installs them).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+image=${1:-localhost/psync:cpu}
+# The binaries' shared libraries (ldd), and the data set the CPU demo trains
+# on. No compiler, no CUDA.
+packages=(libgrpc++1.51 libprotobuf32 libabsl20220623 libgoogle-glog0v6
+          libopenblas0-pthread dataset-fashion-mnist)
+binaries=(server/psync_server worker/psync_worker server/psync_ckpt)
+uid=65532
+
+say() { echo "build_cpu_image: $*" >&2; }
+
+say "building the binaries --config=nocuda"
+targets=()
+for b in "${binaries[@]}"; do targets+=("//${b%/*}:${b##*/}"); done
+bazel build --config=nocuda "${targets[@]}" 2>&1 | tail -1 >&2
+bazel_bin=$(bazel info --config=nocuda bazel-bin 2>/dev/null)
+for b in "${binaries[@]}"; do
+  if ldd "$bazel_bin/$b" | grep -q -E 'libcuda|libnccl|libcudnn'; then
+    say "$b links CUDA libraries: not a --config=nocuda build"; exit 1
+  fi
+done
+
+base_tag=$(printf '%s\n' "${packages[@]}" "$uid" | sha256sum | cut -c1-12)
+base="localhost/psync-base:$base_tag"
+if ! podman image exists "$base"; then
+  say "making $base with debootstrap (about a minute)"
+  rootfs=$(mktemp -d /tmp/psync_rootfs.XXXXXX)
+  trap 'rm -rf "$rootfs"' EXIT
+  mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+  debootstrap --variant=minbase --include="$(IFS=,; echo "${packages[*]}")" \
+    bookworm "$rootfs" "$mirror" >"$rootfs.log" 2>&1 || {
+      tail -20 "$rootfs.log" >&2; rm -f "$rootfs.log"; exit 1; }
+  rm -f "$rootfs.log"
+  # What a runtime image does not need: package lists, docs, locales.
+  rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/* \
+         "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* \
+         "$rootfs"/usr/share/locale/*
+  echo "psync:x:$uid:$uid:psync:/nonexistent:/usr/sbin/nologin" >>"$rootfs/etc/passwd"
+  echo "psync:x:$uid:" >>"$rootfs/etc/group"
+  tar -C "$rootfs" -c . | podman import --quiet - "$base" >/dev/null
+  rm -rf "$rootfs"
+  trap - EXIT
+fi
+
+say "adding the binaries to $base"
+container=$(buildah from --quiet "$base")
+trap 'buildah rm "$container" >/dev/null 2>&1 || true' EXIT
+for b in "${binaries[@]}"; do
+  buildah copy --quiet --chmod 0755 "$container" "$bazel_bin/$b" /usr/local/bin/ >/dev/null
+done
+buildah config --user "$uid:$uid" --workingdir / --env PATH=/usr/local/bin:/usr/bin:/bin \
+  --label org.opencontainers.image.title=psync \
+  --label org.opencontainers.image.revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
+  --cmd /usr/local/bin/psync_server "$container"
+buildah commit --quiet --rm "$container" "$image" >/dev/null
+trap - EXIT
+size=$(podman image inspect --format '{{.Size}}' "$image")
+say "built $image ($((size / 1000000)) MB)"

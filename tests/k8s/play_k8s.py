@@ -1,0 +1,329 @@
+#!/usr/bin/python3
+"""Plays rendered psync Kubernetes manifests as podman containers.
+
+podman 4.3 cannot play a StatefulSet, a Job or a Service, and no Kubernetes
+API server runs here, so this does, for exactly the kinds psync's manifests
+use, what the control plane and a kubelet would:
+
+  * StatefulSet: one container per replica, named and with the hostname
+    NAME-ORDINAL, reachable on the network as NAME-ORDINAL.SERVICE (the
+    headless Service's DNS name), one host folder per volumeClaimTemplate;
+    restarted whenever it exits (restartPolicy Always).
+  * Indexed Job: one container per completion index with
+    JOB_COMPLETION_INDEX set; a pod that fails is replaced (restartPolicy
+    Never) up to backoffLimit times; podFailurePolicy FailJob exit codes fail
+    the job at once. The job is complete when every index exited 0.
+  * ConfigMap: its data as read-only files; PersistentVolumeClaim: a host
+    folder; emptyDir: a tmpfs.
+  * Pod and container securityContext: runAsUser/runAsGroup, fsGroup (the
+    folders are given to it), readOnlyRootFilesystem, capabilities drop ALL,
+    allowPrivilegeEscalation false (no-new-privileges); seccomp
+    RuntimeDefault is podman's default profile.
+  * Service: the DNS aliases above, on an --internal podman network.
+
+Not translated, and said so when met: probes (podman runs them only under
+systemd), NetworkPolicy (the network is internal: nothing outside reaches
+it), resource requests and limits (this machine's hybrid cgroups), env
+valueFrom, Deployments and any other kind, which is refused.
+
+Usage:
+  play_k8s.py play RENDERED.yaml --work DIR [--kill NAME --when GLOB]
+  play_k8s.py native RENDERED.yaml --work DIR
+The second writes DIR/job.pbtxt (the ConfigMap's file) and prints the job
+flags a worker's command line adds to it, one per line, so that a native
+run can use the same configuration. Exit status 0 when the Job completed.
+"""
+
+import argparse
+import glob
+import os
+import subprocess
+import sys
+import time
+
+import yaml
+
+IGNORED_KINDS = {"Namespace", "NetworkPolicy", "PersistentVolumeClaim", "Service", "ConfigMap"}
+RANK_FLAGS = ("--config=", "--server_rank=", "--worker_rank=")
+
+
+def log(message):
+    print(f"[play] {message}", flush=True)
+
+
+# podman's settings for this (see the file); a CONTAINERS_CONF given wins.
+CONTAINERS_CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "containers.conf")
+
+
+def podman(*args, check=True):
+    env = {"CONTAINERS_CONF": CONTAINERS_CONF, **os.environ}
+    result = subprocess.run(["podman", *args], capture_output=True, text=True, env=env)
+    if check and result.returncode != 0:
+        raise RuntimeError(f"podman {' '.join(args[:2])}: {result.stderr.strip()}")
+    return result
+
+
+class Cluster:
+    """The containers of one play; every one is removed by close()."""
+
+    def __init__(self, docs, work):
+        self.work = os.path.abspath(work)
+        self.by_kind = {}
+        for doc in docs:
+            self.by_kind.setdefault(doc["kind"], []).append(doc)
+        unknown = set(self.by_kind) - IGNORED_KINDS - {"StatefulSet", "Job"}
+        if unknown:
+            raise ValueError(f"cannot play kinds {sorted(unknown)}")
+        for kind in ("NetworkPolicy",):
+            if kind in self.by_kind:
+                log(f"not translated: {kind} (the podman network is internal instead)")
+        self.network = f"psync-play-{os.getpid()}"
+        self.containers = []  # every name created, for close()
+        self.restarts = {}
+
+    # --- volumes -----------------------------------------------------------
+    def _folder(self, *parts, owner=None):
+        path = os.path.join(self.work, *parts)
+        os.makedirs(path, exist_ok=True)
+        if owner is not None:
+            os.chown(path, owner, owner)
+        return path
+
+    def _config_map(self, name):
+        for cm in self.by_kind.get("ConfigMap", []):
+            if cm["metadata"]["name"] == name:
+                return cm
+        raise ValueError(f"no ConfigMap named {name}")
+
+    def _volume_args(self, pod_spec, container, claims):
+        """podman -v/--tmpfs arguments for the container's volumeMounts;
+        `claims` maps a claim template's name to its host folder."""
+        fs_group = pod_spec.get("securityContext", {}).get("fsGroup")
+        volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+        args = []
+        for mount in container.get("volumeMounts", []):
+            name, path = mount["name"], mount["mountPath"]
+            mode = "ro" if mount.get("readOnly") else "rw"
+            if name in claims:
+                args += ["-v", f"{claims[name]}:{path}:{mode}"]
+                continue
+            volume = volumes.get(name)
+            if volume is None:
+                raise ValueError(f"volumeMount {name} has no volume")
+            if "configMap" in volume:
+                cm_name = volume["configMap"]["name"]
+                folder = self._folder("configmaps", cm_name)
+                for key, value in self._config_map(cm_name).get("data", {}).items():
+                    with open(os.path.join(folder, key), "w") as f:
+                        f.write(value)
+                args += ["-v", f"{folder}:{path}:ro"]
+            elif "persistentVolumeClaim" in volume:
+                folder = self._folder("pvc", volume["persistentVolumeClaim"]["claimName"],
+                                      owner=fs_group)
+                args += ["-v", f"{folder}:{path}:{mode}"]
+            elif "emptyDir" in volume:
+                # (podman's tmpfs takes no owner: writable by everyone instead)
+                args += ["--tmpfs", f"{path}:rw,size=256m,mode=1777"]
+            else:
+                raise ValueError(f"volume {name}: only configMap, persistentVolumeClaim and "
+                                 "emptyDir can be played")
+        return args
+
+    # --- containers --------------------------------------------------------
+    def _run(self, name, image_override, pod_spec, claims, hostname, aliases, env):
+        if len(pod_spec["containers"]) != 1:
+            raise ValueError(f"{name}: one container per pod can be played")
+        container = pod_spec["containers"][0]
+        pod_security = pod_spec.get("securityContext", {})
+        security = {**pod_security, **container.get("securityContext", {})}
+        for what in ("readinessProbe", "livenessProbe", "startupProbe"):
+            if what in container:
+                log(f"{name}: not translated: {what}")
+        if "resources" in container:
+            log(f"{name}: not translated: resources")
+        args = ["run", "-d", "--name", name, "--hostname", hostname, "--network", self.network]
+        for alias in aliases:
+            args += ["--network-alias", alias]
+        if "runAsUser" in security:
+            args += ["--user", f"{security['runAsUser']}:{security.get('runAsGroup', 0)}"]
+        if security.get("readOnlyRootFilesystem"):
+            args += ["--read-only", "--read-only-tmpfs=false"]
+        if "ALL" in security.get("capabilities", {}).get("drop", []):
+            args += ["--cap-drop=all"]
+        if security.get("allowPrivilegeEscalation") is False:
+            args += ["--security-opt", "no-new-privileges"]
+        for item in container.get("env", []):
+            if "value" not in item:
+                raise ValueError(f"{name}: env {item['name']}: only plain values can be played")
+            args += ["-e", f"{item['name']}={item['value']}"]
+        for key, value in env.items():
+            args += ["-e", f"{key}={value}"]
+        args += self._volume_args(pod_spec, container, claims)
+        command = container.get("command", [])
+        if command:
+            args += ["--entrypoint", command[0]]
+        args += [image_override or container["image"], *command[1:], *container.get("args", [])]
+        podman(*args)
+        self.containers.append(name)
+
+    def start(self, image):
+        podman("network", "create", "--internal", self.network)
+        self.statefulsets = []
+        for sts in self.by_kind.get("StatefulSet", []):
+            name, service = sts["metadata"]["name"], sts["spec"]["serviceName"]
+            namespace = sts["metadata"].get("namespace", "default")
+            spec = sts["spec"]["template"]["spec"]
+            fs_group = spec.get("securityContext", {}).get("fsGroup")
+            for i in range(sts["spec"].get("replicas", 1)):
+                pod = f"{name}-{i}"
+                claims = {t["metadata"]["name"]: self._folder("pvc", f"{t['metadata']['name']}-{pod}",
+                                                              owner=fs_group)
+                          for t in sts["spec"].get("volumeClaimTemplates", [])}
+                self._run(pod, image, spec, claims, pod,
+                          [f"{pod}.{service}", f"{pod}.{service}.{namespace}.svc.cluster.local"], {})
+                self.statefulsets.append(pod)
+        self.jobs = []
+        for job in self.by_kind.get("Job", []):
+            s = job["spec"]
+            if s.get("completionMode") != "Indexed":
+                raise ValueError(f"Job {job['metadata']['name']}: only Indexed Jobs can be played")
+            if s.get("parallelism", 1) != s.get("completions", 1):
+                raise ValueError("parallelism must equal completions to be played")
+            if s["template"]["spec"].get("restartPolicy") != "Never":
+                raise ValueError("only restartPolicy Never can be played for a Job")
+            fail_codes = set()
+            for rule in s.get("podFailurePolicy", {}).get("rules", []):
+                codes = rule.get("onExitCodes")
+                if rule["action"] == "FailJob" and codes and codes["operator"] == "In":
+                    fail_codes |= set(codes["values"])
+            state = {"job": job, "image": image, "fail_codes": fail_codes,
+                     "backoff": s.get("backoffLimit", 6), "failures": 0,
+                     "pods": {}, "done": set()}
+            for index in range(s["completions"]):
+                self._start_job_pod(state, index)
+            self.jobs.append(state)
+
+    def _start_job_pod(self, state, index):
+        job = state["job"]
+        name = job["metadata"]["name"]
+        attempt = state["failures"]
+        pod = f"{name}-{index}-{attempt}"
+        self._run(pod, state["image"], job["spec"]["template"]["spec"], {}, pod, [],
+                  {"JOB_COMPLETION_INDEX": str(index)})
+        state["pods"][index] = pod
+
+    def status(self, name):
+        out = podman("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name).stdout
+        status, code = out.split()
+        return status, int(code)
+
+    def step(self):
+        """One round of the control loop. Returns None while running, else
+        the Job's outcome: "complete" or a reason it failed."""
+        for pod in self.statefulsets:
+            status, code = self.status(pod)
+            if status == "exited":
+                self.restarts[pod] = self.restarts.get(pod, 0) + 1
+                log(f"{pod} exited with code {code}; restarting it (restart {self.restarts[pod]})")
+                podman("start", pod)
+        for state in self.jobs:
+            for index, pod in list(state["pods"].items()):
+                if index in state["done"]:
+                    continue
+                status, code = self.status(pod)
+                if status != "exited":
+                    continue
+                if code == 0:
+                    state["done"].add(index)
+                    log(f"{pod} (index {index}) completed")
+                    continue
+                if code in state["fail_codes"]:
+                    return f"{pod} exited with code {code}: podFailurePolicy FailJob"
+                state["failures"] += 1
+                if state["failures"] > state["backoff"]:
+                    return f"{pod} exited with code {code}: backoffLimit {state['backoff']} reached"
+                log(f"{pod} exited with code {code}; a new pod for index {index}")
+                self._start_job_pod(state, index)
+            if len(state["done"]) < state["job"]["spec"]["completions"]:
+                return None
+        return "complete"
+
+    def close(self):
+        """Stops the StatefulSet pods as Kubernetes would at deletion
+        (SIGTERM, then the grace period), keeps every log, removes all."""
+        os.makedirs(os.path.join(self.work, "logs"), exist_ok=True)
+        for pod in getattr(self, "statefulsets", []):
+            podman("stop", "-t", "30", pod, check=False)
+        for name in self.containers:
+            logs = podman("logs", name, check=False)
+            with open(os.path.join(self.work, "logs", f"{name}.log"), "w") as f:
+                f.write(logs.stdout + logs.stderr)
+            podman("rm", "-f", name, check=False)
+        podman("network", "rm", "-f", self.network, check=False)
+
+
+def play(args, docs):
+    cluster = Cluster(docs, args.work)
+    deadline = time.monotonic() + args.timeout
+    outcome = None
+    killed = args.kill is None
+    try:
+        cluster.start(args.image)
+        log(f"started {', '.join(cluster.containers)} on network {cluster.network}")
+        while outcome is None:
+            if time.monotonic() > deadline:
+                outcome = f"timed out after {args.timeout} s"
+                break
+            if not killed and glob.glob(os.path.join(cluster.work, args.when)):
+                log(f"{args.when} exists: killing {args.kill} (SIGKILL)")
+                podman("kill", "-s", "KILL", args.kill)
+                killed = True
+            time.sleep(0.2)
+            outcome = cluster.step()
+    finally:
+        cluster.close()
+    if not killed:
+        outcome = f"{args.when} never appeared: {args.kill} was not killed"
+    log(f"job {outcome}; logs in {os.path.join(cluster.work, 'logs')}")
+    return 0 if outcome == "complete" else 1
+
+
+def native(args, docs):
+    """Writes the ConfigMap's file and prints the job flags of a worker."""
+    job = next(d for d in docs if d["kind"] == "Job")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    config = next(a for a in container.get("args", []) if a.startswith("--config="))
+    key = os.path.basename(config.split("=", 1)[1])
+    data = next(d for d in docs if d["kind"] == "ConfigMap" and key in d.get("data", {}))
+    os.makedirs(args.work, exist_ok=True)
+    with open(os.path.join(args.work, key), "w") as f:
+        f.write(data["data"][key])
+    for arg in container.get("args", []):
+        if not arg.startswith(RANK_FLAGS):
+            print(arg)
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("mode", choices=["play", "native"])
+    parser.add_argument("rendered", help="output of kubectl kustomize")
+    parser.add_argument("--work", required=True, help="folder for volumes and logs")
+    parser.add_argument("--image", help="play every container with this image instead")
+    parser.add_argument("--kill", help="container to SIGKILL once --when exists")
+    parser.add_argument("--when", help="glob under --work, e.g. 'pvc/checkpoints-psync-server-1/*'")
+    parser.add_argument("--timeout", type=int, default=600)
+    args = parser.parse_args()
+    if (args.kill is None) != (args.when is None):
+        parser.error("--kill and --when go together")
+    with open(args.rendered) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    try:
+        return play(args, docs) if args.mode == "play" else native(args, docs)
+    except (ValueError, RuntimeError) as e:
+        log(f"FAILED: {e}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

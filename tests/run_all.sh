@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Bootstraps, builds and runs every test, then checks that the build without
-# CUDA still works; ends with "N passed, N failed" counted from the test
-# cases in Bazel's test.xml files (plus the no-CUDA build as one item).
+# CUDA still works, lints the deployment files (tests/k8s/check_manifests.sh)
+# and plays the Kubernetes manifests as containers (tests/k8s/play_test.sh);
+# ends with "N passed, N failed" counted from the test cases in Bazel's
+# test.xml files plus one item per build and deployment check.
 # Exit status is non-zero if any test failed or a build broke.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +28,28 @@ else
 fi
 rm -f "$log.nocuda"
 
-/usr/bin/python3 tests/count_results.py "$log" "$testlogs" "nocuda build" "$nocuda"
+# Deployment: each script prints "PASS name" / "FAIL name" per check; a
+# script that dies without printing a result counts as one failure.
+extra=("nocuda build" "$nocuda")
+deployment_check() {  # SCRIPT
+  echo "== $1"
+  bash "$1" 2>&1 | tee "$log.deploy"
+  local rc=${PIPESTATUS[0]} before=${#extra[@]}
+  while read -r verdict name; do
+    [[ "$verdict" == PASS ]] && extra+=("$name" PASSED)
+    [[ "$verdict" == FAIL ]] && extra+=("${name%%:*}" FAILED)
+  done < <(grep -E '^(PASS|FAIL) ' "$log.deploy")
+  rm -f "$log.deploy"
+  if (( rc != 0 && ${#extra[@]} == before )); then extra+=("$1" FAILED); fi
+}
+if bash deploy/bootstrap_tools.sh; then
+  deployment_check tests/k8s/check_manifests.sh
+  deployment_check tests/k8s/play_test.sh
+else
+  extra+=("deploy/bootstrap_tools.sh" FAILED)
+fi
+
+/usr/bin/python3 tests/count_results.py "$log" "$testlogs" "${extra[@]}"
 count_rc=$?
 if (( bazel_rc != 0 && count_rc == 0 )); then
   # Bazel failed without any failing test case: the build itself broke.

@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# Static checks of psync's Kubernetes manifests and Containerfiles, no
+# cluster needed:
+#   - kustomize renders the base and every overlay under deploy/k8s/overlays;
+#   - kubernetes-validate --strict accepts every rendered overlay for
+#     Kubernetes 1.27, 1.30 and the newest version it bundles;
+#   - checkov passes on every rendered overlay, and every check it skips
+#     (a checkov.io/skipN annotation) says why;
+#   - hadolint passes on every deploy/image/Containerfile*;
+#   - yamllint passes on deploy/k8s (settings: .yamllint);
+#   - in every rendering, each --num_servers= flag equals the StatefulSet's
+#     replicas and each --num_workers= flag the Job's completions and
+#     parallelism, also in an overlay made here that changes both counts.
+# Prints "PASS name" / "FAIL name" per check (what failed goes to stderr,
+# indented) and exits non-zero if one failed. Every command runs under
+# `timeout`; with the tools installed the whole takes well under a minute.
+# The tools are found on PATH, else in the venv deploy/bootstrap_tools.sh
+# makes: ${PSYNC_TOOLS_DIR:-$HOME/.cache/psync/tools}/bin.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+tools_bin="${PSYNC_TOOLS_DIR:-$HOME/.cache/psync/tools}/bin"
+work=$(mktemp -d /tmp/psync_check_manifests.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+failed=0
+
+pass() { echo "PASS $1"; }
+fail() {  # NAME [DETAIL FILE]
+  echo "FAIL $1"
+  failed=1
+  if [[ -n "${2:-}" && -s "$2" ]]; then tail -n 25 "$2" | sed 's/^/    /' >&2; fi
+}
+# NAME SECONDS COMMAND...: runs it under timeout; PASS if it exits 0.
+check() {
+  local name=$1 seconds=$2; shift 2
+  if timeout "$seconds" "$@" >"$work/out" 2>&1; then
+    pass "$name"
+  else
+    local rc=$?
+    (( rc == 124 )) && echo "timed out after $seconds s" >>"$work/out"
+    fail "$name" "$work/out"
+  fi
+}
+# The tool's path: on PATH, else in the venv; empty if neither.
+find_tool() {
+  if command -v "$1" >/dev/null 2>&1; then
+    command -v "$1"
+  elif [[ -x "$tools_bin/$1" ]]; then
+    echo "$tools_bin/$1"
+  fi
+}
+
+declare -A tool
+for t in kubectl kubernetes-validate checkov hadolint yamllint; do
+  tool[$t]=$(find_tool "$t")
+  if [[ -z "${tool[$t]}" ]]; then
+    echo "$t is neither on PATH nor in $tools_bin: run deploy/bootstrap_tools.sh" >"$work/out"
+    fail "tool $t found" "$work/out"
+  fi
+done
+# A Python with PyYAML for the count check: PATH's, the venv's (checkov and
+# yamllint bring PyYAML), or Debian's.
+python=
+for p in "$(command -v python3)" "$tools_bin/python3" /usr/bin/python3; do
+  if [[ -x "$p" ]] && "$p" -c 'import yaml' 2>/dev/null; then python=$p; break; fi
+done
+[[ -n "$python" ]] || { echo "no python3 with PyYAML" >"$work/out"; fail "python3 with PyYAML found" "$work/out"; }
+
+# Counts agree in a rendering: every --num_servers= equals the StatefulSet's
+# replicas, every --num_workers= the Job's completions and parallelism.
+cat >"$work/counts.py" <<'EOF'
+import sys
+import yaml
+
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+sts = [d for d in docs if d["kind"] == "StatefulSet"]
+jobs = [d for d in docs if d["kind"] == "Job"]
+if len(sts) != 1 or len(jobs) != 1:
+    sys.exit(f"expected one StatefulSet and one Job, found {len(sts)} and {len(jobs)}")
+servers = sts[0]["spec"].get("replicas", 1)
+job = jobs[0]["spec"]
+workers = job.get("completions", 1)
+errors = []
+if job.get("parallelism", 1) != workers:
+    errors.append(f"Job parallelism {job.get('parallelism', 1)} != completions {workers}")
+for doc in sts + jobs:
+    for c in doc["spec"]["template"]["spec"]["containers"]:
+        args = c.get("args", [])
+        for flag, want in (("--num_servers=", servers), ("--num_workers=", workers)):
+            values = [a[len(flag):] for a in args if a.startswith(flag)]
+            if not values:
+                errors.append(f"{doc['kind']} {c['name']}: no {flag} flag")
+            for v in values:
+                if v != str(want):
+                    errors.append(f"{doc['kind']} {c['name']}: {flag}{v}, expected {want}")
+if errors:
+    sys.exit("\n".join(errors))
+print(f"{servers} servers, {workers} workers")
+EOF
+
+# Every checkov.io/skip annotation names a check and gives a reason.
+cat >"$work/skips.py" <<'EOF'
+import re
+import sys
+import yaml
+
+bad = []
+skips = []
+for doc in yaml.safe_load_all(open(sys.argv[1])):
+    if not doc:
+        continue
+    for key, value in (doc["metadata"].get("annotations") or {}).items():
+        if not key.startswith("checkov.io/skip"):
+            continue
+        skips.append(value)
+        if not re.fullmatch(r"CKV2?_\w+=\s*\S.{9,}", value):
+            bad.append(f"{doc['kind']} {doc['metadata']['name']}: {key}: {value!r} gives no reason")
+if bad:
+    sys.exit("\n".join(bad))
+print(f"{len(skips)} skips, each with a reason")
+EOF
+
+# --- render -----------------------------------------------------------------
+overlays=()
+for dir in deploy/k8s/overlays/*/; do overlays+=("$(basename "$dir")"); done
+rendered=()  # the overlays' renderings, which are checked below
+if [[ -n "${tool[kubectl]}" ]]; then
+  # NAME DIR OUT: renders DIR into OUT.
+  render() {
+    if timeout 60 "${tool[kubectl]}" kustomize "$2" >"$3" 2>"$work/out"; then
+      pass "$1"
+    else
+      fail "$1" "$work/out"
+      rm -f "$3"
+      return 1
+    fi
+  }
+  render "kustomize renders base" deploy/k8s/base "$work/base.yaml"
+  for o in "${overlays[@]}"; do
+    render "kustomize renders overlay $o" "deploy/k8s/overlays/$o" "$work/$o.yaml" && rendered+=("$o")
+  done
+fi
+
+# --- kubernetes-validate ----------------------------------------------------
+if [[ -n "${tool[kubernetes-validate]}" ]]; then
+  # Its newest bundled version is its default ("Defaults to 1.37.0").
+  newest=$(timeout 60 "${tool[kubernetes-validate]}" --help 2>/dev/null | tr -s ' \n' ' ' |
+           sed -n 's/.*Defaults to \([0-9][0-9.]*[0-9]\).*/\1/p')
+  if [[ -z "$newest" ]]; then
+    echo "no 'Defaults to X' in kubernetes-validate --help" >"$work/out"
+    fail "kubernetes-validate names its newest version" "$work/out"
+  fi
+  newest=$(echo "$newest" | cut -d. -f1,2)
+  versions=$(printf '%s\n' 1.27 1.30 ${newest:+"$newest"} | sort -u -V)
+  for o in "${rendered[@]}"; do
+    for v in $versions; do
+      check "kubernetes-validate --strict $o for Kubernetes $v" 120 \
+        "${tool[kubernetes-validate]}" --strict --quiet -k "$v" "$work/$o.yaml"
+    done
+  done
+fi
+
+# --- checkov ----------------------------------------------------------------
+if [[ -n "${tool[checkov]}" && -n "$python" ]]; then
+  for o in "${rendered[@]}"; do
+    check "checkov $o" 180 "${tool[checkov]}" --framework kubernetes --skip-download \
+      --compact --quiet -f "$work/$o.yaml"
+    check "checkov skips in $o are justified" 60 "$python" "$work/skips.py" "$work/$o.yaml"
+  done
+fi
+
+# --- hadolint ---------------------------------------------------------------
+if [[ -n "${tool[hadolint]}" ]]; then
+  for f in deploy/image/Containerfile*; do
+    check "hadolint $f" 60 "${tool[hadolint]}" --no-color "$f"
+  done
+fi
+
+# --- yamllint ---------------------------------------------------------------
+if [[ -n "${tool[yamllint]}" ]]; then
+  check "yamllint deploy/k8s" 120 "${tool[yamllint]}" --strict -c .yamllint deploy/k8s
+fi
+
+# --- server and worker counts -----------------------------------------------
+if [[ -n "$python" && -n "${tool[kubectl]}" ]]; then
+  [[ -s "$work/base.yaml" ]] && check "counts agree in base" 60 "$python" "$work/counts.py" "$work/base.yaml"
+  for o in "${rendered[@]}"; do
+    check "counts agree in overlay $o" 60 "$python" "$work/counts.py" "$work/$o.yaml"
+  done
+  # An overlay of the cpu-demo overlay with 3 servers and 4 workers: the
+  # flags must follow by construction (deploy/k8s/base/cluster-size).
+  # kustomize takes relative paths only.
+  mkdir -p "$work/scaled"
+  rel=$(realpath --relative-to="$work/scaled" deploy/k8s)
+  cat >"$work/scaled/kustomization.yaml" <<EOF
+resources: [$rel/overlays/cpu-demo]
+replicas:
+  - {name: psync-server, count: 3}
+patches:
+  - target: {kind: Job, name: psync-worker}
+    patch: '[{"op": "replace", "path": "/spec/completions", "value": 4}]'
+transformers: [$rel/base/cluster-size]
+EOF
+  if timeout 60 "${tool[kubectl]}" kustomize "$work/scaled" >"$work/scaled.yaml" 2>"$work/out" &&
+     timeout 60 "$python" "$work/counts.py" "$work/scaled.yaml" >"$work/out" 2>&1 &&
+     grep -qx '3 servers, 4 workers' "$work/out"; then
+    pass "counts follow an overlay's replicas and completions"
+  else
+    fail "counts follow an overlay's replicas and completions" "$work/out"
+  fi
+fi
+
+exit $failed

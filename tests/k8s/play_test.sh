@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The Kubernetes manifests actually run: builds the CPU image, renders the
+# cpu-demo overlay, plays it as podman containers (tests/k8s/play_k8s.py:
+# the StatefulSet, the Indexed Job, the headless Service's names, the
+# ConfigMap) and checks that
+#   1. the job completes with the weights_sha256 of a native psync_launch run
+#      of the same configuration, and
+#   2. with server 1 killed (SIGKILL) once it has written a checkpoint, and
+#      restarted as its StatefulSet would, the job still completes, with the
+#      same weights.
+# Prints "PASS name" / "FAIL name" per check; exits non-zero if one failed.
+# Needs root, podman, buildah, debootstrap, kubectl and Debian's python3-yaml
+# (deploy/bootstrap_tools.sh installs them).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+image=localhost/psync:cpu
+work=$(mktemp -d /tmp/psync_k8s_play.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+failed=0
+result() {  # NAME OK [DETAIL]
+  if [[ "$2" == 1 ]]; then echo "PASS $1"; else echo "FAIL $1${3:+: $3}"; failed=1; fi
+}
+sha_of() {  # summary.json -> weights_sha256
+  sed -n 's/.*"weights_sha256": "\([0-9a-f]*\)".*/\1/p' "$1" 2>/dev/null
+}
+
+if ! timeout 600 bash deploy/image/build_cpu_image.sh "$image"; then
+  result "k8s play: build $image" 0; exit 1
+fi
+result "k8s play: build $image" 1
+timeout 60 kubectl kustomize deploy/k8s/overlays/cpu-demo >"$work/rendered.yaml" || {
+  result "k8s play: render cpu-demo" 0; exit 1; }
+
+# The native run: the ConfigMap's file and the workers' job flags, with this
+# host's paths for what the pods keep on volumes.
+mapfile -t flags < <(/usr/bin/python3 tests/k8s/play_k8s.py native "$work/rendered.yaml" \
+                       --work "$work/native")
+timeout 120 bazel build --config=nocuda //deploy/local:psync_launch 2>&1 | tail -1
+timeout 300 "$(bazel info --config=nocuda bazel-bin 2>/dev/null)/deploy/local/psync_launch" \
+  --config="$work/native/job.pbtxt" "${flags[@]}" \
+  --checkpoint_dir="$work/native/checkpoints" --export_path="$work/native/weights.safetensors" \
+  --summary="$work/native/summary.json" --timeout_s=280 >"$work/native.log" 2>&1
+native=$(sha_of "$work/native/summary.json")
+[[ -n "$native" ]] || { tail -20 "$work/native.log"; result "k8s play: native run" 0; exit 1; }
+echo "native run (${flags[*]}): weights_sha256 $native"
+
+# PLAYNAME [play_k8s.py flags...]: plays the manifests; checks the sha.
+play() {
+  local name=$1; shift
+  local dir="$work/$name"
+  timeout 420 /usr/bin/python3 tests/k8s/play_k8s.py play "$work/rendered.yaml" --work "$dir" \
+    --image "$image" --timeout 400 "$@" >"$dir.log" 2>&1
+  local rc=$? sha
+  sha=$(sha_of "$dir/pvc/psync-output/summary.json")
+  grep '^\[play\]' "$dir.log" | grep -v "not translated" | sed 's/^/  /'
+  if [[ $rc -ne 0 || "$sha" != "$native" ]]; then
+    tail -5 "$dir"/logs/psync-worker-0-*.log "$dir"/logs/psync-server-*.log 2>/dev/null
+    result "k8s play: $name" 0 "exit $rc, weights_sha256 '${sha}', native $native"
+  else
+    result "k8s play: $name (weights_sha256 equals the native run's)" 1
+  fi
+}
+play "StatefulSet + Indexed Job"
+play "server 1 killed and restarted" --kill psync-server-1 \
+  --when 'pvc/checkpoints-psync-server-1/ckpt-*/server-1-of-*.safetensors'
+exit $failed

@@ -8,6 +8,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/flags_help.h"
+#include "common/incarnation.h"
 #include "common/job_config.h"
 #include "common/job_flags.h"
 #include "common/output_path.h"
@@ -125,6 +126,14 @@ int Run() {
   server_options.address = absl::StrCat(config.server().host(), ":", config.server().port());
   server_options.max_pull_wait = absl::Seconds(config.timeouts().pull_timeout_s());
   server_options.coordinator = coordinator.get();
+  const uint64_t incarnation = NewIncarnation();
+  server_options.incarnation = incarnation;
+  if (checkpoints != nullptr) {
+    server_options.newest_checkpoint = [m = checkpoints.get()]() -> int64_t {
+      const std::vector<CheckpointVersion> versions = m->Versions();
+      return versions.empty() ? -1 : versions.front().version;
+    };
+  }
   auto server = GrpcServer::Start(store->get(), server_options);
   if (!server.ok()) {
     LOG(ERROR) << server.status().message() << " (is another server already listening there?)";
@@ -150,7 +159,8 @@ int Run() {
       return 1;
     }
   }
-  Membership membership(store->get(), checkpoints.get(), join, absl::Milliseconds(100));
+  Membership membership(store->get(), checkpoints.get(), join, absl::Milliseconds(100),
+                        incarnation);
   membership.Start();
 
   // Until a stop signal, or until a missing worker fails the job.

@@ -1,7 +1,6 @@
 #include "server/membership.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/incarnation.h"
 #include "glog/logging.h"
 
 namespace psync {
@@ -12,13 +11,13 @@ constexpr absl::Duration kWaitLogInterval = absl::Seconds(5);
 }  // namespace
 
 Membership::Membership(ShardStore* store, CheckpointManager* checkpoints, JoinFunction join,
-                       absl::Duration period)
+                       absl::Duration period, uint64_t incarnation)
     : store_(store),
       checkpoints_(checkpoints),
       join_(std::move(join)),
       period_(period),
       rank_(store->options().server_rank),
-      incarnation_(NewIncarnation()) {}
+      incarnation_(incarnation) {}
 
 Membership::~Membership() {
   {

@@ -23,9 +23,10 @@ namespace psync {
 class Membership {
  public:
   // `checkpoints` may be null (no --checkpoint_dir). `join` reaches the
-  // coordinator (a local call on server 0). Everything must outlive this.
+  // coordinator (a local call on server 0). `incarnation`: this process's
+  // (NewIncarnation()). Everything must outlive this.
   Membership(ShardStore* store, CheckpointManager* checkpoints, JoinFunction join,
-             absl::Duration period);
+             absl::Duration period, uint64_t incarnation);
   ~Membership();
 
   void Start();

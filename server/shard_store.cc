@@ -562,40 +562,48 @@ absl::Status ShardStore::Pull(uint64_t session, int worker_rank, uint64_t finger
   return absl::OkStatus();
 }
 
+// The lowest version over the shard's chunks (false: it owns none); among
+// that version's chunks, the one waiting longest for pushes gives the
+// workers missing and since when (none: empty, InfinitePast).
+bool ShardStore::LowestVersionWaits(const Shard& shard, int64_t* version,
+                                    std::vector<int>* waiting_for, absl::Time* since) const {
+  bool found = false;
+  Chunk* waiting = nullptr;
+  *since = absl::InfinitePast();
+  for (int32_t id : shard.owned) {
+    Chunk& c = *shard.chunks[id];
+    absl::MutexLock lock(&c.mu);
+    const bool waits = c.num_received > 0;
+    if (!found || c.version < *version) {
+      *version = c.version;
+      waiting = nullptr;
+    } else if (c.version > *version) {
+      continue;
+    }
+    found = true;
+    if (waits && (waiting == nullptr || c.first_push < *since)) {
+      waiting = &c;
+      *since = c.first_push;
+    }
+  }
+  waiting_for->clear();
+  if (waiting != nullptr) {
+    absl::MutexLock lock(&waiting->mu);
+    for (int w = 0; w < options_.num_workers; ++w) {
+      if (!waiting->received[w]) waiting_for->push_back(w);
+    }
+  }
+  if (waiting_for->empty()) *since = absl::InfinitePast();  // none, or applied since
+  return found;
+}
+
 absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t session,
                                                       int64_t done_version) {
   PSYNC_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard,
                          CheckCaller("Heartbeat", session, worker_rank, std::nullopt));
   HeartbeatResult result;
-  // The lowest version; among its chunks, the one waiting longest for
-  // pushes, whose missing workers are listed.
-  bool found = false;
-  Chunk* waiting = nullptr;
-  for (int32_t id : shard->owned) {
-    Chunk& c = *shard->chunks[id];
-    absl::MutexLock lock(&c.mu);
-    const bool waits = c.num_received > 0;
-    if (!found || c.version < result.version) {
-      result.version = c.version;
-      waiting = nullptr;
-    } else if (c.version > result.version) {
-      continue;
-    }
-    found = true;
-    if (waits && (waiting == nullptr || c.first_push < result.waiting_since)) {
-      waiting = &c;
-      result.waiting_since = c.first_push;
-    }
-  }
-  if (waiting != nullptr) {
-    absl::MutexLock lock(&waiting->mu);
-    for (int w = 0; w < options_.num_workers; ++w) {
-      if (!waiting->received[w]) result.waiting_for.push_back(w);
-    }
-    if (result.waiting_for.empty()) result.waiting_since = absl::InfinitePast();  // applied since
-  } else {
-    result.waiting_since = absl::InfinitePast();
-  }
+  const bool found = LowestVersionWaits(*shard, &result.version, &result.waiting_for,
+                                        &result.waiting_since);
   absl::MutexLock lock(&mu_);
   if (done_version > 0) done_[worker_rank] = done_version;
   result.all_done = true;
@@ -756,22 +764,31 @@ void ShardStore::Close() {
 int ShardStore::OwnedChunks() const { return owned_chunks_.load(); }
 
 StoreStatus ShardStore::GetStatus() const {
-  absl::ReaderMutexLock lock(&mu_);
+  std::shared_ptr<Shard> shard;
   StoreStatus status;
-  status.ready = ready_;
-  status.generation = generation_;
-  if (shard_ == nullptr) return status;
-  status.registered = true;
-  status.fingerprint = shard_->layout->fingerprint();
-  status.version = INT64_MAX;
-  for (int32_t id : shard_->owned) {
-    Chunk& c = *shard_->chunks[id];
-    absl::MutexLock chunk_lock(&c.mu);
-    status.version = std::min(status.version, c.version);
-    ++status.num_chunks;
-    status.bytes += c.info.bytes();
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    status.ready = ready_;
+    status.generation = generation_;
+    shard = shard_;
+    const int64_t now_ms = UnixMs(absl::Now());
+    for (int w = 0; w < options_.num_workers; ++w) {
+      if (sessions_[w] != 0 &&
+          absl::Milliseconds(now_ms - last_seen_ms_[w].load()) < options_.worker_lease) {
+        status.workers.push_back(w);
+      }
+    }
   }
-  if (status.num_chunks == 0) status.version = 0;
+  if (shard == nullptr) return status;
+  status.registered = true;
+  status.fingerprint = shard->layout->fingerprint();
+  if (!LowestVersionWaits(*shard, &status.version, &status.waiting_for, &status.waiting_since)) {
+    status.version = 0;
+  }
+  for (int32_t id : shard->owned) {
+    ++status.num_chunks;
+    status.bytes += shard->chunks[id]->info.bytes();
+  }
   return status;
 }
 

@@ -128,6 +128,11 @@ struct StoreStatus {
   int64_t generation = 0;
   int num_chunks = 0;
   int64_t bytes = 0;
+  // Workers registered and heard from within their lease, ascending.
+  std::vector<int> workers;
+  // As HeartbeatResult's.
+  std::vector<int> waiting_for;
+  absl::Time waiting_since = absl::InfinitePast();
 };
 
 // Receives one chunk's weights during Pull, under that chunk's lock: keep
@@ -238,6 +243,8 @@ class ShardStore {
   // Adds the chunk's new version to a pending snapshot, handing complete
   // ones to the sink.
   void CollectSnapshotLocked(Shard& shard, Chunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
+  bool LowestVersionWaits(const Shard& shard, int64_t* version, std::vector<int>* waiting_for,
+                          absl::Time* since) const;
   // The chunk's state at `version` (current or kept previous), or null.
   static std::shared_ptr<ChunkState> StateAtLocked(const Chunk& chunk, int64_t version)
       ABSL_SHARED_LOCKS_REQUIRED(chunk.mu);

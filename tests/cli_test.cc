@@ -17,31 +17,6 @@ namespace {
 // A worker that got past its start checks logs this line, then registers.
 constexpr char kPastStartChecks[] = "training samples";
 
-struct Ended {
-  int exit_code = -1;
-  std::string output;
-};
-
-// Runs argv to its end (at most 30 s; killed after that) and returns its
-// exit code and output (stdout and stderr together).
-Ended RunToEnd(const std::vector<std::string>& argv) {
-  Ended ended;
-  const std::string name = std::filesystem::path(argv[0]).filename();
-  auto p = Subprocess::Start(argv, absl::StrCat("[", name, "] "));
-  if (!p.ok()) {
-    ADD_FAILURE() << p.status();
-    return ended;
-  }
-  const std::optional<int> code = (*p)->Wait(absl::Now() + absl::Seconds(30));
-  if (!code.has_value()) {
-    ADD_FAILURE() << argv[0] << " still running after 30 s";
-    (*p)->Stop(absl::Seconds(1));
-  }
-  ended.exit_code = code.value_or(-1);
-  ended.output = (*p)->DrainedOutput(absl::Now() + absl::Seconds(5));
-  return ended;
-}
-
 // Only what `binary` writes to stdout: help must go there, not to stderr.
 Ended StdoutOf(const std::string& binary, const std::string& flag) {
   return RunToEnd({"/bin/sh", "-c", "exec \"$0\" \"$1\" 2>/dev/null", binary, flag});
@@ -73,6 +48,7 @@ TEST(CliTest, HelpListsEachBinarysOwnFlags) {
       {"server/psync_server", "psync parameter server", {"--num_workers", "--port_file"}},
       {"worker/psync_worker", "psync worker", {"--batch_per_device", "--synthetic_samples"}},
       {"deploy/local/psync_launch", "Runs a psync cluster", {"--num_servers", "--max_restarts"}},
+      {"server/psync_ctl", "psync_ctl status", {"--stall_s", "--servers"}},
   };
   for (const Case& c : cases) {
     for (const char* help : {"--help", "-h", "--helpfull"}) {

@@ -66,6 +66,25 @@ std::string JsonField(const std::string& json, const std::string& key) {
   return std::regex_search(json, m, re) ? m[1].str() : "";
 }
 
+Ended RunToEnd(const std::vector<std::string>& argv) {
+  Ended ended;
+  const std::string name = std::filesystem::path(argv[0]).filename();
+  auto p = Subprocess::Start(argv, absl::StrCat("[", name, "] "));
+  if (!p.ok()) {
+    ADD_FAILURE() << p.status();
+    return ended;
+  }
+  const std::optional<int> code = (*p)->Wait(absl::Now() + absl::Seconds(30));
+  if (!code.has_value()) {
+    ADD_FAILURE() << argv[0] << " still running after 30 s";
+    (*p)->Stop(absl::Seconds(1));
+  }
+  ended.exit_code = code.value_or(-1);
+  ended.output = (*p)->DrainedOutput(absl::Now() + absl::Seconds(5));
+  return ended;
+}
+
+
 std::unique_ptr<Subprocess> StartProcess(std::vector<std::string> argv, const std::string& name) {
   auto p = Subprocess::Start(std::move(argv), absl::StrCat("[", name, "] "));
   if (!p.ok()) {

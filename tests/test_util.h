@@ -37,6 +37,14 @@ std::unique_ptr<Subprocess> StartProcess(std::vector<std::string> argv, const st
 // `deadline` passed first.
 bool WaitForOutput(Subprocess& p, const std::string& text, absl::Time deadline);
 
+// A process run to its end: its exit code and output (stdout and stderr).
+struct Ended {
+  int exit_code = -1;
+  std::string output;
+};
+// Runs argv to its end (at most 30 s; a test failure and killed after that).
+Ended RunToEnd(const std::vector<std::string>& argv);
+
 // One psync_launch run: its exit code (-1: still running at the limit, then
 // killed with everything it started), its output, and weights_sha256 from
 // its --summary.

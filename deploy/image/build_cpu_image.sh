@@ -18,7 +18,7 @@ image=${1:-localhost/psync:cpu}
 # on. No compiler, no CUDA.
 packages=(libgrpc++1.51 libprotobuf32 libabsl20220623 libgoogle-glog0v6
           libopenblas0-pthread dataset-fashion-mnist)
-binaries=(server/psync_server worker/psync_worker server/psync_ckpt)
+binaries=(server/psync_server worker/psync_worker server/psync_ckpt server/psync_ctl)
 uid=65532
 
 say() { echo "build_cpu_image: $*" >&2; }

@@ -29,8 +29,12 @@ namespace {
 // copy in between. The bytes on the wire are the .proto's messages.
 class ParameterService final : public grpc::Service {
  public:
-  ParameterService(ShardStore* store, absl::Duration max_pull_wait, Coordinator* coordinator)
-      : store_(store), max_pull_wait_(max_pull_wait), coordinator_(coordinator) {
+  ParameterService(ShardStore* store, const GrpcServerOptions& options)
+      : store_(store),
+        max_pull_wait_(options.max_pull_wait),
+        coordinator_(options.coordinator),
+        incarnation_(options.incarnation),
+        newest_checkpoint_(options.newest_checkpoint) {
     Add<proto::RegisterRequest, proto::RegisterResponse>("Register", &ParameterService::Register);
     Add<grpc::ByteBuffer, grpc::ByteBuffer>("Push", &ParameterService::Push);
     Add<proto::PullRequest, grpc::ByteBuffer>("Pull", &ParameterService::Pull);
@@ -134,6 +138,12 @@ class ParameterService final : public grpc::Service {
     resp->set_bytes(s.bytes);
     resp->set_generation(s.generation);
     resp->set_ready(s.ready);
+    for (int w : s.workers) resp->add_registered_workers(w);
+    for (int w : s.waiting_for) resp->add_waiting_for(w);
+    if (!s.waiting_for.empty()) resp->set_waiting_since_unix_ms(absl::ToUnixMillis(s.waiting_since));
+    resp->set_checkpoints_on(newest_checkpoint_ != nullptr);
+    resp->set_newest_checkpoint(newest_checkpoint_ != nullptr ? newest_checkpoint_() : -1);
+    resp->set_incarnation(incarnation_);
     return grpc::Status::OK;
   }
 
@@ -231,6 +241,8 @@ class ParameterService final : public grpc::Service {
   ShardStore* const store_;
   const absl::Duration max_pull_wait_;
   Coordinator* const coordinator_;  // server 0 only
+  const uint64_t incarnation_;
+  const std::function<int64_t()> newest_checkpoint_;  // null: checkpoints off
   std::deque<std::string> names_;  // RpcServiceMethod keeps the char pointers
 };
 
@@ -238,7 +250,7 @@ class GrpcServerImpl final : public GrpcServer {
  public:
   GrpcServerImpl(ShardStore* store, const GrpcServerOptions& options, int max_threads)
       : store_(store),
-        service_(store, options.max_pull_wait, options.coordinator),
+        service_(store, options),
         max_threads_(max_threads) {}
   ~GrpcServerImpl() override { Shutdown(absl::Now()); }
 

@@ -2,6 +2,7 @@
 #ifndef PSYNC_SERVER_RPC_GRPC_SERVER_H_
 #define PSYNC_SERVER_RPC_GRPC_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,11 @@ struct GrpcServerOptions {
   int max_threads = 0;
   // Server 0's: answers other servers' Join calls. Must outlive the server.
   Coordinator* coordinator = nullptr;
+  // For GetStatus: this process's incarnation, and the newest restorable
+  // checkpoint version (-1: none); null when checkpoints are off. Called on
+  // a gRPC thread.
+  uint64_t incarnation = 0;
+  std::function<int64_t()> newest_checkpoint;
 };
 
 // Owns the gRPC server and its threads. Thread-safe.

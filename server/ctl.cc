@@ -1,0 +1,151 @@
+// psync_ctl status: one table of every server of a job (from --servers or
+// --config), and an exit code a script or a probe can act on:
+//   0  healthy: every server answered and no step has waited --stall_s;
+//   1  unhealthy: a server did not answer within --timeout_s, or a step has
+//      waited longer than --stall_s (the reason is printed last);
+//   2  bad flags or configuration.
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/flags_help.h"
+#include "common/job_config.h"
+#include "common/job_flags.h"
+#include "server/rpc/status_client.h"
+
+// The job's settings (--config, --servers, ...) are in common/job_flags.h;
+// these are psync_ctl's own.
+ABSL_FLAG(int, timeout_s, 5, "Deadline of each server's status call, in seconds.");
+ABSL_FLAG(int, stall_s, 60,
+          "A step waiting for workers longer than this makes the job unhealthy (exit 1).");
+
+namespace psync {
+namespace {
+
+struct Row {
+  std::string address;
+  absl::StatusOr<proto::StatusResponse> status = absl::UnknownError("not asked");
+};
+
+std::string State(const proto::StatusResponse& s) {
+  if (!s.ready()) return "starting";
+  return s.registered() ? "training" : "ready";
+}
+
+std::string Bytes(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 20)) return absl::StrFormat("%.1f MiB", bytes / 1048576.0);
+  return absl::StrFormat("%.1f KiB", bytes / 1024.0);
+}
+
+std::string Ranks(const google::protobuf::RepeatedField<int32_t>& ranks) {
+  return ranks.empty() ? "-" : absl::StrJoin(ranks, ",");
+}
+
+int Status(const std::vector<std::string>& addresses, int num_workers) {
+  const absl::Time now = absl::Now();
+  const absl::Time deadline = now + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  const absl::Duration stall = absl::Seconds(absl::GetFlag(FLAGS_stall_s));
+  std::vector<Row> rows(addresses.size());
+  {
+    std::vector<std::thread> askers;
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      rows[i].address = addresses[i];
+      askers.emplace_back([&row = rows[i], deadline] {
+        row.status = FetchServerStatus(row.address, deadline);
+      });
+    }
+    for (std::thread& t : askers) t.join();
+  }
+
+  std::printf("%-4s %-32s %-9s %4s %8s %-10s %-10s %-19s %10s %10s %16s\n", "rank", "address",
+              "state", "gen", "version", "workers", "waits for", "since", "bytes", "checkpoint",
+              "incarnation");
+  std::vector<std::string> problems;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
+    if (!row.status.ok()) {
+      std::printf("%-4zu %-32s %-9s %s\n", i, row.address.c_str(), "DOWN",
+                  std::string(row.status.status().message()).c_str());
+      problems.push_back(absl::StrCat("server ", i, " (", row.address, ") did not answer: ",
+                                      row.status.status().message()));
+      continue;
+    }
+    const proto::StatusResponse& s = *row.status;
+    std::string since = "-";
+    if (s.waiting_for_size() > 0) {
+      const absl::Time t = absl::FromUnixMillis(s.waiting_since_unix_ms());
+      const absl::Duration waited = absl::Trunc(now - t, absl::Seconds(1));
+      since = absl::StrCat(absl::FormatTime("%H:%M:%S", t, absl::LocalTimeZone()), " (",
+                           absl::FormatDuration(waited), ")");
+      if (now - t > stall) {
+        problems.push_back(absl::StrCat("stalled: server ", i, " has waited ",
+                                        absl::FormatDuration(waited), " for worker(s) ",
+                                        Ranks(s.waiting_for()), " at step ", s.version(),
+                                        " (--stall_s=", absl::GetFlag(FLAGS_stall_s), ")"));
+      }
+    }
+    const std::string checkpoint =
+        !s.checkpoints_on() ? "off"
+                            : (s.newest_checkpoint() < 0 ? "none" : absl::StrCat(s.newest_checkpoint()));
+    if (s.server_rank() != static_cast<int>(i)) {
+      problems.push_back(absl::StrCat(row.address, " is server ", s.server_rank(),
+                                      ", expected server ", i, " (check --servers)"));
+    }
+    std::printf("%-4zu %-32s %-9s %4lld %8lld %-10s %-10s %-19s %10s %10s %016llx\n", i,
+                row.address.c_str(), State(s).c_str(), static_cast<long long>(s.generation()),
+                static_cast<long long>(s.version()),
+                absl::StrCat(Ranks(s.registered_workers()), " of ", s.num_workers()).c_str(),
+                Ranks(s.waiting_for()).c_str(), since.c_str(), Bytes(s.bytes()).c_str(),
+                checkpoint.c_str(), static_cast<unsigned long long>(s.incarnation()));
+  }
+  if (!problems.empty()) {
+    std::printf("UNHEALTHY: %s\n", absl::StrJoin(problems, "; ").c_str());
+    return 1;
+  }
+  std::printf("healthy: %zu servers answered, %d workers in the job\n", rows.size(), num_workers);
+  return 0;
+}
+
+}  // namespace
+}  // namespace psync
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "psync_ctl status --servers=h:p,... | --config=FILE: every server's state, exit 0 if "
+      "healthy, 1 if not (with the reason), 2 for bad flags.");
+  if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 2 || std::string(args[1]) != "status") {
+    std::fprintf(stderr, "psync_ctl: expected the command 'status', got '%s'\n",
+                 args.size() < 2 ? "" : absl::StrJoin(args.begin() + 1, args.end(), " ").c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_timeout_s) < 1 || absl::GetFlag(FLAGS_stall_s) < 1) {
+    std::fprintf(stderr, "psync_ctl: --timeout_s is %d and --stall_s is %d, expected both >= 1\n",
+                 absl::GetFlag(FLAGS_timeout_s), absl::GetFlag(FLAGS_stall_s));
+    return 2;
+  }
+  absl::StatusOr<psync::LoadedJobConfig> loaded = psync::LoadJobConfig();
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "psync_ctl: bad configuration: %s\n",
+                 std::string(loaded.status().message()).c_str());
+    return 2;
+  }
+  const std::vector<std::string> addresses = psync::ServerAddresses(loaded->config);
+  if (addresses.empty()) {
+    std::fprintf(stderr,
+                 "psync_ctl: --servers is empty, expected the servers' addresses (host:port,... "
+                 "or a {rank} pattern), by flag or in --config\n");
+    return 2;
+  }
+  return psync::Status(addresses, loaded->config.cluster().num_workers());
+}

@@ -1,0 +1,97 @@
+// psync_ctl status against a live cluster (two servers, one of two workers,
+// so that the step waits for worker 1): the table and exit 0 while healthy,
+// exit 1 naming the stall once it is longer than --stall_s, exit 1 naming
+// the server once one is down, exit 2 for bad flags.
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/free_ports.h"
+#include "common/subprocess.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace psync {
+namespace {
+
+TEST(CtlTest, StatusOfALiveClusterAStallAndAServerDown) {
+  PortReservation reserved;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<int> port = reserved.Add();
+    ASSERT_TRUE(port.ok()) << port.status();
+    addresses.push_back(absl::StrCat("127.0.0.1:", *port));
+  }
+  reserved.Release();
+  const std::string servers = "--servers=" + addresses[0] + "," + addresses[1];
+  std::vector<std::unique_ptr<Subprocess>> server(2);
+  for (int i = 0; i < 2; ++i) {
+    server[i] = StartProcess(
+        {Runfile("server/psync_server"), servers, absl::StrCat("--server_rank=", i),
+         "--num_workers=2", absl::StrCat("--port=", addresses[i].substr(10)),
+         "--peer_timeout_s=120", "--checkpoint_dir=" + FreshDir(absl::StrCat("ckpt", i))},
+        absl::StrCat("server ", i));
+    ASSERT_NE(server[i], nullptr);
+  }
+  auto worker = StartProcess({Runfile("worker/psync_worker"), servers, "--worker_rank=0",
+                              "--num_workers=2", "--synthetic_samples=640", "--steps=1000",
+                              "--device=cpu", "--peer_timeout_s=120"},
+                             "worker 0");
+  ASSERT_NE(worker, nullptr);
+  ASSERT_TRUE(WaitForOutput(*worker, "worker 0 registered", absl::Now() + absl::Seconds(30)))
+      << worker->output();
+  const std::string ctl = Runfile("server/psync_ctl");
+
+  // Step 0 waits for worker 1, not yet for long.
+  const Ended healthy = RunToEnd({ctl, "status", servers, "--num_workers=2", "--stall_s=60"});
+  EXPECT_EQ(healthy.exit_code, 0) << healthy.output;
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<std::string> row = LinesWith(healthy.output, addresses[i]);
+    ASSERT_EQ(row.size(), 1u) << healthy.output;
+    EXPECT_TRUE(Contains(row[0], "training")) << row[0];
+    EXPECT_TRUE(Contains(row[0], "0 of 2")) << row[0];  // registered workers
+    EXPECT_TRUE(Contains(row[0], " 1 ")) << row[0];     // waits for worker 1
+    EXPECT_TRUE(Contains(row[0], "none")) << row[0];    // no checkpoint yet
+  }
+  EXPECT_TRUE(Contains(healthy.output, "healthy: 2 servers answered")) << healthy.output;
+
+  absl::SleepFor(absl::Seconds(2));
+  const Ended stalled = RunToEnd({ctl, "status", servers, "--stall_s=1"});
+  EXPECT_EQ(stalled.exit_code, 1) << stalled.output;
+  EXPECT_TRUE(Contains(stalled.output, "UNHEALTHY: stalled: server 0 has waited"))
+      << stalled.output;
+  EXPECT_TRUE(Contains(stalled.output, "for worker(s) 1 at step 0")) << stalled.output;
+
+  server[1]->Signal(SIGKILL);
+  ASSERT_TRUE(server[1]->Wait(absl::Now() + absl::Seconds(10)).has_value());
+  const absl::Time asked = absl::Now();
+  const Ended down = RunToEnd({ctl, "status", servers, "--timeout_s=2"});
+  EXPECT_LT(absl::Now() - asked, absl::Seconds(10));  // the deadline holds
+  EXPECT_EQ(down.exit_code, 1) << down.output;
+  EXPECT_EQ(LinesWith(down.output, "DOWN").size(), 1u) << down.output;
+  EXPECT_TRUE(Contains(down.output, "server 1 (" + addresses[1] + ") did not answer"))
+      << down.output;
+  worker->Stop(absl::Seconds(2));
+  server[0]->Stop(absl::Seconds(5));
+}
+
+TEST(CtlTest, BadFlagsExit2) {
+  const std::string ctl = Runfile("server/psync_ctl");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{ctl, "status"}, "--servers is empty"},
+      {{ctl, "stats", "--servers=127.0.0.1:1"}, "expected the command 'status', got 'stats'"},
+      {{ctl, "status", "--servers=nohost"}, "--servers is \"nohost\""},
+      {{ctl, "status", "--servers=127.0.0.1:1", "--stall_s=0"}, "--stall_s is 0"},
+      {{ctl, "status", "--config=/nonexistent/job.pbtxt"}, "/nonexistent/job.pbtxt"},
+  };
+  for (const auto& [argv, message] : cases) {
+    const Ended run = RunToEnd(argv);
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_TRUE(Contains(run.output, message)) << run.output;
+  }
+}
+
+}  // namespace
+}  // namespace psync

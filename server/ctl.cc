@@ -12,6 +12,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -50,7 +51,7 @@ std::string Ranks(const google::protobuf::RepeatedField<int32_t>& ranks) {
   return ranks.empty() ? "-" : absl::StrJoin(ranks, ",");
 }
 
-int Status(const std::vector<std::string>& addresses, int num_workers) {
+int Status(const std::vector<std::string>& addresses) {
   const absl::Time now = absl::Now();
   const absl::Time deadline = now + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   const absl::Duration stall = absl::Seconds(absl::GetFlag(FLAGS_stall_s));
@@ -111,7 +112,7 @@ int Status(const std::vector<std::string>& addresses, int num_workers) {
     std::printf("UNHEALTHY: %s\n", absl::StrJoin(problems, "; ").c_str());
     return 1;
   }
-  std::printf("healthy: %zu servers answered, %d workers in the job\n", rows.size(), num_workers);
+  std::printf("healthy: %zu servers answered\n", rows.size());
   return 0;
 }
 
@@ -140,12 +141,29 @@ int main(int argc, char** argv) {
                  std::string(loaded.status().message()).c_str());
     return 2;
   }
-  const std::vector<std::string> addresses = psync::ServerAddresses(loaded->config);
+  psync::proto::JobConfig& config = loaded->config;
+  // A {rank} pattern without a count (the Kubernetes job's ConfigMap: the
+  // count is the StatefulSet's): server 0 says how many there are.
+  if (absl::StrContains(config.cluster().servers(), "{rank}") &&
+      loaded->sources.count("num_servers") == 0) {
+    config.mutable_cluster()->set_num_servers(1);
+    const std::string first = psync::ServerAddresses(config)[0];
+    absl::StatusOr<psync::proto::StatusResponse> status = psync::FetchServerStatus(
+        first, absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+    if (!status.ok()) {
+      std::printf("UNHEALTHY: server 0 (%s) did not answer, so the server count is unknown "
+                  "(give --num_servers): %s\n",
+                  first.c_str(), std::string(status.status().message()).c_str());
+      return 1;
+    }
+    config.mutable_cluster()->set_num_servers(status->num_servers());
+  }
+  const std::vector<std::string> addresses = psync::ServerAddresses(config);
   if (addresses.empty()) {
     std::fprintf(stderr,
                  "psync_ctl: --servers is empty, expected the servers' addresses (host:port,... "
                  "or a {rank} pattern), by flag or in --config\n");
     return 2;
   }
-  return psync::Status(addresses, loaded->config.cluster().num_workers());
+  return psync::Status(addresses);
 }

@@ -37,10 +37,13 @@ deployment_check() {  # SCRIPT
   local rc=${PIPESTATUS[0]} before=${#extra[@]}
   while read -r verdict name; do
     [[ "$verdict" == PASS ]] && extra+=("$name" PASSED)
-    [[ "$verdict" == FAIL ]] && extra+=("${name%%:*}" FAILED)
+    [[ "$verdict" == FAIL ]] && extra+=("$name" FAILED)
   done < <(grep -E '^(PASS|FAIL) ' "$log.deploy")
   rm -f "$log.deploy"
-  if (( rc != 0 && ${#extra[@]} == before )); then extra+=("$1" FAILED); fi
+  # A script that failed without a FAIL line (killed, or broken) is one.
+  if (( rc != 0 )) && ! printf '%s\n' "${extra[@]:before}" | grep -qx FAILED; then
+    extra+=("$1 (exit $rc)" FAILED)
+  fi
 }
 if bash deploy/bootstrap_tools.sh; then
   deployment_check tests/k8s/check_manifests.sh

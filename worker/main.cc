@@ -46,7 +46,8 @@ namespace {
 
 // Exit codes, as the launcher reads them (deploy/local/launch.cc
 // RestartOrFail) and psync_server uses them: 2 and 3 are final, never
-// restarted; 1 is a failure a restart may cure.
+// restarted; 1 is a failure a restart may cure; 128 + N: stopped by signal
+// N (SIGTERM, SIGINT) before the last step, to be run again.
 constexpr int kExitFailed = 1;
 constexpr int kExitBadConfig = 2;         // bad configuration, rank or options
 constexpr int kExitCannotContinue = 3;    // the servers refuse this worker for good
@@ -160,6 +161,8 @@ class StopOnSignal {
     thread_.join();
   }
   bool signalled() const { return signalled_.load(); }
+  // The signal that stopped training (0: none).
+  int signal() const { return signal_.load(); }
 
   static void BlockSignals() {
     struct sigaction action = {};
@@ -187,6 +190,7 @@ class StopOnSignal {
       int sig = sigtimedwait(&set, nullptr, &slice);
       if (sig <= 0) sig = caught_.exchange(0);
       if (sig > 0 && !signalled_.exchange(true)) {
+        signal_.store(sig);
         LOG(INFO) << "worker " << rank_ << ": received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
                   << "; stopping after the current step";
         trainer_->RequestStop();
@@ -206,6 +210,7 @@ class StopOnSignal {
   const int rank_;
   const absl::Duration grace_;
   std::atomic<bool> signalled_{false}, done_{false};
+  std::atomic<int> signal_{0};
   std::thread thread_;
   // A signal the handler caught (on a thread that does not block it); 0: none.
   static inline std::atomic<int> caught_{0};
@@ -321,9 +326,13 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
     std::fflush(stdout);
   });
   if (absl::IsCancelled(trained.status()) && stopper.signalled()) {
-    LOG(INFO) << "worker " << options.worker_rank << " stopped on a signal ("
-              << trained.status().message() << "); the job can be resumed";
-    return absl::OkStatus();
+    // Not 0: its work is not done. Kubernetes runs the Job's index again
+    // (a pod that exited 0 would count as completed, and its peers would
+    // wait for it in vain), and psync_launch restarts it.
+    return WithExitCode(128 + stopper.signal(),
+                        absl::CancelledError(absl::StrCat(
+                            "stopped by a signal before the last step (",
+                            trained.status().message(), "); the job can be resumed")));
   }
   if (!trained.ok() && client.refused()) {
     return WithExitCode(kExitCannotContinue, trained.status());
@@ -382,11 +391,14 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "bad flags: " << rank.status().message();
     return psync::kExitBadConfig;
   }
-  // A worker stopped by SIGTERM returns OK: exit 0.
+  // A worker stopped by a signal before its last step exits 128 + signal.
   const absl::Status s = psync::Run(loaded->config, *rank);
-  if (!s.ok()) {
+  const int code = psync::ExitCode(s);
+  if (code > 128) {
+    LOG(INFO) << "worker " << *rank << " " << s.message();
+  } else if (!s.ok()) {
     LOG(ERROR) << "worker " << *rank
                << " failed: " << s.ToString(absl::StatusToStringMode::kWithNoExtraData);
   }
-  return psync::ExitCode(s);
+  return code;
 }

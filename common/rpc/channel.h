@@ -11,9 +11,11 @@ namespace psync {
 // address, a container restarted on another IP) sends no RST, and a call in
 // flight to it would wait for its deadline; a ping unanswered for
 // kKeepaliveTimeoutMs closes the connection and fails the call at once.
-// Servers accept pings this often (grpc_server.cc).
-inline constexpr int kKeepaliveTimeMs = 2000;
-inline constexpr int kKeepaliveTimeoutMs = 2000;
+// Servers accept pings this often (grpc_server.cc). Not shorter: a ping
+// may queue behind a large push on a loaded link, and a false alarm would
+// cut a healthy transfer.
+inline constexpr int kKeepaliveTimeMs = 5000;
+inline constexpr int kKeepaliveTimeoutMs = 5000;
 
 // A restarted peer answers on the same address within seconds: reconnect
 // every 100 ms to 1 s rather than gRPC's default backoff of up to two

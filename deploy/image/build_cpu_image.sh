@@ -15,9 +15,8 @@ cd "$(dirname "$0")/../.."
 
 image=${1:-localhost/psync:cpu}
 # The binaries' shared libraries (ldd), and the data set the CPU demo trains
-# on. No compiler, no CUDA.
-packages=(libgrpc++1.51 libprotobuf32 libabsl20220623 libgoogle-glog0v6
-          libopenblas0-pthread dataset-fashion-mnist)
+# on (the list the Containerfile installs too). No compiler, no CUDA.
+mapfile -t packages <deploy/image/runtime-packages.txt
 binaries=(server/psync_server worker/psync_worker server/psync_ckpt server/psync_ctl)
 uid=65532
 
@@ -26,10 +25,15 @@ say() { echo "build_cpu_image: $*" >&2; }
 say "building the binaries --config=nocuda"
 targets=()
 for b in "${binaries[@]}"; do targets+=("//${b%/*}:${b##*/}"); done
-bazel build --config=nocuda "${targets[@]}" 2>&1 | tail -1 >&2
+build_log=$(mktemp)
+if ! bazel build --config=nocuda "${targets[@]}" >"$build_log" 2>&1; then
+  tail -30 "$build_log" >&2; rm -f "$build_log"; exit 1
+fi
+rm -f "$build_log"
 bazel_bin=$(bazel info --config=nocuda bazel-bin 2>/dev/null)
 for b in "${binaries[@]}"; do
-  if ldd "$bazel_bin/$b" | grep -q -E 'libcuda|libnccl|libcudnn'; then
+  libraries=$(ldd "$bazel_bin/$b")
+  if grep -q -E 'libcuda|libnccl|libcudnn' <<<"$libraries"; then
     say "$b links CUDA libraries: not a --config=nocuda build"; exit 1
   fi
 done
@@ -65,7 +69,7 @@ done
 buildah config --user "$uid:$uid" --workingdir / --env PATH=/usr/local/bin:/usr/bin:/bin \
   --label org.opencontainers.image.title=psync \
   --label org.opencontainers.image.revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
-  --cmd /usr/local/bin/psync_server "$container"
+  "$container"
 buildah commit --quiet --rm "$container" "$image" >/dev/null
 trap - EXIT
 size=$(podman image inspect --format '{{.Size}}' "$image")

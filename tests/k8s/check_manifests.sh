@@ -141,6 +141,12 @@ if [[ -n "${tool[kubectl]}" ]]; then
   done
 fi
 
+# Files applied on their own, not through kustomize (the namespace, the
+# collect pod), are validated and checked like a rendering.
+for f in deploy/k8s/namespace.yaml deploy/k8s/tools/*.yaml; do echo "---"; cat "$f"; done \
+  >"$work/standalone.yaml"
+checked=("${rendered[@]}" standalone)
+
 # --- kubernetes-validate ----------------------------------------------------
 if [[ -n "${tool[kubernetes-validate]}" ]]; then
   # Its newest bundled version is its default ("Defaults to 1.37.0").
@@ -152,7 +158,7 @@ if [[ -n "${tool[kubernetes-validate]}" ]]; then
   fi
   newest=$(echo "$newest" | cut -d. -f1,2)
   versions=$(printf '%s\n' 1.27 1.30 ${newest:+"$newest"} | sort -u -V)
-  for o in "${rendered[@]}"; do
+  for o in "${checked[@]}"; do
     for v in $versions; do
       check "kubernetes-validate --strict $o for Kubernetes $v" 120 \
         "${tool[kubernetes-validate]}" --strict --quiet -k "$v" "$work/$o.yaml"
@@ -162,7 +168,7 @@ fi
 
 # --- checkov ----------------------------------------------------------------
 if [[ -n "${tool[checkov]}" && -n "$python" ]]; then
-  for o in "${rendered[@]}"; do
+  for o in "${checked[@]}"; do
     check "checkov $o" 180 "${tool[checkov]}" --framework kubernetes --skip-download \
       --compact --quiet -f "$work/$o.yaml"
     check "checkov skips in $o are justified" 60 "$python" "$work/skips.py" "$work/$o.yaml"

@@ -21,13 +21,22 @@ use, what the control plane and a kubelet would:
     RuntimeDefault is podman's default profile.
   * Service: the DNS aliases above, on an --internal podman network.
 
+  * The Service is checked, not run: a StatefulSet's serviceName must name
+    a headless Service (clusterIP None) whose selector matches its pods.
+
 Not translated, and said so when met: probes (podman runs them only under
 systemd), NetworkPolicy (the network is internal: nothing outside reaches
-it), resource requests and limits (this machine's hybrid cgroups), env
-valueFrom, Deployments and any other kind, which is refused.
+it), Namespace (one network per play instead), podFailurePolicy rules other
+than FailJob on exit codes (DisruptionTarget: no disruptions happen here),
+resource requests and limits (this machine's hybrid cgroups). env
+valueFrom, Deployments and any other kind are refused.
+
+Containers are named RUN-POD (RUN from --run-id) and labelled
+psync-play=RUN, so that a caller can remove whatever a killed play left.
 
 Usage:
-  play_k8s.py play RENDERED.yaml --work DIR [--kill NAME --when GLOB]
+  play_k8s.py play RENDERED.yaml --work DIR [--run-id ID]
+              [--kill POD --when GLOB [--signal SIG]] [--exec-after POD COMMAND]
   play_k8s.py native RENDERED.yaml --work DIR
 The second writes DIR/job.pbtxt (the ConfigMap's file) and prints the job
 flags a worker's command line adds to it, one per line, so that a native
@@ -37,6 +46,8 @@ run can use the same configuration. Exit status 0 when the Job completed.
 import argparse
 import glob
 import os
+import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -57,7 +68,11 @@ CONTAINERS_CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cont
 
 def podman(*args, check=True):
     env = {"CONTAINERS_CONF": CONTAINERS_CONF, **os.environ}
-    result = subprocess.run(["podman", *args], capture_output=True, text=True, env=env)
+    try:
+        result = subprocess.run(["podman", *args], capture_output=True, text=True, env=env,
+                                timeout=120)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"podman {' '.join(args[:2])}: no answer within 120 s")
     if check and result.returncode != 0:
         raise RuntimeError(f"podman {' '.join(args[:2])}: {result.stderr.strip()}")
     return result
@@ -66,19 +81,21 @@ def podman(*args, check=True):
 class Cluster:
     """The containers of one play; every one is removed by close()."""
 
-    def __init__(self, docs, work):
+    def __init__(self, docs, work, run_id):
         self.work = os.path.abspath(work)
+        self.run_id = run_id
         self.by_kind = {}
         for doc in docs:
             self.by_kind.setdefault(doc["kind"], []).append(doc)
         unknown = set(self.by_kind) - IGNORED_KINDS - {"StatefulSet", "Job"}
         if unknown:
             raise ValueError(f"cannot play kinds {sorted(unknown)}")
-        for kind in ("NetworkPolicy",):
+        for kind, instead in (("NetworkPolicy", "the podman network is internal"),
+                              ("Namespace", "one podman network per play")):
             if kind in self.by_kind:
-                log(f"not translated: {kind} (the podman network is internal instead)")
-        self.network = f"psync-play-{os.getpid()}"
-        self.containers = []  # every name created, for close()
+                log(f"not translated: {kind} ({instead})")
+        self.network = f"psync-play-{run_id}"
+        self.containers = {}  # pod name -> container name, for close()
         self.restarts = {}
 
     # --- volumes -----------------------------------------------------------
@@ -141,7 +158,11 @@ class Cluster:
                 log(f"{name}: not translated: {what}")
         if "resources" in container:
             log(f"{name}: not translated: resources")
-        args = ["run", "-d", "--name", name, "--hostname", hostname, "--network", self.network]
+        container_name = f"{self.run_id}-{name}"
+        # Recorded first: a container created but not started is removed too.
+        self.containers[name] = container_name
+        args = ["run", "-d", "--name", container_name, "--label", f"psync-play={self.run_id}",
+                "--hostname", hostname, "--network", self.network]
         for alias in aliases:
             args += ["--network-alias", alias]
         if "runAsUser" in security:
@@ -164,13 +185,29 @@ class Cluster:
             args += ["--entrypoint", command[0]]
         args += [image_override or container["image"], *command[1:], *container.get("args", [])]
         podman(*args)
-        self.containers.append(name)
+
+    def _check_service(self, sts):
+        """The headless Service whose names the pods get must exist and
+        select them."""
+        name = sts["spec"]["serviceName"]
+        service = next((s for s in self.by_kind.get("Service", [])
+                        if s["metadata"]["name"] == name), None)
+        if service is None:
+            raise ValueError(f"StatefulSet {sts['metadata']['name']}: no Service {name}")
+        if service["spec"].get("clusterIP") != "None":
+            raise ValueError(f"Service {name} is not headless (clusterIP None)")
+        labels = sts["spec"]["template"]["metadata"].get("labels", {})
+        selector = service["spec"].get("selector", {})
+        if not selector or any(labels.get(k) != v for k, v in selector.items()):
+            raise ValueError(f"Service {name} selector {selector} does not match the pods of "
+                             f"StatefulSet {sts['metadata']['name']} ({labels})")
 
     def start(self, image):
         podman("network", "create", "--internal", self.network)
         self.statefulsets = []
         for sts in self.by_kind.get("StatefulSet", []):
             name, service = sts["metadata"]["name"], sts["spec"]["serviceName"]
+            self._check_service(sts)
             namespace = sts["metadata"].get("namespace", "default")
             spec = sts["spec"]["template"]["spec"]
             fs_group = spec.get("securityContext", {}).get("fsGroup")
@@ -196,6 +233,9 @@ class Cluster:
                 codes = rule.get("onExitCodes")
                 if rule["action"] == "FailJob" and codes and codes["operator"] == "In":
                     fail_codes |= set(codes["values"])
+                else:
+                    log(f"not translated: podFailurePolicy rule {rule['action']} "
+                        "(no pod conditions arise here)")
             state = {"job": job, "image": image, "fail_codes": fail_codes,
                      "backoff": s.get("backoffLimit", 6), "failures": 0,
                      "pods": {}, "done": set()}
@@ -212,8 +252,9 @@ class Cluster:
                   {"JOB_COMPLETION_INDEX": str(index)})
         state["pods"][index] = pod
 
-    def status(self, name):
-        out = podman("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name).stdout
+    def status(self, pod):
+        out = podman("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}",
+                     self.containers[pod]).stdout
         status, code = out.split()
         return status, int(code)
 
@@ -225,7 +266,7 @@ class Cluster:
             if status == "exited":
                 self.restarts[pod] = self.restarts.get(pod, 0) + 1
                 log(f"{pod} exited with code {code}; restarting it (restart {self.restarts[pod]})")
-                podman("start", pod)
+                podman("start", self.containers[pod])
         for state in self.jobs:
             for index, pod in list(state["pods"].items()):
                 if index in state["done"]:
@@ -252,38 +293,54 @@ class Cluster:
         """Stops the StatefulSet pods as Kubernetes would at deletion
         (SIGTERM, then the grace period), keeps every log, removes all."""
         os.makedirs(os.path.join(self.work, "logs"), exist_ok=True)
-        for pod in getattr(self, "statefulsets", []):
-            podman("stop", "-t", "30", pod, check=False)
-        for name in self.containers:
-            logs = podman("logs", name, check=False)
-            with open(os.path.join(self.work, "logs", f"{name}.log"), "w") as f:
+        servers = [self.containers[p] for p in getattr(self, "statefulsets", [])]
+        if servers:
+            podman("stop", "-t", "30", *servers, check=False)
+        for pod, container in self.containers.items():
+            logs = podman("logs", container, check=False)
+            with open(os.path.join(self.work, "logs", f"{pod}.log"), "w") as f:
                 f.write(logs.stdout + logs.stderr)
-            podman("rm", "-f", name, check=False)
+            podman("rm", "-f", container, check=False)
         podman("network", "rm", "-f", self.network, check=False)
 
 
+def stop_on_sigterm(signum, frame):
+    raise SystemExit(f"signal {signum}")  # runs close() on the way out
+
+
 def play(args, docs):
-    cluster = Cluster(docs, args.work)
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    cluster = Cluster(docs, args.work, args.run_id)
     deadline = time.monotonic() + args.timeout
     outcome = None
     killed = args.kill is None
     try:
         cluster.start(args.image)
         log(f"started {', '.join(cluster.containers)} on network {cluster.network}")
+        if args.kill is not None and args.kill not in cluster.containers:
+            raise ValueError(f"--kill {args.kill}: no such pod (pods: "
+                             f"{', '.join(cluster.containers)})")
         while outcome is None:
             if time.monotonic() > deadline:
                 outcome = f"timed out after {args.timeout} s"
                 break
             if not killed and glob.glob(os.path.join(cluster.work, args.when)):
-                log(f"{args.when} exists: killing {args.kill} (SIGKILL)")
-                podman("kill", "-s", "KILL", args.kill)
+                log(f"{args.when} exists: sending SIG{args.signal} to {args.kill}")
+                podman("kill", "-s", args.signal, cluster.containers[args.kill])
                 killed = True
             time.sleep(0.2)
             outcome = cluster.step()
+        if outcome == "complete" and args.exec_after:
+            pod, command = args.exec_after
+            ran = podman("exec", cluster.containers[pod], *shlex.split(command), check=False)
+            for line in (ran.stdout + ran.stderr).splitlines():
+                log(f"{pod}$ {line}")
+            if ran.returncode != 0:
+                outcome = f"'{command}' in {pod} exited with code {ran.returncode}"
     finally:
         cluster.close()
     if not killed:
-        outcome = f"{args.when} never appeared: {args.kill} was not killed"
+        outcome = f"{args.when} never appeared: {args.kill} was not signalled"
     log(f"job {outcome}; logs in {os.path.join(cluster.work, 'logs')}")
     return 0 if outcome == "complete" else 1
 
@@ -310,8 +367,13 @@ def main():
     parser.add_argument("rendered", help="output of kubectl kustomize")
     parser.add_argument("--work", required=True, help="folder for volumes and logs")
     parser.add_argument("--image", help="play every container with this image instead")
-    parser.add_argument("--kill", help="container to SIGKILL once --when exists")
+    parser.add_argument("--run-id", default=f"play{os.getpid()}",
+                        help="prefix of the container names, value of their psync-play label")
+    parser.add_argument("--kill", help="pod to signal once --when exists")
+    parser.add_argument("--signal", default="KILL", help="the signal --kill sends")
     parser.add_argument("--when", help="glob under --work, e.g. 'pvc/checkpoints-psync-server-1/*'")
+    parser.add_argument("--exec-after", nargs=2, metavar=("POD", "COMMAND"),
+                        help="once the Job completes, run COMMAND in POD; it must exit 0")
     parser.add_argument("--timeout", type=int, default=600)
     args = parser.parse_args()
     if (args.kill is None) != (args.when is None):

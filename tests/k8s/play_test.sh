@@ -4,10 +4,14 @@
 # the StatefulSet, the Indexed Job, the headless Service's names, the
 # ConfigMap) and checks that
 #   1. the job completes with the weights_sha256 of a native psync_launch run
-#      of the same configuration, and
+#      of the same configuration, and psync_ctl in a server pod then finds
+#      every server healthy;
 #   2. with server 1 killed (SIGKILL) once it has written a checkpoint, and
 #      restarted as its StatefulSet would, the job still completes, with the
-#      same weights.
+#      same weights;
+#   3. with worker 1 sent SIGTERM (as an eviction would) at the same point,
+#      its pod exits non-zero, the Job starts a new pod for its index, and
+#      the job completes with the same weights.
 # Prints "PASS name" / "FAIL name" per check; exits non-zero if one failed.
 # Needs root, podman, buildah, debootstrap, kubectl and Debian's python3-yaml
 # (deploy/bootstrap_tools.sh installs them).
@@ -16,10 +20,20 @@ cd "$(dirname "$0")/../.."
 
 image=localhost/psync:cpu
 work=$(mktemp -d /tmp/psync_k8s_play.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+plays=()  # run ids: whatever a killed play left is removed by its label
+cleanup() {
+  for id in "${plays[@]}"; do
+    podman rm -f $(podman ps -aq --filter "label=psync-play=$id") >/dev/null 2>&1
+    podman network rm -f "psync-play-$id" >/dev/null 2>&1
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/tests/k8s/containers.conf}
 failed=0
 result() {  # NAME OK [DETAIL]
-  if [[ "$2" == 1 ]]; then echo "PASS $1"; else echo "FAIL $1${3:+: $3}"; failed=1; fi
+  if [[ "$2" == 1 ]]; then echo "PASS $1"; else echo "${3:+$3
+}FAIL $1"; failed=1; fi
 }
 sha_of() {  # summary.json -> weights_sha256
   sed -n 's/.*"weights_sha256": "\([0-9a-f]*\)".*/\1/p' "$1" 2>/dev/null
@@ -34,8 +48,9 @@ timeout 60 kubectl kustomize deploy/k8s/overlays/cpu-demo >"$work/rendered.yaml"
 
 # The native run: the ConfigMap's file and the workers' job flags, with this
 # host's paths for what the pods keep on volumes.
-mapfile -t flags < <(/usr/bin/python3 tests/k8s/play_k8s.py native "$work/rendered.yaml" \
-                       --work "$work/native")
+/usr/bin/python3 tests/k8s/play_k8s.py native "$work/rendered.yaml" --work "$work/native" \
+  >"$work/native.flags" || { result "k8s play: native configuration" 0; exit 1; }
+mapfile -t flags <"$work/native.flags"
 timeout 120 bazel build --config=nocuda //deploy/local:psync_launch 2>&1 | tail -1
 timeout 300 "$(bazel info --config=nocuda bazel-bin 2>/dev/null)/deploy/local/psync_launch" \
   --config="$work/native/job.pbtxt" "${flags[@]}" \
@@ -45,23 +60,28 @@ native=$(sha_of "$work/native/summary.json")
 [[ -n "$native" ]] || { tail -20 "$work/native.log"; result "k8s play: native run" 0; exit 1; }
 echo "native run (${flags[*]}): weights_sha256 $native"
 
-# PLAYNAME [play_k8s.py flags...]: plays the manifests; checks the sha.
+# NAME [play_k8s.py flags...]: plays the manifests; checks the sha.
 play() {
   local name=$1; shift
-  local dir="$work/$name"
-  timeout 420 /usr/bin/python3 tests/k8s/play_k8s.py play "$work/rendered.yaml" --work "$dir" \
-    --image "$image" --timeout 400 "$@" >"$dir.log" 2>&1
+  local dir="$work/play${#plays[@]}" id="k8s$$-${#plays[@]}"
+  plays+=("$id")
+  # The play's own deadline (400 s) plus its teardown, with room to spare.
+  timeout 540 /usr/bin/python3 tests/k8s/play_k8s.py play "$work/rendered.yaml" --work "$dir" \
+    --image "$image" --run-id "$id" --timeout 400 "$@" >"$dir.log" 2>&1
   local rc=$? sha
   sha=$(sha_of "$dir/pvc/psync-output/summary.json")
   grep '^\[play\]' "$dir.log" | grep -v "not translated" | sed 's/^/  /'
   if [[ $rc -ne 0 || "$sha" != "$native" ]]; then
-    tail -5 "$dir"/logs/psync-worker-0-*.log "$dir"/logs/psync-server-*.log 2>/dev/null
+    tail -5 "$dir"/logs/psync-worker-*.log "$dir"/logs/psync-server-*.log 2>/dev/null
     result "k8s play: $name" 0 "exit $rc, weights_sha256 '${sha}', native $native"
   else
-    result "k8s play: $name (weights_sha256 equals the native run's)" 1
+    result "k8s play: $name" 1
   fi
 }
-play "StatefulSet + Indexed Job"
-play "server 1 killed and restarted" --kill psync-server-1 \
-  --when 'pvc/checkpoints-psync-server-1/ckpt-*/server-1-of-*.safetensors'
+checkpointed='pvc/checkpoints-psync-server-1/ckpt-*/server-1-of-*.safetensors'
+play "StatefulSet + Indexed Job, weights equal the native run's, psync_ctl healthy" \
+  --exec-after psync-server-0 "psync_ctl status --config=/etc/psync/job.pbtxt"
+play "server 1 killed and restarted, same weights" --kill psync-server-1 --when "$checkpointed"
+play "worker 1 evicted (SIGTERM) and replaced, same weights" --kill psync-worker-1-0 \
+  --signal TERM --when "$checkpointed"
 exit $failed

@@ -4,6 +4,7 @@
 #ifndef PSYNC_COMMON_FILE_UTIL_H_
 #define PSYNC_COMMON_FILE_UTIL_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,12 @@ std::string ParentOf(std::string path);
 std::string BaseName(const std::string& path);
 // `dir` + "/" + `name`, without doubling a trailing slash of `dir`.
 std::string Join(const std::string& dir, const std::string& name);
+
+// The contents of the regular file `path`, of at most `max_bytes`: never
+// blocks on a FIFO or reads a device forever. Errors start with `what` and
+// the path and say what was expected.
+absl::StatusOr<std::string> ReadSmallFile(const std::string& what, const std::string& path,
+                                          int64_t max_bytes);
 
 // Names in a folder, sorted, without "." and "..". NotFound when missing.
 absl::StatusOr<std::vector<std::string>> ListFolder(const std::string& path);

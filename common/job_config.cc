@@ -1,9 +1,5 @@
 #include "common/job_config.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -18,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/cluster_spec.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -171,6 +168,12 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   check.Expect("host", !s.host().empty(), "an address to listen on");
   check.Expect("max_message_mb", s.max_message_mb() >= 2 && s.max_message_mb() <= 2047,
                "2..2047");
+  const proto::SecurityConfig& sec = c.security();
+  check.Expect("tls_key", sec.tls_cert().empty() == sec.tls_key().empty(),
+               "a key exactly when security.tls_cert is set");
+  check.Expect("tls_ca", sec.tls_cert().empty() || !sec.tls_ca().empty(),
+               "a CA when security.tls_cert is set (every client of the job verifies the "
+               "servers with it)");
   return check.status();
 }
 
@@ -187,44 +190,6 @@ void RecordLines(absl::string_view name, const TextFormat::ParseInfoTree& tree,
   }
 }
 
-// Reads all of `fd` (the open file `path`) into `text`, if it is a regular
-// file of at most kMaxJobConfigFileBytes.
-absl::Status ReadSmallFile(int fd, const std::string& path, std::string* text) {
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("job configuration ", path, ": fstat"));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    const char* kind = S_ISDIR(st.st_mode)                            ? "a directory"
-                       : S_ISFIFO(st.st_mode)                         ? "a FIFO"
-                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-                                                                      : "not a regular file";
-    return absl::InvalidArgumentError(
-        absl::StrCat("job configuration ", path, " is ", kind, ", expected a regular file"));
-  }
-  if (st.st_size > kMaxJobConfigFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("job configuration ", path, " has ",
-                                                   st.st_size, " bytes, expected at most ",
-                                                   kMaxJobConfigFileBytes));
-  }
-  text->resize(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < text->size()) {
-    const ssize_t n = read(fd, text->data() + done, text->size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      return absl::ErrnoToStatus(errno, absl::StrCat("job configuration ", path, ": read"));
-    }
-    if (n == 0) {
-      return absl::DataLossError(absl::StrCat("job configuration ", path, " ends at byte ",
-                                              done, ", expected ", text->size(),
-                                              " (changed while read?)"));
-    }
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status JobConfigFieldError(const LoadedJobConfig& loaded, absl::string_view field,
@@ -237,16 +202,8 @@ absl::Status JobConfigFieldError(const LoadedJobConfig& loaded, absl::string_vie
 }
 
 absl::Status ReadJobConfigFile(const std::string& path, LoadedJobConfig* loaded) {
-  // Non-blocking: opening a FIFO must not wait for a writer. (Reads of a
-  // regular file ignore the flag.)
-  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("job configuration ", path, ": cannot open"));
-  }
-  std::string text;
-  const absl::Status s = ReadSmallFile(fd, path, &text);
-  close(fd);
-  PSYNC_RETURN_IF_ERROR(s);
+  PSYNC_ASSIGN_OR_RETURN(const std::string text,
+                         ReadSmallFile("job configuration", path, kMaxJobConfigFileBytes));
   return ParseJobConfig(path, text, loaded);
 }
 

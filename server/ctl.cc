@@ -21,6 +21,7 @@
 #include "common/flags_help.h"
 #include "common/job_config.h"
 #include "common/job_flags.h"
+#include "common/security.h"
 #include "server/rpc/status_client.h"
 
 // The job's settings (--config, --servers, ...) are in common/job_flags.h;
@@ -51,7 +52,7 @@ std::string Ranks(const google::protobuf::RepeatedField<int32_t>& ranks) {
   return ranks.empty() ? "-" : absl::StrJoin(ranks, ",");
 }
 
-int Status(const std::vector<std::string>& addresses) {
+int Status(const std::vector<std::string>& addresses, const PeerSecurity& security) {
   const absl::Time now = absl::Now();
   const absl::Time deadline = now + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   const absl::Duration stall = absl::Seconds(absl::GetFlag(FLAGS_stall_s));
@@ -60,8 +61,8 @@ int Status(const std::vector<std::string>& addresses) {
     std::vector<std::thread> askers;
     for (size_t i = 0; i < addresses.size(); ++i) {
       rows[i].address = addresses[i];
-      askers.emplace_back([&row = rows[i], deadline] {
-        row.status = FetchServerStatus(row.address, deadline);
+      askers.emplace_back([&row = rows[i], deadline, &security] {
+        row.status = FetchServerStatus(row.address, deadline, security);
       });
     }
     for (std::thread& t : askers) t.join();
@@ -142,6 +143,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   psync::proto::JobConfig& config = loaded->config;
+  const absl::StatusOr<psync::PeerSecurity> security = psync::LoadPeerSecurity(config.security());
+  if (!security.ok()) {
+    std::fprintf(stderr, "psync_ctl: bad configuration: %s\n",
+                 std::string(security.status().message()).c_str());
+    return 2;
+  }
   // A {rank} pattern without a count (the Kubernetes job's ConfigMap: the
   // count is the StatefulSet's): server 0 says how many there are.
   if (absl::StrContains(config.cluster().servers(), "{rank}") &&
@@ -149,7 +156,7 @@ int main(int argc, char** argv) {
     config.mutable_cluster()->set_num_servers(1);
     const std::string first = psync::ServerAddresses(config)[0];
     absl::StatusOr<psync::proto::StatusResponse> status = psync::FetchServerStatus(
-        first, absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+        first, absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s)), *security);
     if (!status.ok()) {
       std::printf("UNHEALTHY: server 0 (%s) did not answer, so the server count is unknown "
                   "(give --num_servers): %s\n",
@@ -165,5 +172,5 @@ int main(int argc, char** argv) {
                  "or a {rank} pattern), by flag or in --config\n");
     return 2;
   }
-  return psync::Status(addresses);
+  return psync::Status(addresses, *security);
 }

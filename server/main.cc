@@ -12,6 +12,7 @@
 #include "common/job_config.h"
 #include "common/job_flags.h"
 #include "common/output_path.h"
+#include "common/security.h"
 #include "common/status_macros.h"
 #include "common/malloc_tuning.h"
 #include "glog/logging.h"
@@ -113,19 +114,25 @@ int Run() {
         [st = store->get()](int64_t v, const absl::Status&) { st->CheckpointDone(v); });
   }
 
+  absl::StatusOr<PeerSecurity> security = LoadPeerSecurity(config.security());
+  if (!security.ok()) {
+    LOG(ERROR) << "bad configuration: " << security.status().message();
+    return 2;
+  }
   std::unique_ptr<Coordinator> coordinator;
   JoinFunction join;
   if (options->server_rank == 0) {
     coordinator = std::make_unique<Coordinator>(options->num_servers);
     join = [c = coordinator.get()](const JoinInfo& info) { return c->Join(info); };
   } else {
-    join = CreateGrpcJoinFn(addresses[0], options->num_servers, absl::Seconds(2));
+    join = CreateGrpcJoinFn(addresses[0], options->num_servers, absl::Seconds(2), *security);
   }
 
   GrpcServerOptions server_options;
   server_options.address = absl::StrCat(config.server().host(), ":", config.server().port());
   server_options.max_pull_wait = absl::Seconds(config.timeouts().pull_timeout_s());
   server_options.coordinator = coordinator.get();
+  server_options.security = *security;
   const uint64_t incarnation = NewIncarnation();
   server_options.incarnation = incarnation;
   if (checkpoints != nullptr) {
@@ -148,7 +155,10 @@ int Run() {
             << (checkpoint_dir.empty() ? std::string("off")
                                        : absl::StrCat(checkpoint_dir, " every ",
                                                       options->checkpoint_every, " steps"))
-            << ")";
+            << ", TLS "
+            << (security->cert_pem.empty() ? "off"
+                                           : (security->ca_pem.empty() ? "on" : "on, mutual"))
+            << ", token " << (security->token.empty() ? "off" : "required") << ")";
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     absl::Status written =

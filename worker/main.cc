@@ -21,6 +21,7 @@
 #include "common/layout.h"
 #include "common/malloc_tuning.h"
 #include "common/output_path.h"
+#include "common/security.h"
 #include "common/safetensors.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
@@ -75,8 +76,9 @@ int ExitCode(const absl::Status& s) {
 
 // Forwards to another PsClient and remembers whether Register was refused
 // for good: the servers hold another layout or training shape
-// (FailedPrecondition) or call the request invalid (InvalidArgument), which
-// a restart of this worker cannot change.
+// (FailedPrecondition), call the request invalid (InvalidArgument) or do not
+// accept its token (Unauthenticated), which a restart of this worker cannot
+// change.
 class RegisterWatch final : public PsClient {
  public:
   explicit RegisterWatch(PsClient* client) : client_(client) {}
@@ -87,7 +89,8 @@ class RegisterWatch final : public PsClient {
   absl::StatusOr<int64_t> Register() override {
     absl::StatusOr<int64_t> version = client_->Register();
     refused_ = absl::IsFailedPrecondition(version.status()) ||
-               absl::IsInvalidArgument(version.status());
+               absl::IsInvalidArgument(version.status()) ||
+               absl::IsUnauthenticated(version.status());
     return version;
   }
   absl::Status Finish(int64_t version) override { return client_->Finish(version); }
@@ -284,6 +287,9 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
             << options.batch_per_device << ", " << data.train.size << " training samples";
 
   GrpcPsClientOptions client_options;
+  absl::StatusOr<PeerSecurity> security = LoadPeerSecurity(c.security());
+  if (!security.ok()) return BadConfig(security.status());
+  client_options.security = *std::move(security);
   client_options.server_addresses = servers;
   client_options.worker_rank = options.worker_rank;
   client_options.num_workers = options.num_workers;

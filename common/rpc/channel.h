@@ -3,6 +3,12 @@
 #ifndef PSYNC_COMMON_RPC_CHANNEL_H_
 #define PSYNC_COMMON_RPC_CHANNEL_H_
 
+#include <memory>
+#include <string>
+
+#include "common/security.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 
 namespace psync {
@@ -35,6 +41,22 @@ inline grpc::ChannelArguments PeerChannelArguments() {
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 500);
   return args;
 }
+
+// The metadata key and value prefix of the job's token on every call.
+inline constexpr char kAuthMetadataKey[] = "authorization";
+inline constexpr char kAuthScheme[] = "Bearer ";
+
+// A channel to a peer with the job's security: TLS verifying the server
+// with security.ca_pem (presenting cert_pem and key_pem when given), or
+// plaintext without a CA; the token, when there is one, on every call.
+std::shared_ptr<grpc::Channel> CreatePeerChannel(const std::string& address,
+                                                 const PeerSecurity& security,
+                                                 const grpc::ChannelArguments& args);
+
+// A server's credentials: TLS with its certificate (requiring client
+// certificates signed by ca_pem when there is one: mutual TLS), or
+// plaintext without a certificate. The token is checked by the service.
+std::shared_ptr<grpc::ServerCredentials> PeerServerCredentials(const PeerSecurity& security);
 
 }  // namespace psync
 

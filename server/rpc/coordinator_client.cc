@@ -10,10 +10,10 @@
 
 namespace psync {
 
-JoinFunction CreateGrpcJoinFn(const std::string& address, int num_servers, absl::Duration timeout) {
+JoinFunction CreateGrpcJoinFn(const std::string& address, int num_servers, absl::Duration timeout,
+                              const PeerSecurity& security) {
   std::shared_ptr<proto::ParameterServer::Stub> stub = proto::ParameterServer::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                PeerChannelArguments()));
+      CreatePeerChannel(address, security, PeerChannelArguments()));
   return [stub, address, num_servers, timeout](const JoinInfo& info) -> absl::StatusOr<JoinReply> {
     proto::JoinRequest req;
     req.set_server_rank(info.server_rank);

@@ -7,13 +7,15 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "server/coordinator.h"
 
 namespace psync {
 
-// Each call is one Join RPC to `address` with `timeout`. The returned
-// function is thread-safe.
-JoinFunction CreateGrpcJoinFn(const std::string& address, int num_servers, absl::Duration timeout);
+// Each call is one Join RPC to `address` with `timeout`, with the job's
+// `security`. The returned function is thread-safe.
+JoinFunction CreateGrpcJoinFn(const std::string& address, int num_servers, absl::Duration timeout,
+                              const PeerSecurity& security);
 
 }  // namespace psync
 

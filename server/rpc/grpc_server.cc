@@ -34,7 +34,10 @@ class ParameterService final : public grpc::Service {
         max_pull_wait_(options.max_pull_wait),
         coordinator_(options.coordinator),
         incarnation_(options.incarnation),
-        newest_checkpoint_(options.newest_checkpoint) {
+        newest_checkpoint_(options.newest_checkpoint),
+        auth_value_(options.security.token.empty()
+                        ? ""
+                        : absl::StrCat(kAuthScheme, options.security.token)) {
     Add<proto::RegisterRequest, proto::RegisterResponse>("Register", &ParameterService::Register);
     Add<grpc::ByteBuffer, grpc::ByteBuffer>("Push", &ParameterService::Push);
     Add<proto::PullRequest, grpc::ByteBuffer>("Pull", &ParameterService::Pull);
@@ -58,8 +61,24 @@ class ParameterService final : public grpc::Service {
         names_.back().c_str(), grpc::internal::RpcMethod::NORMAL_RPC,
         new grpc::internal::RpcMethodHandler<ParameterService, Req, Resp, Base<Req>, Base<Resp>>(
             [method](ParameterService* service, grpc::ServerContext* ctx, const Req* req,
-                     Resp* resp) { return (service->*method)(ctx, req, resp); },
+                     Resp* resp) {
+              if (!service->Authorized(*ctx)) {
+                return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                    "missing or wrong token: the job's servers require the "
+                                    "token of security.auth_token_file on every call");
+              }
+              return (service->*method)(ctx, req, resp);
+            },
             this)));
+  }
+
+  // Whether the call carries the job's token (always, without one).
+  bool Authorized(const grpc::ServerContext& ctx) const {
+    if (auth_value_.empty()) return true;
+    const auto& metadata = ctx.client_metadata();
+    const auto found = metadata.find(kAuthMetadataKey);
+    return found != metadata.end() &&
+           TokenMatches(auth_value_, absl::string_view(found->second.data(), found->second.size()));
   }
 
   grpc::Status Register(grpc::ServerContext*, const proto::RegisterRequest* req,
@@ -243,6 +262,7 @@ class ParameterService final : public grpc::Service {
   Coordinator* const coordinator_;  // server 0 only
   const uint64_t incarnation_;
   const std::function<int64_t()> newest_checkpoint_;  // null: checkpoints off
+  const std::string auth_value_;  // "Bearer <token>"; empty: no token required
   std::deque<std::string> names_;  // RpcServiceMethod keeps the char pointers
 };
 
@@ -251,6 +271,7 @@ class GrpcServerImpl final : public GrpcServer {
   GrpcServerImpl(ShardStore* store, const GrpcServerOptions& options, int max_threads)
       : store_(store),
         service_(store, options),
+        security_(options.security),
         max_threads_(max_threads) {}
   ~GrpcServerImpl() override { Shutdown(absl::Now()); }
 
@@ -260,7 +281,7 @@ class GrpcServerImpl final : public GrpcServer {
     // server of the process wants it.
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
+    builder.AddListeningPort(address, PeerServerCredentials(security_), &port_);
     builder.RegisterService(&service_);
     // gRPC sets SO_REUSEPORT by default, which lets a second server bind a
     // live server's port and silently take half of its connections.
@@ -302,6 +323,7 @@ class GrpcServerImpl final : public GrpcServer {
  private:
   ShardStore* const store_;
   ParameterService service_;
+  const PeerSecurity security_;
   const int max_threads_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "server/coordinator.h"
 #include "server/shard_store.h"
 
@@ -29,6 +30,10 @@ struct GrpcServerOptions {
   // a gRPC thread.
   uint64_t incarnation = 0;
   std::function<int64_t()> newest_checkpoint;
+  // TLS (with a certificate) and the token every call must carry (when
+  // set): a call without it gets UNAUTHENTICATED and changes nothing. The
+  // health service answers without a token (it tells nothing).
+  PeerSecurity security;
 };
 
 // Owns the gRPC server and its threads. Thread-safe.

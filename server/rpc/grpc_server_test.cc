@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/init.h"
 #include "common/layout_proto.h"
+#include "common/rpc/channel.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -39,7 +40,8 @@ class GrpcServerTest : public ::testing::Test {
  protected:
   // Starts server `rank` of `num_servers` for two workers (SGD with lr 1 and
   // no momentum: one step subtracts the mean gradient).
-  void StartServer(int rank = 0, int num_servers = 1, int64_t max_message_bytes = 64 << 20) {
+  void StartServer(int rank = 0, int num_servers = 1, int64_t max_message_bytes = 64 << 20,
+                   const PeerSecurity& security = {}) {
     stub_.reset();
     server_.reset();
     ShardStoreOptions o;
@@ -56,6 +58,7 @@ class GrpcServerTest : public ::testing::Test {
     GrpcServerOptions so;
     so.coordinator = coordinator_.get();
     so.max_pull_wait = absl::Seconds(10);
+    so.security = security;
     auto server = GrpcServer::Start(store_.get(), so);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -372,6 +375,58 @@ TEST_F(GrpcServerTest, ServesTheStandardHealthService) {
   server_->Shutdown(absl::Now() + absl::Seconds(5));
   const auto [down, unused2] = RawCall("/grpc.health.v1.Health/Check", "");
   EXPECT_FALSE(down.ok());
+}
+
+// With a token, every call without it (or with another) is refused
+// UNAUTHENTICATED before it touches the store; the health service still
+// answers.
+TEST_F(GrpcServerTest, WithATokenEveryCallMustCarryIt) {
+  PeerSecurity security;
+  security.token = "s3cret-token";
+  StartServer(0, 1, 64 << 20, security);
+  const auto expect_refused = [](const grpc::Status& st, const char* call) {
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << call << ": "
+                                                                    << st.error_message();
+    EXPECT_THAT(st.error_message(), ::testing::Not(HasSubstr("s3cret")));
+  };
+  proto::RegisterResponse registered;
+  expect_refused(Call(&proto::ParameterServer::Stub::Register, RegisterRequestFor(0), &registered),
+                 "Register");
+  proto::PushResponse pushed;
+  expect_refused(Call(&proto::ParameterServer::Stub::Push, PushOf(0, 1, 0, 1.0f), &pushed), "Push");
+  proto::PullRequest pull;
+  proto::PullResponse pulled;
+  expect_refused(Call(&proto::ParameterServer::Stub::Pull, pull, &pulled), "Pull");
+  expect_refused(Call(&proto::ParameterServer::Stub::PushPull, PushOf(0, 1, 0, 1.0f), &pulled),
+                 "PushPull");
+  proto::StatusResponse status;
+  expect_refused(Call(&proto::ParameterServer::Stub::GetStatus, proto::StatusRequest(), &status),
+                 "GetStatus");
+  proto::HeartbeatResponse beat;
+  expect_refused(Call(&proto::ParameterServer::Stub::Heartbeat, proto::HeartbeatRequest(), &beat),
+                 "Heartbeat");
+  proto::JoinResponse joined;
+  expect_refused(Call(&proto::ParameterServer::Stub::Join, proto::JoinRequest(), &joined), "Join");
+  const auto [health, unused] = RawCall("/grpc.health.v1.Health/Check", "");
+  EXPECT_TRUE(health.ok()) << health.error_message();
+
+  const std::string address = absl::StrCat("127.0.0.1:", server_->port());
+  PeerSecurity wrong;
+  wrong.token = "s3cret-tokeN";
+  auto wrong_stub = proto::ParameterServer::NewStub(
+      CreatePeerChannel(address, wrong, grpc::ChannelArguments()));
+  grpc::ClientContext wrong_ctx;
+  expect_refused(wrong_stub->GetStatus(&wrong_ctx, proto::StatusRequest(), &status), "wrong token");
+
+  // The right token: nothing above changed the state.
+  auto stub = proto::ParameterServer::NewStub(
+      CreatePeerChannel(address, security, grpc::ChannelArguments()));
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub->GetStatus(&ctx, proto::StatusRequest(), &status).ok());
+  EXPECT_FALSE(status.registered());
+  EXPECT_EQ(status.version(), 0);
+  grpc::ClientContext register_ctx;
+  EXPECT_TRUE(stub->Register(&register_ctx, RegisterRequestFor(0), &registered).ok());
 }
 
 TEST_F(GrpcServerTest, JoinIsForTheCoordinatorOfTheRightClusterSize) {

@@ -9,18 +9,22 @@
 namespace psync {
 
 absl::StatusOr<proto::StatusResponse> FetchServerStatus(const std::string& address,
-                                                        absl::Time deadline) {
-  auto stub = proto::ParameterServer::NewStub(grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), PeerChannelArguments()));
+                                                        absl::Time deadline,
+                                                        const PeerSecurity& security) {
+  auto stub = proto::ParameterServer::NewStub(
+      CreatePeerChannel(address, security, PeerChannelArguments()));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
-  // A server that is down gets the whole deadline to come up, not one try.
-  ctx.set_wait_for_ready(true);
+  // Not wait_for_ready: a server that is down, or refuses the handshake
+  // (another CA, no client certificate), is reported at once as UNAVAILABLE
+  // with gRPC's reason rather than as a deadline passing.
   proto::StatusResponse resp;
   const grpc::Status st = stub->GetStatus(&ctx, proto::StatusRequest(), &resp);
   if (!st.ok()) {
     const absl::Status s = FromGrpcStatus(st);
-    return absl::Status(s.code(), absl::StrCat("GetStatus to ", address, ": ", s.message()));
+    return absl::Status(s.code(), absl::StrCat("GetStatus to ", address, ": ",
+                                               absl::StatusCodeToString(s.code()), ": ",
+                                               s.message()));
   }
   return resp;
 }

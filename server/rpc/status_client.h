@@ -7,14 +7,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "proto/psync.pb.h"
 
 namespace psync {
 
-// One GetStatus call to `address` that gives up at `deadline` (waiting for
-// the connection included). Errors name the address. Thread-safe.
+// One GetStatus call to `address`, with the job's `security`, that gives
+// up at `deadline` (waiting for the connection included). Errors name the
+// address and the status code. Thread-safe.
 absl::StatusOr<proto::StatusResponse> FetchServerStatus(const std::string& address,
-                                                        absl::Time deadline);
+                                                        absl::Time deadline,
+                                                        const PeerSecurity& security);
 
 }  // namespace psync
 

@@ -101,7 +101,7 @@ class GrpcPsClient final : public PsClient {
     args.SetMaxReceiveMessageSize(limit);
     args.SetMaxSendMessageSize(limit);
     for (const std::string& address : options_.server_addresses) {
-      auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+      auto channel = CreatePeerChannel(address, options_.security, args);
       stubs_.push_back(proto::ParameterServer::NewStub(channel));
       generic_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
     }

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/layout.h"
+#include "common/security.h"
 #include "common/training_shape.h"
 #include "worker/ps_client.h"
 
@@ -35,6 +36,8 @@ struct GrpcPsClientOptions {
   // payload bytes (whole chunks; a chunk larger than this goes alone), so
   // that the server applies early chunks while later ones are in flight.
   int64_t max_request_bytes = 64 << 20;
+  // TLS and the token on every call (see common/security.h).
+  PeerSecurity security;
 };
 
 absl::StatusOr<std::unique_ptr<PsClient>> CreateGrpcPsClient(const Layout& layout,

@@ -1,0 +1,75 @@
+#include "common/rpc/channel.h"
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/client_interceptor.h"
+
+namespace psync {
+namespace {
+
+// Adds the token to every call's initial metadata.
+class TokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit TokenInterceptor(const std::string* value) : value_(value) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->insert({kAuthMetadataKey, *value_});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* const value_;  // owned by the factory, which outlives calls
+};
+
+class TokenInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit TokenInterceptorFactory(const std::string& token) : value_(kAuthScheme + token) {}
+
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new TokenInterceptor(&value_);
+  }
+
+ private:
+  const std::string value_;
+};
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> CreatePeerChannel(const std::string& address,
+                                                 const PeerSecurity& security,
+                                                 const grpc::ChannelArguments& args) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!security.ca_pem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = security.ca_pem;
+    ssl.pem_private_key = security.key_pem;
+    ssl.pem_cert_chain = security.cert_pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  if (security.token.empty()) return grpc::CreateCustomChannel(address, credentials, args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<TokenInterceptorFactory>(security.token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, args,
+                                                                 std::move(interceptors));
+}
+
+std::shared_ptr<grpc::ServerCredentials> PeerServerCredentials(const PeerSecurity& security) {
+  if (security.cert_pem.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl(
+      security.ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = security.ca_pem;
+  ssl.pem_key_cert_pairs.push_back({security.key_pem, security.cert_pem});
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace psync

@@ -1,0 +1,195 @@
+// TLS and the token with real processes and certificates made by openssl in
+// the test: a server with mutual TLS and a token, asked for its status by
+// psync_ctl with every kind of wrong credentials and the right ones; a
+// server with an expired certificate; a worker with a wrong token; and a
+// whole job through TLS giving the weights of the same job in plaintext.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/free_ports.h"
+#include "common/subprocess.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace psync {
+namespace {
+
+constexpr char kToken[] = "7d1f0c2b9e4a4c55b0a8e3f6d2c1b9a7";
+
+// Runs openssl with `args`; a test failure if it fails.
+void Openssl(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/openssl"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const Ended run = RunToEnd(argv);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+}
+
+// The test's certificates, in one folder.
+class Pki {
+ public:
+  explicit Pki(const std::string& dir) : dir_(dir) {
+    WriteFile(dir_ + "/san.ext", "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
+    WriteFile(dir_ + "/token", absl::StrCat(kToken, "\n"));
+    WriteFile(dir_ + "/wrong_token", "not-the-token\n");
+  }
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+
+  void Ca(const std::string& name) {
+    Openssl({"req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-keyout", Path(name + ".key"), "-out", Path(name + ".pem"), "-days", "2", "-subj",
+             "/CN=" + name});
+  }
+  // A certificate for 127.0.0.1 signed by `ca`, valid for `days` (0: it has
+  // expired a second later).
+  void Cert(const std::string& name, const std::string& ca, int days) {
+    Openssl({"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-keyout", Path(name + ".key"), "-out", Path(name + ".csr"), "-subj", "/CN=" + name});
+    Openssl({"x509", "-req", "-in", Path(name + ".csr"), "-CA", Path(ca + ".pem"), "-CAkey",
+             Path(ca + ".key"), "-CAcreateserial", "-out", Path(name + ".pem"), "-days",
+             absl::StrCat(days), "-extfile", Path("san.ext")});
+  }
+  // The job flags of a process presenting `cert`, trusting `ca`.
+  std::vector<std::string> Flags(const std::string& cert, const std::string& ca,
+                                 const std::string& token) const {
+    std::vector<std::string> flags;
+    if (!cert.empty()) {
+      flags.push_back("--tls_cert=" + Path(cert + ".pem"));
+      flags.push_back("--tls_key=" + Path(cert + ".key"));
+    }
+    if (!ca.empty()) flags.push_back("--tls_ca=" + Path(ca + ".pem"));
+    if (!token.empty()) flags.push_back("--auth_token_file=" + Path(token));
+    return flags;
+  }
+
+ private:
+  std::string dir_;
+};
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pki_.Ca("ca");
+    pki_.Ca("other_ca");
+    pki_.Cert("server", "ca", 2);
+    pki_.Cert("client", "ca", 2);
+    pki_.Cert("expired", "ca", 0);
+  }
+
+  // Starts a one-server job's server with `flags`; its address.
+  std::string StartServer(const std::vector<std::string>& flags) {
+    PortReservation reserved;
+    absl::StatusOr<int> port = reserved.Add();
+    EXPECT_TRUE(port.ok()) << port.status();
+    reserved.Release();
+    std::vector<std::string> argv = {Runfile("server/psync_server"),
+                                     absl::StrCat("--port=", *port), "--num_workers=1"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    servers_.push_back(StartProcess(argv, absl::StrCat("server ", servers_.size())));
+    EXPECT_TRUE(WaitForOutput(*servers_.back(), "listening on", absl::Now() + absl::Seconds(20)))
+        << servers_.back()->output();
+    return absl::StrCat("127.0.0.1:", *port);
+  }
+
+  Ended Ctl(const std::string& address, const std::vector<std::string>& flags) {
+    std::vector<std::string> argv = {Runfile("server/psync_ctl"), "status",
+                                     "--servers=" + address, "--timeout_s=3"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return RunToEnd(argv);
+  }
+
+  Pki pki_{FreshDir("pki")};
+  std::vector<std::unique_ptr<Subprocess>> servers_;
+};
+
+TEST_F(SecurityTest, EveryWrongCredentialIsRefusedWithItsStatus) {
+  const std::string address = StartServer(pki_.Flags("server", "ca", "token"));
+  struct Case {
+    const char* what;
+    std::vector<std::string> flags;
+    const char* status;
+  };
+  const std::vector<Case> cases = {
+      {"plaintext", {}, "UNAVAILABLE"},
+      {"another CA", pki_.Flags("client", "other_ca", "token"), "UNAVAILABLE"},
+      {"no client certificate", pki_.Flags("", "ca", "token"), "UNAVAILABLE"},
+      {"no token", pki_.Flags("client", "ca", ""), "UNAUTHENTICATED"},
+      {"wrong token", pki_.Flags("client", "ca", "wrong_token"), "UNAUTHENTICATED"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const Ended run = Ctl(address, c.flags);
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_TRUE(Contains(run.output, c.status)) << run.output;
+  }
+  const Ended right = Ctl(address, pki_.Flags("client", "ca", "token"));
+  EXPECT_EQ(right.exit_code, 0) << right.output;
+  EXPECT_TRUE(Contains(right.output, "ready")) << right.output;
+
+  // A worker with a wrong token is refused for good (exit 3), at once.
+  std::vector<std::string> worker = {Runfile("worker/psync_worker"), "--servers=" + address,
+                                     "--synthetic_samples=64", "--steps=2", "--device=cpu"};
+  for (const std::string& f : pki_.Flags("client", "ca", "wrong_token")) worker.push_back(f);
+  const Ended refused = RunToEnd(worker);
+  EXPECT_EQ(refused.exit_code, 3) << refused.output;
+  EXPECT_TRUE(Contains(refused.output, "UNAUTHENTICATED")) << refused.output;
+
+  // Nothing above changed the server, and its log never shows the token.
+  const Ended after = Ctl(address, pki_.Flags("client", "ca", "token"));
+  EXPECT_TRUE(Contains(after.output, "ready")) << after.output;  // no worker registered
+  servers_[0]->Stop(absl::Seconds(5));
+  EXPECT_FALSE(Contains(servers_[0]->output(), kToken)) << servers_[0]->output();
+}
+
+TEST_F(SecurityTest, AnExpiredServerCertificateIsRefused) {
+  const std::string address = StartServer(pki_.Flags("expired", "ca", ""));
+  absl::SleepFor(absl::Seconds(1));  // notAfter is the second it was made
+  const Ended run = Ctl(address, pki_.Flags("client", "ca", ""));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_TRUE(Contains(run.output, "UNAVAILABLE")) << run.output;
+}
+
+TEST_F(SecurityTest, BadSecurityFilesFailAtStart) {
+  WriteFile(pki_.Path("not_pem"), "hello\n");
+  WriteFile(pki_.Path("empty_token"), "\n");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--tls_cert=" + pki_.Path("server.pem")}, "tls_key"},
+      {{"--tls_cert=" + pki_.Path("server.pem"), "--tls_key=" + pki_.Path("server.key")},
+       "tls_ca"},
+      {{"--tls_cert=" + pki_.Path("missing.pem"), "--tls_key=" + pki_.Path("server.key"),
+        "--tls_ca=" + pki_.Path("ca.pem")},
+       "missing.pem: cannot open"},
+      {{"--tls_cert=" + pki_.Path("not_pem"), "--tls_key=" + pki_.Path("server.key"),
+        "--tls_ca=" + pki_.Path("ca.pem")},
+       "is not PEM"},
+      {{"--auth_token_file=" + pki_.Path("empty_token")}, "is empty, expected a token"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> argv = {Runfile("server/psync_server"), "--port=0"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    const Ended run = RunToEnd(argv);
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_TRUE(Contains(run.output, message)) << run.output;
+  }
+}
+
+// A job through mutual TLS with a token trains the same weights as in
+// plaintext (deterministic mode).
+TEST_F(SecurityTest, TrainingThroughTlsGivesTheSameWeights) {
+  const std::vector<std::string> job = {"--num_servers=2", "--num_workers=2", "--devices=1",
+                                        "--batch_per_device=16", "--steps=40",
+                                        "--synthetic_samples=2560", "--deterministic",
+                                        "--timeout_s=120"};
+  const JobRun plain = RunLaunch("plain", job);
+  std::vector<std::string> secure = job;
+  for (const std::string& f : pki_.Flags("server", "ca", "token")) secure.push_back(f);
+  const JobRun tls = RunLaunch("tls", secure);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(tls.exit_code, 0) << tls.output;
+  EXPECT_FALSE(plain.sha.empty());
+  EXPECT_EQ(tls.sha, plain.sha);
+  EXPECT_TRUE(Contains(tls.output, "TLS on")) << tls.output;
+}
+
+}  // namespace
+}  // namespace psync

@@ -173,8 +173,9 @@ TEST_F(SecurityTest, BadSecurityFilesFailAtStart) {
   }
 }
 
-// A job through mutual TLS with a token trains the same weights as in
-// plaintext (deterministic mode).
+// A job through mutual TLS with a token, the test's or psync_launch
+// --secure's throwaway ones, trains the same weights as in plaintext
+// (deterministic mode).
 TEST_F(SecurityTest, TrainingThroughTlsGivesTheSameWeights) {
   const std::vector<std::string> job = {"--num_servers=2", "--num_workers=2", "--devices=1",
                                         "--batch_per_device=16", "--steps=40",
@@ -184,11 +185,24 @@ TEST_F(SecurityTest, TrainingThroughTlsGivesTheSameWeights) {
   std::vector<std::string> secure = job;
   for (const std::string& f : pki_.Flags("server", "ca", "token")) secure.push_back(f);
   const JobRun tls = RunLaunch("tls", secure);
+  std::vector<std::string> throwaway = job;
+  throwaway.push_back("--secure");
+  const JobRun secure_run = RunLaunch("secure", throwaway);
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   ASSERT_EQ(tls.exit_code, 0) << tls.output;
+  ASSERT_EQ(secure_run.exit_code, 0) << secure_run.output;
   EXPECT_FALSE(plain.sha.empty());
   EXPECT_EQ(tls.sha, plain.sha);
-  EXPECT_TRUE(Contains(tls.output, "TLS on")) << tls.output;
+  EXPECT_EQ(secure_run.sha, plain.sha);
+  EXPECT_TRUE(Contains(tls.output, "TLS on, mutual, token required")) << tls.output;
+  EXPECT_TRUE(Contains(secure_run.output, "TLS on, mutual, token required")) << secure_run.output;
+
+  // --secure makes its own: given with the security flags, it is refused.
+  std::vector<std::string> both = throwaway;
+  both.push_back("--auth_token_file=" + pki_.Path("token"));
+  const JobRun refused = RunLaunch("both", both);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_TRUE(Contains(refused.output, "--secure makes its own certificates")) << refused.output;
 }
 
 }  // namespace

@@ -37,10 +37,14 @@
 #include "common/runfiles.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
+#include "common/throwaway_pki.h"
 
 ABSL_FLAG(int, timeout_s, 1800, "Stop everything and fail after this many seconds.");
 ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server and psync_worker "
           "(default: found next to this binary in the Bazel output tree).");
+ABSL_FLAG(bool, secure, false,
+          "Make a throwaway CA, certificate and token for this run (openssl) and run every "
+          "connection with mutual TLS and the token; not with the security flags.");
 ABSL_FLAG(int, max_restarts, 3,
           "Restarts of dead servers and workers allowed in the whole job; 0: fail at the first "
           "death. Exit codes 2 (bad flags) and 3 (the job cannot continue) are never restarted.");
@@ -107,6 +111,13 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
     return absl::InvalidArgumentError(absl::StrCat("--timeout_s is ",
                                                    absl::GetFlag(FLAGS_timeout_s), ", expected >= 1"));
   }
+  const proto::SecurityConfig& security = loaded.config.security();
+  if (absl::GetFlag(FLAGS_secure) && (!security.tls_cert().empty() || !security.tls_ca().empty() ||
+                                      !security.auth_token_file().empty())) {
+    return absl::InvalidArgumentError(
+        "--secure makes its own certificates and token, expected no security.tls_cert, "
+        "tls_ca or auth_token_file with it");
+  }
   if (absl::GetFlag(FLAGS_max_restarts) < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_restarts is ", absl::GetFlag(FLAGS_max_restarts), ", expected >= 0 (0: none)"));
@@ -162,6 +173,11 @@ class Launcher {
     char dir_template[] = "/tmp/psync_launch.XXXXXX";
     if (mkdtemp(dir_template) == nullptr) return absl::InternalError("cannot create a temp dir");
     dir_ = dir_template;
+    if (absl::GetFlag(FLAGS_secure)) {
+      PSYNC_ASSIGN_OR_RETURN(*config.mutable_security(), MakeThrowawayPki(dir_));
+      std::printf("[launch] --secure: mutual TLS and a token, from a throwaway CA in %s\n",
+                  dir_.c_str());
+    }
     deadline_ = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
     absl::Status s = Supervise(server_bin, worker_bin, std::move(config));
     StopAll(s.ok());

@@ -25,7 +25,9 @@
 #include "common/runfiles.h"
 #include "common/status_macros.h"
 #include "common/free_ports.h"
+#include "common/security.h"
 #include "common/subprocess.h"
+#include "common/throwaway_pki.h"
 #include "tests/bench/baselines.h"
 #include "worker/rpc/grpc_ps_client.h"
 
@@ -45,10 +47,14 @@ ABSL_FLAG(bool, deterministic, false, "Servers in deterministic mode.");
 ABSL_FLAG(bool, baselines, true, "Also time plain TCP and plain gRPC (off: psync only, for profiling).");
 ABSL_FLAG(std::string, label, "", "Name of this configuration in the output.");
 ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server (default: bazel-bin).");
+ABSL_FLAG(bool, compare_tls, false,
+          "Also time each run's psync with mutual TLS and a token (a throwaway CA), side by "
+          "side with plaintext, and print the ratio.");
 // Internal, for the client role.
 ABSL_FLAG(std::string, server_list, "", "internal");
 ABSL_FLAG(int, worker_rank, 0, "internal");
 ABSL_FLAG(std::string, port_file, "", "internal");
+ABSL_FLAG(std::string, tls_dir, "", "internal: the throwaway CA's folder (TLS on)");
 
 namespace psync {
 namespace {
@@ -101,6 +107,16 @@ double MedianRatio(const Runs& a, const Runs& b) {
 
 void SleepMs(double ms) { absl::SleepFor(absl::Microseconds(static_cast<int64_t>(ms * 1000))); }
 
+// The security section of the throwaway PKI MakeThrowawayPki wrote in `dir`.
+proto::SecurityConfig PkiIn(const std::string& dir) {
+  proto::SecurityConfig s;
+  s.set_tls_cert(dir + "/node.pem");
+  s.set_tls_key(dir + "/node.key");
+  s.set_tls_ca(dir + "/ca.pem");
+  s.set_auth_token_file(dir + "/token");
+  return s;
+}
+
 // ---- client role: one worker's steps, printed as "PHASE name t1 t2 ..." ----
 
 absl::Status RunClient() {
@@ -111,6 +127,10 @@ absl::Status RunClient() {
   o.worker_rank = absl::GetFlag(FLAGS_worker_rank);
   o.num_workers = absl::GetFlag(FLAGS_num_workers);
   o.max_request_bytes = absl::GetFlag(FLAGS_request_kb) << 10;
+  if (!absl::GetFlag(FLAGS_tls_dir).empty()) {
+    PSYNC_ASSIGN_OR_RETURN(o.security,
+                           LoadPeerSecurity(PkiIn(absl::GetFlag(FLAGS_tls_dir))));
+  }
   PSYNC_ASSIGN_OR_RETURN(auto client, CreateGrpcPsClient(layout, o));
   PSYNC_ASSIGN_OR_RETURN(int64_t step, client->Register());
   std::vector<float> weights(layout.total_elements()), grads(layout.total_elements(), 1e-7f);
@@ -192,7 +212,9 @@ std::map<std::string, std::vector<double>> ParsePhases(const std::string& output
 }
 
 // Runs the servers and clients; returns worker 0's step times by phase.
-absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std::string& dir) {
+// With `tls_dir` (a throwaway PKI) every connection is TLS with the token.
+absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std::string& dir,
+                                                                      const std::string& tls_dir) {
   const int k = absl::GetFlag(FLAGS_num_servers), n = absl::GetFlag(FLAGS_num_workers);
   PSYNC_ASSIGN_OR_RETURN(std::string server_bin,
                          FindBinary("server", "psync_server", absl::GetFlag(FLAGS_bin_dir)));
@@ -211,15 +233,20 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
   for (int i = 0; i < k; ++i) {
     const std::string port_file = absl::StrCat(dir, "/server", i);
     std::filesystem::remove(port_file);  // a previous run's
-    PSYNC_ASSIGN_OR_RETURN(
-        auto p, Subprocess::Start(
-                    {server_bin, absl::StrCat("--server_rank=", i), absl::StrCat("--num_servers=", k),
-                     absl::StrCat("--num_workers=", n), "--port_file=" + port_file, "--lr=0.0001",
-                     "--momentum=0.9", absl::StrCat("--max_message_mb=", message_mb),
-                     absl::StrCat("--deterministic=", absl::GetFlag(FLAGS_deterministic)),
-                     absl::StrCat("--port=", ports[i]),
-                     "--servers=" + absl::StrJoin(addresses, ",")},
-                    absl::StrCat("[server ", i, "] "), /*echo=*/false));
+    std::vector<std::string> argv = {
+        server_bin, absl::StrCat("--server_rank=", i), absl::StrCat("--num_servers=", k),
+        absl::StrCat("--num_workers=", n), "--port_file=" + port_file, "--lr=0.0001",
+        "--momentum=0.9", absl::StrCat("--max_message_mb=", message_mb),
+        absl::StrCat("--deterministic=", absl::GetFlag(FLAGS_deterministic)),
+        absl::StrCat("--port=", ports[i]), "--servers=" + absl::StrJoin(addresses, ",")};
+    if (!tls_dir.empty()) {
+      const proto::SecurityConfig s = PkiIn(tls_dir);
+      argv.insert(argv.end(), {"--tls_cert=" + s.tls_cert(), "--tls_key=" + s.tls_key(),
+                               "--tls_ca=" + s.tls_ca(),
+                               "--auth_token_file=" + s.auth_token_file()});
+    }
+    PSYNC_ASSIGN_OR_RETURN(auto p, Subprocess::Start(argv, absl::StrCat("[server ", i, "] "),
+                                                     /*echo=*/false));
     PSYNC_RETURN_IF_ERROR(WaitForPort(port_file, *p).status());
     servers.push_back(std::move(p));
   }
@@ -234,7 +261,8 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
                      absl::StrCat("--request_kb=", absl::GetFlag(FLAGS_request_kb)),
                      absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
                      absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
-                     absl::StrCat("--compute_ms=", absl::GetFlag(FLAGS_compute_ms))},
+                     absl::StrCat("--compute_ms=", absl::GetFlag(FLAGS_compute_ms)),
+                     "--tls_dir=" + tls_dir},
                     absl::StrCat("[client ", w, "] "), /*echo=*/false));
     clients.push_back(std::move(p));
   }
@@ -305,13 +333,27 @@ absl::Status RunDriver() {
       echo = std::move(*e);
     }
   }
+  const bool compare_tls = absl::GetFlag(FLAGS_compare_tls);
+  const std::string tls_dir = dir + "/tls";
+  if (compare_tls) {
+    std::filesystem::create_directories(tls_dir);
+    status = MakeThrowawayPki(tls_dir).status();
+  }
   for (int r = 0; r < runs && status.ok(); ++r) {
-    auto phases = RunCluster(dir);
+    auto phases = RunCluster(dir, "");
     if (!phases.ok()) {
       status = phases.status();
       break;
     }
     for (auto& [name, times] : *phases) figures[name].push_back(times);
+    if (compare_tls) {
+      auto secure = RunCluster(dir, tls_dir);
+      if (!secure.ok()) {
+        status = secure.status();
+        break;
+      }
+      figures["comm_tls"].push_back((*secure)["comm"]);
+    }
     if (!baselines) continue;
     auto t = TimeBaseline(tcp, /*tcp=*/true);
     auto e = TimeBaseline(echo, /*tcp=*/false);
@@ -357,6 +399,10 @@ absl::Status RunDriver() {
   const double comm = row("psync push-pull", "comm");
   std::printf("  per-worker throughput (pushed + pulled) = %.3f GB/s\n",
               2.0 * ModelBytes() / (comm / 1e3) / 1e9);
+  if (compare_tls) {
+    row("psync push-pull, TLS+token", "comm_tls");
+    ratio("psync TLS+token / plaintext", "ratio_tls", "comm_tls", "comm");
+  }
   if (baselines) {
     row("plain TCP round trip", "tcp");
     row("plain gRPC unary echo", "grpc_echo");

@@ -12,6 +12,8 @@ bench=bazel-bin/tests/bench/psync_bench
 
 run() { timeout 600 "$bench" --runs=5 "$@" | grep -v '^JSON' ; }
 run --label="16 MiB push-pull, 1w x 1s" --model_mb=16 --tensors=4 --steps=10
+run --label="16 MiB push-pull, TLS+token vs plaintext" --model_mb=16 --tensors=4 --steps=10 \
+  --compare_tls --baselines=false
 run --label="4 KiB push-pull, 1w x 1s" --model_mb=0.00390625 --tensors=1 --steps=200
 run --label="64 MiB, 1w x 2s" --model_mb=64 --tensors=8 --num_workers=1 --num_servers=2 --steps=5 --baselines=false
 run --label="64 MiB, 2w x 2s" --model_mb=64 --tensors=8 --num_workers=2 --num_servers=2 --steps=5 --baselines=false

@@ -1,0 +1,73 @@
+#include "common/throwaway_pki.h"
+
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/file_util.h"
+#include "common/output_path.h"
+#include "common/status_macros.h"
+#include "common/subprocess.h"
+
+namespace psync {
+namespace {
+
+absl::Status Openssl(std::vector<std::string> args) {
+  args.insert(args.begin(), "/usr/bin/openssl");
+  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Subprocess> p,
+                         Subprocess::Start(args, "[openssl] ", /*echo=*/false));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const std::optional<int> code = p->Wait(deadline);
+  const std::string output = p->DrainedOutput(absl::Now() + absl::Seconds(2));
+  if (code != 0) {
+    return absl::InternalError(absl::StrCat("throwaway certificates: '",
+                                            absl::StrJoin(args, " "), "' failed (exit ",
+                                            code.value_or(-1), "): ", output));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<proto::SecurityConfig> MakeThrowawayPki(const std::string& dir) {
+  const std::string ca_key = Join(dir, "ca.key"), ca = Join(dir, "ca.pem");
+  const std::string key = Join(dir, "node.key"), csr = Join(dir, "node.csr");
+  const std::string cert = Join(dir, "node.pem"), ext = Join(dir, "san.ext");
+  const std::vector<std::string> ec = {"-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                                       "-nodes"};
+  std::vector<std::string> make_ca = {"req", "-x509"};
+  make_ca.insert(make_ca.end(), ec.begin(), ec.end());
+  make_ca.insert(make_ca.end(), {"-keyout", ca_key, "-out", ca, "-days", "7", "-subj",
+                                 "/CN=psync throwaway CA"});
+  PSYNC_RETURN_IF_ERROR(Openssl(make_ca));
+  std::vector<std::string> request = {"req"};
+  request.insert(request.end(), ec.begin(), ec.end());
+  request.insert(request.end(), {"-keyout", key, "-out", csr, "-subj", "/CN=psync"});
+  PSYNC_RETURN_IF_ERROR(Openssl(request));
+  PSYNC_RETURN_IF_ERROR(WriteFileAtomically(
+      "throwaway certificates", ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\n"));
+  PSYNC_RETURN_IF_ERROR(Openssl({"x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key,
+                                 "-CAcreateserial", "-out", cert, "-days", "7", "-extfile",
+                                 ext}));
+  // Nothing more is signed with it.
+  std::remove(ca_key.c_str());
+  std::remove(csr.c_str());
+
+  std::random_device random;
+  std::string token;
+  for (int i = 0; i < 32; ++i) absl::StrAppend(&token, absl::Hex(random() & 0xff, absl::kZeroPad2));
+  const std::string token_file = Join(dir, "token");
+  PSYNC_RETURN_IF_ERROR(WriteFileAtomically("throwaway token", token_file, token + "\n"));
+
+  proto::SecurityConfig security;
+  security.set_tls_cert(cert);
+  security.set_tls_key(key);
+  security.set_tls_ca(ca);
+  security.set_auth_token_file(token_file);
+  return security;
+}
+
+}  // namespace psync

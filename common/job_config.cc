@@ -168,6 +168,10 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   check.Expect("host", !s.host().empty(), "an address to listen on");
   check.Expect("max_message_mb", s.max_message_mb() >= 2 && s.max_message_mb() <= 2047,
                "2..2047");
+  check.Expect("health_port", s.health_port() >= 0 && s.health_port() <= 65535,
+               "0..65535 (0: none)");
+  check.Expect("health_port", s.health_port() == 0 || s.health_port() != s.port(),
+               "another port than server.port");
   const proto::SecurityConfig& sec = c.security();
   check.Expect("tls_key", sec.tls_cert().empty() == sec.tls_key().empty(),
                "a key exactly when security.tls_cert is set");

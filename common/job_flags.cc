@@ -58,6 +58,9 @@ ABSL_FLAG(std::string, summary, "", "Worker 0 writes a JSON summary of the run h
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address a server listens on (0.0.0.0 for all).");
 ABSL_FLAG(int32_t, port, 0, "Port a server listens on; 0 picks a free one.");
 ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
+ABSL_FLAG(int32_t, health_port, 0,
+          "A plaintext port serving only the gRPC health service (for Kubernetes probes, which "
+          "speak no TLS); 0: none.");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate: a server's (TLS on), a client's (presented to servers).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");

@@ -133,6 +133,10 @@ int Run() {
   server_options.max_pull_wait = absl::Seconds(config.timeouts().pull_timeout_s());
   server_options.coordinator = coordinator.get();
   server_options.security = *security;
+  if (config.server().health_port() > 0) {
+    server_options.health_address =
+        absl::StrCat(config.server().host(), ":", config.server().health_port());
+  }
   const uint64_t incarnation = NewIncarnation();
   server_options.incarnation = incarnation;
   if (checkpoints != nullptr) {
@@ -158,7 +162,11 @@ int Run() {
             << ", TLS "
             << (security->cert_pem.empty() ? "off"
                                            : (security->ca_pem.empty() ? "on" : "on, mutual"))
-            << ", token " << (security->token.empty() ? "off" : "required") << ")";
+            << ", token " << (security->token.empty() ? "off" : "required")
+            << ((*server)->health_port() > 0
+                    ? absl::StrCat(", health service also on :", (*server)->health_port())
+                    : std::string())
+            << ")";
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     absl::Status written =

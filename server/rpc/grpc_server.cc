@@ -266,12 +266,32 @@ class ParameterService final : public grpc::Service {
   std::deque<std::string> names_;  // RpcServiceMethod keeps the char pointers
 };
 
+// One synchronous method, so that gRPC runs the threads that also serve
+// the default health service on the health listener, which has no service
+// of ours (without one it refuses to start: no polled completion queue).
+class HealthPortService final : public grpc::Service {
+ public:
+  HealthPortService() {
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        "/psync.proto.HealthPort/None", grpc::internal::RpcMethod::NORMAL_RPC,
+        new grpc::internal::RpcMethodHandler<HealthPortService, grpc::ByteBuffer, grpc::ByteBuffer,
+                                             grpc::ByteBuffer, grpc::ByteBuffer>(
+            [](HealthPortService*, grpc::ServerContext*, const grpc::ByteBuffer*,
+               grpc::ByteBuffer*) {
+              return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                  "this port serves only grpc.health.v1");
+            },
+            this)));
+  }
+};
+
 class GrpcServerImpl final : public GrpcServer {
  public:
   GrpcServerImpl(ShardStore* store, const GrpcServerOptions& options, int max_threads)
       : store_(store),
         service_(store, options),
         security_(options.security),
+        health_address_(options.health_address),
         max_threads_(max_threads) {}
   ~GrpcServerImpl() override { Shutdown(absl::Now()); }
 
@@ -307,16 +327,31 @@ class GrpcServerImpl final : public GrpcServer {
     if (server_ == nullptr || port_ == 0) {
       return absl::UnavailableError(absl::StrCat("GrpcServer: cannot listen on ", address));
     }
+    if (!health_address_.empty()) {
+      // No service of ours: only the default health service, in plaintext.
+      grpc::ServerBuilder health;
+      health.AddListeningPort(health_address_, grpc::InsecureServerCredentials(), &health_port_);
+      health.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+      health.RegisterService(&health_port_service_);
+      health_server_ = health.BuildAndStart();
+      if (health_server_ == nullptr || health_port_ == 0) {
+        server_->Shutdown(absl::ToChronoTime(absl::Now()));
+        return absl::UnavailableError(
+            absl::StrCat("GrpcServer: cannot listen on ", health_address_, " (health port)"));
+      }
+    }
     return absl::OkStatus();
   }
 
   int port() const override { return port_; }
+  int health_port() const override { return health_port_; }
 
   void Shutdown(absl::Time deadline) override {
     absl::MutexLock lock(&mu_);
     if (stopped_ || server_ == nullptr) return;
     stopped_ = true;
     store_->Close();
+    if (health_server_ != nullptr) health_server_->Shutdown(absl::ToChronoTime(deadline));
     server_->Shutdown(absl::ToChronoTime(deadline));
   }
 
@@ -324,9 +359,13 @@ class GrpcServerImpl final : public GrpcServer {
   ShardStore* const store_;
   ParameterService service_;
   const PeerSecurity security_;
+  const std::string health_address_;
   const int max_threads_;
   std::unique_ptr<grpc::Server> server_;
+  HealthPortService health_port_service_;
+  std::unique_ptr<grpc::Server> health_server_;  // null without health_address_
   int port_ = 0;
+  int health_port_ = 0;
   absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };

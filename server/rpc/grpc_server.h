@@ -34,6 +34,9 @@ struct GrpcServerOptions {
   // set): a call without it gets UNAUTHENTICATED and changes nothing. The
   // health service answers without a token (it tells nothing).
   PeerSecurity security;
+  // "host:port" of a second, plaintext listener serving only the standard
+  // health service (Kubernetes' gRPC probes speak no TLS); empty: none.
+  std::string health_address;
 };
 
 // Owns the gRPC server and its threads. Thread-safe.
@@ -45,6 +48,8 @@ class GrpcServer {
   virtual ~GrpcServer() = default;
 
   virtual int port() const = 0;
+  // The health listener's port (options.health_address); 0 without one.
+  virtual int health_port() const = 0;
   // Stops accepting calls, wakes waiting pulls, and cancels calls still
   // running at `deadline`. Idempotent.
   virtual void Shutdown(absl::Time deadline) = 0;

@@ -41,7 +41,7 @@ class GrpcServerTest : public ::testing::Test {
   // Starts server `rank` of `num_servers` for two workers (SGD with lr 1 and
   // no momentum: one step subtracts the mean gradient).
   void StartServer(int rank = 0, int num_servers = 1, int64_t max_message_bytes = 64 << 20,
-                   const PeerSecurity& security = {}) {
+                   const PeerSecurity& security = {}, const std::string& health_address = "") {
     stub_.reset();
     server_.reset();
     ShardStoreOptions o;
@@ -59,6 +59,7 @@ class GrpcServerTest : public ::testing::Test {
     so.coordinator = coordinator_.get();
     so.max_pull_wait = absl::Seconds(10);
     so.security = security;
+    so.health_address = health_address;
     auto server = GrpcServer::Start(store_.get(), so);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -72,9 +73,10 @@ class GrpcServerTest : public ::testing::Test {
   // Calls `method` with `request` as the raw message bytes, as a client
   // without psync's .proto would; returns the status and the reply's bytes.
   std::pair<grpc::Status, std::string> RawCall(const std::string& method,
-                                               const std::string& request) {
-    grpc::GenericStub generic(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                                  grpc::InsecureChannelCredentials()));
+                                               const std::string& request, int port = 0) {
+    grpc::GenericStub generic(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port > 0 ? port : server_->port()),
+                            grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     grpc::Slice slice(request);
@@ -427,6 +429,23 @@ TEST_F(GrpcServerTest, WithATokenEveryCallMustCarryIt) {
   EXPECT_EQ(status.version(), 0);
   grpc::ClientContext register_ctx;
   EXPECT_TRUE(stub->Register(&register_ctx, RegisterRequestFor(0), &registered).ok());
+}
+
+// The plaintext health listener (for probes when the main port speaks
+// TLS) serves the health service and nothing else.
+TEST_F(GrpcServerTest, AHealthPortServesOnlyTheHealthService) {
+  StartServer(0, 1, 64 << 20, {}, "127.0.0.1:0");
+  const int health = server_->health_port();
+  ASSERT_GT(health, 0);
+  ASSERT_NE(health, server_->port());
+  const auto [serving, reply] = RawCall("/grpc.health.v1.Health/Check", "", health);
+  ASSERT_TRUE(serving.ok()) << serving.error_message();
+  EXPECT_EQ(reply, std::string("\x08\x01", 2));
+  const auto [status, unused] = RawCall("/psync.proto.ParameterServer/GetStatus", "", health);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
+  server_->Shutdown(absl::Now() + absl::Seconds(5));
+  const auto [down, unused2] = RawCall("/grpc.health.v1.Health/Check", "", health);
+  EXPECT_FALSE(down.ok());
 }
 
 TEST_F(GrpcServerTest, JoinIsForTheCoordinatorOfTheRightClusterSize) {

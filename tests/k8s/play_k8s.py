@@ -13,7 +13,8 @@ use, what the control plane and a kubelet would:
     JOB_COMPLETION_INDEX set; a pod that fails is replaced (restartPolicy
     Never) up to backoffLimit times; podFailurePolicy FailJob exit codes fail
     the job at once. The job is complete when every index exited 0.
-  * ConfigMap: its data as read-only files; PersistentVolumeClaim: a host
+  * ConfigMap and Secret: their data as read-only files (a Secret's with its
+    defaultMode, owned by the pod's fsGroup); PersistentVolumeClaim: a host
     folder; emptyDir: a tmpfs.
   * Pod and container securityContext: runAsUser/runAsGroup, fsGroup (the
     folders are given to it), readOnlyRootFilesystem, capabilities drop ALL,
@@ -44,6 +45,7 @@ run can use the same configuration. Exit status 0 when the Job completed.
 """
 
 import argparse
+import base64
 import glob
 import os
 import shlex
@@ -54,7 +56,8 @@ import time
 
 import yaml
 
-IGNORED_KINDS = {"Namespace", "NetworkPolicy", "PersistentVolumeClaim", "Service", "ConfigMap"}
+IGNORED_KINDS = {"Namespace", "NetworkPolicy", "PersistentVolumeClaim", "Service", "ConfigMap",
+                 "Secret"}
 RANK_FLAGS = ("--config=", "--server_rank=", "--worker_rank=")
 
 
@@ -106,11 +109,11 @@ class Cluster:
             os.chown(path, owner, owner)
         return path
 
-    def _config_map(self, name):
-        for cm in self.by_kind.get("ConfigMap", []):
-            if cm["metadata"]["name"] == name:
-                return cm
-        raise ValueError(f"no ConfigMap named {name}")
+    def _named(self, kind, name):
+        for doc in self.by_kind.get(kind, []):
+            if doc["metadata"]["name"] == name:
+                return doc
+        raise ValueError(f"no {kind} named {name}")
 
     def _volume_args(self, pod_spec, container, claims):
         """podman -v/--tmpfs arguments for the container's volumeMounts;
@@ -130,9 +133,22 @@ class Cluster:
             if "configMap" in volume:
                 cm_name = volume["configMap"]["name"]
                 folder = self._folder("configmaps", cm_name)
-                for key, value in self._config_map(cm_name).get("data", {}).items():
+                for key, value in self._named("ConfigMap", cm_name).get("data", {}).items():
                     with open(os.path.join(folder, key), "w") as f:
                         f.write(value)
+                args += ["-v", f"{folder}:{path}:ro"]
+            elif "secret" in volume:
+                secret_name = volume["secret"]["secretName"]
+                secret = self._named("Secret", secret_name)
+                folder = self._folder("secrets", secret_name)
+                files = {k: base64.b64decode(v) for k, v in secret.get("data", {}).items()}
+                files.update({k: v.encode() for k, v in secret.get("stringData", {}).items()})
+                for key, value in files.items():
+                    path_on_host = os.path.join(folder, key)
+                    with open(path_on_host, "wb") as f:
+                        f.write(value)
+                    os.chmod(path_on_host, volume["secret"].get("defaultMode", 0o644))
+                    os.chown(path_on_host, 0, fs_group if fs_group is not None else 0)
                 args += ["-v", f"{folder}:{path}:ro"]
             elif "persistentVolumeClaim" in volume:
                 folder = self._folder("pvc", volume["persistentVolumeClaim"]["claimName"],
@@ -142,8 +158,8 @@ class Cluster:
                 # (podman's tmpfs takes no owner: writable by everyone instead)
                 args += ["--tmpfs", f"{path}:rw,size=256m,mode=1777"]
             else:
-                raise ValueError(f"volume {name}: only configMap, persistentVolumeClaim and "
-                                 "emptyDir can be played")
+                raise ValueError(f"volume {name}: only configMap, secret, persistentVolumeClaim "
+                                 "and emptyDir can be played")
         return args
 
     # --- containers --------------------------------------------------------

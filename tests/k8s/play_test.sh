@@ -11,7 +11,11 @@
 #      same weights;
 #   3. with worker 1 sent SIGTERM (as an eviction would) at the same point,
 #      its pod exits non-zero, the Job starts a new pod for its index, and
-#      the job completes with the same weights.
+#      the job completes with the same weights;
+#   4. the secure-demo overlay (mutual TLS and the token, from a Secret made
+#      by deploy/k8s/tools/make_security_secret.sh) completes with the same
+#      weights, and psync_ctl in a server pod is answered with the token and
+#      refused without it.
 # Prints "PASS name" / "FAIL name" per check; exits non-zero if one failed.
 # Needs root, podman, buildah, debootstrap, kubectl and Debian's python3-yaml
 # (deploy/bootstrap_tools.sh installs them).
@@ -26,7 +30,7 @@ cleanup() {
     podman rm -f $(podman ps -aq --filter "label=psync-play=$id") >/dev/null 2>&1
     podman network rm -f "psync-play-$id" >/dev/null 2>&1
   done
-  rm -rf "$work"
+  [[ -n "${PSYNC_KEEP_PLAY:-}" ]] || rm -rf "$work"
 }
 trap cleanup EXIT
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/tests/k8s/containers.conf}
@@ -60,13 +64,18 @@ native=$(sha_of "$work/native/summary.json")
 [[ -n "$native" ]] || { tail -20 "$work/native.log"; result "k8s play: native run" 0; exit 1; }
 echo "native run (${flags[*]}): weights_sha256 $native"
 
-# NAME [play_k8s.py flags...]: plays the manifests; checks the sha.
+# The secure-demo overlay, with a Secret made as an operator would.
+timeout 60 kubectl kustomize deploy/k8s/overlays/secure-demo >"$work/secure.yaml" &&
+  timeout 60 bash deploy/k8s/tools/make_security_secret.sh psync "" 4 >>"$work/secure.yaml" || {
+  result "k8s play: render secure-demo with its Secret" 0; exit 1; }
+
+# NAME RENDERED [play_k8s.py flags...]: plays the manifests; checks the sha.
 play() {
-  local name=$1; shift
+  local name=$1 rendered=$2; shift 2
   local dir="$work/play${#plays[@]}" id="k8s$$-${#plays[@]}"
   plays+=("$id")
   # The play's own deadline (400 s) plus its teardown, with room to spare.
-  timeout 540 /usr/bin/python3 tests/k8s/play_k8s.py play "$work/rendered.yaml" --work "$dir" \
+  timeout 540 /usr/bin/python3 tests/k8s/play_k8s.py play "$rendered" --work "$dir" \
     --image "$image" --run-id "$id" --timeout 400 "$@" >"$dir.log" 2>&1
   local rc=$? sha
   sha=$(sha_of "$dir/pvc/psync-output/summary.json")
@@ -79,9 +88,18 @@ play() {
   fi
 }
 checkpointed='pvc/checkpoints-psync-server-1/ckpt-*/server-1-of-*.safetensors'
+sec=/etc/psync-security
 play "StatefulSet + Indexed Job, weights equal the native run's, psync_ctl healthy" \
+  "$work/rendered.yaml" \
   --exec-after psync-server-0 "psync_ctl status --config=/etc/psync/job.pbtxt"
-play "server 1 killed and restarted, same weights" --kill psync-server-1 --when "$checkpointed"
-play "worker 1 evicted (SIGTERM) and replaced, same weights" --kill psync-worker-1-0 \
-  --signal TERM --when "$checkpointed"
+play "server 1 killed and restarted, same weights" "$work/rendered.yaml" \
+  --kill psync-server-1 --when "$checkpointed"
+play "worker 1 evicted (SIGTERM) and replaced, same weights" "$work/rendered.yaml" \
+  --kill psync-worker-1-0 --signal TERM --when "$checkpointed"
+tls="--tls_cert=$sec/tls.crt --tls_key=$sec/tls.key --tls_ca=$sec/ca.crt"
+play "mutual TLS and token from a Secret, same weights; psync_ctl refused without the token" \
+  "$work/secure.yaml" --exec-after psync-server-0 \
+  "sh -c 'psync_ctl status --config=/etc/psync/job.pbtxt $tls --auth_token_file=$sec/token &&
+          psync_ctl status --config=/etc/psync/job.pbtxt $tls --num_servers=2 |
+          grep UNAUTHENTICATED'"
 exit $failed

@@ -55,6 +55,9 @@ ABSL_FLAG(int32_t, worker_lease_ms, 1000,
           "A worker silent this long is missing; a restarted worker may take its rank.");
 ABSL_FLAG(std::string, export_path, "", "Worker 0 writes the final weights here (safetensors).");
 ABSL_FLAG(std::string, summary, "", "Worker 0 writes a JSON summary of the run here.");
+ABSL_FLAG(std::string, metrics_csv, "",
+          "Worker 0 writes training curves here (CSV: a row per step and per epoch).");
+ABSL_FLAG(int32_t, metrics_csv_every, 1, "A --metrics_csv row every this many steps.");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address a server listens on (0.0.0.0 for all).");
 ABSL_FLAG(int32_t, port, 0, "Port a server listens on; 0 picks a free one.");
 ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");

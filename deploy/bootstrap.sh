@@ -10,7 +10,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libgoogle-glog-dev libopenblas-dev
   dataset-fashion-mnist
-  python3 zlib1g-dev
+  python3 python3-matplotlib zlib1g-dev
 )
 
 missing=()

@@ -31,6 +31,7 @@
 #include "worker/data/dataset.h"
 #include "worker/device.h"
 #include "worker/gpu/gpu.h"
+#include "worker/metrics_csv.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
 #include "worker/rpc/grpc_ps_client.h"
@@ -258,6 +259,15 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
     }
     if (!summary.empty()) PSYNC_RETURN_IF_ERROR(BadConfig(CheckOutputPath("--summary", summary)));
   }
+  std::unique_ptr<MetricsCsv> curves;
+  if (options.worker_rank == 0 && !c.output().metrics_csv().empty()) {
+    PSYNC_RETURN_IF_ERROR(
+        BadConfig(CheckOutputPath("--metrics_csv", c.output().metrics_csv())));
+    absl::StatusOr<std::unique_ptr<MetricsCsv>> opened =
+        MetricsCsv::Open(c.output().metrics_csv(), c.output().metrics_csv_every());
+    if (!opened.ok()) return BadConfig(opened.status());
+    curves = std::move(*opened);
+  }
 
   const std::string& model = c.training().model();
   absl::StatusOr<DeviceChoice> chosen = ChooseDevice(c.training().device(), ProbeGpus(), devices);
@@ -323,14 +333,19 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   const bool rank0 = options.worker_rank == 0;
   StopOnSignal stopper(trainer.get(), &client, options.worker_rank,
                        absl::Seconds(c.timeouts().stop_grace_s()));
-  absl::StatusOr<TrainResult> trained = trainer->Run([&](const EpochReport& r) {
-    if (!rank0) return;
-    std::printf("epoch %d step %lld loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f "
-                "samples/s %.0f\n",
-                r.epoch, static_cast<long long>(r.step), r.loss, r.train_accuracy, r.test_loss,
-                r.test_accuracy, r.samples_per_sec);
-    std::fflush(stdout);
-  });
+  absl::StatusOr<TrainResult> trained = trainer->Run(
+      [&](const EpochReport& r) {
+        if (curves != nullptr) curves->AddEpoch(r);
+        if (!rank0) return;
+        std::printf("epoch %d step %lld loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f "
+                    "samples/s %.0f\n",
+                    r.epoch, static_cast<long long>(r.step), r.loss, r.train_accuracy,
+                    r.test_loss, r.test_accuracy, r.samples_per_sec);
+        std::fflush(stdout);
+      },
+      [&](const StepReport& r) {
+        if (curves != nullptr) curves->AddStep(r);
+      });
   if (absl::IsCancelled(trained.status()) && stopper.signalled()) {
     // Not 0: its work is not done. Kubernetes runs the Job's index again
     // (a pod that exited 0 would count as completed, and its peers would
@@ -347,6 +362,7 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   TrainResult& result = *trained;
   LOG(INFO) << "worker " << options.worker_rank << " finished " << result.steps << " steps, "
             << static_cast<int64_t>(result.samples_per_sec) << " samples/s";
+  if (curves != nullptr) PSYNC_RETURN_IF_ERROR(curves->Close());
   if (!rank0) return absl::OkStatus();
 
   Sha256 sha;

@@ -307,7 +307,8 @@ absl::StatusOr<int64_t> Trainer::Join(int64_t total_steps) {
   return last;
 }
 
-absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochReport&)>& on_epoch) {
+absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochReport&)>& on_epoch,
+                                         const std::function<void(const StepReport&)>& on_step) {
   const int64_t per_epoch = sharding_.steps_per_epoch();
   const int64_t total_steps = options_.TotalSteps(per_epoch);
   PSYNC_ASSIGN_OR_RETURN(int64_t step, Join(total_steps));
@@ -357,6 +358,16 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
                                       train_->size - in_epoch * sharding_.global_batch());
       epoch_samples += global;
       total_samples += global;
+      if (on_step) {
+        StepReport s;
+        s.epoch = static_cast<int>(epoch + 1);
+        s.step = step + 1;
+        s.loss = stats->count > 0 ? stats->loss_sum / stats->count : 0;
+        s.accuracy = stats->count > 0 ? static_cast<double>(stats->correct) / stats->count : 0;
+        s.seconds = absl::ToDoubleSeconds(dt);
+        s.samples = global;
+        on_step(s);
+      }
 
       if (in_epoch == per_epoch - 1 || step + 1 == total_steps) {
         EpochReport r;

@@ -56,6 +56,16 @@ struct EpochReport {
   double samples_per_sec = 0;  // global samples (all workers) per second of training
 };
 
+// One step as this worker saw it (passed to Run's on_step).
+struct StepReport {
+  int epoch = 0;           // 1-based
+  int64_t step = 0;        // global steps done, this one included
+  double loss = 0;         // this worker's mean training loss on the step
+  double accuracy = 0;     // this worker's training accuracy on the step
+  double seconds = 0;      // the step's wall time
+  int64_t samples = 0;     // global samples in the step (all workers)
+};
+
 struct TrainResult {
   std::vector<float> weights;  // final weights, flat
   int64_t steps = 0;
@@ -88,7 +98,10 @@ class Trainer {
   // When the cluster rolls back (a call fails with Aborted), the trainer
   // registers again and continues from the servers' version; Run returns
   // once every worker has finished (PsClient::Finish).
-  absl::StatusOr<TrainResult> Run(const std::function<void(const EpochReport&)>& on_epoch);
+  // `on_epoch` runs after each epoch, `on_step` (may be null) after each
+  // step, on the calling thread.
+  absl::StatusOr<TrainResult> Run(const std::function<void(const EpochReport&)>& on_epoch,
+                                  const std::function<void(const StepReport&)>& on_step = nullptr);
 
   // Thread-safe: Run returns Cancelled before its next step.
   void RequestStop() { stop_requested_.store(true); }

@@ -20,4 +20,4 @@ bazel-bin/deploy/local/psync_launch \
 echo "summary: $(cat "$out/summary.json")"
 echo "weights: $out/weights.safetensors"
 /usr/bin/python3 deploy/local/plot_run.py "$out/curves.csv" --out "$out/curves.png" \
-  --labels="2 servers, 2 workers x 2 devices" --title="psync demo: MLP on Fashion-MNIST"
+  --label="2 servers, 2 workers x 2 devices" --title="psync demo: MLP on Fashion-MNIST"

@@ -6,7 +6,7 @@
 One PNG, four panels: training loss and accuracy (step rows, thin; epoch
 means, dots) and test accuracy (epoch rows) against steps, and training
 loss against wall time, one colour per file (labelled by file name, or by
---labels). Needs Debian's python3-matplotlib (deploy/bootstrap.sh installs
+--label, once per file). Needs Debian's python3-matplotlib (deploy/bootstrap.sh installs
 it). Exit status 2 with a message for a missing or malformed file.
 """
 
@@ -46,10 +46,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("csv", nargs="+", help="--metrics_csv files")
     parser.add_argument("--out", required=True, help="the PNG to write")
-    parser.add_argument("--labels", help="comma-separated names, one per file")
+    parser.add_argument("--label", action="append",
+                        help="a file's name in the legend; once per file, in order")
     parser.add_argument("--title", default="psync training")
     args = parser.parse_args()
-    labels = args.labels.split(",") if args.labels else [os.path.basename(p) for p in args.csv]
+    labels = args.label or [os.path.basename(p) for p in args.csv]
     if len(labels) != len(args.csv):
         print(f"plot_run: {len(labels)} labels for {len(args.csv)} files", file=sys.stderr)
         return 2

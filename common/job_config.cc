@@ -176,9 +176,10 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   const proto::SecurityConfig& sec = c.security();
   check.Expect("tls_key", sec.tls_cert().empty() == sec.tls_key().empty(),
                "a key exactly when security.tls_cert is set");
-  check.Expect("tls_ca", sec.tls_cert().empty() || !sec.tls_ca().empty(),
-               "a CA when security.tls_cert is set (every client of the job verifies the "
-               "servers with it)");
+  check.Expect("tls_ca", sec.tls_cert().empty() == sec.tls_ca().empty(),
+               "a CA exactly when security.tls_cert is set: psync's TLS is mutual (one "
+               "configuration for every process: each verifies its peers with the CA and "
+               "presents the certificate)");
   return check.status();
 }
 

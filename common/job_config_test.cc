@@ -44,6 +44,22 @@ TEST(JobConfigTest, ErrorsNameTheFileLineFieldValueAndExpectation) {
             "checkpoint.checkpoint_dir is empty");
 }
 
+TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
+  EXPECT_THAT(Load("security { tls_cert: \"c.pem\" tls_ca: \"ca.pem\" }").status().message(),
+              HasSubstr("security.tls_key is \"\", expected a key exactly when"));
+  EXPECT_THAT(Load("security { tls_cert: \"c.pem\" tls_key: \"k.pem\" }").status().message(),
+              HasSubstr("security.tls_ca is \"\", expected a CA exactly when"));
+  EXPECT_THAT(Load("security { tls_ca: \"ca.pem\" }").status().message(),
+              HasSubstr("security.tls_ca is \"ca.pem\", expected a CA exactly when"));
+  EXPECT_TRUE(Load("security { auth_token_file: \"t\" }").ok());  // token alone: allowed
+  EXPECT_EQ(Load("server { port: 7070 health_port: 7070 }").status().message(),
+            "job.pbtxt:1: server.health_port is 7070, expected another port than server.port");
+  EXPECT_THAT(Load("server { health_port: 70000 }").status().message(),
+              HasSubstr("server.health_port is 70000, expected 0..65535"));
+  EXPECT_THAT(Load("output { metrics_csv_every: 0 }").status().message(),
+              HasSubstr("output.metrics_csv_every is 0, expected >= 1"));
+}
+
 TEST(JobConfigTest, FlagsOverrideTheFileAndAreNamedInErrors) {
   LoadedJobConfig loaded;
   ASSERT_TRUE(ParseJobConfig("job.pbtxt", "optimizer { lr: 0.5 momentum: 0.8 }", &loaded).ok());

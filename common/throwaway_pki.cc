@@ -1,7 +1,6 @@
 #include "common/throwaway_pki.h"
 
 #include <cstdio>
-#include <random>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -32,10 +31,22 @@ absl::Status Openssl(std::vector<std::string> args) {
 
 }  // namespace
 
+proto::SecurityConfig ThrowawayPkiIn(const std::string& dir) {
+  proto::SecurityConfig security;
+  security.set_tls_cert(Join(dir, "node.pem"));
+  security.set_tls_key(Join(dir, "node.key"));
+  security.set_tls_ca(Join(dir, "ca.pem"));
+  security.set_auth_token_file(Join(dir, "token"));
+  return security;
+}
+
 absl::StatusOr<proto::SecurityConfig> MakeThrowawayPki(const std::string& dir) {
-  const std::string ca_key = Join(dir, "ca.key"), ca = Join(dir, "ca.pem");
-  const std::string key = Join(dir, "node.key"), csr = Join(dir, "node.csr");
-  const std::string cert = Join(dir, "node.pem"), ext = Join(dir, "san.ext");
+  const proto::SecurityConfig security = ThrowawayPkiIn(dir);
+  const std::string& ca = security.tls_ca();
+  const std::string& key = security.tls_key();
+  const std::string& cert = security.tls_cert();
+  const std::string ca_key = Join(dir, "ca.key"), csr = Join(dir, "node.csr");
+  const std::string ext = Join(dir, "san.ext");
   const std::vector<std::string> ec = {"-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                                        "-nodes"};
   std::vector<std::string> make_ca = {"req", "-x509"};
@@ -56,17 +67,9 @@ absl::StatusOr<proto::SecurityConfig> MakeThrowawayPki(const std::string& dir) {
   std::remove(ca_key.c_str());
   std::remove(csr.c_str());
 
-  std::random_device random;
-  std::string token;
-  for (int i = 0; i < 32; ++i) absl::StrAppend(&token, absl::Hex(random() & 0xff, absl::kZeroPad2));
-  const std::string token_file = Join(dir, "token");
-  PSYNC_RETURN_IF_ERROR(WriteFileAtomically("throwaway token", token_file, token + "\n"));
-
-  proto::SecurityConfig security;
-  security.set_tls_cert(cert);
-  security.set_tls_key(key);
-  security.set_tls_ca(ca);
-  security.set_auth_token_file(token_file);
+  // OpenSSL's CSPRNG, 32 bytes as hex.
+  PSYNC_RETURN_IF_ERROR(
+      Openssl({"rand", "-hex", "-out", security.auth_token_file(), "32"}));
   return security;
 }
 

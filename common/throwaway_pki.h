@@ -17,6 +17,9 @@ namespace psync {
 // returns the security section naming them. The CA's key is deleted.
 absl::StatusOr<proto::SecurityConfig> MakeThrowawayPki(const std::string& dir);
 
+// The security section naming the files MakeThrowawayPki writes in `dir`.
+proto::SecurityConfig ThrowawayPkiIn(const std::string& dir);
+
 }  // namespace psync
 
 #endif  // PSYNC_COMMON_THROWAWAY_PKI_H_

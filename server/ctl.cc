@@ -52,9 +52,8 @@ std::string Ranks(const google::protobuf::RepeatedField<int32_t>& ranks) {
   return ranks.empty() ? "-" : absl::StrJoin(ranks, ",");
 }
 
-int Status(const std::vector<std::string>& addresses, const PeerSecurity& security) {
-  const absl::Time now = absl::Now();
-  const absl::Time deadline = now + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+int PrintStatus(const std::vector<std::string>& addresses, const PeerSecurity& security) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   const absl::Duration stall = absl::Seconds(absl::GetFlag(FLAGS_stall_s));
   std::vector<Row> rows(addresses.size());
   {
@@ -84,13 +83,15 @@ int Status(const std::vector<std::string>& addresses, const PeerSecurity& securi
     const proto::StatusResponse& s = *row.status;
     std::string since = "-";
     if (s.waiting_for_size() > 0) {
+      // The server's own measure: this host's clock may differ from it.
+      const absl::Duration waited = absl::Milliseconds(s.waiting_ms());
       const absl::Time t = absl::FromUnixMillis(s.waiting_since_unix_ms());
-      const absl::Duration waited = absl::Trunc(now - t, absl::Seconds(1));
       since = absl::StrCat(absl::FormatTime("%H:%M:%S", t, absl::LocalTimeZone()), " (",
-                           absl::FormatDuration(waited), ")");
-      if (now - t > stall) {
+                           absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1))), ")");
+      if (waited > stall) {
         problems.push_back(absl::StrCat("stalled: server ", i, " has waited ",
-                                        absl::FormatDuration(waited), " for worker(s) ",
+                                        absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1))),
+                                        " for worker(s) ",
                                         Ranks(s.waiting_for()), " at step ", s.version(),
                                         " (--stall_s=", absl::GetFlag(FLAGS_stall_s), ")"));
       }
@@ -172,5 +173,5 @@ int main(int argc, char** argv) {
                  "or a {rank} pattern), by flag or in --config\n");
     return 2;
   }
-  return psync::Status(addresses, *security);
+  return psync::PrintStatus(addresses, *security);
 }

@@ -119,6 +119,11 @@ int Run() {
     LOG(ERROR) << "bad configuration: " << security.status().message();
     return 2;
   }
+  if (!security->token.empty() && security->cert_pem.empty()) {
+    LOG(WARNING) << "server " << options->server_rank
+                 << ": a token without TLS travels in clear text, and a request's body is read "
+                    "before its token is checked; give security.tls_cert, tls_key and tls_ca";
+  }
   std::unique_ptr<Coordinator> coordinator;
   JoinFunction join;
   if (options->server_rank == 0) {
@@ -159,9 +164,7 @@ int Run() {
             << (checkpoint_dir.empty() ? std::string("off")
                                        : absl::StrCat(checkpoint_dir, " every ",
                                                       options->checkpoint_every, " steps"))
-            << ", TLS "
-            << (security->cert_pem.empty() ? "off"
-                                           : (security->ca_pem.empty() ? "on" : "on, mutual"))
+            << ", TLS " << (security->cert_pem.empty() ? "off" : "on, mutual")
             << ", token " << (security->token.empty() ? "off" : "required")
             << ((*server)->health_port() > 0
                     ? absl::StrCat(", health service also on :", (*server)->health_port())

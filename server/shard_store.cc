@@ -562,38 +562,36 @@ absl::Status ShardStore::Pull(uint64_t session, int worker_rank, uint64_t finger
   return absl::OkStatus();
 }
 
-// The lowest version over the shard's chunks (false: it owns none); among
-// that version's chunks, the one waiting longest for pushes gives the
-// workers missing and since when (none: empty, InfinitePast).
 bool ShardStore::LowestVersionWaits(const Shard& shard, int64_t* version,
                                     std::vector<int>* waiting_for, absl::Time* since) const {
   bool found = false;
-  Chunk* waiting = nullptr;
+  bool waits_here = false;
   *since = absl::InfinitePast();
+  waiting_for->clear();
   for (int32_t id : shard.owned) {
     Chunk& c = *shard.chunks[id];
     absl::MutexLock lock(&c.mu);
-    const bool waits = c.num_received > 0;
     if (!found || c.version < *version) {
       *version = c.version;
-      waiting = nullptr;
+      waits_here = false;
+      waiting_for->clear();
+      *since = absl::InfinitePast();
     } else if (c.version > *version) {
       continue;
     }
     found = true;
-    if (waits && (waiting == nullptr || c.first_push < *since)) {
-      waiting = &c;
+    if (c.num_received > 0 && (!waits_here || c.first_push < *since)) {
+      // Read under the lock that chose it: once the step is applied,
+      // received[] starts over.
+      waits_here = true;
       *since = c.first_push;
+      waiting_for->clear();
+      for (int w = 0; w < options_.num_workers; ++w) {
+        if (!c.received[w]) waiting_for->push_back(w);
+      }
     }
   }
-  waiting_for->clear();
-  if (waiting != nullptr) {
-    absl::MutexLock lock(&waiting->mu);
-    for (int w = 0; w < options_.num_workers; ++w) {
-      if (!waiting->received[w]) waiting_for->push_back(w);
-    }
-  }
-  if (waiting_for->empty()) *since = absl::InfinitePast();  // none, or applied since
+  if (waiting_for->empty()) *since = absl::InfinitePast();
   return found;
 }
 

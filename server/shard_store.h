@@ -243,6 +243,10 @@ class ShardStore {
   // Adds the chunk's new version to a pending snapshot, handing complete
   // ones to the sink.
   void CollectSnapshotLocked(Shard& shard, Chunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
+  // The lowest version over `shard`'s chunks (false: it owns none); among
+  // that version's chunks, the one waiting longest for pushes gives the
+  // workers it misses and since when (none: empty, InfinitePast). Takes
+  // each chunk's lock in turn.
   bool LowestVersionWaits(const Shard& shard, int64_t* version, std::vector<int>* waiting_for,
                           absl::Time* since) const;
   // The chunk's state at `version` (current or kept previous), or null.

@@ -74,6 +74,8 @@ class SecurityTest : public ::testing::Test {
     pki_.Cert("server", "ca", 2);
     pki_.Cert("client", "ca", 2);
     pki_.Cert("expired", "ca", 0);
+    pki_.Cert("expired_client", "ca", 0);
+    pki_.Cert("stranger", "other_ca", 2);
   }
 
   // Starts a one-server job's server with `flags`; its address.
@@ -112,7 +114,10 @@ TEST_F(SecurityTest, EveryWrongCredentialIsRefusedWithItsStatus) {
   const std::vector<Case> cases = {
       {"plaintext", {}, "UNAVAILABLE"},
       {"another CA", pki_.Flags("client", "other_ca", "token"), "UNAVAILABLE"},
-      {"no client certificate", pki_.Flags("", "ca", "token"), "UNAVAILABLE"},
+      {"a client certificate from another CA", pki_.Flags("stranger", "ca", "token"),
+       "UNAVAILABLE"},
+      {"an expired client certificate", pki_.Flags("expired_client", "ca", "token"),
+       "UNAVAILABLE"},
       {"no token", pki_.Flags("client", "ca", ""), "UNAUTHENTICATED"},
       {"wrong token", pki_.Flags("client", "ca", "wrong_token"), "UNAUTHENTICATED"},
   };

@@ -9,11 +9,15 @@
 namespace psync {
 
 absl::StatusOr<std::unique_ptr<MetricsCsv>> MetricsCsv::Open(const std::string& path, int every) {
-  FILE* file = std::fopen(path.c_str(), "w");
+  // Appended to: a restarted worker 0 adds to its predecessor's rows.
+  FILE* file = std::fopen(path.c_str(), "a");
   if (file == nullptr) {
     return absl::ErrnoToStatus(errno, absl::StrCat("--metrics_csv ", path, ": cannot create"));
   }
-  std::fputs("kind,epoch,step,wall_s,loss,accuracy,test_loss,test_accuracy,samples_per_s\n", file);
+  if (std::fseek(file, 0, SEEK_END) == 0 && std::ftell(file) == 0) {
+    std::fputs("kind,epoch,step,wall_s,loss,accuracy,test_loss,test_accuracy,samples_per_s\n",
+               file);
+  }
   return std::unique_ptr<MetricsCsv>(new MetricsCsv(path, file, every));
 }
 
@@ -29,7 +33,7 @@ void MetricsCsv::AddStep(const StepReport& r) {
   const double rate = r.seconds > 0 ? r.samples / r.seconds : 0;
   if (std::fprintf(file_, "step,%d,%lld,%.3f,%.6f,%.6f,,,%.1f\n", r.epoch,
                    static_cast<long long>(r.step), WallSeconds(), r.loss, r.accuracy, rate) < 0) {
-    write_failed_ = true;
+    if (write_errno_ == 0) write_errno_ = errno != 0 ? errno : EIO;
   }
 }
 
@@ -41,18 +45,17 @@ void MetricsCsv::AddEpoch(const EpochReport& r) {
                    static_cast<long long>(r.step), WallSeconds(), r.loss, r.train_accuracy,
                    test.c_str(), r.samples_per_sec) < 0 ||
       std::fflush(file_) != 0) {
-    write_failed_ = true;
+    if (write_errno_ == 0) write_errno_ = errno != 0 ? errno : EIO;
   }
 }
 
 absl::Status MetricsCsv::Close() {
   if (file_ == nullptr) return absl::OkStatus();
-  const bool flushed = std::fflush(file_) == 0;
-  const int error = errno;
-  const bool closed = std::fclose(file_) == 0;
+  if (std::fflush(file_) != 0 && write_errno_ == 0) write_errno_ = errno != 0 ? errno : EIO;
+  if (std::fclose(file_) != 0 && write_errno_ == 0) write_errno_ = errno != 0 ? errno : EIO;
   file_ = nullptr;
-  if (write_failed_ || !flushed || !closed) {
-    return absl::ErrnoToStatus(error, absl::StrCat("--metrics_csv ", path_, ": write failed"));
+  if (write_errno_ != 0) {
+    return absl::ErrnoToStatus(write_errno_, absl::StrCat("--metrics_csv ", path_, ": write failed"));
   }
   return absl::OkStatus();
 }

@@ -19,7 +19,9 @@ namespace psync {
 
 class MetricsCsv {
  public:
-  // Creates (truncates) `path` and writes the header. REQUIRES: every >= 1.
+  // Opens `path` for appending (a restarted worker 0 adds to its
+  // predecessor's rows; wall_s starts over) and writes the header to a new
+  // or empty file. REQUIRES: every >= 1.
   static absl::StatusOr<std::unique_ptr<MetricsCsv>> Open(const std::string& path, int every);
   ~MetricsCsv();
 
@@ -37,7 +39,7 @@ class MetricsCsv {
   FILE* file_;  // null once closed
   const int every_;
   const absl::Time start_;
-  bool write_failed_ = false;
+  int write_errno_ = 0;  // the first failed write's errno; 0: none
 };
 
 }  // namespace psync

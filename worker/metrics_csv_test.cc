@@ -55,6 +55,16 @@ TEST(MetricsCsvTest, RowsEveryNStepsAndPerEpoch) {
   EXPECT_EQ(rows[2].rfind("step,1,4,", 0), 0u) << rows[2];
   EXPECT_NE(rows[3].find(",0.500000,0.750000,,,6400.0"), std::string::npos) << rows[3];
   EXPECT_NE(rows[4].find(",0.25,0.9,6400.0"), std::string::npos) << rows[4];
+
+  // A restarted worker 0 appends, without a second header.
+  auto again = MetricsCsv::Open(path, 2);
+  ASSERT_TRUE(again.ok()) << again.status();
+  (*again)->AddEpoch(e);
+  ASSERT_TRUE((*again)->Close().ok());
+  const std::string appended = Read(path);
+  EXPECT_EQ(appended.rfind(text, 0), 0u) << appended;
+  EXPECT_EQ(appended.find("kind,", 1), std::string::npos) << appended;
+  EXPECT_EQ(appended.size() > text.size(), true);
 }
 
 TEST(MetricsCsvTest, AnUnwritablePathFailsAtOpenNamingIt) {

@@ -159,7 +159,10 @@ class ParameterService final : public grpc::Service {
     resp->set_ready(s.ready);
     for (int w : s.workers) resp->add_registered_workers(w);
     for (int w : s.waiting_for) resp->add_waiting_for(w);
-    if (!s.waiting_for.empty()) resp->set_waiting_since_unix_ms(absl::ToUnixMillis(s.waiting_since));
+    if (!s.waiting_for.empty()) {
+      resp->set_waiting_since_unix_ms(absl::ToUnixMillis(s.waiting_since));
+      resp->set_waiting_ms(absl::ToInt64Milliseconds(absl::Now() - s.waiting_since));
+    }
     resp->set_checkpoints_on(newest_checkpoint_ != nullptr);
     resp->set_newest_checkpoint(newest_checkpoint_ != nullptr ? newest_checkpoint_() : -1);
     resp->set_incarnation(incarnation_);

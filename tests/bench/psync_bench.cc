@@ -107,16 +107,6 @@ double MedianRatio(const Runs& a, const Runs& b) {
 
 void SleepMs(double ms) { absl::SleepFor(absl::Microseconds(static_cast<int64_t>(ms * 1000))); }
 
-// The security section of the throwaway PKI MakeThrowawayPki wrote in `dir`.
-proto::SecurityConfig PkiIn(const std::string& dir) {
-  proto::SecurityConfig s;
-  s.set_tls_cert(dir + "/node.pem");
-  s.set_tls_key(dir + "/node.key");
-  s.set_tls_ca(dir + "/ca.pem");
-  s.set_auth_token_file(dir + "/token");
-  return s;
-}
-
 // ---- client role: one worker's steps, printed as "PHASE name t1 t2 ..." ----
 
 absl::Status RunClient() {
@@ -129,7 +119,7 @@ absl::Status RunClient() {
   o.max_request_bytes = absl::GetFlag(FLAGS_request_kb) << 10;
   if (!absl::GetFlag(FLAGS_tls_dir).empty()) {
     PSYNC_ASSIGN_OR_RETURN(o.security,
-                           LoadPeerSecurity(PkiIn(absl::GetFlag(FLAGS_tls_dir))));
+                           LoadPeerSecurity(ThrowawayPkiIn(absl::GetFlag(FLAGS_tls_dir))));
   }
   PSYNC_ASSIGN_OR_RETURN(auto client, CreateGrpcPsClient(layout, o));
   PSYNC_ASSIGN_OR_RETURN(int64_t step, client->Register());
@@ -240,7 +230,7 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
         absl::StrCat("--deterministic=", absl::GetFlag(FLAGS_deterministic)),
         absl::StrCat("--port=", ports[i]), "--servers=" + absl::StrJoin(addresses, ",")};
     if (!tls_dir.empty()) {
-      const proto::SecurityConfig s = PkiIn(tls_dir);
+      const proto::SecurityConfig s = ThrowawayPkiIn(tls_dir);
       argv.insert(argv.end(), {"--tls_cert=" + s.tls_cert(), "--tls_key=" + s.tls_key(),
                                "--tls_ca=" + s.tls_ca(),
                                "--auth_token_file=" + s.auth_token_file()});

@@ -21,16 +21,21 @@ dir=${keep:-$(mktemp -d)}
 [[ -n "$keep" ]] || trap 'rm -rf "$dir"' EXIT
 mkdir -p "$dir"
 umask 077
+# openssl, quiet unless it fails (stdout is the Secret).
+quiet() {
+  local out
+  if ! out=$("$@" 2>&1); then echo "make_security_secret: $* failed: $out" >&2; exit 1; fi
+}
 ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
-openssl req -x509 "${ec[@]}" -keyout "$dir/ca.key" -out "$dir/ca.crt" -days 365 \
-  -subj "/CN=psync CA" 2>/dev/null
-openssl req "${ec[@]}" -keyout "$dir/tls.key" -out "$dir/tls.csr" -subj "/CN=psync" 2>/dev/null
+quiet openssl req -x509 "${ec[@]}" -keyout "$dir/ca.key" -out "$dir/ca.crt" -days 365 \
+  -subj "/CN=psync CA"
+quiet openssl req "${ec[@]}" -keyout "$dir/tls.key" -out "$dir/tls.csr" -subj "/CN=psync"
 names="DNS:localhost,IP:127.0.0.1"
 for ((i = 0; i < max_servers; i++)); do names+=",DNS:psync-server-$i.psync-server"; done
 echo "subjectAltName=$names" >"$dir/san.ext"
-openssl x509 -req -in "$dir/tls.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
-  -out "$dir/tls.crt" -days 365 -extfile "$dir/san.ext" 2>/dev/null
-openssl rand -hex 32 >"$dir/token"
+quiet openssl x509 -req -in "$dir/tls.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+  -CAcreateserial -out "$dir/tls.crt" -days 365 -extfile "$dir/san.ext"
+quiet openssl rand -hex -out "$dir/token" 32
 kubectl create secret generic psync-security --namespace="$namespace" --dry-run=client -o yaml \
   --from-file=tls.crt="$dir/tls.crt" --from-file=tls.key="$dir/tls.key" \
   --from-file=ca.crt="$dir/ca.crt" --from-file=token="$dir/token"

@@ -164,6 +164,8 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   check.Expect("worker_lease_ms", to.worker_lease_ms() <= to.peer_timeout_s() * int64_t{1000},
                "at most timeouts.peer_timeout_s");
   check.Expect("metrics_csv_every", c.output().metrics_csv_every() >= 1, ">= 1");
+  check.Expect("trace_steps", c.output().trace_steps() >= 1 && c.output().trace_steps() <= 10000,
+               "1..10000 (a trace is kept in memory until the end)");
   const proto::ServerConfig& s = c.server();
   check.Expect("port", s.port() >= 0 && s.port() <= 65535, "0..65535 (0: a free one)");
   check.Expect("host", !s.host().empty(), "an address to listen on");

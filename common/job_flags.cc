@@ -58,6 +58,10 @@ ABSL_FLAG(std::string, summary, "", "Worker 0 writes a JSON summary of the run h
 ABSL_FLAG(std::string, metrics_csv, "",
           "Worker 0 writes training curves here (CSV: a row per step and per epoch).");
 ABSL_FLAG(int32_t, metrics_csv_every, 1, "A --metrics_csv row every this many steps.");
+ABSL_FLAG(std::string, trace, "",
+          "Chrome trace-event JSON of the first --trace_steps steps: worker 0's, or every "
+          "worker's when the path holds {rank}.");
+ABSL_FLAG(int32_t, trace_steps, 20, "Steps --trace records.");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address a server listens on (0.0.0.0 for all).");
 ABSL_FLAG(int32_t, port, 0, "Port a server listens on; 0 picks a free one.");
 ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");

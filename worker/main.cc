@@ -10,6 +10,8 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -33,6 +35,7 @@
 #include "worker/gpu/gpu.h"
 #include "worker/metrics_csv.h"
 #include "worker/model.h"
+#include "worker/trace.h"
 #include "worker/ps_client.h"
 #include "worker/rpc/grpc_ps_client.h"
 #include "worker/trainer.h"
@@ -259,6 +262,16 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
     }
     if (!summary.empty()) PSYNC_RETURN_IF_ERROR(BadConfig(CheckOutputPath("--summary", summary)));
   }
+  // {rank}: every worker writes its own trace; otherwise worker 0 does.
+  std::string trace_path = c.output().trace();
+  const bool per_rank_trace = absl::StrContains(trace_path, "{rank}");
+  trace_path = absl::StrReplaceAll(trace_path, {{"{rank}", absl::StrCat(options.worker_rank)}});
+  std::unique_ptr<Tracer> tracer;
+  if (!trace_path.empty() && (per_rank_trace || options.worker_rank == 0)) {
+    PSYNC_RETURN_IF_ERROR(BadConfig(CheckOutputPath("--trace", trace_path)));
+    tracer = std::make_unique<Tracer>(options.worker_rank, c.output().trace_steps());
+    options.tracer = tracer.get();
+  }
   std::unique_ptr<MetricsCsv> curves;
   if (options.worker_rank == 0 && !c.output().metrics_csv().empty()) {
     PSYNC_RETURN_IF_ERROR(
@@ -301,6 +314,7 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   if (!security.ok()) return BadConfig(security.status());
   client_options.security = *std::move(security);
   client_options.server_addresses = servers;
+  client_options.tracer = tracer.get();
   client_options.worker_rank = options.worker_rank;
   client_options.num_workers = options.num_workers;
   client_options.call_timeout = absl::Seconds(c.timeouts().rpc_timeout_s());
@@ -362,6 +376,11 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   TrainResult& result = *trained;
   LOG(INFO) << "worker " << options.worker_rank << " finished " << result.steps << " steps, "
             << static_cast<int64_t>(result.samples_per_sec) << " samples/s";
+  if (tracer != nullptr) {
+    PSYNC_RETURN_IF_ERROR(tracer->Write(trace_path));
+    LOG(INFO) << "worker " << options.worker_rank << ": wrote the trace of the first "
+              << c.output().trace_steps() << " steps to " << trace_path;
+  }
   if (curves != nullptr) PSYNC_RETURN_IF_ERROR(curves->Close());
   if (!rank0) return absl::OkStatus();
 

@@ -138,8 +138,13 @@ absl::Status Trainer::RunPush(const PushJob& job) {
   const int64_t count = tensor_offsets_[job.end] - offset;
   std::vector<float*> grads(devices);
   for (int d = 0; d < devices; ++d) grads[d] = device_grads_[d].get() + offset;
-  PSYNC_RETURN_IF_ERROR(
-      reducer_->Reduce(job.first, job.end, grads, count, host_grads_.get() + offset));
+  const std::string tensors = absl::StrCat("tensors ", job.first, "..", job.end - 1);
+  {
+    TraceSpan span(options_.tracer, job.step, "reduce", "reduce " + tensors);
+    PSYNC_RETURN_IF_ERROR(
+        reducer_->Reduce(job.first, job.end, grads, count, host_grads_.get() + offset));
+  }
+  TraceSpan span(options_.tracer, job.step, "reduce", "start push-pull " + tensors);
   return client_->StartPushPull(job.step, job.samples, job.first, job.end, host_grads_.get(),
                                 host_weights_.get());
 }
@@ -220,8 +225,11 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
     }
   };
 
+  TraceSpan step_span(options_.tracer, step, "step", absl::StrCat("step ", step));
   std::vector<absl::StatusOr<BatchStats>> results(devices, BatchStats{});
   ParallelFor(devices, [&](int d) {
+    TraceSpan device_span(options_.tracer, step, absl::StrCat("device ", d),
+                          "forward + backward");
     float* inputs = device_inputs_[d].data();
     uint8_t* labels = device_labels_[d].data();
     for (int64_t k = begin[d]; k < end[d]; ++k) {
@@ -258,9 +266,14 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
   }
   // Drain and wait even after an error: calls in flight still read our
   // buffers.
-  absl::Status pushed = DrainPushes();
-  absl::Status waited = client_->Wait();
+  absl::Status pushed, waited;
+  {
+    TraceSpan wait_span(options_.tracer, step, "step", "wait for the servers");
+    pushed = DrainPushes();
+    waited = client_->Wait();
+  }
   for (const absl::Status& s : {status, mark_status, pushed, waited}) PSYNC_RETURN_IF_ERROR(s);
+  TraceSpan broadcast_span(options_.tracer, step, "step", "broadcast weights");
   PSYNC_RETURN_IF_ERROR(
       reducer_->Broadcast(host_weights_.get(), num_params_, DeviceWeights()));
   return total;
@@ -343,6 +356,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
       if (permutation.empty() || in_epoch == 0) {
         permutation = EpochPermutation(train_->size, options_.seed, epoch);
       }
+      if (options_.tracer != nullptr) options_.tracer->BeginStep(step);
       const absl::Time t0 = absl::Now();
       absl::StatusOr<BatchStats> stats = Step(step, permutation);
       if (absl::IsAborted(stats.status())) {

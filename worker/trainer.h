@@ -17,6 +17,7 @@
 #include "worker/data/sharding.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
+#include "worker/trace.h"
 #include "worker/reducer.h"
 
 namespace psync {
@@ -38,6 +39,8 @@ struct TrainerOptions {
   // Relative speeds of this worker's devices (one per device); empty means
   // equal. Faster devices take proportionally more of each step's samples.
   std::vector<double> device_weights;
+  // If set, the steps' timeline is recorded there (not owned; outlives Run).
+  Tracer* tracer = nullptr;
 
   absl::Status Validate() const;
   // Steps of the whole run: max_steps, or epochs of `steps_per_epoch`.

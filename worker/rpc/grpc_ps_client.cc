@@ -62,6 +62,7 @@ struct ChunkCall {
   std::vector<int32_t> chunk_ids;
   float* weights = nullptr;
   absl::Time deadline;
+  absl::Time launched;  // for the trace
   grpc::CompletionQueue* cq = nullptr;  // whose thread drives this call
   // Built once; for a push its payload slices point at the caller's
   // gradients, which stay valid until Wait() returns.
@@ -355,7 +356,8 @@ class GrpcPsClient final : public PsClient {
     call->version = version;
     call->chunk_ids = std::move(ids);
     call->weights = weights;
-    call->deadline = absl::Now() + options_.call_timeout;
+    call->launched = absl::Now();
+    call->deadline = call->launched + options_.call_timeout;
     call->request = std::move(request);
     call->cq = defer ? &cq_ : &inline_cq_;
     ChunkCall& started = *call;
@@ -406,7 +408,16 @@ class GrpcPsClient final : public PsClient {
       Issue(call);
       return std::nullopt;
     }
-    if (call.status.ok()) return CopyWeights(call);
+    if (call.status.ok()) {
+      // A push-pull for step s expects version s + 1.
+      if (options_.tracer != nullptr && call.method == kPushPullMethod) {
+        options_.tracer->Add(call.version - 1, absl::StrCat("server ", call.server),
+                             absl::StrCat("push-pull chunks ", call.chunk_ids.front(), "..",
+                                          call.chunk_ids.back()),
+                             call.launched, absl::Now());
+      }
+      return CopyWeights(call);
+    }
     if (cancelled_.load()) return absl::CancelledError(absl::StrCat(call.op, ": cancelled"));
     if (Retryable(call.status.error_code()) && absl::Now() + kRetryBackoff < call.deadline) {
       call.issue_alarm.Set(call.cq, absl::ToChronoTime(absl::Now() + kRetryBackoff),

@@ -13,6 +13,7 @@
 #include "common/security.h"
 #include "common/training_shape.h"
 #include "worker/ps_client.h"
+#include "worker/trace.h"
 
 namespace psync {
 
@@ -38,6 +39,8 @@ struct GrpcPsClientOptions {
   int64_t max_request_bytes = 64 << 20;
   // TLS and the token on every call (see common/security.h).
   PeerSecurity security;
+  // If set, each push-pull call to a server is recorded (not owned).
+  Tracer* tracer = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<PsClient>> CreateGrpcPsClient(const Layout& layout,

@@ -96,6 +96,14 @@ int PrintStatus(const std::vector<std::string>& addresses, const PeerSecurity& s
                                         " (--stall_s=", absl::GetFlag(FLAGS_stall_s), ")"));
       }
     }
+    // Nobody may be pushing at all: a worker that died and stayed away.
+    const absl::Duration missing = absl::Milliseconds(s.missing_ms());
+    if (s.missing_workers_size() > 0 && missing > stall) {
+      problems.push_back(absl::StrCat("stalled: worker(s) ", Ranks(s.missing_workers()),
+                                      " registered with server ", i, " and have been silent for ",
+                                      absl::FormatDuration(absl::Trunc(missing, absl::Seconds(1))),
+                                      " (--stall_s=", absl::GetFlag(FLAGS_stall_s), ")"));
+    }
     const std::string checkpoint =
         !s.checkpoints_on() ? "off"
                             : (s.newest_checkpoint() < 0 ? "none" : absl::StrCat(s.newest_checkpoint()));

@@ -771,9 +771,13 @@ StoreStatus ShardStore::GetStatus() const {
     shard = shard_;
     const int64_t now_ms = UnixMs(absl::Now());
     for (int w = 0; w < options_.num_workers; ++w) {
-      if (sessions_[w] != 0 &&
-          absl::Milliseconds(now_ms - last_seen_ms_[w].load()) < options_.worker_lease) {
+      if (sessions_[w] == 0) continue;
+      const absl::Duration silent = absl::Milliseconds(now_ms - last_seen_ms_[w].load());
+      if (silent < options_.worker_lease) {
         status.workers.push_back(w);
+      } else if (done_[w] == 0) {  // gone before the end of its training
+        status.missing.push_back(w);
+        status.missing_for = std::max(status.missing_for, silent);
       }
     }
   }

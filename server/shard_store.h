@@ -130,6 +130,10 @@ struct StoreStatus {
   int64_t bytes = 0;
   // Workers registered and heard from within their lease, ascending.
   std::vector<int> workers;
+  // Workers that registered, have not finished, and have been silent past
+  // their lease, and the longest silence among them.
+  std::vector<int> missing;
+  absl::Duration missing_for;
   // As HeartbeatResult's.
   std::vector<int> waiting_for;
   absl::Time waiting_since = absl::InfinitePast();

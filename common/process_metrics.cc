@@ -1,0 +1,79 @@
+#include "common/process_metrics.h"
+
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace psync {
+namespace {
+
+std::string LimitText(rlim_t v) {
+  return v == RLIM_INFINITY ? std::string("unlimited") : absl::StrCat(v);
+}
+
+int64_t OpenFileCount() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int64_t n = 0;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n - 1;  // the descriptor of `dir` itself
+}
+
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return -1;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+}  // namespace
+
+std::string RaiseOpenFileLimit() {
+  rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    return absl::StrCat("cannot read the open-file limit: ", std::strerror(errno));
+  }
+  const rlim_t was = limit.rlim_cur;
+  if (was == limit.rlim_max) {
+    return absl::StrCat("open-file limit ", LimitText(was), " (already the hard limit)");
+  }
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    return absl::StrCat("open-file limit ", LimitText(was), "; raising it to the hard limit ",
+                        LimitText(limit.rlim_max), " failed: ", std::strerror(errno));
+  }
+  return absl::StrCat("raised the open-file limit from ", LimitText(was),
+                      " to the hard limit ", LimitText(limit.rlim_max));
+}
+
+void AddProcessMetrics(MetricRegistry* registry) {
+  registry
+      ->GetGauge("process_start_time_seconds",
+                 "Start time of the process since the Unix epoch in seconds (changes at every "
+                 "restart).")
+      ->Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  Gauge* open = registry->GetGauge("process_open_fds", "Number of open file descriptors.");
+  Gauge* max = registry->GetGauge("process_max_fds", "Maximum number of open file descriptors.");
+  Gauge* resident =
+      registry->GetGauge("process_resident_memory_bytes", "Resident memory size in bytes.");
+  registry->OnRender([open, max, resident] {
+    open->Set(static_cast<double>(OpenFileCount()));
+    rlimit limit;
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+      max->Set(limit.rlim_cur == RLIM_INFINITY ? -1 : static_cast<double>(limit.rlim_cur));
+    }
+    resident->Set(static_cast<double>(ResidentBytes()));
+  });
+}
+
+}  // namespace psync

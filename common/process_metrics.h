@@ -1,0 +1,25 @@
+// This process's file-descriptor limit, and the standard process_* metrics
+// Prometheus client libraries export (start time, open and maximum file
+// descriptors, resident memory).
+#ifndef PSYNC_COMMON_PROCESS_METRICS_H_
+#define PSYNC_COMMON_PROCESS_METRICS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "common/metrics.h"
+
+namespace psync {
+
+// Raises the soft RLIMIT_NOFILE to the hard limit (idle connections each
+// hold a descriptor, and running out stops a gRPC listener for good).
+// Returns a line for the log saying what the limits were and are.
+std::string RaiseOpenFileLimit();
+
+// Registers process_start_time_seconds (now), process_open_fds,
+// process_max_fds and process_resident_memory_bytes, read at each scrape.
+void AddProcessMetrics(MetricRegistry* registry);
+
+}  // namespace psync
+
+#endif  // PSYNC_COMMON_PROCESS_METRICS_H_

@@ -1,0 +1,41 @@
+#include "common/process_metrics.h"
+
+#include <sys/resource.h>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace psync {
+namespace {
+
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+
+TEST(ProcessMetricsTest, RaisesTheSoftOpenFileLimitToTheHardOne) {
+  rlimit limit;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  if (limit.rlim_max < 128) GTEST_SKIP() << "hard limit too low to test";
+  limit.rlim_cur = 64;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &limit), 0);
+  EXPECT_EQ(RaiseOpenFileLimit(),
+            absl::StrCat("raised the open-file limit from 64 to the hard limit ",
+                         limit.rlim_max == RLIM_INFINITY ? std::string("unlimited")
+                                                         : absl::StrCat(limit.rlim_max)));
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  EXPECT_EQ(limit.rlim_cur, limit.rlim_max);
+  EXPECT_THAT(RaiseOpenFileLimit(), HasSubstr("(already the hard limit)"));
+}
+
+TEST(ProcessMetricsTest, ExportsTheStandardProcessMetrics) {
+  MetricRegistry registry;
+  AddProcessMetrics(&registry);
+  const std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("# TYPE process_start_time_seconds gauge\n"));
+  EXPECT_THAT(text, ContainsRegex("\nprocess_open_fds [1-9][0-9]*\n"));
+  EXPECT_THAT(text, ContainsRegex("\nprocess_max_fds [1-9][0-9]*\n"));
+  EXPECT_THAT(text, ContainsRegex("\nprocess_resident_memory_bytes [1-9][0-9]*\n"));
+}
+
+}  // namespace
+}  // namespace psync

@@ -163,6 +163,8 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   check.Expect("worker_lease_ms", to.worker_lease_ms() >= 100, ">= 100");
   check.Expect("worker_lease_ms", to.worker_lease_ms() <= to.peer_timeout_s() * int64_t{1000},
                "at most timeouts.peer_timeout_s");
+  check.Expect("handshake_timeout_s", to.handshake_timeout_s() >= 1, ">= 1");
+  check.Expect("idle_timeout_s", to.idle_timeout_s() >= 1, ">= 1");
   check.Expect("metrics_csv_every", c.output().metrics_csv_every() >= 1, ">= 1");
   check.Expect("trace_steps", c.output().trace_steps() >= 1 && c.output().trace_steps() <= 10000,
                "1..10000 (a trace is kept in memory until the end)");
@@ -175,6 +177,16 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                "0..65535 (0: none)");
   check.Expect("health_port", s.health_port() == 0 || s.health_port() != s.port(),
                "another port than server.port");
+  const proto::ObservabilityConfig& ob = c.observability();
+  check.Expect("metrics_port", ob.metrics_port() >= 0 && ob.metrics_port() <= 65535,
+               "0..65535 (0: off)");
+  check.Expect("metrics_port",
+               ob.metrics_port() == 0 ||
+                   (ob.metrics_port() != s.port() && ob.metrics_port() != s.health_port()),
+               "another port than server.port and server.health_port");
+  check.Expect("metrics_host", !ob.metrics_host().empty(), "an address to listen on");
+  check.Expect("log_format", ob.log_format() == "text" || ob.log_format() == "json",
+               "text or json");
   const proto::SecurityConfig& sec = c.security();
   check.Expect("tls_key", sec.tls_cert().empty() == sec.tls_key().empty(),
                "a key exactly when security.tls_cert is set");

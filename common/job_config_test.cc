@@ -56,6 +56,17 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
             "job.pbtxt:1: server.health_port is 7070, expected another port than server.port");
   EXPECT_THAT(Load("server { health_port: 70000 }").status().message(),
               HasSubstr("server.health_port is 70000, expected 0..65535"));
+  EXPECT_EQ(Load("observability { log_format: \"xml\" }").status().message(),
+            "job.pbtxt:1: observability.log_format is \"xml\", expected text or json");
+  EXPECT_THAT(Load("server { health_port: 9100 }\nobservability { metrics_port: 9100 }")
+                  .status()
+                  .message(),
+              HasSubstr("job.pbtxt:2: observability.metrics_port is 9100, expected another port "
+                        "than server.port and server.health_port"));
+  EXPECT_THAT(Load("observability { metrics_port: -1 }").status().message(),
+              HasSubstr("observability.metrics_port is -1, expected 0..65535 (0: off)"));
+  EXPECT_THAT(Load("timeouts { idle_timeout_s: 0 }").status().message(),
+              HasSubstr("timeouts.idle_timeout_s is 0, expected >= 1"));
   EXPECT_THAT(Load("output { metrics_csv_every: 0 }").status().message(),
               HasSubstr("output.metrics_csv_every is 0, expected >= 1"));
 }

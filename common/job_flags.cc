@@ -53,6 +53,9 @@ ABSL_FLAG(int32_t, stop_grace_s, 5,
           "On SIGTERM a worker abandons a step not finished within this many seconds.");
 ABSL_FLAG(int32_t, worker_lease_ms, 1000,
           "A worker silent this long is missing; a restarted worker may take its rank.");
+ABSL_FLAG(int32_t, handshake_timeout_s, 10,
+          "A server closes a connection whose TLS/HTTP2 handshake is not done by then.");
+ABSL_FLAG(int32_t, idle_timeout_s, 60, "A server closes a connection with no call for this long.");
 ABSL_FLAG(std::string, export_path, "", "Worker 0 writes the final weights here (safetensors).");
 ABSL_FLAG(std::string, summary, "", "Worker 0 writes a JSON summary of the run here.");
 ABSL_FLAG(std::string, metrics_csv, "",
@@ -76,6 +79,12 @@ ABSL_FLAG(std::string, tls_ca, "",
           "signed by it (mutual TLS).");
 ABSL_FLAG(std::string, auth_token_file, "",
           "File holding the token every RPC carries and every server requires.");
+ABSL_FLAG(int32_t, metrics_port, 0,
+          "Prometheus metrics on http://metrics_host:metrics_port/metrics; 0: off (psync_launch: "
+          "the first of consecutive ports, servers first).");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "Address the metrics endpoint listens on (0.0.0.0 for all).");
+ABSL_FLAG(std::string, log_format, "text", "Log lines on stderr: text or json.");
 
 namespace psync {
 namespace {

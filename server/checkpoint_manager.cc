@@ -235,6 +235,18 @@ int64_t CheckpointManager::written() const {
   return written_;
 }
 
+absl::Time CheckpointManager::NewestWriteTime() const {
+  std::string path;
+  {
+    absl::MutexLock lock(&mu_);
+    if (candidates_.empty() || candidates_.front().files.empty()) return absl::InfinitePast();
+    path = candidates_.front().files.front();
+  }
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return absl::InfinitePast();
+  return absl::TimeFromTimespec(st.st_mtim);
+}
+
 int64_t CheckpointManager::failed() const {
   absl::MutexLock lock(&mu_);
   return failed_;

@@ -63,6 +63,9 @@ class CheckpointManager {
 
   int64_t written() const;
   int64_t failed() const;
+  // When the newest restorable version's file was last modified;
+  // InfinitePast when there is none (or it cannot be read).
+  absl::Time NewestWriteTime() const;
 
  private:
   explicit CheckpointManager(CheckpointManagerOptions options);

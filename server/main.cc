@@ -7,20 +7,27 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/flags_help.h"
+#include "common/http/metrics_http.h"
 #include "common/incarnation.h"
 #include "common/job_config.h"
 #include "common/job_flags.h"
+#include "common/logging.h"
+#include "common/metrics.h"
 #include "common/output_path.h"
+#include "common/process_metrics.h"
 #include "common/security.h"
 #include "common/status_macros.h"
 #include "common/malloc_tuning.h"
 #include "glog/logging.h"
 #include "server/checkpoint_manager.h"
 #include "server/coordinator.h"
+#include "server/listener_watch.h"
 #include "server/membership.h"
 #include "server/rpc/coordinator_client.h"
 #include "server/rpc/grpc_server.h"
+#include "server/server_metrics.h"
 #include "server/shard_store.h"
 
 // The job's settings (--config and a flag per field) are in
@@ -59,11 +66,16 @@ int Run() {
     return 2;
   }
   const proto::JobConfig& config = loaded->config;
+  SetLogFormat(*ParseLogFormat(config.observability().log_format()));  // validated
   auto options = StoreOptions(config);
   if (!options.ok()) {
     LOG(ERROR) << "bad flags: " << options.status().message();
     return 2;
   }
+  SetLogRank(options->server_rank);
+  LOG(INFO) << "server " << options->server_rank << " starting; configuration: "
+            << config.ShortDebugString();
+  LOG(INFO) << "server " << options->server_rank << ": " << RaiseOpenFileLimit();
 
   // Block the stop signals in every thread (gRPC's inherit this mask) so the
   // main thread alone receives them through sigwait.
@@ -133,7 +145,18 @@ int Run() {
     join = CreateGrpcJoinFn(addresses[0], options->num_servers, absl::Seconds(2), *security);
   }
 
+  MetricRegistry metrics;
+  AddProcessMetrics(&metrics);
+  AddServerMetrics(&metrics, store->get(), checkpoints.get());
+  Gauge* listener_stuck = metrics.GetGauge(
+      "psync_server_listener_stuck",
+      "1 while a listening port has had connections waiting to be accepted for 5 s: it no "
+      "longer accepts (the health service then answers NOT_SERVING).");
+
   GrpcServerOptions server_options;
+  server_options.metrics = &metrics;
+  server_options.handshake_timeout = absl::Seconds(config.timeouts().handshake_timeout_s());
+  server_options.idle_timeout = absl::Seconds(config.timeouts().idle_timeout_s());
   server_options.address = absl::StrCat(config.server().host(), ":", config.server().port());
   server_options.max_pull_wait = absl::Seconds(config.timeouts().pull_timeout_s());
   server_options.coordinator = coordinator.get();
@@ -170,6 +193,20 @@ int Run() {
                     ? absl::StrCat(", health service also on :", (*server)->health_port())
                     : std::string())
             << ")";
+  std::unique_ptr<MetricsHttpServer> metrics_http;
+  const proto::ObservabilityConfig& observability = config.observability();
+  if (observability.metrics_port() > 0) {
+    auto started =
+        MetricsHttpServer::Start(&metrics, observability.metrics_host(), observability.metrics_port());
+    if (!started.ok()) {
+      LOG(ERROR) << "server " << options->server_rank << ": " << started.status().message();
+      (*server)->Shutdown(absl::Now());
+      return 1;
+    }
+    metrics_http = std::move(*started);
+    LOG(INFO) << "server " << options->server_rank << ": metrics on http://"
+              << observability.metrics_host() << ":" << metrics_http->port() << "/metrics";
+  }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     absl::Status written =
@@ -184,6 +221,13 @@ int Run() {
                         incarnation);
   membership.Start();
 
+  // A listener that stops accepting (descriptors ran out) cannot recover in
+  // gRPC 1.51: say so, and fail the liveness probe so the pod is restarted.
+  std::vector<int> listening = {(*server)->port()};
+  if ((*server)->health_port() > 0) listening.push_back((*server)->health_port());
+  ListenerWatch listener_watch(listening, absl::Seconds(5));
+  bool stuck = false;
+
   // Until a stop signal, or until a missing worker fails the job.
   int exit_code = 0;
   int signal = 0;
@@ -191,6 +235,22 @@ int Run() {
   while (true) {
     signal = sigtimedwait(&stop_signals, nullptr, &slice);
     if (signal > 0) break;
+    const std::vector<std::string> stuck_ports = listener_watch.Check(absl::Now());
+    if (stuck_ports.empty() == stuck) {
+      stuck = !stuck;
+      listener_stuck->Set(stuck ? 1 : 0);
+      (*server)->SetServing(!stuck);
+      if (stuck) {
+        LOG(ERROR) << "server " << options->server_rank << ": port "
+                   << absl::StrJoin(stuck_ports, ", ")
+                   << " no longer accepts connections (were file descriptors exhausted? see "
+                      "process_open_fds); health is NOT_SERVING so that the liveness probe "
+                      "restarts this server";
+      } else {
+        LOG(INFO) << "server " << options->server_rank
+                  << ": accepting connections again; health is SERVING";
+      }
+    }
     absl::Status peers = (*store)->CheckPeers();
     if (!peers.ok()) {
       LOG(ERROR) << "server " << options->server_rank << ": " << peers.message();
@@ -229,7 +289,6 @@ int main(int argc, char** argv) {
   if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
   absl::ParseCommandLine(argc, argv);
   psync::KeepLargeAllocationsInHeap();
-  google::InitGoogleLogging(argv[0]);
-  FLAGS_logtostderr = true;
+  psync::InitLogging(argv[0], "server");
   return psync::Run();
 }

@@ -649,6 +649,7 @@ void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state)
     shard_ = std::move(fresh);
     owned_chunks_ = shard_ == nullptr ? 0 : static_cast<int>(shard_->owned.size());
     generation_ = generation;
+    generation_start_version_ = state.has_value() ? state->version : 0;
     ready_ = false;
     std::fill(sessions_.begin(), sessions_.end(), 0);
     std::fill(done_.begin(), done_.end(), 0);
@@ -768,6 +769,7 @@ StoreStatus ShardStore::GetStatus() const {
     absl::ReaderMutexLock lock(&mu_);
     status.ready = ready_;
     status.generation = generation_;
+    status.generation_start_version = generation_start_version_;
     shard = shard_;
     const int64_t now_ms = UnixMs(absl::Now());
     for (int w = 0; w < options_.num_workers; ++w) {

@@ -126,6 +126,8 @@ struct StoreStatus {
   uint64_t fingerprint = 0;
   int64_t version = 0;
   int64_t generation = 0;
+  // The version this generation started from (a restored checkpoint's, or 0).
+  int64_t generation_start_version = 0;
   int num_chunks = 0;
   int64_t bytes = 0;
   // Workers registered and heard from within their lease, ascending.
@@ -271,6 +273,7 @@ class ShardStore {
   // generation; requests in flight keep theirs alive.
   std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t generation_start_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(mu_);      // 0: none
   std::vector<uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // holder of each rank

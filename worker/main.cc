@@ -18,8 +18,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/types/optional.h"
 #include "common/flags_help.h"
+#include "common/http/metrics_http.h"
 #include "common/job_config.h"
 #include "common/job_flags.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/process_metrics.h"
 #include "common/layout.h"
 #include "common/malloc_tuning.h"
 #include "common/output_path.h"
@@ -39,6 +43,7 @@
 #include "worker/ps_client.h"
 #include "worker/rpc/grpc_ps_client.h"
 #include "worker/trainer.h"
+#include "worker/worker_metrics.h"
 
 // The job's settings (--config and a flag per field) are in
 // common/job_flags.h; this is the worker's own.
@@ -282,6 +287,19 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
     curves = std::move(*opened);
   }
 
+  MetricRegistry metrics;
+  AddProcessMetrics(&metrics);
+  WorkerMetrics worker_metrics(&metrics);
+  std::unique_ptr<MetricsHttpServer> metrics_http;
+  if (c.observability().metrics_port() > 0) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started = MetricsHttpServer::Start(
+        &metrics, c.observability().metrics_host(), c.observability().metrics_port());
+    PSYNC_RETURN_IF_ERROR(started.status());  // a port taken: a restart may find it free
+    metrics_http = std::move(*started);
+    LOG(INFO) << "worker " << options.worker_rank << ": metrics on http://"
+              << c.observability().metrics_host() << ":" << metrics_http->port() << "/metrics";
+  }
+
   const std::string& model = c.training().model();
   absl::StatusOr<DeviceChoice> chosen = ChooseDevice(c.training().device(), ProbeGpus(), devices);
   if (!chosen.ok()) return BadConfig(chosen.status());  // --device=cuda without the GPUs
@@ -347,18 +365,27 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   const bool rank0 = options.worker_rank == 0;
   StopOnSignal stopper(trainer.get(), &client, options.worker_rank,
                        absl::Seconds(c.timeouts().stop_grace_s()));
+  const bool json_logs = c.observability().log_format() == "json";
   absl::StatusOr<TrainResult> trained = trainer->Run(
       [&](const EpochReport& r) {
         if (curves != nullptr) curves->AddEpoch(r);
+        worker_metrics.OnEpoch(r);
         if (!rank0) return;
-        std::printf("epoch %d step %lld loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f "
-                    "samples/s %.0f\n",
-                    r.epoch, static_cast<long long>(r.step), r.loss, r.train_accuracy,
-                    r.test_loss, r.test_accuracy, r.samples_per_sec);
+        const std::string line = absl::StrFormat(
+            "epoch %d step %lld loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f "
+            "samples/s %.0f",
+            r.epoch, static_cast<long long>(r.step), r.loss, r.train_accuracy, r.test_loss,
+            r.test_accuracy, r.samples_per_sec);
+        if (json_logs) {  // collectors read stderr; stdout would be a line of another format
+          LOG(INFO) << line;
+          return;
+        }
+        std::printf("%s\n", line.c_str());
         std::fflush(stdout);
       },
       [&](const StepReport& r) {
         if (curves != nullptr) curves->AddStep(r);
+        worker_metrics.OnStep(r);
       });
   if (absl::IsCancelled(trained.status()) && stopper.signalled()) {
     // Not 0: its work is not done. Kubernetes runs the Job's index again
@@ -414,8 +441,7 @@ int main(int argc, char** argv) {
   if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
   absl::ParseCommandLine(argc, argv);
   psync::KeepLargeAllocationsInHeap();
-  google::InitGoogleLogging(argv[0]);
-  FLAGS_logtostderr = true;
+  psync::InitLogging(argv[0], "worker");
   // Each device thread runs its own GEMMs: one BLAS thread per device keeps
   // the devices from oversubscribing the cores.
   openblas_set_num_threads(1);
@@ -425,6 +451,7 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "bad configuration: " << loaded.status().message();
     return psync::kExitBadConfig;
   }
+  psync::SetLogFormat(*psync::ParseLogFormat(loaded->config.observability().log_format()));
   absl::StatusOr<int> rank =
       psync::ResolveRank(psync::Role::kWorker, "--worker_rank", absl::GetFlag(FLAGS_worker_rank),
                          loaded->config.cluster().num_workers());
@@ -432,6 +459,10 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "bad flags: " << rank.status().message();
     return psync::kExitBadConfig;
   }
+  psync::SetLogRank(*rank);
+  LOG(INFO) << "worker " << *rank << " starting; configuration: "
+            << loaded->config.ShortDebugString();
+  LOG(INFO) << "worker " << *rank << ": " << psync::RaiseOpenFileLimit();
   // A worker stopped by a signal before its last step exits 128 + signal.
   const absl::Status s = psync::Run(loaded->config, *rank);
   const int code = psync::ExitCode(s);

@@ -141,8 +141,11 @@ absl::Status Trainer::RunPush(const PushJob& job) {
   const std::string tensors = absl::StrCat("tensors ", job.first, "..", job.end - 1);
   {
     TraceSpan span(options_.tracer, job.step, "reduce", "reduce " + tensors);
-    PSYNC_RETURN_IF_ERROR(
-        reducer_->Reduce(job.first, job.end, grads, count, host_grads_.get() + offset));
+    const absl::Time start = absl::Now();
+    absl::Status reduced =
+        reducer_->Reduce(job.first, job.end, grads, count, host_grads_.get() + offset);
+    reduce_ns_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start));
+    PSYNC_RETURN_IF_ERROR(reduced);
   }
   TraceSpan span(options_.tracer, job.step, "reduce", "start push-pull " + tensors);
   return client_->StartPushPull(job.step, job.samples, job.first, job.end, host_grads_.get(),
@@ -227,6 +230,8 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
 
   TraceSpan step_span(options_.tracer, step, "step", absl::StrCat("step ", step));
   std::vector<absl::StatusOr<BatchStats>> results(devices, BatchStats{});
+  reduce_ns_.store(0);
+  const absl::Time compute_start = absl::Now();
   ParallelFor(devices, [&](int d) {
     TraceSpan device_span(options_.tracer, step, absl::StrCat("device ", d),
                           "forward + backward");
@@ -244,6 +249,7 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
         device_weights_[d].get(), Batch{inputs, labels, end[d] - begin[d]},
         device_grads_[d].get(), report);
   });
+  compute_time_ = absl::Now() - compute_start;
   BatchStats total;
   absl::Status status;
   for (auto& r : results) {
@@ -269,13 +275,17 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
   absl::Status pushed, waited;
   {
     TraceSpan wait_span(options_.tracer, step, "step", "wait for the servers");
+    const absl::Time wait_start = absl::Now();
     pushed = DrainPushes();
     waited = client_->Wait();
+    comm_time_ = absl::Now() - wait_start;
   }
   for (const absl::Status& s : {status, mark_status, pushed, waited}) PSYNC_RETURN_IF_ERROR(s);
   TraceSpan broadcast_span(options_.tracer, step, "step", "broadcast weights");
+  const absl::Time broadcast_start = absl::Now();
   PSYNC_RETURN_IF_ERROR(
       reducer_->Broadcast(host_weights_.get(), num_params_, DeviceWeights()));
+  reduce_ns_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - broadcast_start));
   return total;
 }
 
@@ -380,6 +390,9 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
         s.accuracy = stats->count > 0 ? static_cast<double>(stats->correct) / stats->count : 0;
         s.seconds = absl::ToDoubleSeconds(dt);
         s.samples = global;
+        s.compute_seconds = absl::ToDoubleSeconds(compute_time_);
+        s.reduce_seconds = reduce_ns_.load() * 1e-9;
+        s.comm_seconds = absl::ToDoubleSeconds(comm_time_);
         on_step(s);
       }
 

@@ -67,6 +67,11 @@ struct StepReport {
   double accuracy = 0;     // this worker's training accuracy on the step
   double seconds = 0;      // the step's wall time
   int64_t samples = 0;     // global samples in the step (all workers)
+  // Where the step's time went. With overlap, reducing and communicating
+  // run during compute, so the three need not add up to `seconds`.
+  double compute_seconds = 0;  // forward and backward, all devices (wall)
+  double reduce_seconds = 0;   // summing gradients over devices, and the broadcast of weights
+  double comm_seconds = 0;     // waiting for the servers after compute
 };
 
 struct TrainResult {
@@ -164,6 +169,10 @@ class Trainer {
   bool comm_busy_ ABSL_GUARDED_BY(comm_mu_) = false;
   bool comm_stop_ ABSL_GUARDED_BY(comm_mu_) = false;
   absl::Status comm_status_ ABSL_GUARDED_BY(comm_mu_);
+  // The current step's phase times (see StepReport); reduce time is added
+  // by whichever thread reduces.
+  absl::Duration compute_time_, comm_time_;
+  std::atomic<int64_t> reduce_ns_{0};
   std::thread comm_thread_;  // started last in Create, joined by ~Trainer
 };
 

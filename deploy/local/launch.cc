@@ -217,6 +217,18 @@ class Launcher {
     PSYNC_RETURN_IF_ERROR(WriteFileAtomically("job configuration", config_path,
                                               JobConfigToText(config)));
     const std::string config_flag = absl::StrCat("--config=", config_path);
+    // JSON log lines name their process themselves and must stay JSON.
+    json_logs_ = config.observability().log_format() == "json";
+    // One host: each process gets its own metrics port, servers first.
+    const int metrics_port = config.observability().metrics_port();
+    auto metrics_flag = [metrics_port](std::vector<std::string>* argv, int offset) {
+      if (metrics_port > 0) argv->push_back(absl::StrCat("--metrics_port=", metrics_port + offset));
+    };
+    if (metrics_port > 0) {
+      std::printf("[launch] metrics: servers on ports %d..%d, workers on %d..%d (/metrics)\n",
+                  metrics_port, metrics_port + num_servers - 1, metrics_port + num_servers,
+                  metrics_port + num_servers + num_workers - 1);
+    }
     servers_.resize(num_servers);
     for (int i = 0; i < num_servers; ++i) {
       Daemon& d = servers_[i];
@@ -225,6 +237,7 @@ class Launcher {
       if (!pid_dir_.empty()) d.pid_file = absl::StrCat(pid_dir_, "/server-", i, ".pid");
       d.argv = {server_bin, config_flag, absl::StrCat("--server_rank=", i),
                 absl::StrCat("--port=", ports[i]), absl::StrCat("--port_file=", d.port_file)};
+      metrics_flag(&d.argv, i);
     }
     reserved.Release();
     for (Daemon& d : servers_) PSYNC_RETURN_IF_ERROR(Start(d));
@@ -241,6 +254,7 @@ class Launcher {
       d.name = absl::StrCat("worker ", w);
       if (!pid_dir_.empty()) d.pid_file = absl::StrCat(pid_dir_, "/worker-", w, ".pid");
       d.argv = {worker_bin, config_flag, absl::StrCat("--worker_rank=", w)};
+      metrics_flag(&d.argv, num_servers + w);
       PSYNC_RETURN_IF_ERROR(Start(d));
     }
     return WatchUntilWorkersFinish();
@@ -251,7 +265,8 @@ class Launcher {
   absl::Status Start(Daemon& d) {
     d.process.reset();  // already reaped: joins its log relay
     if (!d.port_file.empty()) std::remove(d.port_file.c_str());
-    PSYNC_ASSIGN_OR_RETURN(d.process, Subprocess::Start(d.argv, absl::StrCat("[", d.name, "] ")));
+    PSYNC_ASSIGN_OR_RETURN(
+        d.process, Subprocess::Start(d.argv, json_logs_ ? "" : absl::StrCat("[", d.name, "] ")));
     d.started = absl::Now();
     if (!d.pid_file.empty()) PSYNC_RETURN_IF_ERROR(WritePidFile(d.pid_file, d.process->pid()));
     return absl::OkStatus();
@@ -375,6 +390,7 @@ class Launcher {
   }
 
   std::string dir_;             // port files; removed at the end
+  bool json_logs_ = false;      // --log_format=json: relay lines without a prefix
   std::string checkpoint_dir_;  // absolute; kept at the end
   std::string pid_dir_;
   absl::Time deadline_;
@@ -395,6 +411,16 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   absl::StatusOr<psync::LoadedJobConfig> loaded = psync::LoadJobConfig();
   absl::Status valid = loaded.ok() ? psync::Validate(*loaded) : loaded.status();
+  const psync::proto::JobConfig* c = loaded.ok() ? &loaded->config : nullptr;
+  const int last_metrics_port = c == nullptr ? 0
+                                : c->observability().metrics_port() + c->cluster().num_servers() +
+                                      c->cluster().num_workers() - 1;
+  if (valid.ok() && c->observability().metrics_port() > 0 && last_metrics_port > 65535) {
+    valid = absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_port is ", c->observability().metrics_port(), ", expected at most ",
+        65535 - c->cluster().num_servers() - c->cluster().num_workers() + 1,
+        ": every server and worker takes the next port"));
+  }
   if (!valid.ok()) {
     std::printf("[launch] bad configuration: %s\n", std::string(valid.message()).c_str());
     return 2;

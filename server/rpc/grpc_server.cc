@@ -1,5 +1,7 @@
 #include "server/rpc/grpc_server.h"
 
+#include <array>
+#include <atomic>
 #include <deque>
 #include <type_traits>
 #include <vector>
@@ -22,6 +24,59 @@
 namespace psync {
 namespace {
 
+// One method's metrics: latency, bytes, and calls by status code (counters
+// created at the first call that ends with each code).
+class MethodMetrics {
+ public:
+  MethodMetrics(MetricRegistry* registry, const std::string& method)
+      : registry_(registry),
+        method_(method),
+        latency_(registry->GetHistogram("psync_server_request_duration_seconds",
+                                        "Time from a call's arrival to its answer (PushPull and "
+                                        "Pull include waiting for the other workers).",
+                                        LatencyBuckets(), {{"method", method}})),
+        received_(registry->GetCounter("psync_server_received_bytes_total",
+                                       "Bytes of request messages.", {{"method", method}})),
+        sent_(registry->GetCounter("psync_server_sent_bytes_total",
+                                   "Bytes of response messages.", {{"method", method}})) {}
+
+  void Record(const grpc::Status& status, absl::Duration took, size_t in, size_t out) {
+    latency_->Observe(absl::ToDoubleSeconds(took));
+    received_->Add(static_cast<double>(in));
+    if (status.ok()) sent_->Add(static_cast<double>(out));
+    const size_t code = std::min<size_t>(status.error_code(), kCodes - 1);
+    Counter* c = by_code_[code].load(std::memory_order_acquire);
+    if (c == nullptr) {
+      c = registry_->GetCounter("psync_server_requests_total", "Calls answered, by status code.",
+                                {{"method", method_}, {"code", CodeName(status.error_code())}});
+      by_code_[code].store(c, std::memory_order_release);
+    }
+    c->Add();
+  }
+
+ private:
+  static constexpr size_t kCodes = 17;
+  static std::string CodeName(grpc::StatusCode code) {
+    static const char* const kNames[kCodes] = {
+        "OK",        "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+        "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+    const int c = static_cast<int>(code);
+    return c >= 0 && c < static_cast<int>(kCodes) ? kNames[c] : absl::StrCat(c);
+  }
+
+  MetricRegistry* const registry_;
+  const std::string method_;
+  Histogram* const latency_;
+  Counter* const received_;
+  Counter* const sent_;
+  std::array<std::atomic<Counter*>, kCodes> by_code_{};
+};
+
+size_t WireSize(const grpc::ByteBuffer& b) { return b.Length(); }
+size_t WireSize(const grpc::protobuf::MessageLite& m) { return m.ByteSizeLong(); }
+
 // Registers the methods of proto::ParameterServer by hand (instead of the
 // generated Service) so that chunk payloads travel as raw gRPC byte buffers:
 // a push is decoded into views of the received slices and a pull answered
@@ -37,7 +92,15 @@ class ParameterService final : public grpc::Service {
         newest_checkpoint_(options.newest_checkpoint),
         auth_value_(options.security.token.empty()
                         ? ""
-                        : absl::StrCat(kAuthScheme, options.security.token)) {
+                        : absl::StrCat(kAuthScheme, options.security.token)),
+        metrics_(options.metrics) {
+    if (metrics_ != nullptr) {
+      pulls_waiting_ = metrics_->GetGauge(
+          "psync_server_pulls_waiting", "Pulls and push-pulls waiting for their version.");
+      registrations_ = metrics_->GetCounter(
+          "psync_server_registrations_total",
+          "Workers registered (a restarted or rejoining worker registers again).");
+    }
     Add<proto::RegisterRequest, proto::RegisterResponse>("Register", &ParameterService::Register);
     Add<grpc::ByteBuffer, grpc::ByteBuffer>("Push", &ParameterService::Push);
     Add<proto::PullRequest, grpc::ByteBuffer>("Pull", &ParameterService::Pull);
@@ -57,17 +120,23 @@ class ParameterService final : public grpc::Service {
   void Add(const char* name,
            grpc::Status (ParameterService::*method)(grpc::ServerContext*, const Req*, Resp*)) {
     names_.push_back(absl::StrCat("/psync.proto.ParameterServer/", name));
+    MethodMetrics* m = nullptr;
+    if (metrics_ != nullptr) m = &method_metrics_.emplace_back(metrics_, name);
     AddMethod(new grpc::internal::RpcServiceMethod(
         names_.back().c_str(), grpc::internal::RpcMethod::NORMAL_RPC,
         new grpc::internal::RpcMethodHandler<ParameterService, Req, Resp, Base<Req>, Base<Resp>>(
-            [method](ParameterService* service, grpc::ServerContext* ctx, const Req* req,
-                     Resp* resp) {
-              if (!service->Authorized(*ctx)) {
-                return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                                    "missing or wrong token: the job's servers require the "
-                                    "token of security.auth_token_file on every call");
-              }
-              return (service->*method)(ctx, req, resp);
+            [method, m](ParameterService* service, grpc::ServerContext* ctx, const Req* req,
+                        Resp* resp) {
+              const absl::Time start = absl::Now();
+              const grpc::Status status =
+                  service->Authorized(*ctx)
+                      ? (service->*method)(ctx, req, resp)
+                      : grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                     "missing or wrong token: the job's servers require the "
+                                     "token of security.auth_token_file on every call");
+              if (m != nullptr) m->Record(status, absl::Now() - start, WireSize(*req),
+                                          status.ok() ? WireSize(*resp) : 0);
+              return status;
             },
             this)));
   }
@@ -97,6 +166,7 @@ class ParameterService final : public grpc::Service {
     args.shape = TrainingShapeFromProto(req->shape());
     auto result = store_->Register(args);
     if (!result.ok()) return ToGrpcStatus(result.status());
+    if (registrations_ != nullptr) registrations_->Add();
     LOG(INFO) << "server " << store_->options().server_rank << ": worker "
               << req->worker_rank() << " registered (generation " << result->generation
               << ", layout " << result->fingerprint << ", " << result->chunk_ids.size()
@@ -248,11 +318,13 @@ class ParameterService final : public grpc::Service {
     const absl::Time deadline =
         std::min(absl::FromChrono(ctx->deadline()), absl::Now() + max_pull_wait_);
     WireMessageBuilder builder;
+    if (pulls_waiting_ != nullptr) pulls_waiting_->Add(1);
     absl::Status s = store_->Pull(session, worker_rank, fingerprint, version, ids, deadline,
                                   [&builder](int32_t id, int64_t v, const WeightsRef& w) {
                                     builder.AddChunk(id, proto::DTYPE_FLOAT32, v, w->data(),
                                                      w->size() * sizeof(float), w);
                                   });
+    if (pulls_waiting_ != nullptr) pulls_waiting_->Add(-1);
     if (s.ok()) *resp = builder.Build();
     return s;
   }
@@ -269,6 +341,10 @@ class ParameterService final : public grpc::Service {
   const std::function<int64_t()> newest_checkpoint_;  // null: checkpoints off
   const std::string auth_value_;  // "Bearer <token>"; empty: no token required
   std::deque<std::string> names_;  // RpcServiceMethod keeps the char pointers
+  MetricRegistry* const metrics_;  // null: no metrics
+  std::deque<MethodMetrics> method_metrics_;  // handlers keep pointers
+  Gauge* pulls_waiting_ = nullptr;
+  Counter* registrations_ = nullptr;
 };
 
 // One synchronous method, so that gRPC runs the threads that also serve
@@ -297,6 +373,8 @@ class GrpcServerImpl final : public GrpcServer {
         service_(store, options),
         security_(options.security),
         health_address_(options.health_address),
+        handshake_timeout_(options.handshake_timeout),
+        idle_timeout_(options.idle_timeout),
         max_threads_(max_threads) {}
   ~GrpcServerImpl() override { Shutdown(absl::Now()); }
 
@@ -318,6 +396,7 @@ class GrpcServerImpl final : public GrpcServer {
                                kKeepaliveTimeMs / 2);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    AddConnectionBounds(builder);
     // Each pull waiting for its version holds a thread of the synchronous
     // server; cap them, so that a flood of calls gets RESOURCE_EXHAUSTED
     // rather than exhausting the machine.
@@ -337,6 +416,7 @@ class GrpcServerImpl final : public GrpcServer {
       grpc::ServerBuilder health;
       health.AddListeningPort(health_address_, grpc::InsecureServerCredentials(), &health_port_);
       health.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+      AddConnectionBounds(health);
       health.RegisterService(&health_port_service_);
       health_server_ = health.BuildAndStart();
       if (health_server_ == nullptr || health_port_ == 0) {
@@ -351,6 +431,13 @@ class GrpcServerImpl final : public GrpcServer {
   int port() const override { return port_; }
   int health_port() const override { return health_port_; }
 
+  void SetServing(bool serving) override {
+    absl::MutexLock lock(&mu_);
+    if (stopped_ || server_ == nullptr) return;
+    server_->GetHealthCheckService()->SetServingStatus(serving);
+    if (health_server_ != nullptr) health_server_->GetHealthCheckService()->SetServingStatus(serving);
+  }
+
   void Shutdown(absl::Time deadline) override {
     absl::MutexLock lock(&mu_);
     if (stopped_ || server_ == nullptr) return;
@@ -361,10 +448,23 @@ class GrpcServerImpl final : public GrpcServer {
   }
 
  private:
+  // Descriptors are finite: a connection that never finishes its handshake
+  // or carries no call is closed after a bound, and one whose peer
+  // vanished is found by keepalive pings (every 30 s, 10 s to answer).
+  void AddConnectionBounds(grpc::ServerBuilder& builder) const {
+    builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                               static_cast<int>(absl::ToInt64Milliseconds(handshake_timeout_)));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                               static_cast<int>(absl::ToInt64Milliseconds(idle_timeout_)));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  }
+
   ShardStore* const store_;
   ParameterService service_;
   const PeerSecurity security_;
   const std::string health_address_;
+  const absl::Duration handshake_timeout_, idle_timeout_;
   const int max_threads_;
   std::unique_ptr<grpc::Server> server_;
   HealthPortService health_port_service_;

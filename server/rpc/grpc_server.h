@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "common/security.h"
 #include "server/coordinator.h"
 #include "server/shard_store.h"
@@ -37,6 +38,14 @@ struct GrpcServerOptions {
   // "host:port" of a second, plaintext listener serving only the standard
   // health service (Kubernetes' gRPC probes speak no TLS); empty: none.
   std::string health_address;
+  // Connections whose handshake has not finished within handshake_timeout,
+  // or that carry no call for idle_timeout, are closed; keepalive pings
+  // find peers that vanished.
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  absl::Duration idle_timeout = absl::Seconds(60);
+  // If set, every call is counted there (psync_server_requests_total by
+  // method and code, bytes, latency, pulls waiting). Must outlive the server.
+  MetricRegistry* metrics = nullptr;
 };
 
 // Owns the gRPC server and its threads. Thread-safe.
@@ -50,6 +59,10 @@ class GrpcServer {
   virtual int port() const = 0;
   // The health listener's port (options.health_address); 0 without one.
   virtual int health_port() const = 0;
+  // What the standard health service answers (SERVING from the start):
+  // false when this server can no longer do its job, e.g. it can no longer
+  // accept connections, so that a liveness probe fails.
+  virtual void SetServing(bool serving) = 0;
   // Stops accepting calls, wakes waiting pulls, and cancels calls still
   // running at `deadline`. Idempotent.
   virtual void Shutdown(absl::Time deadline) = 0;

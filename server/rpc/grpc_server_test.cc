@@ -60,6 +60,7 @@ class GrpcServerTest : public ::testing::Test {
     so.max_pull_wait = absl::Seconds(10);
     so.security = security;
     so.health_address = health_address;
+    so.metrics = metrics_;
     auto server = GrpcServer::Start(store_.get(), so);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -178,6 +179,7 @@ class GrpcServerTest : public ::testing::Test {
   }
 
   const Layout layout_ = TestLayout();
+  MetricRegistry* metrics_ = nullptr;  // given to the next StartServer
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<GrpcServer> server_;
@@ -443,9 +445,59 @@ TEST_F(GrpcServerTest, AHealthPortServesOnlyTheHealthService) {
   EXPECT_EQ(reply, std::string("\x08\x01", 2));
   const auto [status, unused] = RawCall("/psync.proto.ParameterServer/GetStatus", "", health);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
+
+  // A server that can no longer do its job (its listener stopped
+  // accepting) answers NOT_SERVING (field 1 = 2) on both ports, so that a
+  // liveness probe fails; and SERVING again once it recovers.
+  server_->SetServing(false);
+  for (int port : {health, server_->port()}) {
+    const auto [not_serving, answer] = RawCall("/grpc.health.v1.Health/Check", "", port);
+    ASSERT_TRUE(not_serving.ok()) << not_serving.error_message();
+    EXPECT_EQ(answer, std::string("\x08\x02", 2)) << port;
+  }
+  server_->SetServing(true);
+  EXPECT_EQ(RawCall("/grpc.health.v1.Health/Check", "", health).second, std::string("\x08\x01", 2));
   server_->Shutdown(absl::Now() + absl::Seconds(5));
   const auto [down, unused2] = RawCall("/grpc.health.v1.Health/Check", "", health);
   EXPECT_FALSE(down.ok());
+}
+
+// Every call is counted by method and status code, with its bytes and
+// latency; waiting pulls are a gauge that returns to 0.
+TEST_F(GrpcServerTest, CountsCallsByMethodAndCodeWithBytesAndLatency) {
+  MetricRegistry metrics;
+  metrics_ = &metrics;
+  PeerSecurity security;
+  security.token = "t0ken";
+  StartServer(0, 1, 64 << 20, security);
+  proto::StatusResponse status;
+  EXPECT_EQ(Call(&proto::ParameterServer::Stub::GetStatus, proto::StatusRequest(), &status)
+                .error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  auto stub = proto::ParameterServer::NewStub(CreatePeerChannel(
+      absl::StrCat("127.0.0.1:", server_->port()), security, grpc::ChannelArguments()));
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->GetStatus(&ctx, proto::StatusRequest(), &status).ok());
+  }
+  grpc::ClientContext register_ctx;
+  proto::RegisterResponse registered;
+  ASSERT_TRUE(stub->Register(&register_ctx, RegisterRequestFor(0), &registered).ok());
+  const std::string text = metrics.Render();
+  EXPECT_THAT(text, HasSubstr("psync_server_requests_total{method=\"GetStatus\",code=\"OK\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr(
+      "psync_server_requests_total{method=\"GetStatus\",code=\"UNAUTHENTICATED\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("psync_server_requests_total{method=\"Register\",code=\"OK\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("psync_server_registrations_total 1\n"));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("psync_server_received_bytes_total{method=\"Register\"} ",
+                                           RegisterRequestFor(0).ByteSizeLong(), "\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("psync_server_sent_bytes_total{method=\"GetStatus\"} ",
+                                           2 * status.ByteSizeLong(), "\n")));
+  EXPECT_THAT(text, HasSubstr(
+      "psync_server_request_duration_seconds_count{method=\"GetStatus\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("psync_server_pulls_waiting 0\n"));
+  server_.reset();
+  metrics_ = nullptr;
 }
 
 TEST_F(GrpcServerTest, JoinIsForTheCoordinatorOfTheRightClusterSize) {

@@ -59,7 +59,8 @@ timeout 120 bazel build --config=nocuda //deploy/local:psync_launch 2>&1 | tail 
 timeout 300 "$(bazel info --config=nocuda bazel-bin 2>/dev/null)/deploy/local/psync_launch" \
   --config="$work/native/job.pbtxt" "${flags[@]}" \
   --checkpoint_dir="$work/native/checkpoints" --export_path="$work/native/weights.safetensors" \
-  --summary="$work/native/summary.json" --timeout_s=280 >"$work/native.log" 2>&1
+  --summary="$work/native/summary.json" --timeout_s=280 --metrics_port=0 \
+  >"$work/native.log" 2>&1
 native=$(sha_of "$work/native/summary.json")
 [[ -n "$native" ]] || { tail -20 "$work/native.log"; result "k8s play: native run" 0; exit 1; }
 echo "native run (${flags[*]}): weights_sha256 $native"

@@ -1,5 +1,6 @@
 #include "tests/test_util.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -9,9 +10,12 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 
 namespace psync {
 
@@ -84,6 +88,24 @@ Ended RunToEnd(const std::vector<std::string>& argv) {
   return ended;
 }
 
+
+std::string HttpGet(int port, const std::string& path) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(5, 0);
+  client.set_read_timeout(10, 0);
+  auto res = client.Get(path.c_str());
+  return res && res->status == 200 ? res->body : "";
+}
+
+double MetricValue(const std::string& text, const std::string& series) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::StartsWith(line, series + " ")) {
+      double v;
+      if (absl::SimpleAtod(line.substr(series.size() + 1), &v)) return v;
+    }
+  }
+  return std::nan("");
+}
 
 std::unique_ptr<Subprocess> StartProcess(std::vector<std::string> argv, const std::string& name) {
   auto p = Subprocess::Start(std::move(argv), absl::StrCat("[", name, "] "));

@@ -30,6 +30,13 @@ std::vector<std::string> LinesWith(const std::string& text, const std::string& w
 // ("" if absent).
 std::string JsonField(const std::string& json, const std::string& key);
 
+// GET http://127.0.0.1:port/path: the body of a 200 answer, else "".
+std::string HttpGet(int port, const std::string& path);
+// The value of `series` (a metric name with its labels, e.g.
+// `psync_server_requests_total{method="Push",code="OK"}`) in Prometheus
+// exposition text; NaN when absent.
+double MetricValue(const std::string& text, const std::string& series);
+
 // Starts argv (argv[0] a path), its output echoed with prefix "[name] ";
 // a test failure and null if it cannot start.
 std::unique_ptr<Subprocess> StartProcess(std::vector<std::string> argv, const std::string& name);

@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "common/cluster_spec.h"
 #include "common/file_util.h"
+#include "common/lr_policy.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -143,6 +144,31 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   check.Expect("lr", std::isfinite(o.lr()) && o.lr() > 0, "a finite number > 0");
   check.Expect("momentum", o.momentum() >= 0 && o.momentum() < 1, "0 <= momentum < 1");
   check.Expect("weight_decay", std::isfinite(o.weight_decay()) && o.weight_decay() >= 0,
+               "a finite number >= 0");
+  check.Expect("lr_scaling",
+               o.lr_scaling() == "none" || o.lr_scaling() == "linear" || o.lr_scaling() == "sqrt",
+               "none, linear or sqrt");
+  check.Expect("base_batch", o.lr_scaling() == "none" || o.base_batch() >= 1,
+               "the global batch optimizer.lr was tuned for (>= 1), with lr_scaling");
+  check.Expect("warmup_steps", o.warmup_steps() >= 0, ">= 0");
+  check.Expect("lr_schedule",
+               o.lr_schedule() == "constant" || o.lr_schedule() == "step" ||
+                   o.lr_schedule() == "cosine",
+               "constant, step or cosine");
+  for (const char* f : {"lr_decay_steps", "lr_decay_epochs"}) {
+    const std::string& text =
+        o.GetReflection()->GetString(o, FindField(f)->field);
+    check.Expect(f, ParseMilestones(f, text).ok(), "ascending whole numbers > 0, e.g. 30,60");
+    check.Expect(f, text.empty() || o.lr_schedule() == "step", "empty unless lr_schedule is step");
+  }
+  check.Expect("lr_decay_steps",
+               o.lr_schedule() != "step" ||
+                   o.lr_decay_steps().empty() != o.lr_decay_epochs().empty(),
+               "milestones in exactly one of lr_decay_steps and lr_decay_epochs with "
+               "lr_schedule step");
+  check.Expect("lr_decay_factor", o.lr_decay_factor() > 0 && o.lr_decay_factor() <= 1,
+               "0 < factor <= 1");
+  check.Expect("lr_final", std::isfinite(o.lr_final()) && o.lr_final() >= 0,
                "a finite number >= 0");
   const proto::CheckpointConfig& k = c.checkpoint();
   check.Expect("checkpoint_every", k.checkpoint_every() >= 0, ">= 0 (0: only at shutdown)");
@@ -381,6 +407,21 @@ absl::StatusOr<int> ResolveRank(Role role, absl::string_view flag, absl::string_
                                                    " or auto"));
   }
   return rank;
+}
+
+LrPolicy LrPolicyOf(const proto::JobConfig& config) {
+  const proto::OptimizerConfig& o = config.optimizer();
+  LrPolicy p;
+  p.lr = o.lr();
+  p.scaling = o.lr_scaling();
+  p.base_batch = o.base_batch();
+  p.warmup_steps = o.warmup_steps();
+  p.schedule = o.lr_schedule();
+  p.decay_steps = ParseMilestones("--lr_decay_steps", o.lr_decay_steps()).value_or(std::vector<int64_t>());
+  p.decay_epochs = ParseMilestones("--lr_decay_epochs", o.lr_decay_epochs()).value_or(std::vector<int64_t>());
+  p.decay_factor = o.lr_decay_factor();
+  p.final_lr = o.lr_final();
+  return p;
 }
 
 std::string JobConfigToText(const proto::JobConfig& config) {

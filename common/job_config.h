@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/lr_policy.h"
 #include "absl/strings/string_view.h"
 #include "proto/job_config.pb.h"
 
@@ -57,6 +58,9 @@ std::vector<std::string> JobConfigFieldNames();
 // The servers' addresses by rank: the list, or the pattern with "{rank}"
 // expanded. REQUIRES: a validated config.
 std::vector<std::string> ServerAddresses(const proto::JobConfig& config);
+
+// The learning-rate policy of optimizer.* . REQUIRES: a validated config.
+LrPolicy LrPolicyOf(const proto::JobConfig& config);
 
 // The rank given by `flag` (e.g. "--worker_rank") as `value`: a number, or
 // "auto": a server takes the ordinal its StatefulSet pod name ends in

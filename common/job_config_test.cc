@@ -65,6 +65,18 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
                         "than server.port and server.health_port"));
   EXPECT_THAT(Load("observability { metrics_port: -1 }").status().message(),
               HasSubstr("observability.metrics_port is -1, expected 0..65535 (0: off)"));
+  EXPECT_EQ(Load("optimizer { lr_schedule: \"exp\" }").status().message(),
+            "job.pbtxt:1: optimizer.lr_schedule is \"exp\", expected constant, step or cosine");
+  EXPECT_THAT(Load("optimizer { lr_scaling: \"linear\" }").status().message(),
+              HasSubstr("optimizer.base_batch is 0, expected the global batch"));
+  EXPECT_THAT(Load("optimizer { warmup_steps: -1 }").status().message(),
+              HasSubstr("optimizer.warmup_steps is -1, expected >= 0"));
+  EXPECT_THAT(Load("optimizer { lr_schedule: \"step\" lr_decay_steps: \"9,3\" }")
+                  .status()
+                  .message(),
+              HasSubstr("optimizer.lr_decay_steps is \"9,3\", expected ascending whole numbers"));
+  EXPECT_THAT(Load("optimizer { lr_schedule: \"step\" }").status().message(),
+              HasSubstr("expected milestones in exactly one of lr_decay_steps and lr_decay_epochs"));
   EXPECT_THAT(Load("timeouts { idle_timeout_s: 0 }").status().message(),
               HasSubstr("timeouts.idle_timeout_s is 0, expected >= 1"));
   EXPECT_THAT(Load("output { metrics_csv_every: 0 }").status().message(),

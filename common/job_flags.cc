@@ -39,6 +39,16 @@ ABSL_FLAG(int64_t, synthetic_samples, 0, "If > 0, train on this many synthetic s
 ABSL_FLAG(double, lr, 0.1, "SGD learning rate.");
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum.");
 ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
+ABSL_FLAG(std::string, lr_scaling, "none",
+          "Scale --lr to the global batch: none, linear or sqrt (against --base_batch).");
+ABSL_FLAG(int64_t, base_batch, 0, "The global batch --lr was tuned for (with --lr_scaling).");
+ABSL_FLAG(int64_t, warmup_steps, 0, "Steps of linear warmup up to the (scaled) learning rate.");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "After warmup: constant, step (see --lr_decay_*) or cosine (down to --lr_final).");
+ABSL_FLAG(std::string, lr_decay_steps, "", "Step schedule: milestones in steps, e.g. 1000,2000.");
+ABSL_FLAG(std::string, lr_decay_epochs, "", "Step schedule: milestones in epochs, e.g. 30,60.");
+ABSL_FLAG(double, lr_decay_factor, 0.1, "Step schedule: factor at each milestone.");
+ABSL_FLAG(double, lr_final, 0.0, "Cosine schedule: the learning rate of the last step.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Servers' checkpoint directory (created if missing); empty: none, and a restarted "
           "server starts the cluster again from step 0.");

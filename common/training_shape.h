@@ -20,6 +20,13 @@ struct TrainingShape {
   uint64_t seed = 0;
   std::string device_weights;  // as given, e.g. "1,3"; empty means equal
 
+  // Samples of one step over `num_workers` workers, and steps per epoch.
+  int64_t GlobalBatch(int num_workers) const { return num_workers * devices * batch_per_device; }
+  int64_t StepsPerEpoch(int num_workers) const {
+    const int64_t g = GlobalBatch(num_workers);
+    return g > 0 ? (train_samples + g - 1) / g : 0;
+  }
+
   // "devices=2 batch_per_device=32 total_steps=100 train_samples=60000
   // seed=1 device_weights=1,3": stored with checkpoints.
   std::string Describe() const;

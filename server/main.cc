@@ -52,6 +52,7 @@ absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c) {
   o.sgd.learning_rate = static_cast<float>(c.optimizer().lr());
   o.sgd.momentum = static_cast<float>(c.optimizer().momentum());
   o.sgd.weight_decay = static_cast<float>(c.optimizer().weight_decay());
+  o.lr_policy = LrPolicyOf(c);
   o.worker_lease = absl::Milliseconds(c.timeouts().worker_lease_ms());
   o.peer_timeout = absl::Seconds(c.timeouts().peer_timeout_s());
   o.checkpoint_every = c.checkpoint().checkpoint_every();
@@ -110,6 +111,11 @@ int Run() {
     c.num_servers = options->num_servers;
     c.keep = config.checkpoint().keep_checkpoints();
     c.optimizer = options->sgd.Describe();
+    // A checkpoint of another learning-rate policy is refused too (the
+    // constant one keeps the text older checkpoints carry).
+    if (!options->lr_policy.IsConstant()) {
+      absl::StrAppend(&c.optimizer, " ", options->lr_policy.Describe());
+    }
     auto opened = CheckpointManager::Open(c);
     if (!opened.ok()) {
       LOG(ERROR) << "server " << options->server_rank << ": " << opened.status();
@@ -180,7 +186,7 @@ int Run() {
   }
   LOG(INFO) << "server " << options->server_rank << "/" << options->num_servers
             << " listening on " << config.server().host() << ":" << (*server)->port()
-            << " for " << options->num_workers << " workers (lr " << options->sgd.learning_rate
+            << " for " << options->num_workers << " workers (" << options->lr_policy.Describe()
             << ", momentum " << options->sgd.momentum << ", weight decay "
             << options->sgd.weight_decay << ", deterministic "
             << (options->deterministic ? "on" : "off") << ", checkpoints "

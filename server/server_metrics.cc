@@ -20,6 +20,7 @@ struct ServerGauges {
   Gauge* waiting_for;
   Gauge* waiting_seconds;
   Gauge* bytes;
+  Gauge* learning_rate;
   Counter* checkpoints_written = nullptr;
   Counter* checkpoints_failed = nullptr;
   Gauge* checkpoint_version = nullptr;
@@ -59,6 +60,8 @@ void AddServerMetrics(MetricRegistry* r, const ShardStore* store,
   g->waiting_seconds = r->GetGauge("psync_server_waiting_seconds",
                                    "How long the lowest step has waited for them (0: not waiting).");
   g->bytes = r->GetGauge("psync_server_weight_bytes", "Bytes of weights this server holds.");
+  g->learning_rate = r->GetGauge("psync_server_learning_rate",
+                                 "Learning rate of the next step to apply (the lowest version's).");
   if (checkpoints != nullptr) {
     g->checkpoints_written = r->GetCounter("psync_server_checkpoints_written_total",
                                            "Checkpoints this process has written.");
@@ -81,6 +84,7 @@ void AddServerMetrics(MetricRegistry* r, const ShardStore* store,
                                 ? 0
                                 : absl::ToDoubleSeconds(absl::Now() - s.waiting_since));
     g->bytes->Set(static_cast<double>(s.bytes));
+    g->learning_rate->Set(s.learning_rate);
     {
       absl::MutexLock lock(&g->mu);
       if (s.generation != g->last_generation) {

@@ -8,6 +8,7 @@
 #include "common/incarnation.h"
 #include "common/init.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace psync {
 
@@ -89,6 +90,7 @@ absl::Status ShardStoreOptions::Validate() const {
         "--peer_timeout_s is ", absl::FormatDuration(peer_timeout), ", expected at least the "
         "worker lease of ", absl::FormatDuration(worker_lease)));
   }
+  PSYNC_RETURN_IF_ERROR(lr_policy.Validate());
   return sgd.Validate();
 }
 
@@ -443,8 +445,22 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
   const SgdBuffers buffers{c.current->weights.data(),
                            has_momentum ? c.current->momentum.data() : nullptr,
                            next->weights.data(), has_momentum ? next->momentum.data() : nullptr};
+  SgdOptions sgd = options_.sgd;
+  if (!options_.lr_policy.IsConstant()) {
+    sgd.learning_rate = static_cast<float>(LearningRate(shard, c.version));
+    const int64_t phase = options_.lr_policy.Phase(c.version, shard.shape.total_steps,
+                                                   shard.shape.StepsPerEpoch(options_.num_workers));
+    int64_t logged = lr_phase_logged_.load();
+    while (phase > logged && !lr_phase_logged_.compare_exchange_weak(logged, phase)) {
+    }
+    if (phase > logged) {
+      LOG(INFO) << "server " << options_.server_rank << ": step " << c.version
+                << " learning rate " << sgd.learning_rate << " ("
+                << (phase == 0 ? "warmup" : options_.lr_policy.schedule) << ")";
+    }
+  }
   if (last == nullptr) {
-    SgdStep(options_.sgd, c.sum.data(), static_cast<float>(total), buffers, n);
+    SgdStep(sgd, c.sum.data(), static_cast<float>(total), buffers, n);
   } else {
     // The sum holds the other workers' gradients, if there are any.
     const float* sum = options_.num_workers > 1 ? c.sum.data() : nullptr;
@@ -453,7 +469,7 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
                             has_momentum ? buffers.momentum_in + first : nullptr,
                             buffers.weights_out + first,
                             has_momentum ? buffers.momentum_out + first : nullptr};
-      SgdStepWithPayload(options_.sgd, sum == nullptr ? nullptr : sum + first, bytes,
+      SgdStepWithPayload(sgd, sum == nullptr ? nullptr : sum + first, bytes,
                          static_cast<float>(total), part, count);
     });
   }
@@ -465,6 +481,13 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
   std::fill(c.counts.begin(), c.counts.end(), 0);
   c.num_received = 0;
   CollectSnapshotLocked(shard, c);
+}
+
+double ShardStore::LearningRate(const Shard& shard, int64_t step) const {
+  if (options_.lr_policy.IsConstant()) return options_.sgd.learning_rate;
+  return options_.lr_policy.Rate(step, shard.shape.GlobalBatch(options_.num_workers),
+                                 shard.shape.total_steps,
+                                 shard.shape.StepsPerEpoch(options_.num_workers));
 }
 
 void ShardStore::CollectSnapshotLocked(Shard& shard, Chunk& c) {
@@ -650,6 +673,7 @@ void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state)
     owned_chunks_ = shard_ == nullptr ? 0 : static_cast<int>(shard_->owned.size());
     generation_ = generation;
     generation_start_version_ = state.has_value() ? state->version : 0;
+    lr_phase_logged_ = -1;  // the new generation logs its rate again
     ready_ = false;
     std::fill(sessions_.begin(), sessions_.end(), 0);
     std::fill(done_.begin(), done_.end(), 0);
@@ -789,6 +813,7 @@ StoreStatus ShardStore::GetStatus() const {
   if (!LowestVersionWaits(*shard, &status.version, &status.waiting_for, &status.waiting_since)) {
     status.version = 0;
   }
+  status.learning_rate = LearningRate(*shard, status.version);
   for (int32_t id : shard->owned) {
     ++status.num_chunks;
     status.bytes += shard->chunks[id]->info.bytes();

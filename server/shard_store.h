@@ -20,6 +20,7 @@
 #include "absl/types/span.h"
 #include "common/byte_pieces.h"
 #include "common/layout.h"
+#include "common/lr_policy.h"
 #include "common/training_shape.h"
 #include "common/thread_pool.h"
 #include "server/chunk_state.h"
@@ -42,6 +43,9 @@ struct ShardStoreOptions {
   // request in parallel; 0 means one per hardware thread.
   int apply_threads = 0;
   SgdOptions sgd;
+  // The learning rate of each step. When it is not constant it replaces
+  // sgd.learning_rate, step by step, from the registered training shape.
+  LrPolicy lr_policy;
   // A worker not heard from (any request or heartbeat) for this long is
   // missing: its rank may be taken by a restarted process.
   absl::Duration worker_lease = absl::Seconds(1);
@@ -128,6 +132,8 @@ struct StoreStatus {
   int64_t generation = 0;
   // The version this generation started from (a restored checkpoint's, or 0).
   int64_t generation_start_version = 0;
+  // The learning rate of the step at `version` (what applying it will use).
+  double learning_rate = 0;
   int num_chunks = 0;
   int64_t bytes = 0;
   // Workers registered and heard from within their lease, ascending.
@@ -246,6 +252,8 @@ class ShardStore {
   // not yet added to the sum (non-deterministic mode only).
   void ApplyLocked(Shard& shard, Chunk& chunk, const ChunkPayload* last)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
+  // The learning rate of step `step` of `shard`'s job.
+  double LearningRate(const Shard& shard, int64_t step) const;
   // Adds the chunk's new version to a pending snapshot, handing complete
   // ones to the sink.
   void CollectSnapshotLocked(Shard& shard, Chunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
@@ -274,6 +282,8 @@ class ShardStore {
   std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_start_version_ ABSL_GUARDED_BY(mu_) = 0;
+  // The learning-rate phase last logged (LrPolicy::Phase); -1: none yet.
+  std::atomic<int64_t> lr_phase_logged_{-1};
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(mu_);      // 0: none
   std::vector<uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // holder of each rank

@@ -53,6 +53,7 @@ class ShardStoreTest : public ::testing::Test {
     o.deterministic = deterministic;
     o.sgd = sgd;
     o.checkpoint_every = checkpoint_every_;
+    o.lr_policy = lr_policy_;
     store_ = ReadyStore(o);
     store_->SetSnapshotSink([this](Snapshot s) { snapshots_.push_back(std::move(s)); });
     layout_ = SmallLayout(num_servers);
@@ -100,8 +101,32 @@ class ShardStoreTest : public ::testing::Test {
   Layout layout_ = SmallLayout();
   std::vector<uint64_t> sessions_;
   int64_t checkpoint_every_ = 0;
+  LrPolicy lr_policy_;
   std::vector<Snapshot> snapshots_;
 };
+
+// The policy's rate of each step replaces the fixed one: warmup over 2
+// steps, then halved at step 3 (lr 1, gradient 1, no momentum: each step
+// subtracts its rate).
+TEST_F(ShardStoreTest, EachStepUsesItsLearningRate) {
+  lr_policy_.lr = 1.0;
+  lr_policy_.warmup_steps = 2;
+  lr_policy_.schedule = "step";
+  lr_policy_.decay_steps = {3};
+  lr_policy_.decay_factor = 0.5;
+  Make(1, false);
+  const std::vector<double> rates = {0.5, 1.0, 1.0, 0.5};
+  std::vector<float> expected = Initial(0);
+  for (int step = 0; step < 4; ++step) {
+    ASSERT_TRUE(Push(0, step, 1, 0, {1.0f, 1.0f}).ok());
+    for (float& w : expected) w -= static_cast<float>(rates[step]);
+    auto got = Pull(step + 1, 0);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->second, expected) << "step " << step;
+  }
+  // The lowest version is that of chunks 1 and 2, never pushed: step 0 is next.
+  EXPECT_EQ(store_->GetStatus().learning_rate, 0.5);
+}
 
 TEST_F(ShardStoreTest, InitialWeightsComeFromTheSeed) {
   Make(1, false);

@@ -44,6 +44,38 @@ LaunchResult Launch(const std::string& name, std::vector<std::string> flags) {
   return run;
 }
 
+// Every weight of `b` within 1e-5 * (1 + |w|) of `a`'s; returns the largest
+// relative difference.
+double ExpectSameWeights(const LaunchResult& a, const LaunchResult& b) {
+  auto wa = ReadSafetensors(a.weights_path);
+  auto wb = ReadSafetensors(b.weights_path);
+  EXPECT_TRUE(wa.ok()) << wa.status();
+  EXPECT_TRUE(wb.ok()) << wb.status();
+  if (!wa.ok() || !wb.ok()) return INFINITY;
+  EXPECT_EQ(wa->size(), wb->size());
+  int64_t compared = 0;
+  double worst = 0;
+  for (const auto& [name, ta] : *wa) {
+    if (!wb->count(name)) {
+      ADD_FAILURE() << name << " missing";
+      continue;
+    }
+    const LoadedTensor& tb = wb->at(name);
+    EXPECT_EQ(ta.shape, tb.shape) << name;
+    for (size_t i = 0; i < ta.values.size() && i < tb.values.size(); ++i) {
+      const double w = ta.values[i], v = tb.values[i];
+      worst = std::max(worst, std::fabs(w - v) / (1 + std::fabs(w)));
+      if (std::fabs(w - v) > 1e-5 * (1 + std::fabs(w))) {
+        ADD_FAILURE() << name << "[" << i << "]: " << w << " vs " << v;
+        return worst;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 235146);
+  return worst;
+}
+
 const std::vector<std::string> kCommon = {"--deterministic", "--seed=7", "--steps=30",
                                           "--lr=0.05", "--momentum=0.9", "--weight_decay=0.0001",
                                           "--chunk_kb=64"};
@@ -71,28 +103,33 @@ TEST(EquivalenceTest, DistributedMatchesSingleDeviceAndIsReproducible) {
   EXPECT_EQ(sha.size(), 64u);
   EXPECT_EQ(sha, JsonField(again.summary, "weights_sha256"));
 
-  auto a = ReadSafetensors(single.weights_path);
-  auto b = ReadSafetensors(dist.weights_path);
-  ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(b.ok()) << b.status();
-  ASSERT_EQ(a->size(), b->size());
-  int64_t compared = 0;
-  double worst = 0;
-  for (const auto& [name, ta] : *a) {
-    ASSERT_TRUE(b->count(name)) << name;
-    const LoadedTensor& tb = b->at(name);
-    ASSERT_EQ(ta.shape, tb.shape) << name;
-    for (size_t i = 0; i < ta.values.size(); ++i) {
-      const double w = ta.values[i], v = tb.values[i];
-      worst = std::max(worst, std::fabs(w - v) / (1 + std::fabs(w)));
-      ASSERT_LE(std::fabs(w - v), 1e-5 * (1 + std::fabs(w))) << name << "[" << i << "]";
-      ++compared;
-    }
-  }
+  const double worst = ExpectSameWeights(single, dist);
   // The runs trained: the test accuracy is well above chance.
   EXPECT_GT(std::stod(JsonField(single.summary, "test_accuracy")), 0.3);
-  EXPECT_EQ(compared, 235146);
   std::printf("largest |w_single - w_dist| / (1 + |w|) = %.3g\n", worst);
+}
+
+// Every server computes each step's learning rate alike (each holds some
+// of every layer's chunks here): a run with linear scaling, warmup and a
+// cosine schedule on 2 servers matches one device with the same policy.
+TEST(EquivalenceTest, ALearningRatePolicyMatchesSingleDevice) {
+  const std::vector<std::string> policy = {"--lr_scaling=linear", "--base_batch=16",
+                                           "--warmup_steps=10", "--lr_schedule=cosine",
+                                           "--lr_final=0.001"};
+  std::vector<std::string> single = Shape(1, 1, 1, 32), dist = Shape(2, 2, 2, 8);
+  single.insert(single.end(), policy.begin(), policy.end());
+  dist.insert(dist.end(), policy.begin(), policy.end());
+  const LaunchResult a = Launch("lr_single", single);
+  const LaunchResult b = Launch("lr_dist", dist);
+  ASSERT_EQ(a.exit_code, 0);
+  ASSERT_EQ(b.exit_code, 0);
+  ExpectSameWeights(a, b);
+  // lr 0.05 x 32/16, a tenth of it in the first warmup step; lr_final last.
+  EXPECT_EQ(JsonField(b.summary, "learning_rate_first"), "0.01");
+  EXPECT_EQ(JsonField(b.summary, "learning_rate_last"), "0.001");
+  // Without the policy the weights differ: the rates mattered.
+  EXPECT_NE(JsonField(b.summary, "weights_sha256"),
+            JsonField(Launch("lr_none", Shape(2, 2, 2, 8)).summary, "weights_sha256"));
 }
 
 // The same on GPUs: NCCL local reduction and the CUDA MLP. Skipped where
@@ -107,16 +144,7 @@ TEST(EquivalenceTest, DistributedOnGpusMatchesSingleDevice) {
   const LaunchResult b = Launch("gpu_dist", dist);
   ASSERT_EQ(a.exit_code, 0);
   ASSERT_EQ(b.exit_code, 0);
-  auto wa = ReadSafetensors(a.weights_path);
-  auto wb = ReadSafetensors(b.weights_path);
-  ASSERT_TRUE(wa.ok() && wb.ok());
-  for (const auto& [name, ta] : *wa) {
-    const LoadedTensor& tb = wb->at(name);
-    for (size_t i = 0; i < ta.values.size(); ++i) {
-      ASSERT_LE(std::fabs(ta.values[i] - tb.values[i]), 1e-5 * (1 + std::fabs(ta.values[i])))
-          << name << "[" << i << "]";
-    }
-  }
+  ExpectSameWeights(a, b);
 }
 
 TEST(EquivalenceTest, AFailingWorkerFailsTheRun) {

@@ -144,15 +144,21 @@ absl::StatusOr<Data> LoadData(int64_t synthetic, const std::string& dir, int64_t
 }
 
 std::string Json(const proto::JobConfig& c, const TrainResult& r, int64_t global_batch,
-                 int servers, const std::string& sha256) {
+                 int64_t train_samples, int servers, const std::string& sha256) {
+  // The servers' learning rates, computed the same way (common/lr_policy.h).
+  const LrPolicy lr = LrPolicyOf(c);
+  const int64_t per_epoch = (train_samples + global_batch - 1) / global_batch;
   return absl::StrFormat(
       "{\"test_accuracy\": %.6f, \"test_loss\": %.6f, \"final_loss\": %.6f, \"steps\": %d, "
       "\"global_batch\": %d, \"samples_per_sec\": %.1f, \"weights_sha256\": \"%s\", "
       "\"model\": \"%s\", \"servers\": %d, \"workers\": %d, \"devices_per_worker\": %d, "
-      "\"batch_per_device\": %d, \"seed\": %d}\n",
+      "\"batch_per_device\": %d, \"seed\": %d, \"lr_policy\": \"%s\", "
+      "\"learning_rate_first\": %.9g, \"learning_rate_last\": %.9g}\n",
       r.last.test_accuracy, r.last.test_loss, r.last.loss, r.steps, global_batch,
       r.samples_per_sec, sha256, c.training().model(), servers, c.cluster().num_workers(),
-      c.training().devices(), c.training().batch_per_device(), c.training().seed());
+      c.training().devices(), c.training().batch_per_device(), c.training().seed(),
+      lr.Describe(), lr.Rate(0, global_batch, r.steps, per_epoch),
+      lr.Rate(std::max<int64_t>(0, r.steps - 1), global_batch, r.steps, per_epoch));
 }
 
 // SIGTERM or SIGINT: the trainer stops before its next step; a step that
@@ -426,7 +432,8 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   if (!summary.empty()) {
     PSYNC_RETURN_IF_ERROR(WriteFileAtomically(
         "--summary", summary,
-        Json(c, result, global_batch, static_cast<int>(servers.size()), digest)));
+        Json(c, result, global_batch, data.train.size, static_cast<int>(servers.size()),
+             digest)));
   }
   return absl::OkStatus();
 }

@@ -1,0 +1,61 @@
+// The learning rate of each step, a pure function of the job's settings and
+// the step, so that every server (a restarted one too) and every worker
+// computes the same value. Steps t are 0-based, T is the job's steps:
+//
+//   peak = lr * scale, scale = 1 (none), G / base_batch (linear, Goyal et
+//          al.), sqrt(G / base_batch) (sqrt); G = the job's global batch
+//   warmup: step t < W uses peak * (t + 1) / W (linear, reaching peak at
+//           its last step)
+//   then the schedule, on t' = t - W of T' = T - W steps:
+//     constant: peak
+//     step:     peak * factor^(milestones <= t)   (torch's MultiStepLR;
+//               milestones in steps, or in epochs times steps per epoch)
+//     cosine:   final + (peak - final) * (1 + cos(pi * t' / (T' - 1))) / 2
+//               (torch's CosineAnnealingLR with eta_min = final and
+//               T_max = T' - 1: the last step uses `final`)
+#ifndef PSYNC_COMMON_LR_POLICY_H_
+#define PSYNC_COMMON_LR_POLICY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace psync {
+
+struct LrPolicy {
+  double lr = 0.1;             // the base learning rate
+  std::string scaling = "none";  // none, linear or sqrt
+  int64_t base_batch = 0;      // the global batch `lr` was tuned for
+  int64_t warmup_steps = 0;
+  std::string schedule = "constant";  // constant, step or cosine
+  std::vector<int64_t> decay_steps;   // step: milestones in steps ...
+  std::vector<int64_t> decay_epochs;  // ... or in epochs
+  double decay_factor = 0.1;          // step: the factor at each milestone
+  double final_lr = 0.0;              // cosine: the last step's value
+
+  // Errors name the flag, the value and what was expected.
+  absl::Status Validate() const;
+  // Whether the rate is `lr` at every step (no scaling, warmup or decay).
+  bool IsConstant() const;
+  // Canonical text of every setting, for logs and checkpoints, e.g.
+  // "lr=0.1 scaling=linear base_batch=256 warmup_steps=100 schedule=cosine final_lr=0".
+  std::string Describe() const;
+
+  // The rate of step t (0-based) of a job of `total_steps` steps with
+  // global batch `global_batch` and `steps_per_epoch` steps per epoch.
+  double Rate(int64_t t, int64_t global_batch, int64_t total_steps,
+              int64_t steps_per_epoch) const;
+  // Which part of the policy step t is in: changes exactly where the log
+  // should say so (warmup's end, each milestone, each tenth of a cosine).
+  int64_t Phase(int64_t t, int64_t total_steps, int64_t steps_per_epoch) const;
+};
+
+// "30,60" -> {30, 60}; `flag` names the setting in errors. Ascending, > 0.
+absl::StatusOr<std::vector<int64_t>> ParseMilestones(const std::string& flag,
+                                                     const std::string& text);
+
+}  // namespace psync
+
+#endif  // PSYNC_COMMON_LR_POLICY_H_

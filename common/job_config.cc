@@ -135,6 +135,8 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                "auto, cpu or cuda");
   check.Expect("batch_per_device", t.batch_per_device() >= 1 && t.batch_per_device() <= (1 << 20),
                "1..1048576");
+  check.Expect("accumulation_steps", t.accumulation_steps() >= 1 && t.accumulation_steps() <= 65536,
+               "1..65536 micro-batches per step");
   check.Expect("epochs", t.epochs() >= 1, ">= 1");
   check.Expect("steps", t.steps() >= 0, ">= 0 (0: train --epochs)");
   check.Expect("chunk_kb", t.chunk_kb() >= 1 && t.chunk_kb() <= (1 << 20), "1..1048576");

@@ -77,6 +77,9 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
               HasSubstr("optimizer.lr_decay_steps is \"9,3\", expected ascending whole numbers"));
   EXPECT_THAT(Load("optimizer { lr_schedule: \"step\" }").status().message(),
               HasSubstr("expected milestones in exactly one of lr_decay_steps and lr_decay_epochs"));
+  EXPECT_EQ(Load("training { accumulation_steps: 0 }").status().message(),
+            "job.pbtxt:1: training.accumulation_steps is 0, expected 1..65536 micro-batches per "
+            "step");
   EXPECT_THAT(Load("timeouts { idle_timeout_s: 0 }").status().message(),
               HasSubstr("timeouts.idle_timeout_s is 0, expected >= 1"));
   EXPECT_THAT(Load("output { metrics_csv_every: 0 }").status().message(),

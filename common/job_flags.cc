@@ -34,6 +34,8 @@ ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and the data order.");
 ABSL_FLAG(int64_t, chunk_kb, 256, "Largest chunk of a tensor on one server, in KiB.");
 ABSL_FLAG(bool, overlap, true, "Push each layer's gradients while backward continues.");
 ABSL_FLAG(bool, deterministic, false, "Servers sum gradients in worker-rank order.");
+ABSL_FLAG(int32_t, accumulation_steps, 1,
+          "Micro-batches of --batch_per_device each device sums before a step's push.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "Fashion-MNIST directory.");
 ABSL_FLAG(int64_t, synthetic_samples, 0, "If > 0, train on this many synthetic samples instead.");
 ABSL_FLAG(double, lr, 0.1, "SGD learning rate.");

@@ -39,11 +39,14 @@ void TrainingShapeToProto(const TrainingShape& shape, proto::TrainingShape* out)
   out->set_train_samples(shape.train_samples);
   out->set_seed(shape.seed);
   out->set_device_weights(shape.device_weights);
+  out->set_accumulation_steps(shape.accumulation_steps);
 }
 
 TrainingShape TrainingShapeFromProto(const proto::TrainingShape& shape) {
   return TrainingShape{shape.devices(),       shape.batch_per_device(), shape.total_steps(),
-                       shape.train_samples(), shape.seed(),             shape.device_weights()};
+                       shape.train_samples(), shape.seed(),             shape.device_weights(),
+                       // Absent (0): a client without accumulation.
+                       shape.accumulation_steps() == 0 ? 1 : shape.accumulation_steps()};
 }
 
 }  // namespace psync

@@ -17,7 +17,8 @@ std::vector<std::pair<std::string, std::string>> Fields(const TrainingShape& s) 
           {"total_steps", absl::StrCat(s.total_steps)},
           {"train_samples", absl::StrCat(s.train_samples)},
           {"seed", absl::StrCat(s.seed)},
-          {"device_weights", s.device_weights}};
+          {"device_weights", s.device_weights},
+          {"accumulation_steps", absl::StrCat(s.accumulation_steps)}};
 }
 
 }  // namespace
@@ -25,6 +26,9 @@ std::vector<std::pair<std::string, std::string>> Fields(const TrainingShape& s) 
 std::string TrainingShape::Describe() const {
   std::string out;
   for (const auto& [name, value] : Fields(*this)) {
+    // Written only when not 1: the text of jobs without accumulation (and
+    // of checkpoints written before it existed) stays the same.
+    if (name == "accumulation_steps" && accumulation_steps == 1) continue;
     absl::StrAppend(&out, out.empty() ? "" : " ", name, "=", value);
   }
   return out;
@@ -43,11 +47,32 @@ absl::StatusOr<TrainingShape> TrainingShape::Parse(const std::string& text) {
             absl::SimpleAtoi(values["train_samples"], &s.train_samples) &&
             absl::SimpleAtoi(values["seed"], &s.seed);
   s.device_weights = values["device_weights"];
+  if (values.count("accumulation_steps") == 0) values["accumulation_steps"] = "1";
+  ok = ok && absl::SimpleAtoi(values["accumulation_steps"], &s.accumulation_steps) &&
+       s.accumulation_steps >= 1;
   if (!ok || values.size() != Fields(s).size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "training shape '", text, "' is malformed; expected ", TrainingShape().Describe()));
   }
   return s;
+}
+
+absl::Status TrainingShape::Validate() const {
+  for (const auto& [name, value] : std::vector<std::pair<const char*, int64_t>>{
+           {"devices", devices},
+           {"batch_per_device", batch_per_device},
+           {"total_steps", total_steps},
+           {"train_samples", train_samples}}) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("training shape: ", name, " is ", value, ", expected >= 0"));
+    }
+  }
+  if (accumulation_steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training shape: accumulation_steps is ", accumulation_steps, ", expected >= 1"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status TrainingShape::CheckSame(const TrainingShape& job) const {

@@ -19,9 +19,13 @@ struct TrainingShape {
   int64_t train_samples = 0;
   uint64_t seed = 0;
   std::string device_weights;  // as given, e.g. "1,3"; empty means equal
+  // Micro-batches of batch_per_device each device sums before a step's push.
+  int64_t accumulation_steps = 1;
 
   // Samples of one step over `num_workers` workers, and steps per epoch.
-  int64_t GlobalBatch(int num_workers) const { return num_workers * devices * batch_per_device; }
+  int64_t GlobalBatch(int num_workers) const {
+    return num_workers * devices * batch_per_device * accumulation_steps;
+  }
   int64_t StepsPerEpoch(int num_workers) const {
     const int64_t g = GlobalBatch(num_workers);
     return g > 0 ? (train_samples + g - 1) / g : 0;
@@ -31,6 +35,9 @@ struct TrainingShape {
   // seed=1 device_weights=1,3": stored with checkpoints.
   std::string Describe() const;
   static absl::StatusOr<TrainingShape> Parse(const std::string& text);
+
+  // InvalidArgument naming a negative field, or accumulation_steps < 1.
+  absl::Status Validate() const;
 
   // OK when equal; otherwise FailedPrecondition naming the first field that
   // differs, with both values ("batch_per_device is 16, the job's is 32").

@@ -192,6 +192,10 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
         "fingerprint ", shard_->layout->fingerprint(),
         ": the model, --chunk_kb, --seed or the server count differ"));
   }
+  absl::Status valid = args.shape.Validate();
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("Register: worker ", rank, ": ", valid.message()));
+  }
   if (shard_ != nullptr) {
     absl::Status same = args.shape.CheckSame(shard_->shape);
     if (!same.ok()) {

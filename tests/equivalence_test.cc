@@ -132,6 +132,31 @@ TEST(EquivalenceTest, ALearningRatePolicyMatchesSingleDevice) {
             JsonField(Launch("lr_none", Shape(2, 2, 2, 8)).summary, "weights_sha256"));
 }
 
+// Gradient accumulation: 4 devices x batch 32, 1 device x batch 32 x 4
+// micro-batches, and 2 workers x 2 devices x batch 8 x 4 micro-batches each
+// train what 1 device with batch 128 trains; deterministic runs repeat bit
+// for bit.
+TEST(EquivalenceTest, AccumulationMatchesMoreDevicesAndALargerBatch) {
+  auto accumulated = [](std::vector<std::string> flags, int k) {
+    flags.push_back(absl::StrCat("--accumulation_steps=", k));
+    return flags;
+  };
+  const LaunchResult single = Launch("batch128", Shape(1, 1, 1, 128));
+  const LaunchResult devices = Launch("devices4", Shape(1, 1, 4, 32));
+  const LaunchResult micro = Launch("accum4", accumulated(Shape(1, 1, 1, 32), 4));
+  const LaunchResult dist = Launch("dist_accum4", accumulated(Shape(2, 2, 2, 8), 4));
+  const LaunchResult again = Launch("dist_accum4_again", accumulated(Shape(2, 2, 2, 8), 4));
+  for (const LaunchResult* r : {&single, &devices, &micro, &dist, &again}) {
+    ASSERT_EQ(r->exit_code, 0);
+    EXPECT_EQ(JsonField(r->summary, "global_batch"), "128");
+  }
+  EXPECT_EQ(JsonField(micro.summary, "accumulation_steps"), "4");
+  ExpectSameWeights(single, devices);
+  ExpectSameWeights(single, micro);
+  ExpectSameWeights(single, dist);
+  EXPECT_EQ(JsonField(dist.summary, "weights_sha256"), JsonField(again.summary, "weights_sha256"));
+}
+
 // The same on GPUs: NCCL local reduction and the CUDA MLP. Skipped where
 // fewer than 2 GPUs are usable.
 TEST(EquivalenceTest, DistributedOnGpusMatchesSingleDevice) {

@@ -96,12 +96,12 @@ void Dense(const float* in, const float* w, const float* b, int64_t n, int64_t i
 }
 
 // Gradients of Dense given dout [n, outs]: dw = dout^T in, db = column sums
-// of dout, and (if din) din = dout w.
+// of dout (added to dw and db when `accumulate`), and (if din) din = dout w.
 void DenseBackward(const float* in, const float* w, const float* dout, int64_t n, int64_t ins,
-                   int64_t outs, float* dw, float* db, float* din) {
+                   int64_t outs, float* dw, float* db, float* din, bool accumulate) {
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, outs, ins, n, 1.0f, dout, outs, in, ins,
-              0.0f, dw, ins);
-  std::fill(db, db + outs, 0.0f);
+              accumulate ? 1.0f : 0.0f, dw, ins);
+  if (!accumulate) std::fill(db, db + outs, 0.0f);
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < outs; ++j) db[j] += dout[i * outs + j];
   }
@@ -237,12 +237,12 @@ absl::StatusOr<BatchStats> CpuCnn::Evaluate(const float* weights, const Batch& b
 
 absl::StatusOr<BatchStats> CpuCnn::DoComputeGradients(const float* weights, const Batch& batch,
                                                       float* grad,
-                                                      const GradientsReady& ready) {
+                                                      const GradientsReady& ready, bool accumulate) {
   if (grad == nullptr) return absl::InvalidArgumentError("CpuCnn::ComputeGradients: grad is null");
   PSYNC_RETURN_IF_ERROR(ValidateBatch("CpuCnn::ComputeGradients", weights, batch, c_.classes));
   const int num_tensors = static_cast<int>(params_.size());
   if (batch.n == 0) {
-    std::fill(grad, grad + num_parameters(), 0.0f);
+    if (!accumulate) std::fill(grad, grad + num_parameters(), 0.0f);
     if (ready) ready(0, num_tensors);
     return BatchStats{};
   }
@@ -253,16 +253,17 @@ absl::StatusOr<BatchStats> CpuCnn::DoComputeGradients(const float* weights, cons
   auto g = [&](int index) { return grad + offsets_[index]; };
 
   DenseBackward(h_.data(), param(weights, 6), dlogits_.data(), n, c_.hidden, c_.classes, g(6),
-                g(7), dh_.data());
+                g(7), dh_.data(), accumulate);
   if (ready) ready(6, 8);
   for (int64_t i = 0; i < n * c_.hidden; ++i) {
     if (h_[i] <= 0.0f) dh_[i] = 0.0f;
   }
   DenseBackward(p2_.data(), param(weights, 4), dh_.data(), n, flat_, c_.hidden, g(4), g(5),
-                dp2_.data());
+                dp2_.data(), accumulate);
   if (ready) ready(4, 6);
 
-  std::fill(g(2), g(4), 0.0f);  // conv2.weight and conv2.bias accumulate
+  // ConvBackward adds each sample's conv gradients.
+  if (!accumulate) std::fill(g(2), g(4), 0.0f);
   for (int64_t i = 0; i < n; ++i) {
     ConvBackward(dp2_.data() + i * flat_, arg2_.data() + i * c2 * hw4_,
                  a2_.data() + i * c2 * hw2_, c2 * hw4_, param(weights, 2),
@@ -271,7 +272,7 @@ absl::StatusOr<BatchStats> CpuCnn::DoComputeGradients(const float* weights, cons
     Col2Im(dcol_.data(), c1, c_.height / 2, c_.width / 2, c_.kernel, dp1_.data() + i * c1 * hw2_);
   }
   if (ready) ready(2, 4);
-  std::fill(g(0), g(2), 0.0f);
+  if (!accumulate) std::fill(g(0), g(2), 0.0f);
   for (int64_t i = 0; i < n; ++i) {
     ConvBackward(dp1_.data() + i * c1 * hw2_, arg1_.data() + i * c1 * hw2_,
                  a1_.data() + i * c1 * hw1_, c1 * hw2_, param(weights, 0),

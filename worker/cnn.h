@@ -43,7 +43,7 @@ class CpuCnn : public Model {
   // backward finishes them, fc2 first.
   absl::StatusOr<BatchStats> DoComputeGradients(const float* weights, const Batch& batch,
                                                 float* grad,
-                                                const GradientsReady& ready) override;
+                                                const GradientsReady& ready, bool accumulate) override;
 
   // Forward over `n` samples at `inputs`; fills the scratch below and the
   // logits.

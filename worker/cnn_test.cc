@@ -110,6 +110,25 @@ TEST(CpuCnnTest, BatchGradientIsTheSumOfSampleGradients) {
   for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(both[i], a[i] + b[i], 1e-5) << i;
 }
 
+TEST(CpuCnnTest, AccumulateAddsMicroBatchGradients) {
+  auto model = CpuCnn::Create(Small());
+  CpuCnn& m = **model;
+  std::vector<float> x(3 * m.input_dim());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 53) % 97) / 97.0f;
+  std::vector<uint8_t> y = {2, 1, 0};
+  std::vector<float> w = InitialWeights(m, 5);
+  std::vector<float> whole(w.size()), acc(w.size(), -7.0f);
+  ASSERT_TRUE(m.ComputeGradients(w.data(), {x.data(), y.data(), 3}, whole.data()).ok());
+  ASSERT_TRUE(m.ComputeGradients(w.data(), {x.data(), y.data(), 1}, acc.data()).ok());
+  ASSERT_TRUE(m.ComputeGradients(w.data(), {x.data() + m.input_dim(), y.data() + 1, 2},
+                                 acc.data(), nullptr, Model::GradMode::kAccumulate)
+                  .ok());
+  ASSERT_TRUE(
+      m.ComputeGradients(w.data(), Batch{}, acc.data(), nullptr, Model::GradMode::kAccumulate)
+          .ok());
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(acc[i], whole[i], 1e-5) << i;
+}
+
 TEST(CpuCnnTest, ReportsLayersInBackwardOrder) {
   auto model = CpuCnn::Create(Small());
   CpuCnn& m = **model;

@@ -152,11 +152,13 @@ std::string Json(const proto::JobConfig& c, const TrainResult& r, int64_t global
       "{\"test_accuracy\": %.6f, \"test_loss\": %.6f, \"final_loss\": %.6f, \"steps\": %d, "
       "\"global_batch\": %d, \"samples_per_sec\": %.1f, \"weights_sha256\": \"%s\", "
       "\"model\": \"%s\", \"servers\": %d, \"workers\": %d, \"devices_per_worker\": %d, "
-      "\"batch_per_device\": %d, \"seed\": %d, \"lr_policy\": \"%s\", "
+      "\"batch_per_device\": %d, \"accumulation_steps\": %d, \"seed\": %d, "
+      "\"lr_policy\": \"%s\", "
       "\"learning_rate_first\": %.9g, \"learning_rate_last\": %.9g}\n",
       r.last.test_accuracy, r.last.test_loss, r.last.loss, r.steps, global_batch,
       r.samples_per_sec, sha256, c.training().model(), servers, c.cluster().num_workers(),
-      c.training().devices(), c.training().batch_per_device(), c.training().seed(),
+      c.training().devices(), c.training().batch_per_device(),
+      c.training().accumulation_steps(), c.training().seed(),
       lr.Describe(), lr.Rate(0, global_batch, r.steps, per_epoch),
       lr.Rate(std::max<int64_t>(0, r.steps - 1), global_batch, r.steps, per_epoch));
 }
@@ -245,6 +247,7 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   options.worker_rank = rank;
   options.num_workers = c.cluster().num_workers();
   options.batch_per_device = c.training().batch_per_device();
+  options.accumulation_steps = c.training().accumulation_steps();
   options.epochs = c.training().epochs();
   options.max_steps = c.training().steps();
   options.seed = c.training().seed();
@@ -351,12 +354,14 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
                                        options.TotalSteps(Sharding{data.train.size,
                                                                    options.num_workers, devices,
                                                                    options.batch_per_device,
-                                                                   options.device_weights}
+                                                                   options.device_weights,
+                                                                   options.accumulation_steps}
                                                               .steps_per_epoch()),
                                        data.train.size,
                                        options.seed,
                                        // Canonical: "1, 3" and "1.0,3" are the same weights.
-                                       absl::StrJoin(options.device_weights, ",")};
+                                       absl::StrJoin(options.device_weights, ","),
+                                       options.accumulation_steps};
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> grpc_client,
                          CreateGrpcPsClient(layout, client_options));
   RegisterWatch client(grpc_client.get());
@@ -367,7 +372,8 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   if (absl::IsInvalidArgument(created.status())) return BadConfig(created.status());
   PSYNC_RETURN_IF_ERROR(created.status());
   std::unique_ptr<Trainer> trainer = std::move(*created);
-  const int64_t global_batch = int64_t{options.num_workers} * devices * options.batch_per_device;
+  const int64_t global_batch = int64_t{options.num_workers} * devices * options.batch_per_device *
+                               options.accumulation_steps;
   const bool rank0 = options.worker_rank == 0;
   StopOnSignal stopper(trainer.get(), &client, options.worker_rank,
                        absl::Seconds(c.timeouts().stop_grace_s()));

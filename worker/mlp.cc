@@ -94,7 +94,7 @@ absl::StatusOr<BatchStats> CpuMlp::Evaluate(const float* weights,
 
 absl::StatusOr<BatchStats> CpuMlp::DoComputeGradients(const float* weights,
                                                       const Batch& batch, float* grad,
-                                                      const GradientsReady& ready) {
+                                                      const GradientsReady& ready, bool accumulate) {
   if (grad == nullptr) {
     return absl::InvalidArgumentError(
         "CpuMlp::ComputeGradients: grad is null");
@@ -102,7 +102,7 @@ absl::StatusOr<BatchStats> CpuMlp::DoComputeGradients(const float* weights,
   PSYNC_RETURN_IF_ERROR(
       ValidateBatch("CpuMlp::ComputeGradients", weights, batch, sizes_.back()));
   if (batch.n == 0) {
-    std::fill(grad, grad + num_params_, 0.0f);
+    if (!accumulate) std::fill(grad, grad + num_params_, 0.0f);
     if (ready) ready(0, static_cast<int>(params_.size()));
     return BatchStats{};
   }
@@ -118,9 +118,9 @@ absl::StatusOr<BatchStats> CpuMlp::DoComputeGradients(const float* weights,
     const float* prev = k == 1 ? batch.inputs : acts_[k - 1].data();
     // dW[out, in] = delta[n, out]^T * prev[n, in]: sums over the batch.
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f,
-                delta, out, prev, in, 0.0f, grad + weight_offset_[k - 1], in);
+                delta, out, prev, in, accumulate ? 1.0f : 0.0f, grad + weight_offset_[k - 1], in);
     float* db = grad + bias_offset_[k - 1];
-    std::fill(db, db + out, 0.0f);
+    if (!accumulate) std::fill(db, db + out, 0.0f);
     for (int64_t i = 0; i < n; ++i) {
       const float* row = delta + i * out;
       for (int64_t j = 0; j < out; ++j) db[j] += row[j];

@@ -46,7 +46,7 @@ class CpuMlp : public Model {
   // are final, last layer first.
   absl::StatusOr<BatchStats> DoComputeGradients(const float* weights,
                                                 const Batch& batch, float* grad,
-                                                const GradientsReady& ready) override;
+                                                const GradientsReady& ready, bool accumulate) override;
 
   int num_layers() const { return static_cast<int>(sizes_.size()) - 1; }
   // Fills acts_[1..L] (post-ReLU for hidden layers, logits for the last).

@@ -151,6 +151,27 @@ TEST(CpuMlpTest, GradientIsSumOverSamples) {
   EXPECT_EQ(s_both->count, 2);
 }
 
+// Accumulating two micro-batches into one buffer gives the gradient of the
+// batch they make up; an empty micro-batch adds nothing.
+TEST(CpuMlpTest, AccumulateAddsMicroBatchGradients) {
+  CpuMlp model({8, 6, 4});
+  const std::vector<float> w = MakeWeights(model, 1);
+  const std::vector<float> x = MakeInputs(5, 8, 2);
+  const std::vector<uint8_t> y = {3, 1, 0, 2, 1};
+  const int64_t p = model.num_parameters();
+  std::vector<float> whole(p), acc(p, 99.0f);
+  ASSERT_TRUE(model.ComputeGradients(w.data(), {x.data(), y.data(), 5}, whole.data()).ok());
+  ASSERT_TRUE(model.ComputeGradients(w.data(), {x.data(), y.data(), 2}, acc.data()).ok());
+  ASSERT_TRUE(model
+                  .ComputeGradients(w.data(), {x.data() + 16, y.data() + 2, 3}, acc.data(),
+                                    nullptr, Model::GradMode::kAccumulate)
+                  .ok());
+  ASSERT_TRUE(model.ComputeGradients(w.data(), Batch{}, acc.data(), nullptr,
+                                     Model::GradMode::kAccumulate)
+                  .ok());
+  for (int64_t i = 0; i < p; ++i) EXPECT_NEAR(acc[i], whole[i], 1e-5) << "index " << i;
+}
+
 TEST(CpuMlpTest, EmptyBatchGivesZeroGradientsAndStats) {
   CpuMlp model({4, 3, 2});
   std::vector<float> w = MakeWeights(model, 1);

@@ -51,14 +51,20 @@ class Model {
   // layer's gradients while the next is computed.
   using GradientsReady = std::function<void(int first_tensor, int end_tensor)>;
 
-  // Forward and backward on `batch` with `weights`. Overwrites `grad` with
-  // the SUM (not the mean) over the batch of per-sample gradients of the
-  // cross-entropy loss, so that gradients from batches of any sizes add up.
-  // An empty batch yields zero gradients and zero stats. `ready` may be null.
+  // Whether ComputeGradients overwrites `grad` or adds to it (gradient
+  // accumulation over micro-batches: one buffer, however many of them).
+  enum class GradMode { kOverwrite, kAccumulate };
+
+  // Forward and backward on `batch` with `weights`. Writes into `grad` the
+  // SUM (not the mean) over the batch of per-sample gradients of the
+  // cross-entropy loss, so that gradients from batches of any sizes add up:
+  // overwriting it, or adding to what it holds (kAccumulate). An empty batch
+  // contributes zero gradients and zero stats. `ready` may be null.
   absl::StatusOr<BatchStats> ComputeGradients(const float* weights, const Batch& batch,
                                               float* grad,
-                                              const GradientsReady& ready = nullptr) {
-    return DoComputeGradients(weights, batch, grad, ready);
+                                              const GradientsReady& ready = nullptr,
+                                              GradMode mode = GradMode::kOverwrite) {
+    return DoComputeGradients(weights, batch, grad, ready, mode == GradMode::kAccumulate);
   }
 
   // Forward only.
@@ -66,9 +72,11 @@ class Model {
                                               const Batch& batch) = 0;
 
  protected:
+  // `accumulate`: add to `grad` rather than overwrite it.
   virtual absl::StatusOr<BatchStats> DoComputeGradients(const float* weights,
                                                         const Batch& batch, float* grad,
-                                                        const GradientsReady& ready) = 0;
+                                                        const GradientsReady& ready,
+                                                        bool accumulate) = 0;
 };
 
 // Creates a CPU model by name ("mlp"). Errors list the known names.

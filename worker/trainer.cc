@@ -33,6 +33,10 @@ absl::Status TrainerOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "--batch_per_device is ", batch_per_device, ", expected 1..1048576"));
   }
+  if (accumulation_steps < 1 || accumulation_steps > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--accumulation_steps is ", accumulation_steps, ", expected 1..65536"));
+  }
   if (max_steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--steps is ", max_steps, ", expected >= 0"));
   }
@@ -87,8 +91,12 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::unique_ptr<Model>> rep
       client_(client),
       train_(train),
       test_(test),
-      sharding_{train->size, options_.num_workers, static_cast<int>(replicas_.size()),
-                options_.batch_per_device, options_.device_weights},
+      sharding_{train->size,
+                options_.num_workers,
+                static_cast<int>(replicas_.size()),
+                options_.batch_per_device,
+                options_.device_weights,
+                options_.accumulation_steps},
       num_params_(replicas_[0]->num_parameters()) {
   tensor_offsets_.push_back(0);
   for (const TensorSpec& t : replicas_[0]->parameters()) {
@@ -97,9 +105,10 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::unique_ptr<Model>> rep
   const size_t devices = replicas_.size();
   device_inputs_.resize(devices);
   device_labels_.resize(devices);
+  // One micro-batch at a time.
   for (size_t d = 0; d < devices; ++d) {
-    device_inputs_[d].resize(sharding_.DeviceBatch(d) * train->input_dim);
-    device_labels_[d].resize(sharding_.DeviceBatch(d));
+    device_inputs_[d].resize(sharding_.MicroBatch(d) * train->input_dim);
+    device_labels_[d].resize(sharding_.MicroBatch(d));
   }
 }
 
@@ -237,17 +246,33 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
                           "forward + backward");
     float* inputs = device_inputs_[d].data();
     uint8_t* labels = device_labels_[d].data();
-    for (int64_t k = begin[d]; k < end[d]; ++k) {
-      const int64_t sample = permutation[k];
-      std::memcpy(inputs + (k - begin[d]) * dim, train_->inputs.data() + sample * dim,
-                  dim * sizeof(float));
-      labels[k - begin[d]] = train_->labels[sample];
+    const int64_t micro = sharding_.MicroBatch(d);
+    const int64_t micro_batches = options_.accumulation_steps;
+    BatchStats device_stats;
+    for (int64_t m = 0; m < micro_batches; ++m) {
+      const int64_t first = std::min(end[d], begin[d] + m * micro);
+      const int64_t last = std::min(end[d], first + micro);
+      for (int64_t k = first; k < last; ++k) {
+        const int64_t sample = permutation[k];
+        std::memcpy(inputs + (k - first) * dim, train_->inputs.data() + sample * dim,
+                    dim * sizeof(float));
+        labels[k - first] = train_->labels[sample];
+      }
+      // Layers are final, and may go out, only in the last micro-batch.
+      Model::GradientsReady report;
+      if (options_.overlap && m == micro_batches - 1) {
+        report = [&ready, d](int a, int b) { ready(d, a, b); };
+      }
+      absl::StatusOr<BatchStats> stats = replicas_[d]->ComputeGradients(
+          device_weights_[d].get(), Batch{inputs, labels, last - first}, device_grads_[d].get(),
+          report, m == 0 ? Model::GradMode::kOverwrite : Model::GradMode::kAccumulate);
+      if (!stats.ok()) {
+        results[d] = stats.status();
+        return;
+      }
+      device_stats.Add(*stats);
     }
-    Model::GradientsReady report;
-    if (options_.overlap) report = [&ready, d](int a, int b) { ready(d, a, b); };
-    results[d] = replicas_[d]->ComputeGradients(
-        device_weights_[d].get(), Batch{inputs, labels, end[d] - begin[d]},
-        device_grads_[d].get(), report);
+    results[d] = device_stats;
   });
   compute_time_ = absl::Now() - compute_start;
   BatchStats total;

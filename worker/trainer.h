@@ -26,6 +26,10 @@ struct TrainerOptions {
   int worker_rank = 0;
   int num_workers = 1;
   int64_t batch_per_device = 32;
+  // Micro-batches of batch_per_device each device runs, summing gradients
+  // and counts, before the step's one push (worker/data/sharding.h says
+  // how they are cut). One gradient buffer per device whatever the count.
+  int64_t accumulation_steps = 1;
   int epochs = 1;
   // If > 0, train this many steps in total instead of `epochs` epochs.
   int64_t max_steps = 0;

@@ -30,8 +30,9 @@ std::vector<int64_t> EpochPermutation(int64_t n, uint64_t seed, int64_t epoch) {
 }
 
 int64_t Sharding::Boundary(int device) const {
-  const int64_t per_worker = int64_t{devices_per_worker} * batch_per_device;
-  if (device_weights.empty()) return int64_t{device} * batch_per_device;
+  const int64_t per_device = batch_per_device * accumulation_steps;
+  const int64_t per_worker = int64_t{devices_per_worker} * per_device;
+  if (device_weights.empty()) return int64_t{device} * per_device;
   if (device >= devices_per_worker) return per_worker;
   double prefix = 0, total = 0;
   for (int d = 0; d < devices_per_worker; ++d) {
@@ -44,7 +45,7 @@ int64_t Sharding::Boundary(int device) const {
 void Sharding::DeviceRange(int64_t step_in_epoch, int worker, int device, int64_t* begin,
                            int64_t* end) const {
   const int64_t start = step_in_epoch * global_batch() +
-                        int64_t{worker} * devices_per_worker * batch_per_device;
+                        int64_t{worker} * devices_per_worker * batch_per_device * accumulation_steps;
   *begin = std::min(start + Boundary(device), dataset_size);
   *end = std::min(start + Boundary(device + 1), dataset_size);
 }

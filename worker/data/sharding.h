@@ -10,6 +10,13 @@
 // proportion to their weights (faster devices take more); every sample is
 // still used once, and sample counts travel with gradients, so the
 // equivalence holds.
+//
+// With gradient accumulation over K micro-batches, a step is the step of
+// batch b*K without accumulation (G = N*D*b*K, the same samples in the
+// same order), and each device cuts its share into K consecutive
+// micro-batches of ceil(share / K) samples (b with equal device weights;
+// in an epoch's last, short step the last micro-batches may be short or
+// empty).
 #ifndef PSYNC_WORKER_DATA_SHARDING_H_
 #define PSYNC_WORKER_DATA_SHARDING_H_
 
@@ -29,13 +36,20 @@ struct Sharding {
   // Relative speeds of a worker's devices; empty means equal.
   // REQUIRES: empty, or devices_per_worker positive finite values.
   std::vector<double> device_weights;
+  // Micro-batches per step (gradient accumulation); >= 1.
+  int64_t accumulation_steps = 1;
 
-  int64_t global_batch() const { return num_workers * devices_per_worker * batch_per_device; }
+  int64_t global_batch() const {
+    return num_workers * devices_per_worker * batch_per_device * accumulation_steps;
+  }
   int64_t steps_per_epoch() const {
     return (dataset_size + global_batch() - 1) / global_batch();
   }
-  // The most samples `device` takes in a step.
+  // The most samples `device` takes in a step, and in one micro-batch.
   int64_t DeviceBatch(int device) const { return Boundary(device + 1) - Boundary(device); }
+  int64_t MicroBatch(int device) const {
+    return (DeviceBatch(device) + accumulation_steps - 1) / accumulation_steps;
+  }
   // Half-open range of positions in the epoch's permutation that
   // (worker, device) uses at `step_in_epoch`; empty ranges are possible in
   // an epoch's last, short step.

@@ -65,5 +65,27 @@ TEST(ShardingTest, DeviceWeightsSplitEachWorkersShareInProportion) {
   }
 }
 
+// A step with K micro-batches of b is the step of batch b*K: the same
+// samples for every device; each device's micro-batch holds b of them.
+TEST(ShardingTest, AccumulationTakesTheSamplesOfTheLargerBatch) {
+  const Sharding accumulated{1000, 2, 3, 8, {}, 4};
+  const Sharding larger{1000, 2, 3, 32, {}, 1};
+  EXPECT_EQ(accumulated.global_batch(), larger.global_batch());
+  EXPECT_EQ(accumulated.steps_per_epoch(), larger.steps_per_epoch());
+  EXPECT_EQ(accumulated.MicroBatch(1), 8);
+  EXPECT_EQ(accumulated.DeviceBatch(1), 32);
+  for (int64_t s = 0; s < accumulated.steps_per_epoch(); ++s) {
+    for (int w = 0; w < 2; ++w) {
+      for (int d = 0; d < 3; ++d) {
+        int64_t ab, ae, lb, le;
+        accumulated.DeviceRange(s, w, d, &ab, &ae);
+        larger.DeviceRange(s, w, d, &lb, &le);
+        EXPECT_EQ(ab, lb);
+        EXPECT_EQ(ae, le);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace psync

@@ -197,11 +197,13 @@ absl::StatusOr<BatchStats> CudaCnn::Forward(const float* weights, const Batch& b
 }
 
 // Back through max-pool and ReLU (ReLU's input is gone, but its output
-// has the same sign pattern), then the filter and bias gradients and, if
-// din is not null, the gradient for the stage's input.
+// has the same sign pattern), then the filter and bias gradients (added to
+// dw and db when `accumulate`) and, if din is not null, the gradient for
+// the stage's input.
 absl::Status CudaCnn::StageBackward(const Stage& s, const float* weights, const float* dpooled,
-                                    float* dw, float* db, float* din) {
+                                    float* dw, float* db, float* din, bool accumulate) {
   const float one = 1.0f, zero = 0.0f;
+  const float grad_beta = accumulate ? 1.0f : 0.0f;
   PSYNC_CUDNN_RETURN_IF_ERROR(cudnnPoolingBackward(cudnn_, pool_, &one, s.pool_desc, s.pooled,
                                                    s.pool_desc, dpooled, s.act_desc, s.act, &zero,
                                                    s.act_desc, s.dact));
@@ -210,9 +212,9 @@ absl::Status CudaCnn::StageBackward(const Stage& s, const float* weights, const 
                                                       &zero, s.act_desc, s.dact));
   PSYNC_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
       cudnn_, &one, s.in_desc, s.in, s.act_desc, s.dact, conv_, kBwdFilterAlgo, workspace_,
-      workspace_bytes_, &zero, s.w_desc, dw));
+      workspace_bytes_, &grad_beta, s.w_desc, dw));
   PSYNC_CUDNN_RETURN_IF_ERROR(
-      cudnnConvolutionBackwardBias(cudnn_, &one, s.act_desc, s.dact, &zero, s.b_desc, db));
+      cudnnConvolutionBackwardBias(cudnn_, &one, s.act_desc, s.dact, &grad_beta, s.b_desc, db));
   if (din != nullptr) {
     PSYNC_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
         cudnn_, &one, s.w_desc, param(weights, s.w), s.act_desc, s.dact, conv_, kBwdDataAlgo,
@@ -231,14 +233,16 @@ absl::StatusOr<BatchStats> CudaCnn::Evaluate(const float* weights, const Batch& 
 
 absl::StatusOr<BatchStats> CudaCnn::DoComputeGradients(const float* weights, const Batch& batch,
                                                        float* grad,
-                                                       const GradientsReady& ready) {
+                                                       const GradientsReady& ready, bool accumulate) {
   if (grad == nullptr) return absl::InvalidArgumentError("CudaCnn::ComputeGradients: grad is null");
   PSYNC_RETURN_IF_ERROR(ValidateBatch("CudaCnn::ComputeGradients", weights, batch, c_.classes));
   PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const cudaStream_t stream = cudaStreamLegacy;
   if (batch.n == 0) {
-    PSYNC_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(grad, 0, num_parameters() * sizeof(float), stream));
+    if (!accumulate) {
+      PSYNC_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(grad, 0, num_parameters() * sizeof(float), stream));
+    }
     PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     if (ready) ready(0, static_cast<int>(parameters().size()));
     return BatchStats{};
@@ -249,16 +253,18 @@ absl::StatusOr<BatchStats> CudaCnn::DoComputeGradients(const float* weights, con
   auto g = [&](int i) { return grad + offsets_[i]; };
 
   PSYNC_RETURN_IF_ERROR(DenseBackward(cublas_, hidden_, param(weights, 6), dlogits_, ones_, n,
-                                      c_.hidden, c_.classes, g(6), g(7), dhidden_));
+                                      c_.hidden, c_.classes, g(6), g(7), dhidden_, accumulate));
   if (ready) ready(6, 8);
   PSYNC_CUDA_RETURN_IF_ERROR(gpu::ReluMask(dhidden_, hidden_, n * c_.hidden, stream));
   PSYNC_RETURN_IF_ERROR(DenseBackward(cublas_, pool2_, param(weights, 4), dhidden_, ones_, n,
-                                      flat, c_.hidden, g(4), g(5), dpool2_));
+                                      flat, c_.hidden, g(4), g(5), dpool2_, accumulate));
   if (ready) ready(4, 6);
 
-  PSYNC_RETURN_IF_ERROR(StageBackward(Stage2(), weights, dpool2_, g(2), g(3), dpool1_));
+  PSYNC_RETURN_IF_ERROR(
+      StageBackward(Stage2(), weights, dpool2_, g(2), g(3), dpool1_, accumulate));
   if (ready) ready(2, 4);
-  PSYNC_RETURN_IF_ERROR(StageBackward(Stage1(), weights, dpool1_, g(0), g(1), nullptr));
+  PSYNC_RETURN_IF_ERROR(
+      StageBackward(Stage1(), weights, dpool1_, g(0), g(1), nullptr, accumulate));
   if (ready) ready(0, 2);
   PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return stats;

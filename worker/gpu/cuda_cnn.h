@@ -36,7 +36,7 @@ class CudaCnn final : public Model {
   absl::Status Init();
   absl::StatusOr<BatchStats> DoComputeGradients(const float* weights, const Batch& batch,
                                                 float* grad,
-                                                const GradientsReady& ready) override;
+                                                const GradientsReady& ready, bool accumulate) override;
   // Sets the batch-size-dependent descriptors and scratch.
   absl::Status Prepare(int64_t n);
   absl::StatusOr<BatchStats> Forward(const float* weights, const Batch& batch, bool backward);
@@ -63,7 +63,8 @@ class CudaCnn final : public Model {
             pool2_};
   }
   absl::Status StageBackward(const Stage& s, const float* weights, const float* dpooled,
-                             float* dw, float* db, float* din);
+                             float* dw, float* db, float* din,
+                             bool accumulate);
   const float* param(const float* flat, int i) const { return flat + offsets_[i]; }
 
   const CnnConfig c_;

@@ -21,14 +21,15 @@ absl::Status DenseForward(cublasHandle_t cublas, const float* x, const float* w,
 
 absl::Status DenseBackward(cublasHandle_t cublas, const float* x, const float* w,
                            const float* dy, const float* ones, int64_t n, int64_t in,
-                           int64_t out, float* dw, float* db, float* dx) {
+                           int64_t out, float* dw, float* db, float* dx, bool accumulate) {
   const float one = 1.0f, zero = 0.0f;
-  // dw^T [in, out] = x^T [in, n] (dy^T)^T.
+  const float grad_beta = accumulate ? 1.0f : 0.0f;
+  // dw^T [in, out] = x^T [in, n] (dy^T)^T (+ dw^T).
   PSYNC_CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x,
-                                           in, dy, out, &zero, dw, in));
-  // db = dy^T [out, n] times ones.
+                                           in, dy, out, &grad_beta, dw, in));
+  // db = dy^T [out, n] times ones (+ db).
   PSYNC_CUBLAS_RETURN_IF_ERROR(
-      cublasSgemv(cublas, CUBLAS_OP_N, out, n, &one, dy, out, ones, 1, &zero, db, 1));
+      cublasSgemv(cublas, CUBLAS_OP_N, out, n, &one, dy, out, ones, 1, &grad_beta, db, 1));
   if (dx != nullptr) {
     // dx^T [in, n] = w [in, out] dy^T [out, n].
     PSYNC_CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one,

@@ -19,10 +19,11 @@ absl::Status DenseForward(cublasHandle_t cublas, const float* x, const float* w,
                           int64_t n, int64_t in, int64_t out, bool relu, float* y);
 
 // Given dy [n, out]: dw = dy^T x (summed over the batch), db = the column
-// sums of dy (`ones` holds n ones), and, if dx is not null, dx = dy w.
+// sums of dy (`ones` holds n ones), both added to what dw and db hold when
+// `accumulate`; and, if dx is not null, dx = dy w.
 absl::Status DenseBackward(cublasHandle_t cublas, const float* x, const float* w,
                            const float* dy, const float* ones, int64_t n, int64_t in,
-                           int64_t out, float* dw, float* db, float* dx);
+                           int64_t out, float* dw, float* db, float* dx, bool accumulate);
 
 // Device scratch and host buffers for the softmax cross-entropy head.
 class SoftmaxHead {

@@ -102,13 +102,15 @@ absl::StatusOr<BatchStats> CudaMlp::Evaluate(const float* weights, const Batch& 
 
 absl::StatusOr<BatchStats> CudaMlp::DoComputeGradients(const float* weights, const Batch& batch,
                                                        float* grad,
-                                                       const GradientsReady& ready) {
+                                                       const GradientsReady& ready, bool accumulate) {
   if (grad == nullptr) return absl::InvalidArgumentError("CudaMlp::ComputeGradients: grad is null");
   PSYNC_RETURN_IF_ERROR(ValidateBatch("CudaMlp::ComputeGradients", weights, batch, sizes_.back()));
   PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   if (batch.n == 0) {
-    PSYNC_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(grad, 0, num_parameters() * sizeof(float), kStream));
+    if (!accumulate) {
+      PSYNC_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(grad, 0, num_parameters() * sizeof(float), kStream));
+    }
     PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(kStream));
     if (ready) ready(0, static_cast<int>(parameters().size()));
     return BatchStats{};
@@ -121,7 +123,7 @@ absl::StatusOr<BatchStats> CudaMlp::DoComputeGradients(const float* weights, con
                                         weights + weight_offset_[k - 1], deltas_[k], ones_, n, in,
                                         out, grad + weight_offset_[k - 1],
                                         grad + bias_offset_[k - 1],
-                                        k == 1 ? nullptr : deltas_[k - 1]));
+                                        k == 1 ? nullptr : deltas_[k - 1], accumulate));
     // Enqueued, in stream order: a reducer that orders itself after the
     // default stream sees these gradients final.
     if (ready) ready(2 * (k - 1), 2 * k);

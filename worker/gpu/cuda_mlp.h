@@ -33,7 +33,7 @@ class CudaMlp final : public Model {
   CudaMlp(std::vector<int64_t> sizes, int device);
   absl::StatusOr<BatchStats> DoComputeGradients(const float* weights, const Batch& batch,
                                                 float* grad,
-                                                const GradientsReady& ready) override;
+                                                const GradientsReady& ready, bool accumulate) override;
   absl::Status EnsureScratch(int64_t n);
   // Copies the batch over and fills acts_[1..L]; returns the summed stats
   // (and writes dlogits into deltas_[L] if `backward`). Waits for the stream.

@@ -191,8 +191,10 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   check.Expect("worker_lease_ms", to.worker_lease_ms() >= 100, ">= 100");
   check.Expect("worker_lease_ms", to.worker_lease_ms() <= to.peer_timeout_s() * int64_t{1000},
                "at most timeouts.peer_timeout_s");
-  check.Expect("handshake_timeout_s", to.handshake_timeout_s() >= 1, ">= 1");
-  check.Expect("idle_timeout_s", to.idle_timeout_s() >= 1, ">= 1");
+  check.Expect("handshake_timeout_s",
+               to.handshake_timeout_s() >= 1 && to.handshake_timeout_s() <= 86400, "1..86400");
+  check.Expect("idle_timeout_s", to.idle_timeout_s() >= 1 && to.idle_timeout_s() <= 86400,
+               "1..86400");
   check.Expect("metrics_csv_every", c.output().metrics_csv_every() >= 1, ">= 1");
   check.Expect("trace_steps", c.output().trace_steps() >= 1 && c.output().trace_steps() <= 10000,
                "1..10000 (a trace is kept in memory until the end)");

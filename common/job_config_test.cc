@@ -81,7 +81,7 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
             "job.pbtxt:1: training.accumulation_steps is 0, expected 1..65536 micro-batches per "
             "step");
   EXPECT_THAT(Load("timeouts { idle_timeout_s: 0 }").status().message(),
-              HasSubstr("timeouts.idle_timeout_s is 0, expected >= 1"));
+              HasSubstr("timeouts.idle_timeout_s is 0, expected 1..86400"));
   EXPECT_THAT(Load("output { metrics_csv_every: 0 }").status().message(),
               HasSubstr("output.metrics_csv_every is 0, expected >= 1"));
 }

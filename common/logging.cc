@@ -26,13 +26,20 @@ const char* LevelName(char severity) {
   }
 }
 
-// Length of the valid UTF-8 sequence starting at s[i], or 0.
+// Length of the well-formed UTF-8 sequence starting at s[i], or 0 (Unicode
+// 15, table 3-7: no overlong forms, no surrogates, nothing past U+10FFFF).
 size_t Utf8Length(absl::string_view s, size_t i) {
   const unsigned char c = s[i];
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  else if (c >= 0xE0 && c <= 0xEF) n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+  else if (c >= 0xF0 && c <= 0xF4) n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
   if (n == 0 || i + n > s.size()) return 0;
   for (size_t k = 1; k < n; ++k) {
-    if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return 0;
+    const unsigned char b = s[i + k];
+    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return 0;
   }
   return n;
 }

@@ -40,6 +40,17 @@ TEST(LoggingTest, JsonLinesAreOneObjectWithEscapes) {
             "\"rank\":null,\"file\":\"m.cc\",\"line\":1,\"msg\":\"caf\xC3\xA9 \xEF\xBF\xBD\"}");
 }
 
+TEST(LoggingTest, IllFormedUtf8BecomesReplacementCharacters) {
+  auto msg = [](const std::string& m) {
+    const std::string line = FormatLogLine(LogFormat::kJson, 'I', "w", 0, kMicros, "f", 1, m);
+    return line.substr(line.find("\"msg\":\"") + 7);
+  };
+  EXPECT_EQ(msg("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD\"}");           // overlong '/'
+  EXPECT_EQ(msg("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"}");  // a surrogate
+  EXPECT_EQ(msg("\xF4\x90\x80\x80").substr(0, 3), "\xEF\xBF\xBD");     // past U+10FFFF
+  EXPECT_EQ(msg("\xE2\x82\xAC \xF0\x9F\x98\x80"), "\xE2\x82\xAC \xF0\x9F\x98\x80\"}");  // kept
+}
+
 TEST(LoggingTest, ParseLogFormat) {
   EXPECT_EQ(*ParseLogFormat("text"), LogFormat::kText);
   EXPECT_EQ(*ParseLogFormat("json"), LogFormat::kJson);

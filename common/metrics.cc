@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -15,13 +16,19 @@ void AtomicAdd(std::atomic<double>* value, double delta) {
   }
 }
 
-// Prometheus' float syntax: +Inf, -Inf, NaN, else the shortest exact
-// decimal (integers without an exponent up to 2^53).
+// Prometheus' float syntax: +Inf, -Inf, NaN, else the shortest decimal
+// that reads back exactly (integers without an exponent up to 2^53).
 std::string FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {
     return absl::StrCat(static_cast<int64_t>(v));
+  }
+  // The fewest digits that read back exactly (0.1, not 0.10000000000000001),
+  // so that `le` labels match what other exporters write.
+  for (int digits = 15; digits < 17; ++digits) {
+    const std::string text = absl::StrFormat("%.*g", digits, v);
+    if (std::strtod(text.c_str(), nullptr) == v) return text;
   }
   return absl::StrFormat("%.17g", v);
 }
@@ -56,7 +63,9 @@ std::string LabelText(const MetricLabels& labels, const std::string& extra = "")
 
 }  // namespace
 
-void Counter::Add(double delta) { AtomicAdd(&value_, delta); }
+void Counter::Add(double delta) {
+  if (delta > 0) AtomicAdd(&value_, delta);  // a counter never goes down
+}
 
 void Gauge::Add(double delta) { AtomicAdd(&value_, delta); }
 
@@ -66,6 +75,7 @@ Histogram::Histogram(std::vector<double> bounds)
 }
 
 void Histogram::Observe(double v) {
+  v = std::max(v, 0.0);  // durations from a wall clock stepped back
   const size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin();
   buckets_[i].fetch_add(1, std::memory_order_relaxed);
   AtomicAdd(&sum_, v);

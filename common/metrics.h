@@ -28,6 +28,7 @@ using MetricLabels = std::vector<std::pair<std::string, std::string>>;
 // A value that only goes up (a `_total`).
 class Counter {
  public:
+  // Ignores a delta <= 0 (a duration from a wall clock that stepped back).
   void Add(double delta = 1);
   // For a count kept by another object (e.g. checkpoints written), copied
   // in before each scrape. REQUIRES: never less than before.

@@ -59,10 +59,10 @@ TEST(MetricsTest, HistogramBucketsAreCumulativeWithSumAndCount) {
   EXPECT_EQ(r.Render(),
             "# HELP psync_test_seconds Latency.\n"
             "# TYPE psync_test_seconds histogram\n"
-            "psync_test_seconds_bucket{m=\"Pull\",le=\"0.10000000000000001\"} 2\n"
+            "psync_test_seconds_bucket{m=\"Pull\",le=\"0.1\"} 2\n"
             "psync_test_seconds_bucket{m=\"Pull\",le=\"1\"} 3\n"
             "psync_test_seconds_bucket{m=\"Pull\",le=\"+Inf\"} 4\n"
-            "psync_test_seconds_sum{m=\"Pull\"} 3.6499999999999999\n"
+            "psync_test_seconds_sum{m=\"Pull\"} 3.65\n"
             "psync_test_seconds_count{m=\"Pull\"} 4\n");
 }
 
@@ -83,7 +83,20 @@ TEST(MetricsTest, SpecialValues) {
   const std::string text = r.Render();
   EXPECT_THAT(text, HasSubstr("psync_a +Inf\n"));
   EXPECT_THAT(text, HasSubstr("psync_b NaN\n"));
-  EXPECT_THAT(text, HasSubstr("psync_c -1.0000000000000001e+300\n"));
+  EXPECT_THAT(text, HasSubstr("psync_c -1e+300\n"));
+}
+
+TEST(MetricsTest, CountersNeverGoDown) {
+  MetricRegistry r;
+  Counter* c = r.GetCounter("psync_c_total", "C.");
+  c->Add(2);
+  c->Add(-1);
+  EXPECT_EQ(c->value(), 2);
+  r.GetGauge("psync_third", "T.")->Set(1.0 / 3);
+  r.GetGauge("psync_sum", "S.")->Set(0.1 + 0.2);
+  const std::string text = r.Render();
+  EXPECT_THAT(text, HasSubstr("psync_third 0.3333333333333333\n"));  // 16 digits
+  EXPECT_THAT(text, HasSubstr("psync_sum 0.30000000000000004\n"));   // 17 digits
 }
 
 TEST(MetricsTest, RefreshersRunBeforeEachRender) {

@@ -51,8 +51,10 @@ std::vector<std::string> ListenerWatch::Check(absl::Time now) {
   std::vector<std::string> stuck;
   for (size_t i = 0; i < ports_.size(); ++i) {
     const int64_t queue = AcceptQueueLength(ports_[i]);
-    if (queue <= 0) {
-      busy_since_[i] = absl::InfiniteFuture();
+    const bool accepted = queue < last_queue_[i];  // someone took connections off it
+    last_queue_[i] = queue;
+    if (queue <= 0 || accepted) {
+      busy_since_[i] = queue <= 0 ? absl::InfiniteFuture() : now;
       continue;
     }
     if (busy_since_[i] == absl::InfiniteFuture()) busy_since_[i] = now;

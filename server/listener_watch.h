@@ -27,12 +27,15 @@ int64_t AcceptQueueLength(int port);
 // Not thread-safe: one caller polls it.
 class ListenerWatch {
  public:
-  // `ports` are this process's listening ports; a port whose queue has not
-  // been empty at any check for `stuck_after` is stuck.
+  // `ports` are this process's listening ports; a port whose queue has been
+  // neither empty nor shorter than at the check before, at every check for
+  // `stuck_after`, is stuck (a burst of connections that is being accepted
+  // shrinks the queue at times).
   ListenerWatch(std::vector<int> ports, absl::Duration stuck_after)
       : ports_(std::move(ports)),
         stuck_after_(stuck_after),
-        busy_since_(ports_.size(), absl::InfiniteFuture()) {}
+        busy_since_(ports_.size(), absl::InfiniteFuture()),
+        last_queue_(ports_.size(), 0) {}
 
   // Checks every port at `now`; returns the stuck ports, each with its
   // queue length, as text ("7070 (12 waiting)"), empty when none is.
@@ -42,6 +45,7 @@ class ListenerWatch {
   const std::vector<int> ports_;
   const absl::Duration stuck_after_;
   std::vector<absl::Time> busy_since_;  // InfiniteFuture: empty at the last check
+  std::vector<int64_t> last_queue_;
 };
 
 }  // namespace psync

@@ -17,6 +17,7 @@
 #include "common/metrics.h"
 #include "common/output_path.h"
 #include "common/process_metrics.h"
+#include "common/rpc/grpc_logging.h"
 #include "common/security.h"
 #include "common/status_macros.h"
 #include "common/malloc_tuning.h"
@@ -202,16 +203,17 @@ int Run() {
   std::unique_ptr<MetricsHttpServer> metrics_http;
   const proto::ObservabilityConfig& observability = config.observability();
   if (observability.metrics_port() > 0) {
+    // Training does not depend on it: a taken port costs the metrics only.
     auto started =
         MetricsHttpServer::Start(&metrics, observability.metrics_host(), observability.metrics_port());
-    if (!started.ok()) {
-      LOG(ERROR) << "server " << options->server_rank << ": " << started.status().message();
-      (*server)->Shutdown(absl::Now());
-      return 1;
+    if (started.ok()) {
+      metrics_http = std::move(*started);
+      LOG(INFO) << "server " << options->server_rank << ": metrics on http://"
+                << observability.metrics_host() << ":" << metrics_http->port() << "/metrics";
+    } else {
+      LOG(ERROR) << "server " << options->server_rank << ": " << started.status().message()
+                 << "; serving without metrics";
     }
-    metrics_http = std::move(*started);
-    LOG(INFO) << "server " << options->server_rank << ": metrics on http://"
-              << observability.metrics_host() << ":" << metrics_http->port() << "/metrics";
   }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
@@ -296,5 +298,6 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   psync::KeepLargeAllocationsInHeap();
   psync::InitLogging(argv[0], "server");
+  psync::RouteGrpcLogsToGlog();
   return psync::Run();
 }

@@ -78,10 +78,10 @@ TEST(ObservabilityTest, MetricsPrometheusAndJsonLogsOfALiveJob) {
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (absl::Now() < deadline && !worker->Poll().has_value()) {
     live = HttpGet(worker_metrics, "/metrics");
-    if (MetricValue(live, "psync_worker_steps_total") > 0) break;
+    if (MetricValue(live, "psync_worker_step_duration_seconds_count") > 0) break;
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ASSERT_GT(MetricValue(live, "psync_worker_steps_total"), 0) << live << worker->output();
+  ASSERT_GT(MetricValue(live, "psync_worker_step_duration_seconds_count"), 0) << live << worker->output();
   EXPECT_EQ(Promtool(live, "worker"), "");
   for (const char* series :
        {"psync_worker_phase_seconds_total{phase=\"compute\"}",

@@ -24,6 +24,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/process_metrics.h"
+#include "common/rpc/grpc_logging.h"
 #include "common/layout.h"
 #include "common/malloc_tuning.h"
 #include "common/output_path.h"
@@ -301,12 +302,17 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   WorkerMetrics worker_metrics(&metrics);
   std::unique_ptr<MetricsHttpServer> metrics_http;
   if (c.observability().metrics_port() > 0) {
+    // Training does not depend on it: a taken port costs the metrics only.
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started = MetricsHttpServer::Start(
         &metrics, c.observability().metrics_host(), c.observability().metrics_port());
-    PSYNC_RETURN_IF_ERROR(started.status());  // a port taken: a restart may find it free
-    metrics_http = std::move(*started);
-    LOG(INFO) << "worker " << options.worker_rank << ": metrics on http://"
-              << c.observability().metrics_host() << ":" << metrics_http->port() << "/metrics";
+    if (started.ok()) {
+      metrics_http = std::move(*started);
+      LOG(INFO) << "worker " << options.worker_rank << ": metrics on http://"
+                << c.observability().metrics_host() << ":" << metrics_http->port() << "/metrics";
+    } else {
+      LOG(ERROR) << "worker " << options.worker_rank << ": " << started.status().message()
+                 << "; training without metrics";
+    }
   }
 
   const std::string& model = c.training().model();
@@ -455,6 +461,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   psync::KeepLargeAllocationsInHeap();
   psync::InitLogging(argv[0], "worker");
+  psync::RouteGrpcLogsToGlog();
   // Each device thread runs its own GEMMs: one BLAS thread per device keeps
   // the devices from oversubscribing the cores.
   openblas_set_num_threads(1);

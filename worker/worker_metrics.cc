@@ -12,8 +12,7 @@ constexpr char kPhaseHelp[] =
 }  // namespace
 
 WorkerMetrics::WorkerMetrics(MetricRegistry* r)
-    : steps_(r->GetCounter("psync_worker_steps_total", "Steps this process has trained.")),
-      step_(r->GetGauge("psync_worker_step", "Global steps done (the last step trained).")),
+    : step_(r->GetGauge("psync_worker_step", "Global steps done (the last step trained).")),
       step_seconds_(r->GetHistogram("psync_worker_step_duration_seconds",
                                     "Wall time of a training step.", LatencyBuckets())),
       compute_seconds_(r->GetCounter("psync_worker_phase_seconds_total", kPhaseHelp,
@@ -23,7 +22,8 @@ WorkerMetrics::WorkerMetrics(MetricRegistry* r)
       comm_seconds_(r->GetCounter("psync_worker_phase_seconds_total", kPhaseHelp,
                                   {{"phase", "communication"}})),
       samples_(r->GetCounter("psync_worker_samples_total",
-                             "Samples of the job's global batches trained (all workers).")),
+                             "Samples of the job's global batches trained (all workers'; every "
+                             "worker reports the same: aggregate with max, not sum).")),
       samples_per_second_(r->GetGauge(
           "psync_worker_samples_per_second",
           "Global samples per second over the last steps (a moving average over ~20 steps).")),
@@ -36,7 +36,6 @@ WorkerMetrics::WorkerMetrics(MetricRegistry* r)
 }
 
 void WorkerMetrics::OnStep(const StepReport& s) {
-  steps_->Add();
   step_->Set(static_cast<double>(s.step));
   step_seconds_->Observe(s.seconds);
   compute_seconds_->Add(s.compute_seconds);
@@ -47,7 +46,6 @@ void WorkerMetrics::OnStep(const StepReport& s) {
   accuracy_->Set(s.accuracy);
   if (s.seconds > 0) {
     const double rate = s.samples / s.seconds;
-    absl::MutexLock lock(&mu_);
     smoothed_rate_ = smoothed_rate_ == 0 ? rate : 0.95 * smoothed_rate_ + 0.05 * rate;
     samples_per_second_->Set(smoothed_rate_);
   }

@@ -3,13 +3,12 @@
 #ifndef PSYNC_WORKER_WORKER_METRICS_H_
 #define PSYNC_WORKER_WORKER_METRICS_H_
 
-#include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "worker/trainer.h"
 
 namespace psync {
 
-// Thread-safe (the trainer's thread reports, a scrape reads).
+// The trainer's thread reports; scrapes read the metrics (atomics).
 class WorkerMetrics {
  public:
   // `registry` must outlive this object.
@@ -19,7 +18,6 @@ class WorkerMetrics {
   void OnEpoch(const EpochReport& epoch);
 
  private:
-  Counter* steps_;
   Gauge* step_;
   Histogram* step_seconds_;
   Counter* compute_seconds_;
@@ -30,8 +28,7 @@ class WorkerMetrics {
   Gauge* loss_;
   Gauge* accuracy_;
   Gauge* test_accuracy_;
-  absl::Mutex mu_;
-  double smoothed_rate_ ABSL_GUARDED_BY(mu_) = 0;  // samples/s, moving average
+  double smoothed_rate_ = 0;  // samples/s, moving average; the reporting thread's
 };
 
 }  // namespace psync

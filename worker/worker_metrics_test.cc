@@ -27,7 +27,6 @@ TEST(WorkerMetricsTest, StepsAddUpPhasesAndSamples) {
   e.test_accuracy = 0.75;
   m.OnEpoch(e);
   const std::string text = registry.Render();
-  EXPECT_THAT(text, HasSubstr("psync_worker_steps_total 2\n"));
   EXPECT_THAT(text, HasSubstr("psync_worker_step 8\n"));
   EXPECT_THAT(text, HasSubstr("psync_worker_phase_seconds_total{phase=\"compute\"} 0.5\n"));
   EXPECT_THAT(text, HasSubstr("psync_worker_phase_seconds_total{phase=\"reduce\"} 0.25\n"));

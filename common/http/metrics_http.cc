@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <atomic>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -14,12 +15,13 @@ namespace {
 class HttplibMetricsServer final : public MetricsHttpServer {
  public:
   explicit HttplibMetricsServer(const MetricRegistry* registry) {
-    // A scrape is one short request: two threads, short timeouts, so that
-    // idle or slow clients cannot hold the endpoint (or file descriptors).
+    // A scrape is one short request: two threads and short timeouts, so that
+    // an idle or slow client holds a thread (and a queued connection its
+    // descriptor) for seconds at most.
     server_.new_task_queue = [] { return new httplib::ThreadPool(2); };
     server_.set_read_timeout(5, 0);
     server_.set_write_timeout(5, 0);
-    server_.set_keep_alive_timeout(5);
+    server_.set_keep_alive_timeout(2);
     server_.set_keep_alive_max_count(100);
     server_.set_payload_max_length(64 << 10);
     // httplib's default sets SO_REUSEPORT, which would let a second process
@@ -37,7 +39,11 @@ class HttplibMetricsServer final : public MetricsHttpServer {
   }
 
   ~HttplibMetricsServer() override {
-    server_.stop();
+    // stop() does nothing until the loop runs: repeat it until the loop ended.
+    while (thread_.joinable() && !loop_ended_.load()) {
+      server_.stop();
+      absl::SleepFor(absl::Milliseconds(1));
+    }
     if (thread_.joinable()) thread_.join();
   }
 
@@ -48,7 +54,10 @@ class HttplibMetricsServer final : public MetricsHttpServer {
           "metrics: cannot listen on ", host, ":", port,
           " (is the port taken? expected a free port for --metrics_port)"));
     }
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    thread_ = std::thread([this] {
+      server_.listen_after_bind();
+      loop_ended_.store(true);
+    });
     // stop() does nothing before the loop runs: wait for it, so that the
     // destructor cannot miss it.
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -65,6 +74,7 @@ class HttplibMetricsServer final : public MetricsHttpServer {
  private:
   httplib::Server server_;
   int port_ = 0;
+  std::atomic<bool> loop_ended_{false};
   std::thread thread_;  // runs listen_after_bind until stop()
 };
 

@@ -44,11 +44,14 @@ class MethodMetrics {
     latency_->Observe(absl::ToDoubleSeconds(took));
     received_->Add(static_cast<double>(in));
     if (status.ok()) sent_->Add(static_cast<double>(out));
-    const size_t code = std::min<size_t>(status.error_code(), kCodes - 1);
+    const int code = static_cast<int>(status.error_code());
+    if (code < 0 || code >= static_cast<int>(kCodes)) {  // not a gRPC code: not cached
+      CounterFor(status.error_code())->Add();
+      return;
+    }
     Counter* c = by_code_[code].load(std::memory_order_acquire);
     if (c == nullptr) {
-      c = registry_->GetCounter("psync_server_requests_total", "Calls answered, by status code.",
-                                {{"method", method_}, {"code", CodeName(status.error_code())}});
+      c = CounterFor(status.error_code());
       by_code_[code].store(c, std::memory_order_release);
     }
     c->Add();
@@ -56,6 +59,10 @@ class MethodMetrics {
 
  private:
   static constexpr size_t kCodes = 17;
+  Counter* CounterFor(grpc::StatusCode code) {
+    return registry_->GetCounter("psync_server_requests_total", "Calls answered, by status code.",
+                                 {{"method", method_}, {"code", CodeName(code)}});
+  }
   static std::string CodeName(grpc::StatusCode code) {
     static const char* const kNames[kCodes] = {
         "OK",        "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT",
@@ -97,9 +104,6 @@ class ParameterService final : public grpc::Service {
     if (metrics_ != nullptr) {
       pulls_waiting_ = metrics_->GetGauge(
           "psync_server_pulls_waiting", "Pulls and push-pulls waiting for their version.");
-      registrations_ = metrics_->GetCounter(
-          "psync_server_registrations_total",
-          "Workers registered (a restarted or rejoining worker registers again).");
     }
     Add<proto::RegisterRequest, proto::RegisterResponse>("Register", &ParameterService::Register);
     Add<grpc::ByteBuffer, grpc::ByteBuffer>("Push", &ParameterService::Push);
@@ -166,7 +170,6 @@ class ParameterService final : public grpc::Service {
     args.shape = TrainingShapeFromProto(req->shape());
     auto result = store_->Register(args);
     if (!result.ok()) return ToGrpcStatus(result.status());
-    if (registrations_ != nullptr) registrations_->Add();
     LOG(INFO) << "server " << store_->options().server_rank << ": worker "
               << req->worker_rank() << " registered (generation " << result->generation
               << ", layout " << result->fingerprint << ", " << result->chunk_ids.size()
@@ -344,7 +347,6 @@ class ParameterService final : public grpc::Service {
   MetricRegistry* const metrics_;  // null: no metrics
   std::deque<MethodMetrics> method_metrics_;  // handlers keep pointers
   Gauge* pulls_waiting_ = nullptr;
-  Counter* registrations_ = nullptr;
 };
 
 // One synchronous method, so that gRPC runs the threads that also serve

@@ -147,6 +147,14 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   check.Expect("momentum", o.momentum() >= 0 && o.momentum() < 1, "0 <= momentum < 1");
   check.Expect("weight_decay", std::isfinite(o.weight_decay()) && o.weight_decay() >= 0,
                "a finite number >= 0");
+  check.Expect("optimizer",
+               o.optimizer() == "sgd" || o.optimizer() == "adam" || o.optimizer() == "adamw",
+               "sgd, adam or adamw");
+  check.Expect("nesterov", !o.nesterov() || (o.optimizer() == "sgd" && o.momentum() > 0),
+               "false unless optimizer is sgd with momentum > 0");
+  check.Expect("beta1", o.beta1() >= 0 && o.beta1() < 1, "0 <= beta1 < 1");
+  check.Expect("beta2", o.beta2() >= 0 && o.beta2() < 1, "0 <= beta2 < 1");
+  check.Expect("epsilon", std::isfinite(o.epsilon()) && o.epsilon() > 0, "a finite number > 0");
   check.Expect("lr_scaling",
                o.lr_scaling() == "none" || o.lr_scaling() == "linear" || o.lr_scaling() == "sqrt",
                "none, linear or sqrt");

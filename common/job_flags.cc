@@ -40,7 +40,12 @@ ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "Fashion-M
 ABSL_FLAG(int64_t, synthetic_samples, 0, "If > 0, train on this many synthetic samples instead.");
 ABSL_FLAG(double, lr, 0.1, "SGD learning rate.");
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum.");
-ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
+ABSL_FLAG(double, weight_decay, 0.0, "Weight decay: L2 (sgd, adam) or decoupled (adamw).");
+ABSL_FLAG(std::string, optimizer, "sgd", "The servers' optimizer: sgd, adam or adamw.");
+ABSL_FLAG(bool, nesterov, false, "SGD with Nesterov momentum (needs --momentum > 0).");
+ABSL_FLAG(double, beta1, 0.9, "Adam's first-moment decay.");
+ABSL_FLAG(double, beta2, 0.999, "Adam's second-moment decay.");
+ABSL_FLAG(double, epsilon, 1e-8, "Adam's epsilon.");
 ABSL_FLAG(std::string, lr_scaling, "none",
           "Scale --lr to the global batch: none, linear or sqrt (against --base_batch).");
 ABSL_FLAG(int64_t, base_batch, 0, "The global batch --lr was tuned for (with --lr_scaling).");

@@ -55,39 +55,46 @@ absl::Status WriteCheckpoint(const std::string& dir, const Layout& layout,
   const int rank = header.server_rank;
   const std::vector<int32_t>& ids = layout.ChunksOnServer(rank);
   std::unordered_map<int32_t, const ChunkState*> states;
-  size_t with_momentum = 0;
+  size_t with_slot[kNumStateSlots] = {};
   for (const CheckpointChunk& c : chunks) {
     const bool on_server = c.chunk_id >= 0 &&
                            c.chunk_id < static_cast<int32_t>(layout.chunks().size()) &&
                            layout.chunks()[c.chunk_id].server == rank;
     const int64_t n = on_server ? layout.chunks()[c.chunk_id].num_elements : 0;
-    if (!on_server || c.state == nullptr || !states.emplace(c.chunk_id, c.state.get()).second ||
-        static_cast<int64_t>(c.state->weights.size()) != n ||
-        (!c.state->momentum.empty() && static_cast<int64_t>(c.state->momentum.size()) != n)) {
+    bool sizes_fit = c.state != nullptr && static_cast<int64_t>(c.state->weights.size()) == n;
+    for (int slot = kMomentumSlot; sizes_fit && slot < kNumStateSlots; ++slot) {
+      const std::vector<float>& v = SlotOf(*c.state, slot);
+      sizes_fit = v.empty() || static_cast<int64_t>(v.size()) == n;
+      with_slot[slot] += !v.empty();
+    }
+    if (!on_server || !sizes_fit || !states.emplace(c.chunk_id, c.state.get()).second) {
       return absl::InvalidArgumentError(absl::StrCat(
           "WriteCheckpoint: chunk ", c.chunk_id, " is not on server ", rank, ", repeated, null, "
-          "or not of ", n, " weights (and momentum)"));
+          "or not of ", n, " weights (and optimizer state)"));
     }
-    with_momentum += !c.state->momentum.empty();
   }
-  if (states.size() != ids.size() || (with_momentum != 0 && with_momentum != ids.size())) {
+  bool all_or_none = true;
+  for (int slot = kMomentumSlot; slot < kNumStateSlots; ++slot) {
+    all_or_none = all_or_none && (with_slot[slot] == 0 || with_slot[slot] == ids.size());
+  }
+  if (states.size() != ids.size() || !all_or_none) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "WriteCheckpoint: got ", states.size(), " chunks (", with_momentum, " with momentum), "
-        "the layout puts ", ids.size(), " on server ", rank, " (momentum: all or none)"));
+        "WriteCheckpoint: got ", states.size(), " chunks (", with_slot[kMomentumSlot],
+        " with momentum, ", with_slot[kSecondSlot], " with a second moment), the layout puts ",
+        ids.size(), " on server ", rank, " (optimizer state: all or none)"));
   }
 
   std::vector<SafetensorsEntry> entries;
   std::vector<SafetensorsEntryInfo> infos;
   uint64_t offset = 0;
-  for (bool momentum : {false, true}) {
-    if (momentum && with_momentum == 0) break;
+  for (int slot = 0; slot < kNumStateSlots; ++slot) {
+    if (slot != kWeightsSlot && with_slot[slot] == 0) continue;
     for (int32_t id : ids) {
       const ChunkInfo& c = layout.chunks()[id];
       const std::string name = checkpoint_internal::EntryName(
-          momentum, layout.tensors()[c.tensor].name, c.tensor_offset);
+          slot, layout.tensors()[c.tensor].name, c.tensor_offset);
       const ChunkState* state = states[id];
-      entries.push_back({name, {c.num_elements},
-                         (momentum ? state->momentum : state->weights).data()});
+      entries.push_back({name, {c.num_elements}, SlotOf(*state, slot).data()});
       infos.push_back({name, {c.num_elements}, offset, offset + uint64_t(c.bytes())});
       offset += c.bytes();
     }
@@ -179,12 +186,12 @@ absl::StatusOr<RestoredShard> LoadCheckpoint(const CheckpointCandidate& candidat
   std::unordered_map<int32_t, std::shared_ptr<ChunkState>> states;
   for (int32_t id : ids) {
     const ChunkInfo& c = layout->chunks()[id];
-    wanted[checkpoint_internal::EntryName(false, layout->tensors()[c.tensor].name,
+    wanted[checkpoint_internal::EntryName(kWeightsSlot, layout->tensors()[c.tensor].name,
                                           c.tensor_offset)] = id;
     states[id] = std::make_shared<ChunkState>();
   }
   std::unordered_map<int32_t, int> filled;  // chunk -> entries copied into it
-  int momentum_files = 0;
+  int slot_files[kNumStateSlots] = {};
   for (const std::string& path : candidate.files) {
     auto file = checkpoint_internal::OpenCheckpointFile(path);
     if (!file.ok()) return Prefixed("LoadCheckpoint", file.status());
@@ -194,17 +201,17 @@ absl::StatusOr<RestoredShard> LoadCheckpoint(const CheckpointCandidate& candidat
           file->header.model_id, "; the scan found version ", candidate.version, ", model_id ",
           candidate.model_id, " (changed since?)"));
     }
-    momentum_files += file->has_momentum;
+    for (int slot = 0; slot < kNumStateSlots; ++slot) slot_files[slot] += file->has_slot[slot];
     const std::vector<SafetensorsEntryInfo>& entries = file->reader.entries();
     std::vector<char*> dest(entries.size(), nullptr);
     for (size_t i = 0; i < entries.size(); ++i) {
       const EntryRole& role = file->roles[i];
       const ChunkInfo& old = file->layout.chunks()[role.chunk_id];
       auto it = wanted.find(checkpoint_internal::EntryName(
-          false, file->layout.tensors()[old.tensor].name, old.tensor_offset));
+          kWeightsSlot, file->layout.tensors()[old.tensor].name, old.tensor_offset));
       if (it == wanted.end()) continue;
       ChunkState& state = *states[it->second];
-      std::vector<float>& values = role.momentum ? state.momentum : state.weights;
+      std::vector<float>& values = SlotOf(state, role.slot);
       if (!values.empty() || old.num_elements != layout->chunks()[it->second].num_elements) {
         return absl::DataLossError(absl::StrCat("LoadCheckpoint: ", path, ": tensor '",
                                                 entries[i].name, "' is repeated or does not fit ",
@@ -217,14 +224,18 @@ absl::StatusOr<RestoredShard> LoadCheckpoint(const CheckpointCandidate& candidat
     s = checkpoint_internal::ReadCheckpointData(*file, dest);
     if (!s.ok()) return Prefixed("LoadCheckpoint", s);
   }
-  if (momentum_files != 0 && momentum_files != static_cast<int>(candidate.files.size())) {
-    return absl::DataLossError(absl::StrCat("LoadCheckpoint: ", momentum_files, " of ",
-                                            candidate.files.size(),
-                                            " files keep momentum, expected all or none"));
+  int entries_per_chunk = 1;
+  for (int slot = kMomentumSlot; slot < kNumStateSlots; ++slot) {
+    if (slot_files[slot] != 0 && slot_files[slot] != static_cast<int>(candidate.files.size())) {
+      return absl::DataLossError(absl::StrCat("LoadCheckpoint: ", slot_files[slot], " of ",
+                                              candidate.files.size(), " files keep ",
+                                              StateSlotName(slot), ", expected all or none"));
+    }
+    entries_per_chunk += slot_files[slot] != 0;
   }
   RestoredShard out{*std::move(layout), h, {}};
   for (int32_t id : ids) {
-    if (filled[id] != (momentum_files != 0 ? 2 : 1)) {
+    if (filled[id] != entries_per_chunk) {
       return absl::DataLossError(absl::StrCat("LoadCheckpoint: chunk ", id,
                                               " is in none of the files of version ",
                                               candidate.version));

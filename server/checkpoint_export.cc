@@ -60,7 +60,7 @@ absl::StatusOr<GatheredModel> GatherWeights(
     PSYNC_ASSIGN_OR_RETURN(const CheckpointFile file, open(paths.front()));
     std::vector<char*> dest;
     for (const EntryRole& role : file.roles) {
-      dest.push_back(role.momentum ? nullptr : reinterpret_cast<char*>(
+      dest.push_back(role.slot != kWeightsSlot ? nullptr : reinterpret_cast<char*>(
           model->flat.data() + file.layout.chunks()[role.chunk_id].flat_offset));
     }
     PSYNC_RETURN_IF_ERROR(checkpoint_internal::ReadCheckpointData(file, dest));

@@ -167,8 +167,8 @@ bool ParseServerFileName(absl::string_view name, int* rank, int* num_servers) {
          ParseCanonical(parts[1], num_servers) && *rank >= 0 && *rank < *num_servers;
 }
 
-std::string EntryName(bool momentum, const std::string& tensor, int64_t first) {
-  return absl::StrCat(momentum ? "momentum/" : "weights/", tensor, "@", first);
+std::string EntryName(int slot, const std::string& tensor, int64_t first) {
+  return absl::StrCat(StateSlotName(slot), "/", tensor, "@", first);
 }
 
 absl::Status CheckHeaderDescribes(const CheckpointHeader& h, const Layout& layout) {
@@ -269,11 +269,12 @@ absl::StatusOr<CheckpointFile> OpenCheckpointFile(const std::string& path) {
   for (int32_t id : ids) {
     const ChunkInfo& c = layout->chunks()[id];
     const std::string& tensor = layout->tensors()[c.tensor].name;
-    expected[EntryName(false, tensor, c.tensor_offset)] = {id, false};
-    expected[EntryName(true, tensor, c.tensor_offset)] = {id, true};
+    for (int slot = 0; slot < kNumStateSlots; ++slot) {
+      expected[EntryName(slot, tensor, c.tensor_offset)] = {id, slot};
+    }
   }
   std::vector<EntryRole> roles;
-  size_t weights = 0, momentum = 0;
+  size_t count[kNumStateSlots] = {};
   for (const SafetensorsEntryInfo& e : reader.entries()) {
     auto it = expected.find(e.name);
     if (it == expected.end()) {
@@ -285,15 +286,20 @@ absl::StatusOr<CheckpointFile> OpenCheckpointFile(const std::string& path) {
                               "], expected [", n, "]"));
     }
     roles.push_back(it->second);
-    ++(it->second.momentum ? momentum : weights);
+    ++count[it->second.slot];
   }
-  if (weights != ids.size() || (momentum != 0 && momentum != ids.size())) {
-    return bad(absl::StrCat("has ", weights, " weights and ", momentum,
-                            " momentum tensors; the layout puts ", ids.size(),
-                            " chunks on this server (momentum: all or none)"));
+  if (count[kWeightsSlot] != ids.size() ||
+      (count[kMomentumSlot] != 0 && count[kMomentumSlot] != ids.size()) ||
+      (count[kSecondSlot] != 0 && count[kSecondSlot] != ids.size())) {
+    return bad(absl::StrCat("has ", count[kWeightsSlot], " weights, ", count[kMomentumSlot],
+                            " momentum and ", count[kSecondSlot],
+                            " second-moment tensors; the layout puts ", ids.size(),
+                            " chunks on this server (optimizer state: all or none)"));
   }
-  return CheckpointFile{std::move(reader), std::move(*header), std::move(*layout),
-                        std::move(roles), momentum != 0};
+  CheckpointFile file{std::move(reader), std::move(*header), std::move(*layout),
+                      std::move(roles)};
+  for (int slot = 0; slot < kNumStateSlots; ++slot) file.has_slot[slot] = count[slot] != 0;
+  return file;
 }
 
 absl::Status ReadCheckpointData(const CheckpointFile& file, absl::Span<char* const> dest) {

@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "common/layout.h"
 #include "common/safetensors.h"
+#include "server/chunk_state.h"
 #include "common/sha256.h"
 #include "server/checkpoint.h"
 
@@ -27,7 +28,8 @@ bool ParseVersionFolderName(absl::string_view name, int64_t* version);
 std::string ServerFileName(int rank, int num_servers);
 bool ParseServerFileName(absl::string_view name, int* rank, int* num_servers);
 
-std::string EntryName(bool momentum, const std::string& tensor, int64_t first);
+// "<slot>/<tensor>@<first>", the slot a StateSlot.
+std::string EntryName(int slot, const std::string& tensor, int64_t first);
 
 // InvalidArgument unless `header` describes `layout` (tensors, chunk_bytes,
 // init_seed, num_servers, fingerprint, model_id) with a rank in range and a
@@ -56,7 +58,7 @@ class CheckpointDigest {
 // What one entry of a checkpoint file holds.
 struct EntryRole {
   int32_t chunk_id = 0;
-  bool momentum = false;
+  int slot = kWeightsSlot;  // StateSlot
 };
 
 // A checkpoint file whose name, metadata and tensor index agree with each
@@ -67,7 +69,8 @@ struct CheckpointFile {
   CheckpointHeader header;
   Layout layout;                // header's, for header.num_servers servers
   std::vector<EntryRole> roles;  // by reader.entries() index
-  bool has_momentum = false;
+  // Which slots the file holds (weights always; each other all or none).
+  bool has_slot[kNumStateSlots] = {};
 };
 
 // Errors say "<path>: <what is wrong>".

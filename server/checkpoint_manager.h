@@ -27,7 +27,7 @@ struct CheckpointManagerOptions {
   int server_rank = 0;
   int num_servers = 1;
   int keep = 3;  // newest versions kept
-  // SgdOptions::Describe() of this server: checkpoints written with other
+  // OptimizerOptions::Describe() of this server: checkpoints written with other
   // options are refused at Open.
   std::string optimizer;
 };

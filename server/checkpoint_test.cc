@@ -179,6 +179,33 @@ TEST_F(CheckpointTest, RoundTripWithMomentum) {
   ExpectShardMatches(*shard, 1, flat, true);
 }
 
+// Adam's state: the first and the second moment, each restored exactly;
+// re-sharding onto another server count carries both.
+TEST_F(CheckpointTest, RoundTripWithASecondMoment) {
+  const Layout two = MakeLayout(2), three = MakeLayout(3);
+  const std::vector<float> flat = Flat(two);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<CheckpointChunk> chunks = ChunksOf(two, rank, flat, true);
+    for (CheckpointChunk& c : chunks) {
+      auto state = std::make_shared<ChunkState>(*c.state);
+      state->second = Slice(flat, two.chunks()[c.chunk_id], 0.5f);
+      c.state = state;
+    }
+    ASSERT_TRUE(WriteCheckpoint(dir_, two, Header(two, rank, 20), chunks).ok());
+  }
+  CheckpointScan scan = Scan(2, 3);
+  ASSERT_EQ(scan.candidates.size(), 1u) << (scan.refused.empty() ? "" : scan.refused[0]);
+  auto shard = LoadCheckpoint(scan.candidates[0], 2, 3);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  ASSERT_FALSE(shard->chunks.empty());
+  for (const auto& [id, state] : shard->chunks) {
+    const ChunkInfo& c = three.chunks()[id];
+    EXPECT_EQ(state->weights, Slice(flat, c, 1.0f));
+    EXPECT_EQ(state->momentum, Slice(flat, c, -0.25f));
+    EXPECT_EQ(state->second, Slice(flat, c, 0.5f)) << id;
+  }
+}
+
 TEST_F(CheckpointTest, RoundTripWithoutMomentumAndUnusualNames) {
   const Layout layout =
       MakeLayout(1, {{"a,b", {5}}, {"c:d%2C", {2, 3}}, {"x@1", {9}}, {"é", {1}}});

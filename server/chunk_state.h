@@ -14,9 +14,24 @@ namespace psync {
 // state only once nobody else holds it.
 struct ChunkState {
   std::vector<float> weights;
-  // SGD's momentum buffer; empty when the optimizer keeps none.
+  // The optimizer's state, each empty when it keeps none: SGD's momentum
+  // or Adam's first moment (exp_avg); Adam's second moment (exp_avg_sq).
   std::vector<float> momentum;
+  std::vector<float> second;
 };
+
+// The buffers of a ChunkState by slot, as checkpoints name them
+// ("weights/", "momentum/", "second/").
+enum StateSlot { kWeightsSlot = 0, kMomentumSlot = 1, kSecondSlot = 2, kNumStateSlots = 3 };
+inline const char* StateSlotName(int slot) {
+  return slot == kWeightsSlot ? "weights" : slot == kMomentumSlot ? "momentum" : "second";
+}
+inline std::vector<float>& SlotOf(ChunkState& s, int slot) {
+  return slot == kWeightsSlot ? s.weights : slot == kMomentumSlot ? s.momentum : s.second;
+}
+inline const std::vector<float>& SlotOf(const ChunkState& s, int slot) {
+  return SlotOf(const_cast<ChunkState&>(s), slot);
+}
 
 using ChunkStateRef = std::shared_ptr<const ChunkState>;
 

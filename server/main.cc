@@ -50,9 +50,14 @@ absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c) {
   o.num_workers = c.cluster().num_workers();
   o.deterministic = c.training().deterministic();
   o.max_message_bytes = int64_t{c.server().max_message_mb()} << 20;
-  o.sgd.learning_rate = static_cast<float>(c.optimizer().lr());
-  o.sgd.momentum = static_cast<float>(c.optimizer().momentum());
-  o.sgd.weight_decay = static_cast<float>(c.optimizer().weight_decay());
+  o.optimizer.learning_rate = static_cast<float>(c.optimizer().lr());
+  o.optimizer.momentum = static_cast<float>(c.optimizer().momentum());
+  o.optimizer.weight_decay = static_cast<float>(c.optimizer().weight_decay());
+  o.optimizer.kind = c.optimizer().optimizer();
+  o.optimizer.nesterov = c.optimizer().nesterov();
+  o.optimizer.beta1 = static_cast<float>(c.optimizer().beta1());
+  o.optimizer.beta2 = static_cast<float>(c.optimizer().beta2());
+  o.optimizer.epsilon = static_cast<float>(c.optimizer().epsilon());
   o.lr_policy = LrPolicyOf(c);
   o.worker_lease = absl::Milliseconds(c.timeouts().worker_lease_ms());
   o.peer_timeout = absl::Seconds(c.timeouts().peer_timeout_s());
@@ -111,7 +116,7 @@ int Run() {
     c.server_rank = options->server_rank;
     c.num_servers = options->num_servers;
     c.keep = config.checkpoint().keep_checkpoints();
-    c.optimizer = options->sgd.Describe();
+    c.optimizer = options->optimizer.Describe();
     // A checkpoint of another learning-rate policy is refused too (the
     // constant one keeps the text older checkpoints carry).
     if (!options->lr_policy.IsConstant()) {
@@ -187,9 +192,8 @@ int Run() {
   }
   LOG(INFO) << "server " << options->server_rank << "/" << options->num_servers
             << " listening on " << config.server().host() << ":" << (*server)->port()
-            << " for " << options->num_workers << " workers (" << options->lr_policy.Describe()
-            << ", momentum " << options->sgd.momentum << ", weight decay "
-            << options->sgd.weight_decay << ", deterministic "
+            << " for " << options->num_workers << " workers (" << options->optimizer.Describe()
+            << ", " << options->lr_policy.Describe() << ", deterministic "
             << (options->deterministic ? "on" : "off") << ", checkpoints "
             << (checkpoint_dir.empty() ? std::string("off")
                                        : absl::StrCat(checkpoint_dir, " every ",

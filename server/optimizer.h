@@ -1,9 +1,17 @@
-// The server-side optimizer: SGD with momentum and weight decay, in
-// PyTorch's convention (torch.optim.SGD, dampening 0, no Nesterov):
-//   d = g + weight_decay * w
-//   m = momentum * m + d          (m starts at zero, so the first m is d)
-//   w = w - lr * m
-// Each step reads one version's weights and momentum and writes the next
+// The server-side optimizers, in PyTorch's conventions (torch.optim 1.13),
+// on g = the step's gradient sum / its sample count:
+//
+//   sgd:   d = g + weight_decay * w                          (SGD, dampening 0)
+//          m = momentum * m + d          (m starts at zero, so the first m is d)
+//          w = w - lr * (nesterov ? d + momentum * m : m)
+//   adam:  g = g + weight_decay * w                          (Adam: L2)
+//   adamw: w = w * (1 - lr * weight_decay)                   (AdamW: decoupled)
+//   then   m = beta1 * m + (1 - beta1) * g
+//          v = beta2 * v + (1 - beta2) * g * g
+//          w = w - lr / (1 - beta1^k) * m / (sqrt(v) / sqrt(1 - beta2^k) + epsilon)
+//          with k = step + 1, the number of updates so far (bias correction)
+//
+// Each step reads one version's weights and state and writes the next
 // version's into other buffers, so the previous version stays available.
 #ifndef PSYNC_SERVER_OPTIMIZER_H_
 #define PSYNC_SERVER_OPTIMIZER_H_
@@ -15,39 +23,56 @@
 
 namespace psync {
 
-struct SgdOptions {
+struct OptimizerOptions {
   float learning_rate = 0.1f;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
+  std::string kind = "sgd";  // sgd, adam or adamw
+  bool nesterov = false;     // sgd only; needs momentum > 0
+  float beta1 = 0.9f;        // adam and adamw
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
 
+  // Errors name the flag, the value and what was expected.
   absl::Status Validate() const;
   // Canonical text that round-trips every value, e.g. "sgd lr=0.1
-  // momentum=0.9 weight_decay=0": stored with checkpoints, which a server
+  // momentum=0.9 weight_decay=0" (what SGD without Nesterov wrote before
+  // the other optimizers existed): stored with checkpoints, which a server
   // with other options refuses to continue.
   std::string Describe() const;
+  // The per-element state it keeps (ChunkState::momentum, ::second).
+  bool KeepsMomentum() const { return kind != "sgd" || momentum != 0.0f; }
+  bool KeepsSecondMoment() const { return kind != "sgd"; }
 };
 
 // The state a step reads (version t) and the buffers it writes (version
 // t + 1). The store keeps version t intact, so the buffers are distinct.
-// The momentum pointers may be null when options.momentum == 0.
-struct SgdBuffers {
+// The momentum and second pointers are null when the optimizer keeps none.
+struct OptimizerBuffers {
   const float* weights_in;
   const float* momentum_in;
   float* weights_out;
   float* momentum_out;
+  const float* second_in = nullptr;
+  float* second_out = nullptr;
+
+  // The same buffers from element `first` on.
+  OptimizerBuffers From(int64_t first) const;
 };
 
-// Applies one step to `n` elements, with g = grad_sum / count (the division
-// is fused into the same pass). REQUIRES: count > 0.
-void SgdStep(const SgdOptions& options, const float* grad_sum, float count, SgdBuffers b,
-             int64_t n);
+// Applies step `step` (0-based: the version being left) to `n` elements,
+// with g = grad_sum / count (the division is fused into the same pass).
+// REQUIRES: count > 0.
+void OptimizerStep(const OptimizerOptions& options, int64_t step, const float* grad_sum,
+                   float count, OptimizerBuffers b, int64_t n);
 
 // The same step with the last worker's gradient still in its wire bytes:
 // g = (grad_sum[i] + payload float i) / count, or payload / count when
 // grad_sum is null. Saves writing the last gradient into the sum and
 // reading it back. `payload` holds n little-endian floats, unaligned.
-void SgdStepWithPayload(const SgdOptions& options, const float* grad_sum, const char* payload,
-                        float count, SgdBuffers b, int64_t n);
+void OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
+                              const float* grad_sum, const char* payload, float count,
+                              OptimizerBuffers b, int64_t n);
 
 }  // namespace psync
 

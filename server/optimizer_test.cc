@@ -1,21 +1,26 @@
 #include "server/optimizer.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+#include "server/optimizer_reference.inc"
 
 namespace psync {
 namespace {
 
 TEST(SgdTest, MatchesHandComputedValues) {
-  SgdOptions o{0.1f, 0.9f, 0.01f};
+  OptimizerOptions o{0.1f, 0.9f, 0.01f};
   std::vector<float> w = {1.0f, -2.0f}, m = {0.0f, 0.0f};
   // Steps out of place, as the store does; `w` and `m` end up holding the
   // newest version.
   auto step = [&](const float* g, float count) {
     std::vector<float> w_out(2), m_out(2);
-    SgdStep(o, g, count, SgdBuffers{w.data(), m.data(), w_out.data(), m_out.data()}, 2);
+    OptimizerStep(o, 0, g, count, OptimizerBuffers{w.data(), m.data(), w_out.data(), m_out.data()}, 2);
     w = w_out;
     m = m_out;
   };
@@ -36,17 +41,17 @@ TEST(SgdTest, MatchesHandComputedValues) {
 }
 
 TEST(SgdTest, PlainSgdNeedsNoMomentumBuffer) {
-  SgdOptions o{0.5f, 0.0f, 0.0f};
+  OptimizerOptions o{0.5f, 0.0f, 0.0f};
   const std::vector<float> w = {3.0f};
   std::vector<float> out(1);
   const float g[] = {6.0f};
-  SgdStep(o, g, 3.0f, SgdBuffers{w.data(), nullptr, out.data(), nullptr}, 1);
+  OptimizerStep(o, 0, g, 3.0f, OptimizerBuffers{w.data(), nullptr, out.data(), nullptr}, 1);
   EXPECT_FLOAT_EQ(out[0], 2.0f);
   EXPECT_FLOAT_EQ(w[0], 3.0f);  // the previous version is left alone
 }
 
 TEST(SgdTest, PayloadVariantMatchesTheSumVariant) {
-  SgdOptions o{0.1f, 0.9f, 0.01f};
+  OptimizerOptions o{0.1f, 0.9f, 0.01f};
   const std::vector<float> sum = {1.0f, -2.0f, 3.5f}, last = {0.5f, 0.25f, -1.0f};
   std::vector<float> total(3);
   for (int i = 0; i < 3; ++i) total[i] = sum[i] + last[i];
@@ -54,25 +59,113 @@ TEST(SgdTest, PayloadVariantMatchesTheSumVariant) {
   bytes.append(reinterpret_cast<const char*>(last.data()), 12);
   const std::vector<float> w = {1, 2, 3}, m = {0.1f, 0.2f, 0.3f};
   std::vector<float> w1(3), m1(3), w2(3), m2(3);
-  SgdStep(o, total.data(), 4.0f, SgdBuffers{w.data(), m.data(), w1.data(), m1.data()}, 3);
-  SgdStepWithPayload(o, sum.data(), bytes.data() + 1, 4.0f,
-                     SgdBuffers{w.data(), m.data(), w2.data(), m2.data()}, 3);
+  OptimizerStep(o, 0, total.data(), 4.0f, OptimizerBuffers{w.data(), m.data(), w1.data(), m1.data()}, 3);
+  OptimizerStepWithPayload(o, 0, sum.data(), bytes.data() + 1, 4.0f,
+                     OptimizerBuffers{w.data(), m.data(), w2.data(), m2.data()}, 3);
   EXPECT_EQ(w1, w2);
   EXPECT_EQ(m1, m2);
-  SgdStep(o, last.data(), 2.0f, SgdBuffers{w.data(), m.data(), w1.data(), m1.data()}, 3);
-  SgdStepWithPayload(o, nullptr, bytes.data() + 1, 2.0f,
-                     SgdBuffers{w.data(), m.data(), w2.data(), m2.data()}, 3);
+  OptimizerStep(o, 0, last.data(), 2.0f, OptimizerBuffers{w.data(), m.data(), w1.data(), m1.data()}, 3);
+  OptimizerStepWithPayload(o, 0, nullptr, bytes.data() + 1, 2.0f,
+                     OptimizerBuffers{w.data(), m.data(), w2.data(), m2.data()}, 3);
   EXPECT_EQ(w1, w2);
   EXPECT_EQ(m1, m2);
 }
 
 TEST(SgdTest, ValidateNamesTheBadValue) {
-  EXPECT_TRUE((SgdOptions{0.1f, 0.9f, 0.0f}).Validate().ok());
-  auto s = (SgdOptions{-1.0f, 0.9f, 0.0f}).Validate();
+  EXPECT_TRUE((OptimizerOptions{0.1f, 0.9f, 0.0f}).Validate().ok());
+  auto s = (OptimizerOptions{-1.0f, 0.9f, 0.0f}).Validate();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("--lr is -1"), std::string::npos) << s;
-  EXPECT_FALSE((SgdOptions{0.1f, 1.0f, 0.0f}).Validate().ok());
-  EXPECT_FALSE((SgdOptions{0.1f, 0.9f, -0.1f}).Validate().ok());
+  EXPECT_FALSE((OptimizerOptions{0.1f, 1.0f, 0.0f}).Validate().ok());
+  EXPECT_FALSE((OptimizerOptions{0.1f, 0.9f, -0.1f}).Validate().ok());
+}
+
+// Every optimizer against torch.optim on the same gradient sequence
+// (server/optimizer_reference.py wrote the values with Debian's
+// python3-torch): every weight after every step within 1e-6 relative.
+TEST(OptimizerTest, MatchesTorchOptim) {
+  for (const RefCase& ref : kRefCases) {
+    OptimizerOptions o;
+    o.kind = ref.kind;
+    o.learning_rate = ref.lr;
+    o.momentum = ref.momentum;
+    o.weight_decay = ref.weight_decay;
+    o.nesterov = ref.nesterov;
+    o.beta1 = ref.beta1;
+    o.beta2 = ref.beta2;
+    o.epsilon = ref.epsilon;
+    ASSERT_TRUE(o.Validate().ok()) << ref.name << ": " << o.Validate();
+    std::vector<float> w(kRefInitial, kRefInitial + kRefN);
+    std::vector<float> m(o.KeepsMomentum() ? kRefN : 0), v(o.KeepsSecondMoment() ? kRefN : 0);
+    for (int step = 0; step < kRefSteps; ++step) {
+      std::vector<float> sum(kRefN), w_out(kRefN), m_out(m.size()), v_out(v.size());
+      for (int i = 0; i < kRefN; ++i) sum[i] = kRefGradients[step][i] * kRefCount;
+      auto data = [](std::vector<float>& x) { return x.empty() ? nullptr : x.data(); };
+      OptimizerStep(o, step, sum.data(), kRefCount,
+                    OptimizerBuffers{w.data(), data(m), w_out.data(), data(m_out), data(v),
+                                     data(v_out)},
+                    kRefN);
+      w = w_out;
+      m = m_out;
+      v = v_out;
+      for (int i = 0; i < kRefN; ++i) {
+        const float want = ref.weights[step][i];
+        EXPECT_LE(std::fabs(w[i] - want), 1e-6f * std::max(1.0f, std::fabs(want)))
+            << ref.name << " step " << step << " weight " << i << ": " << w[i] << " vs torch "
+            << want;
+      }
+    }
+  }
+}
+
+TEST(OptimizerTest, AdamPayloadVariantMatchesTheSumVariant) {
+  OptimizerOptions o;
+  o.kind = "adamw";
+  o.weight_decay = 0.05f;
+  const std::vector<float> sum = {1.0f, -2.0f, 3.5f}, last = {0.5f, 0.25f, -1.0f};
+  std::vector<float> total(3);
+  for (int i = 0; i < 3; ++i) total[i] = sum[i] + last[i];
+  std::string bytes(1, 'x');  // misaligned on purpose
+  bytes.append(reinterpret_cast<const char*>(last.data()), 12);
+  const std::vector<float> w = {1, 2, 3}, m = {0.1f, 0.2f, 0.3f}, v = {0.01f, 0.02f, 0.03f};
+  std::vector<float> w1(3), m1(3), v1(3), w2(3), m2(3), v2(3);
+  OptimizerStep(o, 4, total.data(), 4.0f,
+                OptimizerBuffers{w.data(), m.data(), w1.data(), m1.data(), v.data(), v1.data()}, 3);
+  OptimizerStepWithPayload(
+      o, 4, sum.data(), bytes.data() + 1, 4.0f,
+      OptimizerBuffers{w.data(), m.data(), w2.data(), m2.data(), v.data(), v2.data()}, 3);
+  EXPECT_EQ(w1, w2);
+  EXPECT_EQ(m1, m2);
+  EXPECT_EQ(v1, v2);
+}
+
+TEST(OptimizerTest, BadOptionsNameTheFlagAndTheValue) {
+  auto error = [](OptimizerOptions o) { return std::string(o.Validate().message()); };
+  OptimizerOptions o;
+  o.kind = "rmsprop";
+  EXPECT_EQ(error(o), "--optimizer is 'rmsprop', expected sgd, adam or adamw");
+  o = OptimizerOptions();
+  o.nesterov = true;
+  o.momentum = 0;
+  EXPECT_THAT(error(o), ::testing::HasSubstr("--nesterov needs --optimizer=sgd and --momentum > 0"));
+  o = OptimizerOptions();
+  o.kind = "adam";
+  o.beta2 = 1.0f;
+  EXPECT_EQ(error(o), "--beta2 is 1, expected a value in [0, 1)");
+  o.beta2 = 0.999f;
+  o.epsilon = 0;
+  EXPECT_EQ(error(o), "--epsilon is 0, expected a finite value > 0");
+}
+
+TEST(OptimizerTest, DescribeKeepsTheSgdTextAndNamesEveryAdamOption) {
+  EXPECT_EQ((OptimizerOptions{0.1f, 0.9f, 0.0f}).Describe(),
+            "sgd lr=0.100000001 momentum=0.899999976 weight_decay=0");
+  OptimizerOptions o;
+  o.kind = "adamw";
+  o.learning_rate = 0.001f;
+  EXPECT_EQ(o.Describe(),
+            "adamw lr=0.00100000005 beta1=0.899999976 beta2=0.999000013 epsilon=9.99999994e-09 "
+            "weight_decay=0");
 }
 
 }  // namespace

@@ -91,7 +91,7 @@ absl::Status ShardStoreOptions::Validate() const {
         "worker lease of ", absl::FormatDuration(worker_lease)));
   }
   PSYNC_RETURN_IF_ERROR(lr_policy.Validate());
-  return sgd.Validate();
+  return optimizer.Validate();
 }
 
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(ShardStoreOptions options) {
@@ -213,7 +213,7 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
       c.current->weights.resize(c.info.num_elements);
       InitialValues(layout.init_seed(), layout.tensors()[c.info.tensor], c.info.tensor_offset,
                     c.info.num_elements, c.current->weights.data());
-      if (options_.sgd.momentum != 0.0f) c.current->momentum.assign(c.info.num_elements, 0.0f);
+      InitOptimizerState(*c.current, c.info.num_elements);
     }
   }
   sessions_[rank] = NewIncarnation();
@@ -440,18 +440,19 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
     next = std::make_shared<ChunkState>();
     next->weights.resize(n);
     next->momentum.resize(c.current->momentum.size());
+    next->second.resize(c.current->second.size());
   } else {
     // use_count() is a relaxed load: order the holder's last reads of the
     // buffer before our writes.
     std::atomic_thread_fence(std::memory_order_acquire);
   }
-  const bool has_momentum = !c.current->momentum.empty();
-  const SgdBuffers buffers{c.current->weights.data(),
-                           has_momentum ? c.current->momentum.data() : nullptr,
-                           next->weights.data(), has_momentum ? next->momentum.data() : nullptr};
-  SgdOptions sgd = options_.sgd;
+  auto data = [](auto& v) { return v.empty() ? nullptr : v.data(); };
+  const OptimizerBuffers buffers{c.current->weights.data(), data(c.current->momentum),
+                                 next->weights.data(),      data(next->momentum),
+                                 data(c.current->second),   data(next->second)};
+  OptimizerOptions step_options = options_.optimizer;
   if (!options_.lr_policy.IsConstant()) {
-    sgd.learning_rate = static_cast<float>(LearningRate(shard, c.version));
+    step_options.learning_rate = static_cast<float>(LearningRate(shard, c.version));
     const int64_t phase = options_.lr_policy.Phase(c.version, shard.shape.total_steps,
                                                    shard.shape.StepsPerEpoch(options_.num_workers));
     int64_t logged = lr_phase_logged_.load();
@@ -459,22 +460,18 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
     }
     if (phase > logged) {
       LOG(INFO) << "server " << options_.server_rank << ": step " << c.version
-                << " learning rate " << sgd.learning_rate << " ("
+                << " learning rate " << step_options.learning_rate << " ("
                 << (phase == 0 ? "warmup" : options_.lr_policy.schedule) << ")";
     }
   }
   if (last == nullptr) {
-    SgdStep(sgd, c.sum.data(), static_cast<float>(total), buffers, n);
+    OptimizerStep(step_options, c.version, c.sum.data(), static_cast<float>(total), buffers, n);
   } else {
     // The sum holds the other workers' gradients, if there are any.
     const float* sum = options_.num_workers > 1 ? c.sum.data() : nullptr;
     ForEachFloatRun(*last, [&](int64_t first, const char* bytes, int64_t count) {
-      const SgdBuffers part{buffers.weights_in + first,
-                            has_momentum ? buffers.momentum_in + first : nullptr,
-                            buffers.weights_out + first,
-                            has_momentum ? buffers.momentum_out + first : nullptr};
-      SgdStepWithPayload(sgd, sum == nullptr ? nullptr : sum + first, bytes,
-                         static_cast<float>(total), part, count);
+      OptimizerStepWithPayload(step_options, c.version, sum == nullptr ? nullptr : sum + first,
+                               bytes, static_cast<float>(total), buffers.From(first), count);
     });
   }
   c.spare = std::move(c.previous);
@@ -487,8 +484,13 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
   CollectSnapshotLocked(shard, c);
 }
 
+void ShardStore::InitOptimizerState(ChunkState& state, int64_t n) const {
+  if (options_.optimizer.KeepsMomentum() && state.momentum.empty()) state.momentum.assign(n, 0.0f);
+  if (options_.optimizer.KeepsSecondMoment() && state.second.empty()) state.second.assign(n, 0.0f);
+}
+
 double ShardStore::LearningRate(const Shard& shard, int64_t step) const {
-  if (options_.lr_policy.IsConstant()) return options_.sgd.learning_rate;
+  if (options_.lr_policy.IsConstant()) return options_.optimizer.learning_rate;
   return options_.lr_policy.Rate(step, shard.shape.GlobalBatch(options_.num_workers),
                                  shard.shape.total_steps,
                                  shard.shape.StepsPerEpoch(options_.num_workers));
@@ -658,9 +660,7 @@ void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state)
       absl::MutexLock chunk_lock(&c.mu);
       c.version = state->version;
       c.current = std::make_shared<ChunkState>(*restored);
-      if (options_.sgd.momentum != 0.0f && c.current->momentum.empty()) {
-        c.current->momentum.assign(c.info.num_elements, 0.0f);
-      }
+      InitOptimizerState(*c.current, c.info.num_elements);
     }
   }
   {

@@ -42,9 +42,9 @@ struct ShardStoreOptions {
   // Threads that add gradients and apply updates of the chunks in one
   // request in parallel; 0 means one per hardware thread.
   int apply_threads = 0;
-  SgdOptions sgd;
+  OptimizerOptions optimizer;
   // The learning rate of each step. When it is not constant it replaces
-  // sgd.learning_rate, step by step, from the registered training shape.
+  // optimizer.learning_rate, step by step, from the registered training shape.
   LrPolicy lr_policy;
   // A worker not heard from (any request or heartbeat) for this long is
   // missing: its rank may be taken by a restarted process.
@@ -252,6 +252,9 @@ class ShardStore {
   // not yet added to the sum (non-deterministic mode only).
   void ApplyLocked(Shard& shard, Chunk& chunk, const ChunkPayload* last)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
+  // Zeroes the optimizer's state buffers that `state` lacks (a new chunk,
+  // or a checkpoint written by an optimizer that keeps less).
+  void InitOptimizerState(ChunkState& state, int64_t n) const;
   // The learning rate of step `step` of `shard`'s job.
   double LearningRate(const Shard& shard, int64_t step) const;
   // Adds the chunk's new version to a pending snapshot, handing complete

@@ -44,14 +44,14 @@ std::unique_ptr<ShardStore> ReadyStore(ShardStoreOptions o) {
 
 class ShardStoreTest : public ::testing::Test {
  protected:
-  void Make(int workers, bool deterministic, SgdOptions sgd = {1.0f, 0.0f, 0.0f},
+  void Make(int workers, bool deterministic, OptimizerOptions sgd = {1.0f, 0.0f, 0.0f},
             int num_servers = 1, int rank = 0) {
     ShardStoreOptions o;
     o.num_workers = workers;
     o.num_servers = num_servers;
     o.server_rank = rank;
     o.deterministic = deterministic;
-    o.sgd = sgd;
+    o.optimizer = sgd;
     o.checkpoint_every = checkpoint_every_;
     o.lr_policy = lr_policy_;
     store_ = ReadyStore(o);

@@ -113,6 +113,34 @@ TEST_F(RecoveryTest, TwoFailuresCloseTogether) {
   EXPECT_EQ(run.sha, *reference_) << run.output;
 }
 
+// AdamW keeps two moments per weight, and a learning-rate policy moves
+// the rate every step: a server killed twice and a worker once, restored
+// from checkpoints, still end with the undisturbed run's weights.
+TEST_F(RecoveryTest, AdamStateAndTheLearningRatePolicySurviveKills) {
+  std::vector<std::string> job = Job(FreshDir("adam_calm_ckpt"));
+  const std::vector<std::string> adam = {"--optimizer=adamw", "--lr=0.002", "--weight_decay=0.01",
+                                         "--warmup_steps=50", "--lr_schedule=cosine"};
+  job.insert(job.end(), adam.begin(), adam.end());
+  const JobRun calm = Launch("adam_calm", job);
+  ASSERT_EQ(calm.exit_code, 0) << calm.output;
+  std::vector<std::string> chaos_job = Job(FreshDir("adam_chaos_ckpt"));
+  chaos_job.insert(chaos_job.end(), adam.begin(), adam.end());
+  const ChaosRun run = Launch("adam_chaos", chaos_job, [](const std::string& pids, Subprocess* l) {
+    AwaitTraining(l);
+    absl::SleepFor(absl::Milliseconds(700));
+    int kills = Kill(pids, "server-1");
+    absl::SleepFor(absl::Milliseconds(1500));
+    kills += Kill(pids, "worker-1");
+    absl::SleepFor(absl::Milliseconds(1500));
+    kills += Kill(pids, "server-0");
+    return kills;
+  });
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.kills, 3);
+  EXPECT_EQ(run.sha, calm.sha) << run.output;
+  EXPECT_NE(calm.sha, *reference_);  // Adam trained other weights than SGD
+}
+
 TEST_F(RecoveryTest, WholeJobStopsAndResumesAlsoOntoAnotherServerCount) {
   for (int resume_servers : {2, 3}) {
     SCOPED_TRACE(absl::StrCat("resumed with ", resume_servers, " servers"));

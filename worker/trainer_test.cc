@@ -72,7 +72,7 @@ class Cluster {
       o.num_servers = shape.servers;
       o.num_workers = shape.workers;
       o.deterministic = deterministic;
-      o.sgd = {0.05f, 0.9f, 1e-3f};
+      o.optimizer = {0.05f, 0.9f, 1e-3f};
       stores_.push_back(*ShardStore::Create(o));
       stores_.back()->SetReady(true);
     }
@@ -180,7 +180,7 @@ TEST(TrainerTest, ResumesFromTheServersVersion) {
 TEST(TrainerTest, LearnsSyntheticData) {
   const Dataset train = SyntheticDataset(2000, kSizes[0], 10, 6);
   ShardStoreOptions so;
-  so.sgd = {0.1f, 0.9f, 0.0f};
+  so.optimizer = {0.1f, 0.9f, 0.0f};
   auto store = *ShardStore::Create(so);
   store->SetReady(true);
   auto layout = *Layout::Create(CpuMlp(kSizes).parameters(), 256, 1, 1);

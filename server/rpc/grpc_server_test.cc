@@ -48,7 +48,7 @@ class GrpcServerTest : public ::testing::Test {
     o.server_rank = rank;
     o.num_servers = num_servers;
     o.num_workers = 2;
-    o.sgd = {1.0f, 0.0f, 0.0f};
+    o.optimizer = {1.0f, 0.0f, 0.0f};
     o.max_message_bytes = max_message_bytes;
     auto store = ShardStore::Create(o);
     ASSERT_TRUE(store.ok()) << store.status();

@@ -16,6 +16,7 @@
 #include "common/cluster_spec.h"
 #include "common/file_util.h"
 #include "common/lr_policy.h"
+#include "common/model_spec.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -129,7 +130,11 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                               absl::StripPrefix(parsed.status().message(), "--servers: "), ")"));
   }
   const proto::TrainingConfig& t = c.training();
-  check.Expect("model", t.model() == "mlp" || t.model() == "cnn", "mlp or cnn");
+  const absl::StatusOr<ModelSpec> model = ParseModelSpec(t.model());
+  check.Expect("model", model.ok(),
+               model.ok() ? "" : absl::StripPrefix(
+                                     model.status().message(),
+                                     absl::StrCat("--model is '", t.model(), "', expected ")));
   check.Expect("devices", t.devices() >= 1 && t.devices() <= 1024, "1..1024");
   check.Expect("device", t.device() == "auto" || t.device() == "cpu" || t.device() == "cuda",
                "auto, cpu or cuda");

@@ -23,7 +23,8 @@ ABSL_FLAG(int32_t, num_workers, 1, "Workers in the job.");
 ABSL_FLAG(std::string, servers, "",
           "Server addresses host:port,... in server-rank order, or a pattern with {rank}, "
           "e.g. psync-server-{rank}.psync-server:7070.");
-ABSL_FLAG(std::string, model, "mlp", "Model: mlp or cnn.");
+ABSL_FLAG(std::string, model, "mlp",
+          "Model: mlp, mlp:<widths> (e.g. mlp:784-512-512-10), cnn or cnn:<c1>-<c2>-<hidden>.");
 ABSL_FLAG(int32_t, devices, 1, "Devices per worker (one thread and model replica each).");
 ABSL_FLAG(std::string, device, "auto", "Kind of worker device: auto, cpu or cuda.");
 ABSL_FLAG(std::string, device_weights, "", "Relative device speeds, e.g. 1,3 (empty: equal).");

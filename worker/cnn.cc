@@ -134,6 +134,16 @@ void ConvBackward(const float* dpooled, const int32_t* arg, const float* a, int6
 
 }  // namespace
 
+CnnConfig CnnConfigOf(const ModelSpec& spec) {
+  CnnConfig c;
+  if (spec.widths.size() == 3) {
+    c.conv1_channels = spec.widths[0];
+    c.conv2_channels = spec.widths[1];
+    c.hidden = spec.widths[2];
+  }
+  return c;
+}
+
 absl::Status CnnConfig::Validate() const {
   for (int64_t v : {height, width, in_channels, conv1_channels, conv2_channels, kernel, hidden,
                     classes}) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/model_spec.h"
 #include "worker/model.h"
 
 namespace psync {
@@ -26,6 +27,10 @@ struct CnnConfig {
 
   absl::Status Validate() const;
 };
+
+// The CNN a --model spec names (kind "cnn": conv1 and conv2 channels, fc1
+// width; the rest as CnnConfig's defaults).
+CnnConfig CnnConfigOf(const ModelSpec& spec);
 
 // Not thread-safe (scratch buffers are members); one replica per device.
 class CpuCnn : public Model {

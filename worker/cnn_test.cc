@@ -57,8 +57,16 @@ TEST(CpuCnnTest, ParametersFollowPyTorch) {
   EXPECT_LE((*m)->num_parameters(), 500000);
 }
 
-TEST(CpuCnnTest, GradientsMatchFiniteDifferencesForEveryParameter) {
-  auto model = CpuCnn::Create(Small());
+// Every parameter, for the small configuration and two other channel and
+// width choices (what cnn:<c1>-<c2>-<hidden> sets).
+class CnnSizesTest : public ::testing::TestWithParam<std::vector<int64_t>> {};
+
+TEST_P(CnnSizesTest, GradientsMatchFiniteDifferencesForEveryParameter) {
+  CnnConfig config = Small();
+  config.conv1_channels = GetParam()[0];
+  config.conv2_channels = GetParam()[1];
+  config.hidden = GetParam()[2];
+  auto model = CpuCnn::Create(config);
   ASSERT_TRUE(model.ok());
   CpuCnn& m = **model;
   const int n = 3;
@@ -94,6 +102,11 @@ TEST(CpuCnnTest, GradientsMatchFiniteDifferencesForEveryParameter) {
   EXPECT_EQ(checked, m.num_parameters());
   EXPECT_EQ(bad, 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Channels, CnnSizesTest,
+                         ::testing::Values(std::vector<int64_t>{3, 4, 5},
+                                           std::vector<int64_t>{1, 2, 3},
+                                           std::vector<int64_t>{5, 2, 7}));
 
 TEST(CpuCnnTest, BatchGradientIsTheSumOfSampleGradients) {
   auto model = CpuCnn::Create(Small());
@@ -164,7 +177,13 @@ TEST(CpuCnnTest, CreateCpuModelKnowsCnn) {
   ASSERT_TRUE(m.ok());
   EXPECT_EQ((*m)->parameters()[0].name, "conv1.weight");
   auto bad = CreateCpuModel("resnet");
-  EXPECT_NE(bad.status().message().find("known: mlp, cnn"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("cnn:<conv1 channels>"), std::string::npos);
+  // A sized CNN, as --model=cnn:8-12-64 names it.
+  auto sized = CreateCpuModel("cnn:8-12-64");
+  ASSERT_TRUE(sized.ok()) << sized.status();
+  EXPECT_EQ((*sized)->parameters()[0].shape, (std::vector<int64_t>{8, 1, 5, 5}));
+  EXPECT_EQ((*sized)->parameters()[2].shape, (std::vector<int64_t>{12, 8, 5, 5}));
+  EXPECT_EQ((*sized)->parameters()[4].shape, (std::vector<int64_t>{64, 12 * 7 * 7}));
 }
 
 }  // namespace

@@ -5,22 +5,22 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/model_spec.h"
+#include "common/status_macros.h"
 #include "worker/cnn.h"
 #include "worker/mlp.h"
 #include "worker/model.h"
 
 namespace psync {
 
-absl::StatusOr<std::unique_ptr<Model>> CreateCpuModel(
-    const std::string& name) {
-  if (name == "mlp") return std::make_unique<CpuMlp>();
-  if (name == "cnn") {
-    auto cnn = CpuCnn::Create(CnnConfig{});
-    if (!cnn.ok()) return cnn.status();
-    return std::unique_ptr<Model>(std::move(*cnn));
+absl::StatusOr<std::unique_ptr<Model>> CreateCpuModel(const std::string& name) {
+  PSYNC_ASSIGN_OR_RETURN(const ModelSpec spec, ParseModelSpec(name));
+  if (spec.kind == "mlp") {
+    PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<CpuMlp> mlp, CpuMlp::Create(spec.widths));
+    return std::unique_ptr<Model>(std::move(mlp));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "CreateCpuModel: unknown model \"", name, "\", known: mlp, cnn"));
+  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<CpuCnn> cnn, CpuCnn::Create(CnnConfigOf(spec)));
+  return std::unique_ptr<Model>(std::move(cnn));
 }
 
 }  // namespace psync

@@ -23,6 +23,7 @@
 #include "common/job_flags.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/model_spec.h"
 #include "common/process_metrics.h"
 #include "common/rpc/grpc_logging.h"
 #include "common/layout.h"
@@ -336,11 +337,20 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
                                          replicas[0]->input_dim(), options.seed);
   if (!loaded.ok()) return BadConfig(loaded.status());  // a missing --data_dir, say
   Data& data = *loaded;
+  std::vector<std::string> tensors;
+  for (const TensorSpec& t : replicas[0]->parameters()) {
+    tensors.push_back(absl::StrCat(t.name, " [", absl::StrJoin(t.shape, ", "), "]"));
+  }
   LOG(INFO) << "worker " << options.worker_rank << "/" << options.num_workers << ": model "
-            << model << " (" << layout.total_elements() << " parameters, "
+            << ParseModelSpec(model)->Describe() << ", " << layout.total_elements()
+            << " parameters: " << absl::StrJoin(tensors, ", ") << "; "
             << layout.chunks().size() << " chunks on " << servers.size() << " servers, layout "
-            << layout.fingerprint() << "), " << devices << " devices x batch "
-            << options.batch_per_device << ", " << data.train.size << " training samples";
+            << layout.fingerprint() << "; " << devices << " devices x batch "
+            << options.batch_per_device
+            << (options.accumulation_steps > 1
+                    ? absl::StrCat(" x ", options.accumulation_steps, " micro-batches")
+                    : std::string())
+            << ", " << data.train.size << " training samples";
 
   GrpcPsClientOptions client_options;
   absl::StatusOr<PeerSecurity> security = LoadPeerSecurity(c.security());

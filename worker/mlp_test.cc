@@ -88,24 +88,31 @@ TEST(CpuMlpTest, ParametersFollowPyTorchNaming) {
             256 * 784 + 256 + 128 * 256 + 128 + 10 * 128 + 10);
 }
 
-TEST(CpuMlpTest, SmallNetEveryParameterMatchesFiniteDifferences) {
-  CpuMlp model({6, 5, 4, 3});
-  const std::vector<float> w = MakeWeights(model, 7);
-  const std::vector<float> x = MakeInputs(3, 6, 11);
-  const std::vector<uint8_t> y = {0, 2, 1};
-  const Batch batch{x.data(), y.data(), 3};
-  std::vector<float> grad(model.num_parameters());
-  absl::StatusOr<BatchStats> stats =
-      model.ComputeGradients(w.data(), batch, grad.data());
-  ASSERT_TRUE(stats.ok()) << stats.status();
-  EXPECT_EQ(stats->count, 3);
-  EXPECT_NEAR(stats->loss_sum, Loss(model, w, batch), 1e-6);
-  int64_t offset = 0;
-  for (const TensorSpec& t : model.parameters()) {
-    for (int64_t i = 0; i < t.NumElements(); ++i) {
-      ExpectGradMatches(model, w, batch, grad, offset + i, t.name, 1e-3);
+// Every parameter of MLPs of several depths and widths, as --model names
+// them, against finite differences.
+TEST(CpuMlpTest, EveryParameterOfEverySizeMatchesFiniteDifferences) {
+  for (const char* spec : {"mlp:6-5-4-3", "mlp:6-3", "mlp:6-9-3", "mlp:6-4-7-2-5-3"}) {
+    SCOPED_TRACE(spec);
+    absl::StatusOr<std::unique_ptr<Model>> created = CreateCpuModel(spec);
+    ASSERT_TRUE(created.ok()) << created.status();
+    CpuMlp& model = static_cast<CpuMlp&>(**created);
+    const std::vector<float> w = MakeWeights(model, 7);
+    const std::vector<float> x = MakeInputs(3, 6, 11);
+    const std::vector<uint8_t> y = {0, 2, 1};
+    const Batch batch{x.data(), y.data(), 3};
+    std::vector<float> grad(model.num_parameters());
+    absl::StatusOr<BatchStats> stats = model.ComputeGradients(w.data(), batch, grad.data());
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->count, 3);
+    EXPECT_NEAR(stats->loss_sum, Loss(model, w, batch), 1e-6);
+    int64_t offset = 0;
+    for (const TensorSpec& t : model.parameters()) {
+      for (int64_t i = 0; i < t.NumElements(); ++i) {
+        ExpectGradMatches(model, w, batch, grad, offset + i, t.name, 1e-3);
+      }
+      offset += t.NumElements();
     }
-    offset += t.NumElements();
+    EXPECT_EQ(offset, model.num_parameters());
   }
 }
 

@@ -1,5 +1,6 @@
 #include "worker/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -73,7 +74,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   const int64_t dim = replicas[0]->input_dim();
   if (train->input_dim != dim || (options.evaluate && (test == nullptr || test->input_dim != dim))) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Trainer: the model takes ", dim, " inputs per sample, the data has ", train->input_dim));
+        "--model takes ", dim, " inputs per sample, the data has ", train->input_dim,
+        " (the first width of mlp:<widths> must be the data's)"));
+  }
+  // The last parameter is the output layer's bias: one per class.
+  const int64_t classes = replicas[0]->parameters().back().shape.at(0);
+  const uint8_t max_label = *std::max_element(train->labels.begin(), train->labels.end());
+  if (classes <= max_label) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model has ", classes, " classes, the data has labels up to ", max_label,
+        " (the last width of mlp:<widths> is the class count)"));
   }
   std::unique_ptr<Trainer> trainer(new Trainer(std::move(options), std::move(replicas),
                                                std::move(reducer), client, train, test));

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/model_spec.h"
+#include "common/status_macros.h"
 #include "worker/gpu/cuda_cnn.h"
 #include "worker/gpu/cuda_mlp.h"
 #include "worker/gpu/gpu.h"
@@ -39,18 +41,13 @@ absl::StatusOr<std::unique_ptr<Reducer>> CreateNcclReducer(int num_devices) {
 }
 
 absl::StatusOr<std::unique_ptr<Model>> CreateCudaModel(const std::string& name, int device) {
-  if (name == "mlp") {
-    auto m = CudaMlp::Create({784, 256, 128, 10}, device);
-    if (!m.ok()) return m.status();
-    return std::unique_ptr<Model>(std::move(*m));
+  PSYNC_ASSIGN_OR_RETURN(const ModelSpec spec, ParseModelSpec(name));
+  if (spec.kind == "mlp") {
+    PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<CudaMlp> mlp, CudaMlp::Create(spec.widths, device));
+    return std::unique_ptr<Model>(std::move(mlp));
   }
-  if (name == "cnn") {
-    auto m = CudaCnn::Create(CnnConfig{}, device);
-    if (!m.ok()) return m.status();
-    return std::unique_ptr<Model>(std::move(*m));
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "CreateCudaModel: unknown model \"", name, "\", known: mlp, cnn"));
+  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<CudaCnn> cnn, CudaCnn::Create(CnnConfigOf(spec), device));
+  return std::unique_ptr<Model>(std::move(cnn));
 }
 
 }  // namespace psync

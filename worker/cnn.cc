@@ -177,19 +177,20 @@ CpuCnn::CpuCnn(const CnnConfig& c)
       kk1_(c.in_channels * c.kernel * c.kernel),
       kk2_(c.conv1_channels * c.kernel * c.kernel),
       flat_(c.conv2_channels * hw4_) {
-  params_ = {{"conv1.weight", {c.conv1_channels, c.in_channels, c.kernel, c.kernel}},
-             {"conv1.bias", {c.conv1_channels}},
-             {"conv2.weight", {c.conv2_channels, c.conv1_channels, c.kernel, c.kernel}},
-             {"conv2.bias", {c.conv2_channels}},
-             {"fc1.weight", {c.hidden, flat_}},
-             {"fc1.bias", {c.hidden}},
-             {"fc2.weight", {c.classes, c.hidden}},
-             {"fc2.bias", {c.classes}}};
-  int64_t offset = 0;
-  for (const TensorSpec& t : params_) {
-    offsets_.push_back(offset);
-    offset += t.NumElements();
-  }
+  params_ = CnnParameters(c);
+  offsets_ = TensorOffsets(params_);
+}
+
+std::vector<TensorSpec> CnnParameters(const CnnConfig& c) {
+  const int64_t flat = c.conv2_channels * (c.height / 4) * (c.width / 4);
+  return {{"conv1.weight", {c.conv1_channels, c.in_channels, c.kernel, c.kernel}},
+          {"conv1.bias", {c.conv1_channels}},
+          {"conv2.weight", {c.conv2_channels, c.conv1_channels, c.kernel, c.kernel}},
+          {"conv2.bias", {c.conv2_channels}},
+          {"fc1.weight", {c.hidden, flat}},
+          {"fc1.bias", {c.hidden}},
+          {"fc2.weight", {c.classes, c.hidden}},
+          {"fc2.bias", {c.classes}}};
 }
 
 void CpuCnn::EnsureScratch(int64_t n) {

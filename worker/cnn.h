@@ -32,6 +32,10 @@ struct CnnConfig {
 // width; the rest as CnnConfig's defaults).
 CnnConfig CnnConfigOf(const ModelSpec& spec);
 
+// The parameters of a CNN of `config`, in order (what CpuCnn and CudaCnn
+// hold).
+std::vector<TensorSpec> CnnParameters(const CnnConfig& config);
+
 // Not thread-safe (scratch buffers are members); one replica per device.
 class CpuCnn : public Model {
  public:

@@ -33,20 +33,27 @@ absl::StatusOr<std::unique_ptr<CpuMlp>> CpuMlp::Create(
   return std::make_unique<CpuMlp>(std::move(sizes));
 }
 
-CpuMlp::CpuMlp(std::vector<int64_t> sizes) : sizes_(std::move(sizes)) {
+std::vector<TensorSpec> MlpParameters(const std::vector<int64_t>& sizes) {
+  std::vector<TensorSpec> params;
+  for (size_t k = 1; k < sizes.size(); ++k) {
+    const std::string prefix = absl::StrCat("fc", k);
+    params.push_back({prefix + ".weight", {sizes[k], sizes[k - 1]}});
+    params.push_back({prefix + ".bias", {sizes[k]}});
+  }
+  return params;
+}
+
+CpuMlp::CpuMlp(std::vector<int64_t> sizes)
+    : sizes_(std::move(sizes)), params_(MlpParameters(sizes_)) {
   const int layers = num_layers();
   acts_.resize(layers + 1);
   deltas_.resize(layers + 1);
+  const std::vector<int64_t> offsets = TensorOffsets(params_);
   for (int k = 1; k <= layers; ++k) {
-    const int64_t in = sizes_[k - 1], out = sizes_[k];
-    const std::string prefix = absl::StrCat("fc", k);
-    weight_offset_.push_back(num_params_);
-    params_.push_back({prefix + ".weight", {out, in}});
-    num_params_ += out * in;
-    bias_offset_.push_back(num_params_);
-    params_.push_back({prefix + ".bias", {out}});
-    num_params_ += out;
+    weight_offset_.push_back(offsets[2 * (k - 1)]);
+    bias_offset_.push_back(offsets[2 * (k - 1) + 1]);
   }
+  num_params_ = offsets.back();
 }
 
 void CpuMlp::EnsureScratch(int64_t n) {

@@ -20,6 +20,10 @@ namespace psync {
 // Not thread-safe: scratch buffers are members, grown to the largest batch
 // seen and reused, so a warm replica does not allocate per call. Give each
 // device thread its own replica.
+// The parameters of an MLP of `sizes`, in order (what CpuMlp and CudaMlp
+// hold).
+std::vector<TensorSpec> MlpParameters(const std::vector<int64_t>& sizes);
+
 class CpuMlp : public Model {
  public:
   // Validates `sizes`: at least two entries, all positive.

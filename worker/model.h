@@ -79,7 +79,12 @@ class Model {
                                                         bool accumulate) = 0;
 };
 
-// Creates a CPU model by name ("mlp"). Errors list the known names.
+// Where each tensor of `params` starts in the flat vector, plus the total
+// (params.size() + 1 entries).
+std::vector<int64_t> TensorOffsets(const std::vector<TensorSpec>& params);
+
+// Creates a CPU model from a --model spec (common/model_spec.h). Errors
+// name the spec and what is expected.
 absl::StatusOr<std::unique_ptr<Model>> CreateCpuModel(const std::string& name);
 
 }  // namespace psync

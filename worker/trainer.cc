@@ -107,11 +107,8 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::unique_ptr<Model>> rep
                 options_.batch_per_device,
                 options_.device_weights,
                 options_.accumulation_steps},
-      num_params_(replicas_[0]->num_parameters()) {
-  tensor_offsets_.push_back(0);
-  for (const TensorSpec& t : replicas_[0]->parameters()) {
-    tensor_offsets_.push_back(tensor_offsets_.back() + t.NumElements());
-  }
+      num_params_(replicas_[0]->num_parameters()),
+      tensor_offsets_(TensorOffsets(replicas_[0]->parameters())) {
   const size_t devices = replicas_.size();
   device_inputs_.resize(devices);
   device_labels_.resize(devices);

@@ -30,20 +30,17 @@ absl::Status SetNchw(cudnnTensorDescriptor_t d, int64_t n, int64_t c, int64_t h,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaCnn>> CudaCnn::Create(const CnnConfig& config, int device) {
-  PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<CpuCnn> cpu, CpuCnn::Create(config));
-  std::unique_ptr<CudaCnn> m(new CudaCnn(config, device, std::move(cpu)));
+  PSYNC_RETURN_IF_ERROR(config.Validate());
+  std::unique_ptr<CudaCnn> m(new CudaCnn(config, device));
   PSYNC_RETURN_IF_ERROR(m->Init());
   return m;
 }
 
-CudaCnn::CudaCnn(const CnnConfig& config, int device, std::unique_ptr<CpuCnn> cpu)
-    : c_(config), device_(device), cpu_(std::move(cpu)) {
-  int64_t offset = 0;
-  for (const TensorSpec& t : cpu_->parameters()) {
-    offsets_.push_back(offset);
-    offset += t.NumElements();
-  }
-}
+CudaCnn::CudaCnn(const CnnConfig& config, int device)
+    : c_(config),
+      device_(device),
+      params_(CnnParameters(config)),
+      offsets_(TensorOffsets(params_)) {}
 
 absl::Status CudaCnn::Init() {
   PSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));

@@ -27,12 +27,12 @@ class CudaCnn final : public Model {
   static absl::StatusOr<std::unique_ptr<CudaCnn>> Create(const CnnConfig& config, int device);
   ~CudaCnn() override;
 
-  const std::vector<TensorSpec>& parameters() const override { return cpu_->parameters(); }
-  int64_t input_dim() const override { return cpu_->input_dim(); }
+  const std::vector<TensorSpec>& parameters() const override { return params_; }
+  int64_t input_dim() const override { return c_.in_channels * c_.height * c_.width; }
   absl::StatusOr<BatchStats> Evaluate(const float* weights, const Batch& batch) override;
 
  private:
-  CudaCnn(const CnnConfig& config, int device, std::unique_ptr<CpuCnn> cpu);
+  CudaCnn(const CnnConfig& config, int device);
   absl::Status Init();
   absl::StatusOr<BatchStats> DoComputeGradients(const float* weights, const Batch& batch,
                                                 float* grad,
@@ -69,7 +69,7 @@ class CudaCnn final : public Model {
 
   const CnnConfig c_;
   const int device_;
-  const std::unique_ptr<CpuCnn> cpu_;  // parameter specs and shapes only
+  const std::vector<TensorSpec> params_;
   std::vector<int64_t> offsets_;
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;

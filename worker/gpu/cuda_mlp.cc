@@ -32,12 +32,11 @@ absl::StatusOr<std::unique_ptr<CudaMlp>> CudaMlp::Create(std::vector<int64_t> si
 }
 
 CudaMlp::CudaMlp(std::vector<int64_t> sizes, int device)
-    : sizes_(std::move(sizes)), device_(device), spec_(sizes_) {
-  // CpuMlp's order: fc1.weight, fc1.bias, fc2.weight, ...
-  int64_t offset = 0;
-  for (const TensorSpec& t : parameters()) {
-    (t.shape.size() == 2 ? weight_offset_ : bias_offset_).push_back(offset);
-    offset += t.NumElements();
+    : sizes_(std::move(sizes)), device_(device), params_(MlpParameters(sizes_)) {
+  // fc1.weight, fc1.bias, fc2.weight, ...
+  const std::vector<int64_t> offsets = TensorOffsets(params_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    (i % 2 == 0 ? weight_offset_ : bias_offset_).push_back(offsets[i]);
   }
   acts_.assign(layers() + 1, nullptr);
   deltas_.assign(layers() + 1, nullptr);

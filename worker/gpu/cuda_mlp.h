@@ -25,7 +25,7 @@ class CudaMlp final : public Model {
   static absl::StatusOr<std::unique_ptr<CudaMlp>> Create(std::vector<int64_t> sizes, int device);
   ~CudaMlp() override;
 
-  const std::vector<TensorSpec>& parameters() const override { return spec_.parameters(); }
+  const std::vector<TensorSpec>& parameters() const override { return params_; }
   int64_t input_dim() const override { return sizes_.front(); }
   absl::StatusOr<BatchStats> Evaluate(const float* weights, const Batch& batch) override;
 
@@ -42,7 +42,7 @@ class CudaMlp final : public Model {
 
   const std::vector<int64_t> sizes_;
   const int device_;
-  const CpuMlp spec_;  // parameter names and shapes only
+  const std::vector<TensorSpec> params_;
   std::vector<int64_t> weight_offset_, bias_offset_;
   cublasHandle_t cublas_ = nullptr;
 

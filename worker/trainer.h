@@ -15,10 +15,10 @@
 #include "absl/synchronization/mutex.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sharding.h"
-#include "worker/model.h"
-#include "worker/ps_client.h"
+#include "worker/model/model.h"
+#include "worker/client/ps_client.h"
 #include "worker/trace.h"
-#include "worker/reducer.h"
+#include "worker/reduce/reducer.h"
 
 namespace psync {
 

@@ -6,9 +6,9 @@
 
 #include "gtest/gtest.h"
 #include "server/shard_store.h"
-#include "worker/cpu_reducer.h"
-#include "worker/local_ps_client.h"
-#include "worker/mlp.h"
+#include "worker/reduce/cpu_reducer.h"
+#include "worker/client/local_ps_client.h"
+#include "worker/model/mlp.h"
 
 namespace psync {
 namespace {

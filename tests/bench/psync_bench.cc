@@ -29,7 +29,7 @@
 #include "common/subprocess.h"
 #include "common/throwaway_pki.h"
 #include "tests/bench/baselines.h"
-#include "worker/rpc/grpc_ps_client.h"
+#include "worker/client/rpc/grpc_ps_client.h"
 
 ABSL_FLAG(std::string, role, "driver", "driver | client | tcp_echo | grpc_echo (internal)");
 ABSL_FLAG(int, num_servers, 1, "Parameter servers.");

@@ -9,7 +9,7 @@
 #include "common/status_macros.h"
 #include "worker/gpu/cuda_check.h"
 #include "worker/gpu/kernels.h"
-#include "worker/model_util.h"
+#include "worker/model/model_util.h"
 
 namespace psync {
 namespace {

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/cnn.h"
+#include "worker/model/cnn.h"
 #include "worker/gpu/cuda_layers.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 namespace psync {
 

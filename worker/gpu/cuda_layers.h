@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 namespace psync {
 

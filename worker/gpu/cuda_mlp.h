@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "worker/gpu/cuda_layers.h"
-#include "worker/mlp.h"
-#include "worker/model.h"
+#include "worker/model/mlp.h"
+#include "worker/model/model.h"
 
 namespace psync {
 

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "worker/model.h"
-#include "worker/reducer.h"
+#include "worker/model/model.h"
+#include "worker/reduce/reducer.h"
 
 namespace psync {
 

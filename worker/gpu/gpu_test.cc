@@ -7,9 +7,9 @@
 
 #include "common/init.h"
 #include "gtest/gtest.h"
-#include "worker/cnn.h"
-#include "worker/cpu_reducer.h"
-#include "worker/mlp.h"
+#include "worker/model/cnn.h"
+#include "worker/reduce/cpu_reducer.h"
+#include "worker/model/mlp.h"
 
 namespace psync {
 namespace {

@@ -27,7 +27,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "worker/reducer.h"
+#include "worker/reduce/reducer.h"
 
 namespace psync {
 

@@ -1,6 +1,6 @@
 // The PsClient interface: how a worker talks to all parameter servers.
-#ifndef PSYNC_WORKER_PS_CLIENT_H_
-#define PSYNC_WORKER_PS_CLIENT_H_
+#ifndef PSYNC_WORKER_CLIENT_PS_CLIENT_H_
+#define PSYNC_WORKER_CLIENT_PS_CLIENT_H_
 
 #include <cstdint>
 
@@ -64,4 +64,4 @@ class PsClient {
 
 }  // namespace psync
 
-#endif  // PSYNC_WORKER_PS_CLIENT_H_
+#endif  // PSYNC_WORKER_CLIENT_PS_CLIENT_H_

@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/model_spec.h"
 #include "common/status_macros.h"
-#include "worker/cnn.h"
-#include "worker/mlp.h"
-#include "worker/model.h"
+#include "worker/model/cnn.h"
+#include "worker/model/mlp.h"
+#include "worker/model/model.h"
 
 namespace psync {
 

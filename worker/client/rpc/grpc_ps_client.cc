@@ -1,4 +1,4 @@
-#include "worker/rpc/grpc_ps_client.h"
+#include "worker/client/rpc/grpc_ps_client.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,7 +1,7 @@
 // A small convolutional network on the CPU: convolutions as im2col + GEMM
 // through OpenBLAS.
-#ifndef PSYNC_WORKER_CNN_H_
-#define PSYNC_WORKER_CNN_H_
+#ifndef PSYNC_WORKER_MODEL_CNN_H_
+#define PSYNC_WORKER_MODEL_CNN_H_
 
 #include <cstdint>
 #include <memory>
@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 namespace psync {
 
@@ -81,4 +81,4 @@ class CpuCnn : public Model {
 
 }  // namespace psync
 
-#endif  // PSYNC_WORKER_CNN_H_
+#endif  // PSYNC_WORKER_MODEL_CNN_H_

@@ -1,7 +1,7 @@
 // GrpcPsClient against in-process psync servers (a ShardStore behind the
 // real gRPC adapter) and against a small fake service that misbehaves on
 // purpose: retries, refusals, rollbacks and re-registration.
-#include "worker/rpc/grpc_ps_client.h"
+#include "worker/client/rpc/grpc_ps_client.h"
 
 #include <atomic>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "worker/mlp.h"
+#include "worker/model/mlp.h"
 
 #include <cblas.h>
 
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "worker/model_util.h"
+#include "worker/model/model_util.h"
 
 namespace psync {
 

@@ -1,6 +1,6 @@
 // A fully connected ReLU network on the CPU, GEMMs through OpenBLAS.
-#ifndef PSYNC_WORKER_MLP_H_
-#define PSYNC_WORKER_MLP_H_
+#ifndef PSYNC_WORKER_MODEL_MLP_H_
+#define PSYNC_WORKER_MODEL_MLP_H_
 
 #include <cstdint>
 #include <memory>
@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/tensor.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 namespace psync {
 
@@ -72,4 +72,4 @@ class CpuMlp : public Model {
 
 }  // namespace psync
 
-#endif  // PSYNC_WORKER_MLP_H_
+#endif  // PSYNC_WORKER_MODEL_MLP_H_

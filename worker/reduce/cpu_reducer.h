@@ -1,12 +1,12 @@
 // Reducer over CPU "devices": plain host buffers, one per device thread.
 // Sums in device order and leaves its inputs unchanged.
-#ifndef PSYNC_WORKER_CPU_REDUCER_H_
-#define PSYNC_WORKER_CPU_REDUCER_H_
+#ifndef PSYNC_WORKER_REDUCE_CPU_REDUCER_H_
+#define PSYNC_WORKER_REDUCE_CPU_REDUCER_H_
 
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "worker/reducer.h"
+#include "worker/reduce/reducer.h"
 
 namespace psync {
 
@@ -31,4 +31,4 @@ class CpuReducer final : public Reducer {
 
 }  // namespace psync
 
-#endif  // PSYNC_WORKER_CPU_REDUCER_H_
+#endif  // PSYNC_WORKER_REDUCE_CPU_REDUCER_H_

@@ -1,4 +1,4 @@
-#include "worker/mlp.h"
+#include "worker/model/mlp.h"
 
 #include <cmath>
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include "common/init.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 namespace psync {
 namespace {

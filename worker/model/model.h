@@ -1,6 +1,6 @@
 // The Model interface: what a device replica computes each step.
-#ifndef PSYNC_WORKER_MODEL_H_
-#define PSYNC_WORKER_MODEL_H_
+#ifndef PSYNC_WORKER_MODEL_MODEL_H_
+#define PSYNC_WORKER_MODEL_MODEL_H_
 
 #include <cstdint>
 #include <functional>
@@ -89,4 +89,4 @@ absl::StatusOr<std::unique_ptr<Model>> CreateCpuModel(const std::string& name);
 
 }  // namespace psync
 
-#endif  // PSYNC_WORKER_MODEL_H_
+#endif  // PSYNC_WORKER_MODEL_MODEL_H_

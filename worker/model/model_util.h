@@ -1,14 +1,14 @@
 // Pieces every CPU model shares: batch validation and the softmax
 // cross-entropy head.
-#ifndef PSYNC_WORKER_MODEL_UTIL_H_
-#define PSYNC_WORKER_MODEL_UTIL_H_
+#ifndef PSYNC_WORKER_MODEL_MODEL_UTIL_H_
+#define PSYNC_WORKER_MODEL_MODEL_UTIL_H_
 
 #include <cstdint>
 #include <functional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 namespace psync {
 
@@ -32,4 +32,4 @@ absl::StatusOr<BatchStats> EvaluateInSlices(
 
 }  // namespace psync
 
-#endif  // PSYNC_WORKER_MODEL_UTIL_H_
+#endif  // PSYNC_WORKER_MODEL_MODEL_UTIL_H_

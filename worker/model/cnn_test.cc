@@ -1,4 +1,4 @@
-#include "worker/cnn.h"
+#include "worker/model/cnn.h"
 
 #include <cmath>
 #include <random>

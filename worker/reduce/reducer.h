@@ -1,6 +1,6 @@
 // The Reducer interface: local aggregation across one worker's devices.
-#ifndef PSYNC_WORKER_REDUCER_H_
-#define PSYNC_WORKER_REDUCER_H_
+#ifndef PSYNC_WORKER_REDUCE_REDUCER_H_
+#define PSYNC_WORKER_REDUCE_REDUCER_H_
 
 #include <cstdint>
 #include <functional>
@@ -71,4 +71,4 @@ class Reducer {
 
 }  // namespace psync
 
-#endif  // PSYNC_WORKER_REDUCER_H_
+#endif  // PSYNC_WORKER_REDUCE_REDUCER_H_

@@ -1,14 +1,14 @@
 // PsClient that calls ShardStores in the same process: for tests of the
 // trainer without sockets (the gRPC path has its own tests).
-#ifndef PSYNC_WORKER_LOCAL_PS_CLIENT_H_
-#define PSYNC_WORKER_LOCAL_PS_CLIENT_H_
+#ifndef PSYNC_WORKER_CLIENT_LOCAL_PS_CLIENT_H_
+#define PSYNC_WORKER_CLIENT_LOCAL_PS_CLIENT_H_
 
 #include <memory>
 #include <vector>
 
 #include "common/layout.h"
 #include "server/shard_store.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 namespace psync {
 
@@ -19,4 +19,4 @@ std::unique_ptr<PsClient> CreateLocalPsClient(const Layout& layout, std::vector<
 
 }  // namespace psync
 
-#endif  // PSYNC_WORKER_LOCAL_PS_CLIENT_H_
+#endif  // PSYNC_WORKER_CLIENT_LOCAL_PS_CLIENT_H_

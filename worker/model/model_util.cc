@@ -1,4 +1,4 @@
-#include "worker/model_util.h"
+#include "worker/model/model_util.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // PsClient over gRPC: one channel per server, calls to all servers in flight
 // at once.
-#ifndef PSYNC_WORKER_RPC_GRPC_PS_CLIENT_H_
-#define PSYNC_WORKER_RPC_GRPC_PS_CLIENT_H_
+#ifndef PSYNC_WORKER_CLIENT_RPC_GRPC_PS_CLIENT_H_
+#define PSYNC_WORKER_CLIENT_RPC_GRPC_PS_CLIENT_H_
 
 #include <memory>
 #include <string>
@@ -12,7 +12,7 @@
 #include "common/layout.h"
 #include "common/security.h"
 #include "common/training_shape.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 #include "worker/trace.h"
 
 namespace psync {
@@ -48,4 +48,4 @@ absl::StatusOr<std::unique_ptr<PsClient>> CreateGrpcPsClient(const Layout& layou
 
 }  // namespace psync
 
-#endif  // PSYNC_WORKER_RPC_GRPC_PS_CLIENT_H_
+#endif  // PSYNC_WORKER_CLIENT_RPC_GRPC_PS_CLIENT_H_

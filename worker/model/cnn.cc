@@ -1,4 +1,4 @@
-#include "worker/cnn.h"
+#include "worker/model/cnn.h"
 
 #include <cblas.h>
 
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/model_util.h"
+#include "worker/model/model_util.h"
 
 namespace psync {
 namespace {

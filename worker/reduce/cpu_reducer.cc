@@ -1,4 +1,4 @@
-#include "worker/cpu_reducer.h"
+#include "worker/reduce/cpu_reducer.h"
 
 #include <cstring>
 

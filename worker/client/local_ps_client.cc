@@ -1,4 +1,4 @@
-#include "worker/local_ps_client.h"
+#include "worker/client/local_ps_client.h"
 
 #include <cstring>
 

@@ -79,6 +79,15 @@ void CompareOnFixedInputs(Model& cpu, Model& gpu, Reducer& reducer) {
   auto gpu_eval = gpu.Evaluate(dw->get(), {x.data(), y.data(), batch});
   ASSERT_TRUE(gpu_eval.ok());
   EXPECT_NEAR(gpu_eval->loss_sum, cpu_stats->loss_sum, 1e-4 * cpu_stats->loss_sum);
+
+  // Accumulating the same batch again doubles every gradient (beta = 1 in
+  // cuBLAS and cuDNN, no zeroing).
+  ASSERT_TRUE(gpu.ComputeGradients(dw->get(), {x.data(), y.data(), batch}, dg->get(), nullptr,
+                                   Model::GradMode::kAccumulate)
+                  .ok());
+  ASSERT_TRUE(reducer.Reduce(0, 0, dg_ptr, n, gpu_grad.data()).ok());
+  for (float& g : cpu_grad) g *= 2;
+  ExpectRelativelyClose(gpu_grad, cpu_grad, 1e-4);
 }
 
 TEST(GpuTest, CudaMlpMatchesCpuMlp) {
@@ -89,6 +98,20 @@ TEST(GpuTest, CudaMlpMatchesCpuMlp) {
   auto reducer = CreateNcclReducer(1);
   ASSERT_TRUE(reducer.ok()) << reducer.status();
   CompareOnFixedInputs(cpu, **gpu, **reducer);
+}
+
+// Models sized by --model: the same spec on both.
+TEST(GpuTest, SizedModelsMatchTheirCpuTwins) {
+  SKIP_WITHOUT_GPUS(1);
+  for (const char* spec : {"mlp:784-64-32-16-10", "cnn:8-12-32"}) {
+    SCOPED_TRACE(spec);
+    auto cpu = CreateCpuModel(spec);
+    auto gpu = CreateCudaModel(spec, 0);
+    ASSERT_TRUE(cpu.ok() && gpu.ok()) << gpu.status();
+    auto reducer = CreateNcclReducer(1);
+    ASSERT_TRUE(reducer.ok()) << reducer.status();
+    CompareOnFixedInputs(**cpu, **gpu, **reducer);
+  }
 }
 
 TEST(GpuTest, CudaCnnMatchesCpuCnn) {

@@ -261,8 +261,7 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
       const int64_t last = std::min(end[d], first + micro);
       for (int64_t k = first; k < last; ++k) {
         const int64_t sample = permutation[k];
-        std::memcpy(inputs + (k - first) * dim, train_->inputs.data() + sample * dim,
-                    dim * sizeof(float));
+        train_->CopyInputs(sample, 1, inputs + (k - first) * dim);
         labels[k - first] = train_->labels[sample];
       }
       // Layers are final, and may go out, only in the last micro-batch.
@@ -325,13 +324,25 @@ absl::StatusOr<BatchStats> Trainer::Evaluate() {
   const int devices = static_cast<int>(replicas_.size());
   const int64_t per_device = (test_->size + devices - 1) / devices;
   std::vector<absl::StatusOr<BatchStats>> results(devices, BatchStats{});
+  // Slices of the test set as floats, converted from their stored width.
+  constexpr int64_t kSlice = 4096;
   ParallelFor(devices, [&](int d) {
     const int64_t begin = std::min(test_->size, d * per_device);
     const int64_t end = std::min(test_->size, begin + per_device);
-    results[d] = replicas_[d]->Evaluate(
-        device_weights_[d].get(),
-        Batch{test_->inputs.data() + begin * test_->input_dim, test_->labels.data() + begin,
-              end - begin});
+    std::vector<float> inputs(std::min(kSlice, end - begin) * test_->input_dim);
+    BatchStats stats;
+    for (int64_t first = begin; first < end; first += kSlice) {
+      const int64_t n = std::min(kSlice, end - first);
+      test_->CopyInputs(first, n, inputs.data());
+      absl::StatusOr<BatchStats> slice = replicas_[d]->Evaluate(
+          device_weights_[d].get(), Batch{inputs.data(), test_->labels.data() + first, n});
+      if (!slice.ok()) {
+        results[d] = slice.status();
+        return;
+      }
+      stats.Add(*slice);
+    }
+    results[d] = stats;
   });
   BatchStats total;
   for (auto& r : results) {

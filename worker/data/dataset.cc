@@ -192,12 +192,19 @@ absl::StatusOr<Dataset> ReadIdxGz(const std::string& images_path,
   ds.size = n;
   ds.input_dim = static_cast<int64_t>(input_dim);
   ds.num_classes = num_classes;
-  ds.inputs.resize(images.data.size());
-  for (size_t i = 0; i < images.data.size(); ++i) {
-    ds.inputs[i] = static_cast<float>(images.data[i]) / 255.0f;
-  }
+  ds.pixels = std::move(images.data);
   ds.labels = std::move(labels.data);
   return ds;
+}
+
+void Dataset::CopyInputs(int64_t first, int64_t n, float* out) const {
+  const size_t begin = static_cast<size_t>(first * input_dim), count = static_cast<size_t>(n * input_dim);
+  if (pixels.empty()) {
+    std::memcpy(out, inputs.data() + begin, count * sizeof(float));
+    return;
+  }
+  const uint8_t* p = pixels.data() + begin;
+  for (size_t i = 0; i < count; ++i) out[i] = static_cast<float>(p[i]) / 255.0f;
 }
 
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train) {

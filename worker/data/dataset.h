@@ -15,8 +15,16 @@ struct Dataset {
   int64_t size = 0;         // number of samples
   int64_t input_dim = 0;    // floats per sample
   int num_classes = 0;
-  std::vector<float> inputs;    // size * input_dim, row-major, pixels scaled to [0, 1]
+  // The inputs at their stored width, size * input_dim row-major, exactly
+  // one of the two filled: image bytes (a quarter of the floats' memory;
+  // CopyInputs scales them to [0, 1]) or floats (synthetic data).
+  std::vector<uint8_t> pixels;
+  std::vector<float> inputs;
   std::vector<uint8_t> labels;  // size, each < num_classes
+
+  // Writes samples [first, first + n) as floats to out (n * input_dim).
+  // REQUIRES: 0 <= first, first + n <= size.
+  void CopyInputs(int64_t first, int64_t n, float* out) const;
 };
 
 // Reads a gzip-compressed IDX pair (images: magic 0x00000803, uint8

@@ -82,12 +82,19 @@ TEST(ReadIdxGzTest, ReadsValidFiles) {
   EXPECT_EQ(ds->input_dim, 6);
   EXPECT_EQ(ds->num_classes, 10);
   EXPECT_EQ(ds->labels, kLabels);
-  ASSERT_EQ(ds->inputs.size(), 12u);
+  // Kept at their stored width, scaled as they are copied out.
+  EXPECT_EQ(ds->pixels, kPixels);
+  EXPECT_TRUE(ds->inputs.empty());
+  std::vector<float> floats(12);
+  ds->CopyInputs(0, 2, floats.data());
   for (size_t i = 0; i < kPixels.size(); ++i) {
-    EXPECT_EQ(ds->inputs[i], static_cast<float>(kPixels[i]) / 255.0f);
+    EXPECT_EQ(floats[i], static_cast<float>(kPixels[i]) / 255.0f);
   }
-  EXPECT_EQ(ds->inputs[0], 0.0f);
-  EXPECT_EQ(ds->inputs[1], 1.0f);
+  EXPECT_EQ(floats[0], 0.0f);
+  EXPECT_EQ(floats[1], 1.0f);
+  std::vector<float> second(6);
+  ds->CopyInputs(1, 1, second.data());
+  EXPECT_EQ(second, std::vector<float>(floats.begin() + 6, floats.end()));
 }
 
 TEST(ReadIdxGzTest, MissingFileIsNotFound) {
@@ -225,7 +232,7 @@ TEST(LoadFashionMnistTest, LoadsRealData) {
     EXPECT_EQ(ds->size, train ? 60000 : 10000);
     EXPECT_EQ(ds->input_dim, 784);
     EXPECT_EQ(ds->num_classes, 10);
-    EXPECT_EQ(ds->inputs.size(), static_cast<size_t>(ds->size) * 784);
+    EXPECT_EQ(ds->pixels.size(), static_cast<size_t>(ds->size) * 784);
     ASSERT_EQ(ds->labels.size(), static_cast<size_t>(ds->size));
     std::vector<int> per_class(10, 0);
     for (uint8_t l : ds->labels) {
@@ -233,7 +240,9 @@ TEST(LoadFashionMnistTest, LoadsRealData) {
       ++per_class[l];
     }
     for (int count : per_class) EXPECT_EQ(count, ds->size / 10);
-    for (float v : ds->inputs) {
+    std::vector<float> last(784);
+    ds->CopyInputs(ds->size - 1, 1, last.data());
+    for (float v : last) {
       ASSERT_GE(v, 0.0f);
       ASSERT_LE(v, 1.0f);
     }

@@ -38,6 +38,17 @@ int64_t ResidentBytes() {
 
 }  // namespace
 
+int64_t PeakResidentBytes(int pid) {
+  std::ifstream status(pid == 0 ? std::string("/proc/self/status")
+                                : absl::StrCat("/proc/", pid, "/status"));
+  std::string key;
+  int64_t kib;
+  while (status >> key) {
+    if (key == "VmHWM:" && status >> kib) return kib * 1024;
+  }
+  return -1;
+}
+
 std::string RaiseOpenFileLimit() {
   rlimit limit;
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {

@@ -16,6 +16,10 @@ namespace psync {
 // Returns a line for the log saying what the limits were and are.
 std::string RaiseOpenFileLimit();
 
+// The peak resident set (VmHWM) of process `pid` (0: this one) in bytes;
+// -1 when it cannot be read (the process is gone).
+int64_t PeakResidentBytes(int pid = 0);
+
 // Registers process_start_time_seconds (now), process_open_fds,
 // process_max_fds and process_resident_memory_bytes, read at each scrape.
 void AddProcessMetrics(MetricRegistry* registry);

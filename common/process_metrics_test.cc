@@ -1,6 +1,9 @@
 #include "common/process_metrics.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -25,6 +28,14 @@ TEST(ProcessMetricsTest, RaisesTheSoftOpenFileLimitToTheHardOne) {
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
   EXPECT_EQ(limit.rlim_cur, limit.rlim_max);
   EXPECT_THAT(RaiseOpenFileLimit(), HasSubstr("(already the hard limit)"));
+}
+
+TEST(ProcessMetricsTest, PeakResidentBytes) {
+  std::vector<char> block(64 << 20, 1);  // touched: resident
+  EXPECT_GE(PeakResidentBytes(), int64_t{64} << 20);
+  EXPECT_EQ(PeakResidentBytes(getpid()), PeakResidentBytes());
+  EXPECT_EQ(PeakResidentBytes(-5), -1);
+  EXPECT_EQ(block[12345], 1);
 }
 
 TEST(ProcessMetricsTest, ExportsTheStandardProcessMetrics) {

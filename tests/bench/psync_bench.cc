@@ -22,6 +22,7 @@
 #include "common/cluster_spec.h"
 #include "common/layout.h"
 #include "common/malloc_tuning.h"
+#include "common/process_metrics.h"
 #include "common/runfiles.h"
 #include "common/status_macros.h"
 #include "common/free_ports.h"
@@ -168,6 +169,7 @@ absl::Status RunClient() {
       return client->Wait();
     }));
   }
+  std::printf("PEAK_RSS %lld\n", static_cast<long long>(PeakResidentBytes()));
   return absl::OkStatus();
 }
 
@@ -186,22 +188,29 @@ absl::StatusOr<int> WaitForPort(const std::string& path, Subprocess& p) {
   return absl::DeadlineExceededError(absl::StrCat("no port in ", path, " within 30 s"));
 }
 
+// "PHASE name t1 t2 ..." lines by name; "PEAK_RSS bytes" as phase
+// "rss_client" (MiB).
 std::map<std::string, std::vector<double>> ParsePhases(const std::string& output) {
   std::map<std::string, std::vector<double>> phases;
   std::istringstream in(output);
   std::string line;
   while (std::getline(in, line)) {
     std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    double v;
+    if (parts.size() == 2 && parts[0] == "PEAK_RSS" && absl::SimpleAtod(parts[1], &v)) {
+      phases["rss_client"].push_back(v / (1 << 20));
+    }
     if (parts.size() < 2 || parts[0] != "PHASE") continue;
     for (size_t i = 2; i < parts.size(); ++i) {
-      double v;
       if (absl::SimpleAtod(parts[i], &v)) phases[parts[1]].push_back(v);
     }
   }
   return phases;
 }
 
-// Runs the servers and clients; returns worker 0's step times by phase.
+// Runs the servers and clients; returns worker 0's step times by phase,
+// and as "rss_server" and "rss_client" the largest peak RSS (MiB) of any
+// server and any client.
 // With `tls_dir` (a throwaway PKI) every connection is TLS with the token.
 absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std::string& dir,
                                                                       const std::string& tls_dir) {
@@ -257,7 +266,8 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
     clients.push_back(std::move(p));
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(300);
-  std::string output0;
+  std::map<std::string, std::vector<double>> phases;
+  double client_rss = 0;
   for (int w = 0; w < n; ++w) {
     const std::optional<int> code = clients[w]->Wait(deadline);
     const std::string out = clients[w]->DrainedOutput(deadline);
@@ -265,9 +275,17 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
       return absl::AbortedError(absl::StrCat("client ", w, " failed (exit ", code.value_or(-1),
                                              "): ", out));
     }
-    if (w == 0) output0 = out;
+    std::map<std::string, std::vector<double>> mine = ParsePhases(out);
+    for (double v : mine["rss_client"]) client_rss = std::max(client_rss, v);
+    if (w == 0) phases = std::move(mine);
   }
-  return ParsePhases(output0);
+  double server_rss = 0;
+  for (const auto& s : servers) {
+    server_rss = std::max(server_rss, PeakResidentBytes(s->pid()) / double(1 << 20));
+  }
+  phases["rss_client"] = {client_rss};
+  phases["rss_server"] = {server_rss};
+  return phases;
 }
 
 // A baseline echo server process, and the port it listens on.
@@ -389,6 +407,18 @@ absl::Status RunDriver() {
   const double comm = row("psync push-pull", "comm");
   std::printf("  per-worker throughput (pushed + pulled) = %.3f GB/s\n",
               2.0 * ModelBytes() / (comm / 1e3) / 1e9);
+  // Memory: the largest peak RSS of a server and of a client (medians over
+  // runs), and a server's next to its share of the model.
+  const double server_rss = Summarize(figures["rss_server"]).median;
+  const double client_rss = Summarize(figures["rss_client"]).median;
+  const double share = mb / k;
+  std::printf("  peak RSS: server %.1f MiB (%.2fx its %.1f MiB share of the model), client %.1f "
+              "MiB\n",
+              server_rss, server_rss / share, share, client_rss);
+  absl::StrAppendFormat(&json,
+                        ", \"server_peak_rss_mib\": %.1f, \"server_rss_per_share\": %.3f, "
+                        "\"client_peak_rss_mib\": %.1f",
+                        server_rss, server_rss / share, client_rss);
   if (compare_tls) {
     row("psync push-pull, TLS+token", "comm_tls");
     ratio("psync TLS+token / plaintext", "ratio_tls", "comm_tls", "comm");

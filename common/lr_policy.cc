@@ -15,12 +15,16 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-// Milestones in steps: decay_steps, or decay_epochs * steps_per_epoch.
-std::vector<int64_t> MilestoneSteps(const LrPolicy& p, int64_t steps_per_epoch) {
-  if (!p.decay_steps.empty()) return p.decay_steps;
-  std::vector<int64_t> out;
-  for (int64_t e : p.decay_epochs) out.push_back(e * steps_per_epoch);
-  return out;
+// How many milestones step t has passed: decay_steps, or decay_epochs *
+// steps_per_epoch. Runs per chunk and step on the server: no allocation.
+int64_t MilestonesPassed(const LrPolicy& p, int64_t t, int64_t steps_per_epoch) {
+  int64_t passed = 0;
+  if (!p.decay_steps.empty()) {
+    for (int64_t s : p.decay_steps) passed += s <= t;
+  } else {
+    for (int64_t e : p.decay_epochs) passed += e * steps_per_epoch <= t;
+  }
+  return passed;
 }
 
 }  // namespace
@@ -107,9 +111,8 @@ double LrPolicy::Rate(int64_t t, int64_t global_batch, int64_t total_steps,
   }
   if (t < warmup_steps) return peak * static_cast<double>(t + 1) / static_cast<double>(warmup_steps);
   if (schedule == "step") {
-    const std::vector<int64_t> milestones = MilestoneSteps(*this, steps_per_epoch);
-    const auto passed = std::upper_bound(milestones.begin(), milestones.end(), t) - milestones.begin();
-    return peak * std::pow(decay_factor, static_cast<double>(passed));
+    return peak * std::pow(decay_factor,
+                           static_cast<double>(MilestonesPassed(*this, t, steps_per_epoch)));
   }
   if (schedule == "cosine") {
     const int64_t span = total_steps - warmup_steps;
@@ -124,8 +127,7 @@ double LrPolicy::Rate(int64_t t, int64_t global_batch, int64_t total_steps,
 int64_t LrPolicy::Phase(int64_t t, int64_t total_steps, int64_t steps_per_epoch) const {
   if (t < warmup_steps) return 0;
   if (schedule == "step") {
-    const std::vector<int64_t> milestones = MilestoneSteps(*this, steps_per_epoch);
-    return 1 + (std::upper_bound(milestones.begin(), milestones.end(), t) - milestones.begin());
+    return 1 + MilestonesPassed(*this, t, steps_per_epoch);
   }
   if (schedule == "cosine") {
     const int64_t span = std::max<int64_t>(1, total_steps - warmup_steps);

@@ -16,6 +16,16 @@ constexpr int64_t kMaxChannels = 4096;
 
 }  // namespace
 
+int64_t ModelSpec::ParameterCount() const {
+  int64_t n = 0;
+  if (kind == "mlp") {
+    for (size_t k = 1; k < widths.size(); ++k) n += widths[k] * widths[k - 1] + widths[k];
+    return n;
+  }
+  const int64_t c1 = widths[0], c2 = widths[1], hidden = widths[2];
+  return c1 * 25 + c1 + c2 * c1 * 25 + c2 + hidden * c2 * 49 + hidden + 10 * hidden + 10;
+}
+
 std::string ModelSpec::Describe() const {
   return absl::StrCat(kind, ":", absl::StrJoin(widths, "-"));
 }
@@ -48,6 +58,10 @@ absl::StatusOr<ModelSpec> ParseModelSpec(const std::string& text) {
   }
   if (spec.kind == "cnn" && spec.widths.size() != 3) {
     return bad("a CNN takes exactly three numbers");
+  }
+  if (spec.ParameterCount() > kMaxModelParameters) {
+    return bad(absl::StrCat("it has ", spec.ParameterCount(), " parameters, at most ",
+                            kMaxModelParameters, " fit"));
   }
   return spec;
 }

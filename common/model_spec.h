@@ -23,7 +23,14 @@ struct ModelSpec {
 
   // Canonical text, e.g. "mlp:784-256-128-10".
   std::string Describe() const;
+  // Weights and biases of the model (the CNN's on 28x28x1 inputs, 5x5
+  // kernels, 10 classes).
+  int64_t ParameterCount() const;
 };
+
+// At most this many parameters (4 GiB of float32 weights): a larger model
+// would fail to allocate in every worker and server.
+inline constexpr int64_t kMaxModelParameters = int64_t{1} << 30;
 
 // Errors name --model, the value and what was expected.
 absl::StatusOr<ModelSpec> ParseModelSpec(const std::string& text);

@@ -32,6 +32,11 @@ TEST(ModelSpecTest, MalformedSpecsNameTheValue) {
   EXPECT_THAT(error("cnn:16-32"), HasSubstr("exactly three numbers"));
   EXPECT_THAT(error("cnn:16-99999-128"), HasSubstr("out of range 1..4096"));
   EXPECT_THAT(error(""), HasSubstr("unknown model"));
+  // Widths each in range, but 2^40 weights in all.
+  EXPECT_THAT(error("mlp:1048576-1048576-10"),
+              HasSubstr("(it has 1099523162122 parameters, at most 1073741824 fit)"));
+  EXPECT_EQ(ParseModelSpec("mlp")->ParameterCount(), 235146);
+  EXPECT_EQ(ParseModelSpec("cnn")->ParameterCount(), 215370);
 }
 
 }  // namespace

@@ -184,6 +184,8 @@ TEST(CpuCnnTest, CreateCpuModelKnowsCnn) {
   EXPECT_EQ((*sized)->parameters()[0].shape, (std::vector<int64_t>{8, 1, 5, 5}));
   EXPECT_EQ((*sized)->parameters()[2].shape, (std::vector<int64_t>{12, 8, 5, 5}));
   EXPECT_EQ((*sized)->parameters()[4].shape, (std::vector<int64_t>{64, 12 * 7 * 7}));
+  // The spec's own count (used to bound models at start) agrees.
+  EXPECT_EQ(ParseModelSpec("cnn:8-12-64")->ParameterCount(), (*sized)->num_parameters());
 }
 
 }  // namespace

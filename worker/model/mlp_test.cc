@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "common/init.h"
 #include "gmock/gmock.h"
+#include "common/model_spec.h"
 #include "gtest/gtest.h"
 #include "worker/model/model.h"
 
@@ -113,6 +114,7 @@ TEST(CpuMlpTest, EveryParameterOfEverySizeMatchesFiniteDifferences) {
       offset += t.NumElements();
     }
     EXPECT_EQ(offset, model.num_parameters());
+    EXPECT_EQ(ParseModelSpec(spec)->ParameterCount(), model.num_parameters());
   }
 }
 

@@ -216,6 +216,11 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   check.Expect("host", !s.host().empty(), "an address to listen on");
   check.Expect("max_message_mb", s.max_message_mb() >= 2 && s.max_message_mb() <= 2047,
                "2..2047");
+  check.Expect("max_waiting_calls", s.max_waiting_calls() >= 1, ">= 1");
+  check.Expect("max_waiting_per_connection",
+               s.max_waiting_per_connection() >= 1 &&
+                   s.max_waiting_per_connection() <= s.max_waiting_calls(),
+               "1..server.max_waiting_calls");
   check.Expect("health_port", s.health_port() >= 0 && s.health_port() <= 65535,
                "0..65535 (0: none)");
   check.Expect("health_port", s.health_port() == 0 || s.health_port() != s.port(),

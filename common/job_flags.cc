@@ -86,6 +86,11 @@ ABSL_FLAG(int32_t, trace_steps, 20, "Steps --trace records.");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address a server listens on (0.0.0.0 for all).");
 ABSL_FLAG(int32_t, port, 0, "Port a server listens on; 0 picks a free one.");
 ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
+ABSL_FLAG(int32_t, max_waiting_calls, 4096,
+          "Pulls and push-pulls a server lets wait for their version at once; more get "
+          "RESOURCE_EXHAUSTED, which workers retry.");
+ABSL_FLAG(int32_t, max_waiting_per_connection, 1024,
+          "Of --max_waiting_calls, at most this many from one connection.");
 ABSL_FLAG(int32_t, health_port, 0,
           "A plaintext port serving only the gRPC health service (for Kubernetes probes, which "
           "speak no TLS); 0: none.");

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/incarnation.h"
 #include "common/init.h"
@@ -38,6 +39,21 @@ struct ShardStore::Chunk {
   absl::Time first_push ABSL_GUARDED_BY(mu);  // of step `version`
   std::vector<float> sum ABSL_GUARDED_BY(mu);
   std::vector<std::vector<float>> per_worker ABSL_GUARDED_BY(mu);
+  // Pulls waiting for version `version` + 1 of this chunk.
+  std::vector<WaiterSlot> waiters ABSL_GUARDED_BY(mu);
+};
+
+struct ShardStore::PullWaiter {
+  std::shared_ptr<Shard> shard;
+  int64_t version = 0;
+  std::vector<int32_t> ids;
+  absl::Time deadline;
+  PullDone done;
+  // weights[i] is set under chunk ids[i]'s lock when it reaches `version`,
+  // before `remaining` counts it; whoever counts the last reads them all.
+  std::vector<WeightsRef> weights;
+  std::atomic<int64_t> remaining{0};
+  std::atomic<bool> finished{false};
 };
 
 struct ShardStore::Shard {
@@ -105,11 +121,19 @@ ShardStore::ShardStore(ShardStoreOptions options)
       last_seen_ms_(new std::atomic<int64_t>[options_.num_workers]),
       sessions_(options_.num_workers, 0),
       incarnations_(options_.num_workers, 0),
-      done_(options_.num_workers, 0) {
+      done_(options_.num_workers, 0),
+      timer_([this] { ExpireWaiters(); }) {
   for (int w = 0; w < options_.num_workers; ++w) last_seen_ms_[w] = UnixMs(absl::Now());
 }
 
-ShardStore::~ShardStore() = default;
+ShardStore::~ShardStore() {
+  Close();
+  {
+    absl::MutexLock lock(&waiters_mu_);
+    stopping_ = true;
+  }
+  timer_.join();
+}
 
 std::shared_ptr<ShardStore::Shard> ShardStore::NewShard(const Layout& layout,
                                                         const TrainingShape& shape,
@@ -337,20 +361,27 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
   pool_.ParallelFor(static_cast<int>(chunks.size()), [&](int i) {
     const ChunkPayload& p = chunks[i];
     Chunk& c = *shard->chunks[p.chunk_id];
-    absl::MutexLock lock(&c.mu);
-    if (step < c.version || c.received[worker_rank]) return;  // applied, or a repeat
-    const bool last = c.num_received + 1 == options_.num_workers;
-    if (c.num_received == 0) c.first_push = absl::Now();
-    if (last && !options_.deterministic) {
-      // The last gradient goes straight from the wire into the update.
-      c.received[worker_rank] = true;
-      c.counts[worker_rank] = sample_count;
-      ++c.num_received;
-      ApplyLocked(*shard, c, &p);
-      return;
+    std::vector<WaiterSlot> fired;
+    {
+      absl::MutexLock lock(&c.mu);
+      if (step < c.version || c.received[worker_rank]) return;  // applied, or a repeat
+      const bool last = c.num_received + 1 == options_.num_workers;
+      if (c.num_received == 0) c.first_push = absl::Now();
+      if (last && !options_.deterministic) {
+        // The last gradient goes straight from the wire into the update.
+        c.received[worker_rank] = true;
+        c.counts[worker_rank] = sample_count;
+        ++c.num_received;
+        ApplyLocked(*shard, c, &p);
+      } else {
+        AddPushLocked(c, worker_rank, sample_count, p);
+        if (!last) return;
+        ApplyLocked(*shard, c, nullptr);
+      }
+      fired.swap(c.waiters);
+      FillSlotsLocked(c, fired);
     }
-    AddPushLocked(c, worker_rank, sample_count, p);
-    if (last) ApplyLocked(*shard, c, nullptr);
+    Arrived(fired);
   });
   return absl::OkStatus();
 }
@@ -543,52 +574,173 @@ absl::Status ShardStore::Interrupted(absl::string_view op, const Shard& shard) c
 absl::Status ShardStore::Pull(uint64_t session, int worker_rank, uint64_t fingerprint,
                               int64_t version, absl::Span<const int32_t> chunk_ids,
                               absl::Time deadline, const ChunkSink& sink) {
-  PSYNC_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard,
-                         CheckCaller("Pull", session, worker_rank, fingerprint));
-  if (version < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Pull: version is ", version, ", expected >= 0"));
-  }
-  PSYNC_RETURN_IF_ERROR(ValidateChunkIds("Pull", *shard, chunk_ids));
-  for (int32_t id : chunk_ids) {
-    Chunk& c = *shard->chunks[id];
-    absl::MutexLock lock(&c.mu);
-    if (version > c.version + 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Pull: version ", version, " of chunk ", id, " is from the future; the chunk is at version ",
-          c.version, " and can reach only ", c.version + 1, " next"));
-    }
-    // A rollback, a shutdown or a failed job wakes the waiters (WakeAll).
-    const Shard* s = shard.get();
-    auto interrupted = [this, s] {
-      return closed_.load() || s->retired.load() || job_failed_.load();
-    };
-    auto ready = [&c, version, &interrupted]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
-      return c.version >= version || interrupted();
-    };
-    // The usual case, a version already there, takes no other lock.
-    c.mu.AwaitWithDeadline(absl::Condition(&ready), deadline);
-    if (interrupted()) {
-      c.mu.Unlock();  // mu_ (in Interrupted) is taken before chunk locks
-      absl::Status stop = Interrupted("Pull", *shard);
-      c.mu.Lock();
-      return stop;
-    }
-    if (c.version < version) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "Pull: chunk ", id, " is still at version ", c.version, " (", c.num_received, " of ",
-          options_.num_workers, " workers pushed step ", c.version, "); waited for version ",
-          version));
-    }
-    const std::shared_ptr<ChunkState> state = StateAtLocked(c, version);
-    if (state == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Pull: version ", version, " of chunk ", id, " is no longer kept; the chunk is at version ",
-          c.version, " and keeps ", c.previous != nullptr ? c.version - 1 : c.version, "..",
-          c.version));
-    }
-    sink(id, version, WeightsRef(state, &state->weights));
-  }
+  absl::Notification finished;
+  absl::Status status;
+  std::vector<WeightsRef> weights;
+  PullAsync(session, worker_rank, fingerprint, version, chunk_ids, deadline,
+            [&](absl::Status s, std::vector<WeightsRef> w) {
+              status = std::move(s);
+              weights = std::move(w);
+              finished.Notify();
+            });
+  finished.WaitForNotification();
+  if (!status.ok()) return status;
+  for (size_t i = 0; i < chunk_ids.size(); ++i) sink(chunk_ids[i], version, weights[i]);
   return absl::OkStatus();
+}
+
+void ShardStore::PullAsync(uint64_t session, int worker_rank, uint64_t fingerprint,
+                           int64_t version, absl::Span<const int32_t> chunk_ids,
+                           absl::Time deadline, PullDone done) {
+  absl::StatusOr<std::shared_ptr<Shard>> shard =
+      CheckCaller("Pull", session, worker_rank, fingerprint);
+  absl::Status valid = shard.ok() ? absl::OkStatus() : shard.status();
+  if (valid.ok() && version < 0) {
+    valid = absl::InvalidArgumentError(absl::StrCat("Pull: version is ", version, ", expected >= 0"));
+  }
+  if (valid.ok()) valid = ValidateChunkIds("Pull", **shard, chunk_ids);
+  if (!valid.ok()) return done(std::move(valid), {});
+
+  auto waiter = std::make_shared<PullWaiter>();
+  waiter->shard = *std::move(shard);
+  waiter->version = version;
+  waiter->ids.assign(chunk_ids.begin(), chunk_ids.end());
+  waiter->deadline = deadline;
+  waiter->done = std::move(done);
+  waiter->weights.resize(chunk_ids.size());
+  // One count per chunk, and one that this call holds until it has looked
+  // at every chunk, so that the waiter cannot finish meanwhile.
+  waiter->remaining = static_cast<int64_t>(chunk_ids.size()) + 1;
+  {
+    // Listed before any chunk can fire it: an interruption from here on
+    // finds it, and one from before shows in the check below.
+    absl::MutexLock lock(&waiters_mu_);
+    waiters_[waiter.get()] = waiter;
+    earliest_deadline_ = std::min(earliest_deadline_, deadline);
+  }
+  const Shard& s = *waiter->shard;
+  if (closed_.load() || s.retired.load() || job_failed_.load()) {
+    return FinishWaiter(waiter, Interrupted("Pull", s));
+  }
+  int64_t there = 0;  // chunks already at the version
+  for (size_t i = 0; i < chunk_ids.size(); ++i) {
+    const int32_t id = chunk_ids[i];
+    Chunk& c = *s.chunks[id];
+    absl::Status refused;
+    {
+      absl::MutexLock lock(&c.mu);
+      if (version > c.version + 1) {
+        refused = absl::FailedPreconditionError(absl::StrCat(
+            "Pull: version ", version, " of chunk ", id,
+            " is from the future; the chunk is at version ", c.version, " and can reach only ",
+            c.version + 1, " next"));
+      } else if (version == c.version + 1) {
+        c.waiters.push_back({waiter, i});
+        continue;
+      } else if (const std::shared_ptr<ChunkState> state = StateAtLocked(c, version)) {
+        waiter->weights[i] = WeightsRef(state, &state->weights);
+        ++there;
+        continue;
+      } else {
+        refused = absl::FailedPreconditionError(absl::StrCat(
+            "Pull: version ", version, " of chunk ", id,
+            " is no longer kept; the chunk is at version ", c.version, " and keeps ",
+            c.previous != nullptr ? c.version - 1 : c.version, "..", c.version));
+      }
+    }
+    return FinishWaiter(waiter, std::move(refused));
+  }
+  if (waiter->remaining.fetch_sub(there + 1) == there + 1) FinishWaiter(waiter, absl::OkStatus());
+}
+
+void ShardStore::FillSlotsLocked(const Chunk& c, const std::vector<WaiterSlot>& slots) {
+  for (const WaiterSlot& slot : slots) {
+    // Listed at version + 1, and a chunk moves one version at a time.
+    const std::shared_ptr<ChunkState> state = StateAtLocked(c, slot.waiter->version);
+    if (state != nullptr) slot.waiter->weights[slot.index] = WeightsRef(state, &state->weights);
+  }
+}
+
+void ShardStore::Arrived(const std::vector<WaiterSlot>& slots) {
+  for (const WaiterSlot& slot : slots) {
+    if (slot.waiter->remaining.fetch_sub(1) == 1) FinishWaiter(slot.waiter, absl::OkStatus());
+  }
+}
+
+void ShardStore::FinishWaiter(const std::shared_ptr<PullWaiter>& waiter, absl::Status status) {
+  if (waiter->finished.exchange(true)) return;
+  {
+    absl::MutexLock lock(&waiters_mu_);
+    waiters_.erase(waiter.get());
+  }
+  if (status.ok()) return waiter->done(absl::OkStatus(), std::move(waiter->weights));
+  // Off the lists of the chunks it still waits for, so that a stalled
+  // step does not collect ended waiters.
+  for (int32_t id : waiter->ids) {
+    Chunk& c = *waiter->shard->chunks[id];
+    absl::MutexLock lock(&c.mu);
+    c.waiters.erase(std::remove_if(c.waiters.begin(), c.waiters.end(),
+                                   [&](const WaiterSlot& slot) { return slot.waiter == waiter; }),
+                    c.waiters.end());
+  }
+  waiter->done(std::move(status), {});
+}
+
+void ShardStore::InterruptWaiters(const Shard* shard) {
+  std::vector<std::shared_ptr<PullWaiter>> stopped;
+  {
+    absl::MutexLock lock(&waiters_mu_);
+    for (const auto& [key, waiter] : waiters_) {
+      if (shard == nullptr || waiter->shard.get() == shard) stopped.push_back(waiter);
+    }
+  }
+  for (const auto& waiter : stopped) {
+    absl::Status why = Interrupted("Pull", *waiter->shard);
+    if (!why.ok()) FinishWaiter(waiter, std::move(why));
+  }
+}
+
+absl::Status ShardStore::DeadlineError(const PullWaiter& waiter) const {
+  for (int32_t id : waiter.ids) {
+    Chunk& c = *waiter.shard->chunks[id];
+    absl::MutexLock lock(&c.mu);
+    if (c.version >= waiter.version) continue;
+    return absl::DeadlineExceededError(absl::StrCat(
+        "Pull: chunk ", id, " is still at version ", c.version, " (", c.num_received, " of ",
+        options_.num_workers, " workers pushed step ", c.version, "); waited for version ",
+        waiter.version));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "Pull: version ", waiter.version, " arrived just as the deadline passed"));
+}
+
+void ShardStore::ExpireWaiters() {
+  absl::MutexLock lock(&waiters_mu_);
+  while (!stopping_) {
+    const absl::Time now = absl::Now();
+    if (earliest_deadline_ > now) {
+      // Wakes early for a waiter with a nearer deadline, and at least every
+      // second (absl::Now() against a long sleep on a clock that jumps).
+      const absl::Time until = std::min(earliest_deadline_, now + absl::Seconds(1));
+      auto wake = [this, until]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(waiters_mu_) {
+        return stopping_ || earliest_deadline_ < until;
+      };
+      waiters_mu_.AwaitWithDeadline(absl::Condition(&wake), until);
+      continue;
+    }
+    std::vector<std::shared_ptr<PullWaiter>> expired;
+    earliest_deadline_ = absl::InfiniteFuture();
+    for (const auto& [key, waiter] : waiters_) {
+      if (waiter->deadline <= now) {
+        expired.push_back(waiter);
+      } else {
+        earliest_deadline_ = std::min(earliest_deadline_, waiter->deadline);
+      }
+    }
+    waiters_mu_.Unlock();
+    for (const auto& waiter : expired) FinishWaiter(waiter, DeadlineError(*waiter));
+    waiters_mu_.Lock();
+  }
 }
 
 bool ShardStore::LowestVersionWaits(const Shard& shard, int64_t* version,
@@ -643,13 +795,6 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
   return result;
 }
 
-void ShardStore::WakeAll(const Shard& shard) {
-  for (int32_t id : shard.owned) {
-    // Releasing a chunk's mutex makes its waiters re-check their condition.
-    absl::MutexLock chunk_lock(&shard.chunks[id]->mu);
-  }
-}
-
 void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state) {
   // Built before taking mu_: allocating and filling a shard takes a while.
   std::shared_ptr<Shard> fresh;
@@ -688,7 +833,7 @@ void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state)
       last_seen_ms_[w] = std::max(last_seen_ms_[w].load(), now_ms);
     }
   }
-  if (old != nullptr) WakeAll(*old);
+  if (old != nullptr) InterruptWaiters(old.get());
 }
 
 void ShardStore::SetReady(bool ready) {
@@ -747,7 +892,6 @@ std::vector<Snapshot> ShardStore::SnapshotForShutdown() const {
 }
 
 absl::Status ShardStore::CheckPeers() {
-  std::shared_ptr<Shard> shard;
   {
     absl::MutexLock lock(&mu_);
     if (!failed_.ok() || !ready_ || shard_ == nullptr) return failed_;
@@ -771,21 +915,15 @@ absl::Status ShardStore::CheckPeers() {
         " (--peer_timeout_s is ", absl::FormatDuration(options_.peer_timeout), "); server ",
         options_.server_rank, " gives up on the job"));
     job_failed_ = true;
-    shard = shard_;
   }
-  WakeAll(*shard);
+  InterruptWaiters(nullptr);
   absl::ReaderMutexLock lock(&mu_);
   return failed_;
 }
 
 void ShardStore::Close() {
   closed_.store(true);
-  std::shared_ptr<Shard> shard;
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    shard = shard_;
-  }
-  if (shard != nullptr) WakeAll(*shard);
+  InterruptWaiters(nullptr);
 }
 
 int ShardStore::OwnedChunks() const { return owned_chunks_.load(); }

@@ -9,9 +9,11 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -147,9 +149,13 @@ struct StoreStatus {
   absl::Time waiting_since = absl::InfinitePast();
 };
 
-// Receives one chunk's weights during Pull, under that chunk's lock: keep
-// the reference or copy, and return quickly. Runs on the calling thread.
+// Receives one chunk's weights during Pull, on the calling thread.
 using ChunkSink = std::function<void(int32_t chunk_id, int64_t version, const WeightsRef& weights)>;
+
+// Ends an asynchronous pull: OK with the weights of every chunk asked for,
+// in the order asked, or an error and no weights. Runs exactly once, with
+// no lock of the store held.
+using PullDone = std::function<void(absl::Status status, std::vector<WeightsRef> weights)>;
 
 // Thread-safe: every method may be called concurrently from any thread.
 //
@@ -188,6 +194,14 @@ class ShardStore {
   absl::Status Pull(uint64_t session, int worker_rank, uint64_t fingerprint, int64_t version,
                     absl::Span<const int32_t> chunk_ids, absl::Time deadline,
                     const ChunkSink& sink);
+
+  // Pull without holding a thread while it waits: `done` runs on this thread
+  // when every chunk is there already (or the request is refused), otherwise
+  // on the thread that applies the last missing chunk, on the store's timer
+  // thread at `deadline`, or on the thread that closes, rolls back or fails
+  // the store.
+  void PullAsync(uint64_t session, int worker_rank, uint64_t fingerprint, int64_t version,
+                 absl::Span<const int32_t> chunk_ids, absl::Time deadline, PullDone done);
 
   // Marks the worker alive; `done_version` > 0 says it has trained every step.
   absl::StatusOr<HeartbeatResult> Heartbeat(int worker_rank, uint64_t session,
@@ -231,6 +245,12 @@ class ShardStore {
  private:
   struct Chunk;
   struct Shard;
+  struct PullWaiter;
+  // A waiter's interest in one chunk: position `index` of its request.
+  struct WaiterSlot {
+    std::shared_ptr<PullWaiter> waiter;
+    size_t index;
+  };
 
   explicit ShardStore(ShardStoreOptions options);
   // Returns the current shard once `session` is the worker's current one and
@@ -271,7 +291,20 @@ class ShardStore {
       ABSL_SHARED_LOCKS_REQUIRED(chunk.mu);
   // Why a waiting call must stop now (closed, rolled back, failed), or OK.
   absl::Status Interrupted(absl::string_view op, const Shard& shard) const;
-  static void WakeAll(const Shard& shard);
+  // Fills the slots' weights from their chunk, now at their version (under
+  // the chunk's lock); the caller then calls Arrived for each, unlocked.
+  static void FillSlotsLocked(const Chunk& chunk, const std::vector<WaiterSlot>& slots)
+      ABSL_SHARED_LOCKS_REQUIRED(chunk.mu);
+  void Arrived(const std::vector<WaiterSlot>& slots);
+  // Ends a waiter once (later calls do nothing): takes it off the waiting
+  // list and its chunks' lists, and runs its done.
+  void FinishWaiter(const std::shared_ptr<PullWaiter>& waiter, absl::Status status);
+  // Ends every waiting pull of `shard` (all of them: null) with the reason
+  // Interrupted gives.
+  void InterruptWaiters(const Shard* shard);
+  // The timer thread: ends waiters whose deadline has passed.
+  void ExpireWaiters();
+  absl::Status DeadlineError(const PullWaiter& waiter) const;
 
   const ShardStoreOptions options_;
   std::atomic<bool> closed_{false};
@@ -302,6 +335,14 @@ class ShardStore {
   // before mu_.
   absl::Mutex snapshot_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::function<void(Snapshot)> snapshot_sink_ ABSL_GUARDED_BY(snapshot_mu_);
+
+  // Pulls waiting for a version. Taken alone: never with mu_ or a chunk lock.
+  absl::Mutex waiters_mu_;
+  absl::flat_hash_map<const PullWaiter*, std::shared_ptr<PullWaiter>> waiters_
+      ABSL_GUARDED_BY(waiters_mu_);
+  absl::Time earliest_deadline_ ABSL_GUARDED_BY(waiters_mu_) = absl::InfiniteFuture();
+  bool stopping_ ABSL_GUARDED_BY(waiters_mu_) = false;
+  std::thread timer_;  // last: starts once the members it uses exist
   // Partial snapshots by version, of generation pending_generation_.
   std::map<int64_t, Snapshot> pending_ ABSL_GUARDED_BY(snapshot_mu_);
   int64_t pending_generation_ ABSL_GUARDED_BY(snapshot_mu_) = 0;

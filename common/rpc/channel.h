@@ -39,6 +39,10 @@ inline grpc::ChannelArguments PeerChannelArguments() {
   // the same name: look the name up again at most every 500 ms, not every
   // 30 s (gRPC's default), while reconnecting.
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 500);
+  // Each channel its own connection, as in separate processes: a process
+  // holding several clients (tests, psync_bench) does not funnel them
+  // through one, and a server's per-connection bounds see each apart.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return args;
 }
 

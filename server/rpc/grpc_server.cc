@@ -3,10 +3,13 @@
 #include <array>
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/layout_proto.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/chunk_wire.h"
@@ -14,9 +17,9 @@
 #include "common/training_shape.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/resource_quota.h"
 #include "grpcpp/impl/codegen/config_protobuf.h"
 #include "grpcpp/impl/codegen/method_handler.h"
+#include "grpcpp/impl/codegen/server_callback_handlers.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/impl/codegen/rpc_service_method.h"
 #include "proto/psync.pb.h"
@@ -84,11 +87,19 @@ class MethodMetrics {
 size_t WireSize(const grpc::ByteBuffer& b) { return b.Length(); }
 size_t WireSize(const grpc::protobuf::MessageLite& m) { return m.ByteSizeLong(); }
 
+// The end of a call: records it and sends its status (the response, if OK).
+using Reply = std::function<void(const absl::Status&)>;
+
 // Registers the methods of proto::ParameterServer by hand (instead of the
 // generated Service) so that chunk payloads travel as raw gRPC byte buffers:
 // a push is decoded into views of the received slices and a pull answered
 // with slices that point at the store's weight buffers, with no protobuf
 // copy in between. The bytes on the wire are the .proto's messages.
+//
+// Every method uses gRPC's callback API: a pull waiting for its version
+// holds no thread, only its place in the store's list of waiters, and is
+// answered from the thread that applies the step it waits for. Waiting calls
+// are bounded in total and per connection.
 class ParameterService final : public grpc::Service {
  public:
   ParameterService(ShardStore* store, const GrpcServerOptions& options)
@@ -100,7 +111,9 @@ class ParameterService final : public grpc::Service {
         auth_value_(options.security.token.empty()
                         ? ""
                         : absl::StrCat(kAuthScheme, options.security.token)),
-        metrics_(options.metrics) {
+        metrics_(options.metrics),
+        max_waiting_(options.max_waiting_calls),
+        max_waiting_per_connection_(options.max_waiting_per_connection) {
     if (metrics_ != nullptr) {
       pulls_waiting_ = metrics_->GetGauge(
           "psync_server_pulls_waiting", "Pulls and push-pulls waiting for their version.");
@@ -116,37 +129,68 @@ class ParameterService final : public grpc::Service {
   }
 
  private:
-  template <typename T>
-  using Base = std::conditional_t<std::is_same_v<T, grpc::ByteBuffer>, grpc::ByteBuffer,
-                                  grpc::protobuf::MessageLite>;
+  // A method that answers at once.
+  template <typename Req, typename Resp>
+  using Method = absl::Status (ParameterService::*)(const Req*, Resp*);
+  // A method that may wait: it calls its Reply exactly once, now or later.
+  template <typename Req, typename Resp>
+  using WaitingMethod = void (ParameterService::*)(grpc::CallbackServerContext*, const Req*,
+                                                   Resp*, Reply);
 
   template <typename Req, typename Resp>
-  void Add(const char* name,
-           grpc::Status (ParameterService::*method)(grpc::ServerContext*, const Req*, Resp*)) {
+  void Add(const char* name, Method<Req, Resp> method) {
+    AddWaiting<Req, Resp>(name, [method](ParameterService* service, grpc::CallbackServerContext*,
+                                         const Req* req, Resp* resp, Reply reply) {
+      reply((service->*method)(req, resp));
+    });
+  }
+  template <typename Req, typename Resp>
+  void Add(const char* name, WaitingMethod<Req, Resp> method) {
+    AddWaiting<Req, Resp>(name, [method](ParameterService* service,
+                                         grpc::CallbackServerContext* ctx, const Req* req,
+                                         Resp* resp, Reply reply) {
+      (service->*method)(ctx, req, resp, std::move(reply));
+    });
+  }
+
+  template <typename Req, typename Resp, typename Run>
+  void AddWaiting(const char* name, Run run) {
     names_.push_back(absl::StrCat("/psync.proto.ParameterServer/", name));
     MethodMetrics* m = nullptr;
     if (metrics_ != nullptr) m = &method_metrics_.emplace_back(metrics_, name);
+    const int index = num_methods_++;
     AddMethod(new grpc::internal::RpcServiceMethod(
-        names_.back().c_str(), grpc::internal::RpcMethod::NORMAL_RPC,
-        new grpc::internal::RpcMethodHandler<ParameterService, Req, Resp, Base<Req>, Base<Resp>>(
-            [method, m](ParameterService* service, grpc::ServerContext* ctx, const Req* req,
-                        Resp* resp) {
-              const absl::Time start = absl::Now();
-              const grpc::Status status =
-                  service->Authorized(*ctx)
-                      ? (service->*method)(ctx, req, resp)
-                      : grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                                     "missing or wrong token: the job's servers require the "
-                                     "token of security.auth_token_file on every call");
-              if (m != nullptr) m->Record(status, absl::Now() - start, WireSize(*req),
-                                          status.ok() ? WireSize(*resp) : 0);
-              return status;
-            },
-            this)));
+        names_.back().c_str(), grpc::internal::RpcMethod::NORMAL_RPC, nullptr));
+    auto* handler = new grpc::internal::CallbackUnaryHandler<Req, Resp>(
+        [this, run, m](grpc::CallbackServerContext* ctx, const Req* req, Resp* resp) {
+          grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+          const absl::Time start = absl::Now();
+          const size_t in = m != nullptr ? WireSize(*req) : 0;
+          Reply reply = [reactor, resp, m, start, in](const absl::Status& s) {
+            const grpc::Status status = ToGrpcStatus(s);
+            if (m != nullptr) {
+              m->Record(status, absl::Now() - start, in, status.ok() ? WireSize(*resp) : 0);
+            }
+            reactor->Finish(status);
+          };
+          if (!Authorized(*ctx)) {
+            reply(absl::UnauthenticatedError(
+                "missing or wrong token: the job's servers require the token of "
+                "security.auth_token_file on every call"));
+          } else {
+            run(this, ctx, req, resp, std::move(reply));
+          }
+          return reactor;
+        });
+    if constexpr (std::is_same_v<Req, grpc::ByteBuffer> || std::is_same_v<Resp, grpc::ByteBuffer>) {
+      MarkMethodRawCallback(index, handler);
+    } else {
+      MarkMethodCallback(index, handler);
+    }
   }
 
   // Whether the call carries the job's token (always, without one).
-  bool Authorized(const grpc::ServerContext& ctx) const {
+  bool Authorized(const grpc::CallbackServerContext& ctx) const {
     if (auth_value_.empty()) return true;
     const auto& metadata = ctx.client_metadata();
     const auto found = metadata.find(kAuthMetadataKey);
@@ -154,12 +198,39 @@ class ParameterService final : public grpc::Service {
            TokenMatches(auth_value_, absl::string_view(found->second.data(), found->second.size()));
   }
 
-  grpc::Status Register(grpc::ServerContext*, const proto::RegisterRequest* req,
-                        proto::RegisterResponse* resp) {
+  // Takes a place for a call that may wait, or says why there is none.
+  absl::Status AdmitWaiting(const char* op, const std::string& peer) {
+    absl::MutexLock lock(&waiting_mu_);
+    if (waiting_total_ >= max_waiting_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          op, ": server ", store_->options().server_rank, " has ", waiting_total_,
+          " calls waiting for their version, its limit (--max_waiting_calls); retry later"));
+    }
+    int& mine = waiting_by_peer_[peer];
+    if (mine >= max_waiting_per_connection_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          op, ": connection ", peer, " has ", mine, " calls waiting on server ",
+          store_->options().server_rank, ", the limit for one connection "
+          "(--max_waiting_per_connection); retry later"));
+    }
+    ++mine;
+    ++waiting_total_;
+    if (pulls_waiting_ != nullptr) pulls_waiting_->Add(1);
+    return absl::OkStatus();
+  }
+  void ReleaseWaiting(const std::string& peer) {
+    absl::MutexLock lock(&waiting_mu_);
+    const auto it = waiting_by_peer_.find(peer);
+    if (--it->second == 0) waiting_by_peer_.erase(it);
+    --waiting_total_;
+    if (pulls_waiting_ != nullptr) pulls_waiting_->Add(-1);
+  }
+
+  absl::Status Register(const proto::RegisterRequest* req, proto::RegisterResponse* resp) {
     absl::StatusOr<Layout> layout = LayoutFromProto(req->layout());
     if (!layout.ok()) {
-      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-          "Register: worker ", req->worker_rank(), ": ", layout.status().message())));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Register: worker ", req->worker_rank(), ": ", layout.status().message()));
     }
     RegisterArgs args;
     args.worker_rank = req->worker_rank();
@@ -169,7 +240,7 @@ class ParameterService final : public grpc::Service {
     args.incarnation = req->worker_incarnation();
     args.shape = TrainingShapeFromProto(req->shape());
     auto result = store_->Register(args);
-    if (!result.ok()) return ToGrpcStatus(result.status());
+    if (!result.ok()) return result.status();
     LOG(INFO) << "server " << store_->options().server_rank << ": worker "
               << req->worker_rank() << " registered (generation " << result->generation
               << ", layout " << result->fingerprint << ", " << result->chunk_ids.size()
@@ -185,39 +256,47 @@ class ParameterService final : public grpc::Service {
     resp->set_generation(result->generation);
     resp->set_has_chunks(result->has_chunks);
     for (int32_t id : result->chunk_ids) resp->add_chunk_ids(id);
-    return grpc::Status::OK;
+    return absl::OkStatus();
   }
 
-  grpc::Status Push(grpc::ServerContext*, const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+  absl::Status Push(const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
     WireMessage push;
     absl::Status s = DoPush(*req, &push);
     if (s.ok()) *resp = EmptyMessage();
-    return ToGrpcStatus(s);
+    return s;
   }
 
-  grpc::Status Pull(grpc::ServerContext* ctx, const proto::PullRequest* req,
-                    grpc::ByteBuffer* resp) {
+  void Pull(grpc::CallbackServerContext* ctx, const proto::PullRequest* req,
+            grpc::ByteBuffer* resp, Reply reply) {
     std::vector<int32_t> ids(req->chunk_ids().begin(), req->chunk_ids().end());
-    return ToGrpcStatus(DoPull(ctx, req->session(), req->worker_rank(), req->layout_fingerprint(),
-                               req->version(), ids, resp));
+    DoPull("Pull", ctx, req->session(), req->worker_rank(), req->layout_fingerprint(),
+           req->version(), std::move(ids), resp, std::move(reply));
   }
 
-  grpc::Status PushPull(grpc::ServerContext* ctx, const grpc::ByteBuffer* req,
-                        grpc::ByteBuffer* resp) {
-    WireMessage push;
-    absl::Status s = DoPush(*req, &push);
-    if (!s.ok()) return ToGrpcStatus(s);
+  void PushPull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                grpc::ByteBuffer* resp, Reply reply) {
     std::vector<int32_t> ids;
-    ids.reserve(push.chunks.size());
-    for (const WireChunk& c : push.chunks) ids.push_back(c.id);
-    return ToGrpcStatus(DoPull(ctx, push.scalars[kWireSession],
-                               static_cast<int>(push.Int(kWireWorkerRank)),
-                               push.scalars[kWireFingerprint], push.Int(kWireStep) + 1, ids,
-                               resp));
+    uint64_t session, fingerprint;
+    int64_t rank, step;
+    {
+      WireMessage push;
+      absl::Status s = DoPush(*req, &push);
+      if (!s.ok()) return reply(s);
+      ids.reserve(push.chunks.size());
+      for (const WireChunk& c : push.chunks) ids.push_back(c.id);
+      session = push.scalars[kWireSession];
+      fingerprint = push.scalars[kWireFingerprint];
+      rank = push.Int(kWireWorkerRank);
+      step = push.Int(kWireStep);
+    }
+    // The gradients are in the store now: free the received bytes rather
+    // than hold them while the call waits for the other workers.
+    const_cast<grpc::ByteBuffer*>(req)->Clear();
+    DoPull("PushPull", ctx, session, static_cast<int>(rank), fingerprint, step + 1,
+           std::move(ids), resp, std::move(reply));
   }
 
-  grpc::Status GetStatus(grpc::ServerContext*, const proto::StatusRequest*,
-                         proto::StatusResponse* resp) {
+  absl::Status GetStatus(const proto::StatusRequest*, proto::StatusResponse* resp) {
     const ShardStoreOptions& o = store_->options();
     const StoreStatus s = store_->GetStatus();
     resp->set_server_rank(o.server_rank);
@@ -241,33 +320,31 @@ class ParameterService final : public grpc::Service {
     resp->set_checkpoints_on(newest_checkpoint_ != nullptr);
     resp->set_newest_checkpoint(newest_checkpoint_ != nullptr ? newest_checkpoint_() : -1);
     resp->set_incarnation(incarnation_);
-    return grpc::Status::OK;
+    return absl::OkStatus();
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext*, const proto::HeartbeatRequest* req,
-                         proto::HeartbeatResponse* resp) {
+  absl::Status Heartbeat(const proto::HeartbeatRequest* req, proto::HeartbeatResponse* resp) {
     auto beat = store_->Heartbeat(req->worker_rank(), req->session(), req->done_version());
-    if (!beat.ok()) return ToGrpcStatus(beat.status());
+    if (!beat.ok()) return beat.status();
     for (int w : beat->waiting_for) resp->add_waiting_for(w);
     if (!beat->waiting_for.empty()) {
       resp->set_waiting_since_unix_ms(absl::ToUnixMillis(beat->waiting_since));
     }
     resp->set_version(beat->version);
     resp->set_all_done(beat->all_done);
-    return grpc::Status::OK;
+    return absl::OkStatus();
   }
 
-  grpc::Status Join(grpc::ServerContext*, const proto::JoinRequest* req,
-                    proto::JoinResponse* resp) {
+  absl::Status Join(const proto::JoinRequest* req, proto::JoinResponse* resp) {
     if (coordinator_ == nullptr) {
-      return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+      return absl::FailedPreconditionError(absl::StrCat(
           "Join: server ", store_->options().server_rank,
-          " is not the coordinator; servers join server 0 (check the order of --servers)")));
+          " is not the coordinator; servers join server 0 (check the order of --servers)"));
     }
     if (req->num_servers() != store_->options().num_servers) {
-      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+      return absl::InvalidArgumentError(absl::StrCat(
           "Join: server ", req->server_rank(), " says the cluster has ", req->num_servers(),
-          " servers, the coordinator was started for ", store_->options().num_servers)));
+          " servers, the coordinator was started for ", store_->options().num_servers));
     }
     JoinInfo info;
     info.server_rank = req->server_rank();
@@ -278,11 +355,11 @@ class ParameterService final : public grpc::Service {
       info.checkpoints.push_back({c.version(), c.model_id()});
     }
     auto reply = coordinator_->Join(info);
-    if (!reply.ok()) return ToGrpcStatus(reply.status());
+    if (!reply.ok()) return reply.status();
     resp->set_target_generation(reply->target_generation);
     resp->set_target_version(reply->target_version);
     resp->set_ready(reply->ready);
-    return grpc::Status::OK;
+    return absl::OkStatus();
   }
 
   // Decodes a PushRequest into `push` (whose slices back the payload views)
@@ -314,22 +391,33 @@ class ParameterService final : public grpc::Service {
                         push->Int(kWireSampleCount), payloads);
   }
 
-  // Answers with PullResponse bytes whose payloads are the store's buffers.
-  absl::Status DoPull(grpc::ServerContext* ctx, uint64_t session, int worker_rank,
-                      uint64_t fingerprint, int64_t version, const std::vector<int32_t>& ids,
-                      grpc::ByteBuffer* resp) {
+  // Answers with PullResponse bytes whose payloads are the store's buffers,
+  // once every chunk has reached `version`, without holding a thread.
+  void DoPull(const char* op, grpc::CallbackServerContext* ctx, uint64_t session,
+              int worker_rank, uint64_t fingerprint, int64_t version, std::vector<int32_t> ids,
+              grpc::ByteBuffer* resp, Reply reply) {
+    std::string peer = ctx->peer();
+    absl::Status admitted = AdmitWaiting(op, peer);
+    if (!admitted.ok()) return reply(admitted);
     const absl::Time deadline =
         std::min(absl::FromChrono(ctx->deadline()), absl::Now() + max_pull_wait_);
-    WireMessageBuilder builder;
-    if (pulls_waiting_ != nullptr) pulls_waiting_->Add(1);
-    absl::Status s = store_->Pull(session, worker_rank, fingerprint, version, ids, deadline,
-                                  [&builder](int32_t id, int64_t v, const WeightsRef& w) {
-                                    builder.AddChunk(id, proto::DTYPE_FLOAT32, v, w->data(),
-                                                     w->size() * sizeof(float), w);
-                                  });
-    if (pulls_waiting_ != nullptr) pulls_waiting_->Add(-1);
-    if (s.ok()) *resp = builder.Build();
-    return s;
+    const absl::Span<const int32_t> asked(ids);
+    store_->PullAsync(
+        session, worker_rank, fingerprint, version, asked, deadline,
+        [this, resp, version, ids = std::move(ids), peer = std::move(peer),
+         reply = std::move(reply)](absl::Status s, std::vector<WeightsRef> weights) {
+          ReleaseWaiting(peer);
+          if (s.ok()) {
+            WireMessageBuilder builder;
+            for (size_t i = 0; i < ids.size(); ++i) {
+              const WeightsRef& w = weights[i];
+              builder.AddChunk(ids[i], proto::DTYPE_FLOAT32, version, w->data(),
+                               w->size() * sizeof(float), w);
+            }
+            *resp = builder.Build();
+          }
+          reply(s);
+        });
   }
 
   static grpc::ByteBuffer EmptyMessage() {
@@ -346,7 +434,12 @@ class ParameterService final : public grpc::Service {
   std::deque<std::string> names_;  // RpcServiceMethod keeps the char pointers
   MetricRegistry* const metrics_;  // null: no metrics
   std::deque<MethodMetrics> method_metrics_;  // handlers keep pointers
+  int num_methods_ = 0;
   Gauge* pulls_waiting_ = nullptr;
+  const int max_waiting_, max_waiting_per_connection_;
+  absl::Mutex waiting_mu_;
+  int waiting_total_ ABSL_GUARDED_BY(waiting_mu_) = 0;
+  absl::flat_hash_map<std::string, int> waiting_by_peer_ ABSL_GUARDED_BY(waiting_mu_);
 };
 
 // One synchronous method, so that gRPC runs the threads that also serve
@@ -370,14 +463,13 @@ class HealthPortService final : public grpc::Service {
 
 class GrpcServerImpl final : public GrpcServer {
  public:
-  GrpcServerImpl(ShardStore* store, const GrpcServerOptions& options, int max_threads)
+  GrpcServerImpl(ShardStore* store, const GrpcServerOptions& options)
       : store_(store),
         service_(store, options),
         security_(options.security),
         health_address_(options.health_address),
         handshake_timeout_(options.handshake_timeout),
-        idle_timeout_(options.idle_timeout),
-        max_threads_(max_threads) {}
+        idle_timeout_(options.idle_timeout) {}
   ~GrpcServerImpl() override { Shutdown(absl::Now()); }
 
   absl::Status Start(const std::string& address) {
@@ -399,12 +491,6 @@ class GrpcServerImpl final : public GrpcServer {
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     AddConnectionBounds(builder);
-    // Each pull waiting for its version holds a thread of the synchronous
-    // server; cap them, so that a flood of calls gets RESOURCE_EXHAUSTED
-    // rather than exhausting the machine.
-    grpc::ResourceQuota quota("psync_server");
-    quota.SetMaxThreads(max_threads_);
-    builder.SetResourceQuota(quota);
     const int limit = static_cast<int>(
         std::min<int64_t>(store_->options().max_message_bytes, INT32_MAX));
     builder.SetMaxReceiveMessageSize(limit);
@@ -467,7 +553,6 @@ class GrpcServerImpl final : public GrpcServer {
   const PeerSecurity security_;
   const std::string health_address_;
   const absl::Duration handshake_timeout_, idle_timeout_;
-  const int max_threads_;
   std::unique_ptr<grpc::Server> server_;
   HealthPortService health_port_service_;
   std::unique_ptr<grpc::Server> health_server_;  // null without health_address_
@@ -481,10 +566,13 @@ class GrpcServerImpl final : public GrpcServer {
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(ShardStore* store,
                                                                const GrpcServerOptions& options) {
-  const int max_threads =
-      options.max_threads > 0 ? options.max_threads
-                              : std::max(256, 32 * store->options().num_workers);
-  auto server = std::make_unique<GrpcServerImpl>(store, options, max_threads);
+  if (options.max_waiting_calls < 1 || options.max_waiting_per_connection < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GrpcServer: max_waiting_calls is ", options.max_waiting_calls,
+        " and max_waiting_per_connection ", options.max_waiting_per_connection,
+        ", expected both >= 1"));
+  }
+  auto server = std::make_unique<GrpcServerImpl>(store, options);
   absl::Status s = server->Start(options.address);
   if (!s.ok()) return s;
   return std::unique_ptr<GrpcServer>(std::move(server));

@@ -21,9 +21,11 @@ struct GrpcServerOptions {
   // Longest a Pull waits for its version (less if the caller's deadline is
   // nearer).
   absl::Duration max_pull_wait = absl::Seconds(60);
-  // Threads serving calls (a waiting pull holds one); 0 means
-  // max(256, 32 x workers): room for every worker's per-layer calls.
-  int max_threads = 0;
+  // Pulls and push-pulls waiting for their version (they hold no thread),
+  // at most, in total and from one connection (a peer address and port);
+  // past either a call gets RESOURCE_EXHAUSTED and changes nothing.
+  int max_waiting_calls = 4096;
+  int max_waiting_per_connection = 1024;
   // Server 0's: answers other servers' Join calls. Must outlive the server.
   Coordinator* coordinator = nullptr;
   // For GetStatus: this process's incarnation, and the newest restorable

@@ -2,12 +2,13 @@
 # Runs psync_bench on the configurations behind the README's performance
 # targets and prints each one's table. Every figure is the median of 5 runs'
 # medians; each ratio is measured side by side in one psync_bench run.
-# Takes about two minutes on 2 cores. Extra flags go to every run.
+# Takes about three minutes on 2 cores. Extra flags go to every psync_bench
+# run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash deploy/bootstrap.sh
-bazel build //tests/bench:psync_bench //server:psync_server >/dev/null 2>&1 ||
-  bazel build //tests/bench:psync_bench //server:psync_server
+targets=(//tests/bench:psync_bench //server:psync_server //deploy/local:psync_launch)
+bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 bench=bazel-bin/tests/bench/psync_bench
 
 run() { timeout 600 "$bench" --runs=5 "$@" | grep -v '^JSON' ; }
@@ -15,7 +16,36 @@ run --label="16 MiB push-pull, 1w x 1s" --model_mb=16 --tensors=4 --steps=10
 run --label="16 MiB push-pull, TLS+token vs plaintext" --model_mb=16 --tensors=4 --steps=10 \
   --compare_tls --baselines=false
 run --label="4 KiB push-pull, 1w x 1s" --model_mb=0.00390625 --tensors=1 --steps=200
-run --label="64 MiB, 1w x 2s" --model_mb=64 --tensors=8 --num_workers=1 --num_servers=2 --steps=5 --baselines=false
-run --label="64 MiB, 2w x 2s" --model_mb=64 --tensors=8 --num_workers=2 --num_servers=2 --steps=5 --baselines=false
+run --label="64 MiB, 1w x 2s" --model_mb=64 --tensors=8 --num_workers=1 --num_servers=2 --steps=5
+run --label="64 MiB, 2w x 2s" --model_mb=64 --tensors=8 --num_workers=2 --num_servers=2 --steps=5
 run --label="overlap, 16 MiB in 8 layers, 4 ms each" --model_mb=16 --tensors=8 --compute_ms=4 \
   --steps=10 --baselines=false
+
+# End to end: one server and the 784-256-128-10 MLP on Fashion-MNIST for one
+# epoch, a global batch of 128 from one worker process or from two; the
+# runs alternate, and each figure is the median of 5 (the job's samples/s
+# from worker 0's summary).
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+e2e() {
+  timeout 300 bazel-bin/deploy/local/psync_launch --num_servers=1 --devices=1 \
+    --model=mlp:784-256-128-10 --epochs=1 --lr=0.1 --momentum=0.9 --seed=1 \
+    --summary="$tmp/summary.json" "$@" >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
+  /usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["samples_per_sec"])' \
+    "$tmp/summary.json"
+}
+one=() two=()
+for _ in 1 2 3 4 5; do
+  one+=("$(e2e --num_workers=1 --batch_per_device=128)")
+  two+=("$(e2e --num_workers=2 --batch_per_device=64)")
+done
+/usr/bin/python3 - "${#one[@]}" "${one[@]}" "${two[@]}" <<'PY'
+import statistics, sys
+n = int(sys.argv[1])
+one, two = [float(x) for x in sys.argv[2:2 + n]], [float(x) for x in sys.argv[2 + n:]]
+a, b = statistics.median(one), statistics.median(two)
+print("\n== end to end: psync_launch, 1 server, MLP 784-256-128-10, global batch 128, 1 epoch ==")
+print(f"1 worker  x 1 device x batch 128  {a:10.0f} samples/s (median of {n})")
+print(f"2 workers x 1 device x batch 64   {b:10.0f} samples/s (median of {n})")
+print(f"  2 workers / 1 worker = {b / a:.3f}")
+PY

@@ -25,11 +25,12 @@ struct ShardStore::Chunk {
   absl::Mutex mu;
   int64_t version ABSL_GUARDED_BY(mu) = 0;
   // State at `version` and at `version - 1` (null at the first version of a
-  // generation). `spare` is an older one, reused for the next version once
-  // nobody else holds it (see ChunkState).
+  // generation). Applying step `version` writes the new state into
+  // `previous`'s buffers when nobody else holds them (see ChunkState):
+  // version - 1 can no longer be asked for then, since every worker pulled
+  // `version` of every chunk before pushing this step.
   std::shared_ptr<ChunkState> current ABSL_GUARDED_BY(mu);
   std::shared_ptr<ChunkState> previous ABSL_GUARDED_BY(mu);
-  std::shared_ptr<ChunkState> spare ABSL_GUARDED_BY(mu);
   // Pushes for step `version`. Deterministic mode keeps one gradient per
   // worker (per_worker) and sums them in rank order when the last arrives;
   // otherwise gradients are added to `sum` as they come.
@@ -150,7 +151,7 @@ std::shared_ptr<ShardStore::Shard> ShardStore::NewShard(const Layout& layout,
     chunk->counts.assign(n, 0);
     if (options_.deterministic) {
       chunk->per_worker.assign(n, std::vector<float>(info.num_elements));
-    } else {
+    } else if (n > 1) {  // one worker's gradient goes straight into the update
       chunk->sum.assign(info.num_elements, 0.0f);
     }
     shard->chunks[id] = std::move(chunk);
@@ -460,13 +461,13 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
     // No samples at all (every worker's share of the step was empty): the
     // gradient is zero, and momentum and weight decay still act.
     last = nullptr;
-    std::fill(c.sum.begin(), c.sum.end(), 0.0f);
+    c.sum.assign(n, 0.0f);
     total = 1;
   }
-  // The next version goes into the spare state unless a transport or a
+  // The next version goes into the previous state unless a transport or a
   // checkpoint still holds it (new references are only taken under c.mu, so
   // a count of 1 is exclusive).
-  std::shared_ptr<ChunkState> next = std::move(c.spare);
+  std::shared_ptr<ChunkState> next = std::move(c.previous);
   if (next == nullptr || next.use_count() > 1) {
     next = std::make_shared<ChunkState>();
     next->weights.resize(n);
@@ -505,7 +506,6 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
                                bytes, static_cast<float>(total), buffers.From(first), count);
     });
   }
-  c.spare = std::move(c.previous);
   c.previous = std::move(c.current);
   c.current = std::move(next);
   ++c.version;

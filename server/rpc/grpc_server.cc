@@ -401,6 +401,8 @@ class ParameterService final : public grpc::Service {
     if (!admitted.ok()) return reply(admitted);
     const absl::Time deadline =
         std::min(absl::FromChrono(ctx->deadline()), absl::Now() + max_pull_wait_);
+    // Still valid inside the call below: moving the vector into the
+    // callback keeps its buffer, and PullAsync copies the ids first.
     const absl::Span<const int32_t> asked(ids);
     store_->PullAsync(
         session, worker_rank, fingerprint, version, asked, deadline,

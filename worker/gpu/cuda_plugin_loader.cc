@@ -20,7 +20,7 @@ std::string DlError() {
 }
 
 absl::StatusOr<LoadedCudaPlugin> LoadBackend() {
-  absl::Status driver = FindCudaDriver();
+  const absl::Status driver = FindCudaDriver();
   if (!driver.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat(driver.message(), "; the CUDA libraries were not loaded"));

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/runfiles.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -13,28 +13,31 @@ namespace psync {
 
 std::string SelfPath() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
 
-absl::StatusOr<std::string> FindBinary(const std::string& package, const std::string& name,
-                                       const std::string& bin_dir) {
-  std::vector<std::string> candidates;
-  if (!bin_dir.empty()) {
-    candidates.push_back(absl::StrCat(bin_dir, "/", name));
-  } else {
-    const std::string self = SelfPath();
-    candidates.push_back(absl::StrCat(self, ".runfiles/psync/", package, "/", name));
-    for (const char* env : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
-      if (const char* dir = std::getenv(env)) {
-        candidates.push_back(absl::StrCat(dir, "/psync/", package, "/", name));
-      }
-    }
-    // <bazel-bin>/<this package>/<this binary>: walk up to bazel-bin.
-    for (auto dir = std::filesystem::path(self).parent_path(); dir.has_relative_path();
-         dir = dir.parent_path()) {
-      if (dir.filename() == "bin") {
-        candidates.push_back((dir / package / name).string());
-        break;
-      }
+std::vector<std::string> RunfilesCandidates(const std::string& self, const std::string& package,
+                                            const std::string& name) {
+  std::vector<std::string> candidates = {
+      absl::StrCat(self, ".runfiles/psync/", package, "/", name)};
+  for (const char* env : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
+    if (const char* dir = std::getenv(env)) {
+      candidates.push_back(absl::StrCat(dir, "/psync/", package, "/", name));
     }
   }
+  // <bazel-bin>/<self's package>/<self>: walk up to bazel-bin.
+  for (auto dir = std::filesystem::path(self).parent_path(); dir.has_relative_path();
+       dir = dir.parent_path()) {
+    if (dir.filename() == "bin") {
+      candidates.push_back((dir / package / name).string());
+      break;
+    }
+  }
+  return candidates;
+}
+
+absl::StatusOr<std::string> FindBinary(const std::string& package, const std::string& name,
+                                       const std::string& bin_dir) {
+  const std::vector<std::string> candidates =
+      bin_dir.empty() ? RunfilesCandidates(SelfPath(), package, name)
+                      : std::vector<std::string>{absl::StrCat(bin_dir, "/", name)};
   for (const std::string& c : candidates) {
     if (access(c.c_str(), X_OK) == 0) return c;
   }

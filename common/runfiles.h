@@ -4,6 +4,7 @@
 #define PSYNC_COMMON_RUNFILES_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -15,6 +16,12 @@ namespace psync {
 // in. NotFound lists every place looked at.
 absl::StatusOr<std::string> FindBinary(const std::string& package, const std::string& name,
                                        const std::string& bin_dir = "");
+
+// Where Bazel may have put //<package>:<name> (any file, a data dependency
+// of the executable `self`), in order: `self`'s runfiles, the runfiles of
+// RUNFILES_DIR / TEST_SRCDIR, and the Bazel output tree `self` sits in.
+std::vector<std::string> RunfilesCandidates(const std::string& self, const std::string& package,
+                                            const std::string& name);
 
 // This process's own executable.
 std::string SelfPath();

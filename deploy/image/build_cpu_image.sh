@@ -33,10 +33,15 @@ rm -f "$build_log"
 bazel_bin=$(bazel info --config=nocuda bazel-bin 2>/dev/null)
 for b in "${binaries[@]}"; do
   libraries=$(ldd "$bazel_bin/$b")
-  if grep -q -E 'libcuda|libnccl|libcudnn' <<<"$libraries"; then
+  if grep -q -E 'libcuda|libcublas|libnccl|libcudnn' <<<"$libraries"; then
     say "$b links CUDA libraries: not a --config=nocuda build"; exit 1
   fi
 done
+# A CUDA build's worker links no CUDA library either: it dlopens the plugin
+# libpsync_cuda.so, which this image does not carry. Its loader names it.
+if grep -q -a libpsync_cuda.so "$bazel_bin/worker/psync_worker"; then
+  say "worker/psync_worker loads the CUDA plugin: not a --config=nocuda build"; exit 1
+fi
 
 base_tag=$(printf '%s\n' "${packages[@]}" "$uid" | sha256sum | cut -c1-12)
 base="localhost/psync-base:$base_tag"

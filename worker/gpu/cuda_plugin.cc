@@ -1,6 +1,13 @@
-// The GPU side of a build with CUDA.
+// libpsync_cuda.so, the CUDA backend behind cuda_plugin.h: the only code
+// that links cudart, cuBLAS, cuDNN and NCCL. The worker dlopens it when it
+// looks for GPUs (cuda_plugin_loader.h); its version script exports
+// PsyncCudaPlugin and nothing else.
+#include "worker/gpu/cuda_plugin.h"
+
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -8,12 +15,12 @@
 #include "common/status_macros.h"
 #include "worker/gpu/cuda_cnn.h"
 #include "worker/gpu/cuda_mlp.h"
-#include "worker/gpu/gpu.h"
 #include "worker/gpu/nccl_reducer.h"
 
 namespace psync {
+namespace {
 
-GpuInfo ProbeGpus() {
+GpuInfo ProbeCudaGpus() {
   int runtime = 0, nccl = 0;
   cudaRuntimeGetVersion(&runtime);
   ncclGetVersion(&nccl);
@@ -36,11 +43,11 @@ GpuInfo ProbeGpus() {
                               versions)};
 }
 
-absl::StatusOr<std::unique_ptr<Reducer>> CreateNcclReducer(int num_devices) {
+absl::StatusOr<std::unique_ptr<Reducer>> CreateNcclReducerOnGpus(int num_devices) {
   return NcclReducer::Create(num_devices);
 }
 
-absl::StatusOr<std::unique_ptr<Model>> CreateCudaModel(const std::string& name, int device) {
+absl::StatusOr<std::unique_ptr<Model>> CreateCudaModelOnGpu(const std::string& name, int device) {
   PSYNC_ASSIGN_OR_RETURN(const ModelSpec spec, ParseModelSpec(name));
   if (spec.kind == "mlp") {
     PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<CudaMlp> mlp, CudaMlp::Create(spec.widths, device));
@@ -50,4 +57,10 @@ absl::StatusOr<std::unique_ptr<Model>> CreateCudaModel(const std::string& name, 
   return std::unique_ptr<Model>(std::move(cnn));
 }
 
+constexpr CudaPlugin kCudaPlugin = {kCudaPluginAbiVersion, &ProbeCudaGpus,
+                                    &CreateNcclReducerOnGpus, &CreateCudaModelOnGpu};
+
+}  // namespace
 }  // namespace psync
+
+extern "C" const psync::CudaPlugin* PsyncCudaPlugin() { return &psync::kCudaPlugin; }

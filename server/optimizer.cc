@@ -61,8 +61,11 @@ OptimizerBuffers OptimizerBuffers::From(int64_t first) const {
 
 namespace {
 
-// One pass over the elements; grad(i) is the summed gradient of element i.
-// Memory-bound: each element is read and written once per buffer.
+// One pass over the elements; grad(i, w_out) is the summed gradient of
+// element i, given the pass's own pointer to the output weights (an
+// in-place step reads the gradient from there, before writing the new
+// weight over it). Memory-bound: each element is read and written once per
+// buffer.
 template <typename Grad>
 inline void SgdPass(const OptimizerOptions& o, const Grad& grad, float count,
                     const OptimizerBuffers& b, int64_t n) {
@@ -72,13 +75,15 @@ inline void SgdPass(const OptimizerOptions& o, const Grad& grad, float count,
   const float* __restrict w_in = b.weights_in;
   float* __restrict w_out = b.weights_out;
   if (mu == 0.0f) {
-    for (int64_t i = 0; i < n; ++i) w_out[i] = w_in[i] - lr * (grad(i) / count + wd * w_in[i]);
+    for (int64_t i = 0; i < n; ++i) {
+      w_out[i] = w_in[i] - lr * (grad(i, w_out) / count + wd * w_in[i]);
+    }
     return;
   }
   const float* __restrict m_in = b.momentum_in;
   float* __restrict m_out = b.momentum_out;
   for (int64_t i = 0; i < n; ++i) {
-    const float d = grad(i) / count + wd * w_in[i];
+    const float d = grad(i, w_out) / count + wd * w_in[i];
     const float m = mu * m_in[i] + d;
     m_out[i] = m;
     w_out[i] = w_in[i] - lr * (o.nesterov ? d + mu * m : m);
@@ -109,7 +114,7 @@ inline void AdamPass(const OptimizerOptions& o, int64_t step, const Grad& grad, 
   float* __restrict m_out = b.momentum_out;
   float* __restrict v_out = b.second_out;
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad(i) / count + l2 * w_in[i];
+    const float g = grad(i, w_out) / count + l2 * w_in[i];
     const float m = m_in[i] * b1 + g * one_minus_b1;
     const float v = v_in[i] * b2 + one_minus_b2 * g * g;
     m_out[i] = m;
@@ -131,31 +136,32 @@ inline void Pass(const OptimizerOptions& o, int64_t step, const Grad& grad, floa
 
 }  // namespace
 
-void OptimizerStep(const OptimizerOptions& options, int64_t step, const float* __restrict grad_sum,
+void OptimizerStep(const OptimizerOptions& options, int64_t step, const float* grad_sum,
                    float count, OptimizerBuffers b, int64_t n) {
-  Pass(options, step, [grad_sum](int64_t i) { return grad_sum[i]; }, count, b, n);
+  if (grad_sum == b.weights_out) {
+    Pass(options, step, [](int64_t i, const float* out) { return out[i]; }, count, b, n);
+    return;
+  }
+  Pass(options, step, [grad_sum](int64_t i, const float*) { return grad_sum[i]; }, count, b, n);
 }
 
 void OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
-                              const float* __restrict grad_sum, const char* __restrict payload,
+                              const float* grad_sum, const char* __restrict payload,
                               float count, OptimizerBuffers b, int64_t n) {
+  auto wire = [payload](int64_t i) {
+    float g;
+    std::memcpy(&g, payload + 4 * i, 4);
+    return g;
+  };
   if (grad_sum == nullptr) {
-    Pass(options, step,
-         [payload](int64_t i) {
-           float g;
-           std::memcpy(&g, payload + 4 * i, 4);
-           return g;
-         },
+    Pass(options, step, [wire](int64_t i, const float*) { return wire(i); }, count, b, n);
+  } else if (grad_sum == b.weights_out) {
+    Pass(options, step, [wire](int64_t i, const float* out) { return out[i] + wire(i); }, count,
+         b, n);
+  } else {
+    Pass(options, step, [wire, grad_sum](int64_t i, const float*) { return grad_sum[i] + wire(i); },
          count, b, n);
-    return;
   }
-  Pass(options, step,
-       [grad_sum, payload](int64_t i) {
-         float g;
-         std::memcpy(&g, payload + 4 * i, 4);
-         return grad_sum[i] + g;
-       },
-       count, b, n);
 }
 
 }  // namespace psync

@@ -12,7 +12,9 @@
 //          with k = step + 1, the number of updates so far (bias correction)
 //
 // Each step reads one version's weights and state and writes the next
-// version's into other buffers, so the previous version stays available.
+// version's into other buffers, so the previous version stays available;
+// the gradient sum may be the buffer the new weights go into (an in-place
+// step: the store's sum becomes the next version's weights).
 #ifndef PSYNC_SERVER_OPTIMIZER_H_
 #define PSYNC_SERVER_OPTIMIZER_H_
 
@@ -62,6 +64,7 @@ struct OptimizerBuffers {
 
 // Applies step `step` (0-based: the version being left) to `n` elements,
 // with g = grad_sum / count (the division is fused into the same pass).
+// grad_sum may equal b.weights_out (and no other buffer).
 // REQUIRES: count > 0.
 void OptimizerStep(const OptimizerOptions& options, int64_t step, const float* grad_sum,
                    float count, OptimizerBuffers b, int64_t n);
@@ -70,6 +73,7 @@ void OptimizerStep(const OptimizerOptions& options, int64_t step, const float* g
 // g = (grad_sum[i] + payload float i) / count, or payload / count when
 // grad_sum is null. Saves writing the last gradient into the sum and
 // reading it back. `payload` holds n little-endian floats, unaligned.
+// grad_sum may equal b.weights_out (and no other buffer).
 void OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
                               const float* grad_sum, const char* payload, float count,
                               OptimizerBuffers b, int64_t n);

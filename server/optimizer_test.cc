@@ -139,6 +139,55 @@ TEST(OptimizerTest, AdamPayloadVariantMatchesTheSumVariant) {
   EXPECT_EQ(v1, v2);
 }
 
+// The store computes a step in place: the gradient sum's buffer becomes
+// the new weights. Every optimizer gives the same bits either way, with the
+// sum alone or with the last worker's gradient still in wire bytes.
+TEST(OptimizerTest, InPlaceStepMatchesOutOfPlace) {
+  const int64_t n = 1037;  // not a multiple of any vector width
+  std::vector<float> w(n), m(n), v(n), sum(n), last(n);
+  for (int64_t i = 0; i < n; ++i) {
+    w[i] = std::sin(0.37f * i);
+    m[i] = 0.01f * std::cos(0.11f * i);
+    v[i] = 0.001f * (1 + (i % 7));
+    sum[i] = std::cos(1.3f * i) * 3;
+    last[i] = std::sin(2.1f * i);
+  }
+  std::string bytes(1, 'x');  // misaligned on purpose
+  bytes.append(reinterpret_cast<const char*>(last.data()), 4 * n);
+  std::vector<OptimizerOptions> all(5);
+  all[0] = {0.1f, 0.0f, 0.01f};
+  all[1] = {0.1f, 0.9f, 0.01f};
+  all[2] = {0.1f, 0.9f, 0.0f, "sgd", true};
+  all[3].kind = "adam";
+  all[4].kind = "adamw";
+  all[4].weight_decay = 0.05f;
+  for (const OptimizerOptions& o : all) {
+    for (bool payload : {false, true}) {
+      SCOPED_TRACE(o.Describe() + (payload ? " with payload" : ""));
+      std::vector<float> w_ref(n), m_ref(n), v_ref(n), m_out(n), v_out(n);
+      std::vector<float> in_place = sum;
+      const bool moments = o.KeepsMomentum(), second = o.KeepsSecondMoment();
+      auto run = [&](const float* g, float* w_out, float* mo, float* vo) {
+        const OptimizerBuffers b{w.data(), moments ? m.data() : nullptr, w_out,
+                                 moments ? mo : nullptr, second ? v.data() : nullptr,
+                                 second ? vo : nullptr};
+        if (payload) {
+          OptimizerStepWithPayload(o, 4, g, bytes.data() + 1, 3.0f, b, n);
+        } else {
+          OptimizerStep(o, 4, g, 3.0f, b, n);
+        }
+      };
+      run(sum.data(), w_ref.data(), m_ref.data(), v_ref.data());
+      run(in_place.data(), in_place.data(), m_out.data(), v_out.data());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(in_place[i], w_ref[i]) << "element " << i;
+        if (moments) ASSERT_EQ(m_out[i], m_ref[i]) << "element " << i;
+        if (second) ASSERT_EQ(v_out[i], v_ref[i]) << "element " << i;
+      }
+    }
+  }
+}
+
 TEST(OptimizerTest, BadOptionsNameTheFlagAndTheValue) {
   auto error = [](OptimizerOptions o) { return std::string(o.Validate().message()); };
   OptimizerOptions o;

@@ -25,15 +25,23 @@ struct ShardStore::Chunk {
   absl::Mutex mu;
   int64_t version ABSL_GUARDED_BY(mu) = 0;
   // State at `version` and at `version - 1` (null at the first version of a
-  // generation). Applying step `version` writes the new state into
-  // `previous`'s buffers when nobody else holds them (see ChunkState):
-  // version - 1 can no longer be asked for then, since every worker pulled
-  // `version` of every chunk before pushing this step.
+  // generation, and once this step's first push has retired it).
+  //
+  // A push for step `version` means its worker pulled `version` of every
+  // chunk of every server, so nobody can ask for version - 1 any more: the
+  // step's first push retires `previous` when nobody else holds it (see
+  // ChunkState), its weights buffer taking the gradient sum and the rest
+  // waiting in `retired`. Applying the step computes the new weights in
+  // place over the sum and the new optimizer state into `retired`'s buffers,
+  // so that a chunk holds two versions' buffers and no more.
   std::shared_ptr<ChunkState> current ABSL_GUARDED_BY(mu);
   std::shared_ptr<ChunkState> previous ABSL_GUARDED_BY(mu);
+  std::shared_ptr<ChunkState> retired ABSL_GUARDED_BY(mu);
   // Pushes for step `version`. Deterministic mode keeps one gradient per
   // worker (per_worker) and sums them in rank order when the last arrives;
-  // otherwise gradients are added to `sum` as they come.
+  // otherwise gradients are added to `sum` as they come (empty between
+  // steps, and with one worker, whose gradient goes from the wire straight
+  // into the update).
   std::vector<bool> received ABSL_GUARDED_BY(mu);
   std::vector<int64_t> counts ABSL_GUARDED_BY(mu);
   int num_received ABSL_GUARDED_BY(mu) = 0;
@@ -151,8 +159,6 @@ std::shared_ptr<ShardStore::Shard> ShardStore::NewShard(const Layout& layout,
     chunk->counts.assign(n, 0);
     if (options_.deterministic) {
       chunk->per_worker.assign(n, std::vector<float>(info.num_elements));
-    } else if (n > 1) {  // one worker's gradient goes straight into the update
-      chunk->sum.assign(info.num_elements, 0.0f);
     }
     shard->chunks[id] = std::move(chunk);
   }
@@ -440,7 +446,17 @@ void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
   if (options_.deterministic) {
     CopyPieces(payload.pieces, c.per_worker[worker_rank].data());
   } else if (c.num_received == 1) {
-    CopyPieces(payload.pieces, c.sum.data());  // the first push of a step: no zeroing pass
+    // The first push of a step: version - 1 is retired (see Chunk), and the
+    // gradient copied in with no zeroing pass.
+    if (c.previous != nullptr && c.previous.use_count() == 1) {
+      // use_count() is a relaxed load: order the last holder's reads of the
+      // buffer before our writes.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      c.sum.swap(c.previous->weights);
+      c.retired = std::move(c.previous);
+    }
+    c.sum.resize(c.info.num_elements);
+    CopyPieces(payload.pieces, c.sum.data());
   } else {
     AddFloats(payload, c.sum.data());
   }
@@ -448,12 +464,35 @@ void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
 
 void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
   const int64_t n = c.info.num_elements;
+  // The next version's state: the retired one, else the previous one unless
+  // a transport or a checkpoint still holds it (new references are only
+  // taken under c.mu, so a count of 1 is exclusive), else a new one.
+  std::shared_ptr<ChunkState> next = std::move(c.retired);
+  if (next == nullptr && c.previous != nullptr && c.previous.use_count() == 1) {
+    std::atomic_thread_fence(std::memory_order_acquire);  // as in AddPushLocked
+    next = std::move(c.previous);
+  }
+  if (next == nullptr) next = std::make_shared<ChunkState>();
+  next->momentum.resize(c.current->momentum.size());
+  next->second.resize(c.current->second.size());
+  // The gradient sum goes where the new weights will be, and the step runs
+  // in place over it. With one worker (normal mode) it is all in `last`.
+  float* grad = nullptr;
   if (options_.deterministic) {
-    c.sum = c.per_worker[0];
+    next->weights = c.per_worker[0];  // reuses next's buffer
+    grad = next->weights.data();
     for (int w = 1; w < options_.num_workers; ++w) {
       const float* g = c.per_worker[w].data();
-      for (int64_t i = 0; i < n; ++i) c.sum[i] += g[i];
+      for (int64_t i = 0; i < n; ++i) grad[i] += g[i];
     }
+  } else {
+    if (!c.sum.empty()) {
+      next->weights.swap(c.sum);
+      grad = next->weights.data();
+    } else {
+      next->weights.resize(n);
+    }
+    std::vector<float>().swap(c.sum);  // whatever `next` held: not kept between steps
   }
   int64_t total = 0;
   for (int64_t count : c.counts) total += count;
@@ -461,22 +500,9 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
     // No samples at all (every worker's share of the step was empty): the
     // gradient is zero, and momentum and weight decay still act.
     last = nullptr;
-    c.sum.assign(n, 0.0f);
+    grad = next->weights.data();
+    std::fill(next->weights.begin(), next->weights.end(), 0.0f);
     total = 1;
-  }
-  // The next version goes into the previous state unless a transport or a
-  // checkpoint still holds it (new references are only taken under c.mu, so
-  // a count of 1 is exclusive).
-  std::shared_ptr<ChunkState> next = std::move(c.previous);
-  if (next == nullptr || next.use_count() > 1) {
-    next = std::make_shared<ChunkState>();
-    next->weights.resize(n);
-    next->momentum.resize(c.current->momentum.size());
-    next->second.resize(c.current->second.size());
-  } else {
-    // use_count() is a relaxed load: order the holder's last reads of the
-    // buffer before our writes.
-    std::atomic_thread_fence(std::memory_order_acquire);
   }
   auto data = [](auto& v) { return v.empty() ? nullptr : v.data(); };
   const OptimizerBuffers buffers{c.current->weights.data(), data(c.current->momentum),
@@ -497,12 +523,11 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
     }
   }
   if (last == nullptr) {
-    OptimizerStep(step_options, c.version, c.sum.data(), static_cast<float>(total), buffers, n);
+    OptimizerStep(step_options, c.version, grad, static_cast<float>(total), buffers, n);
   } else {
-    // The sum holds the other workers' gradients, if there are any.
-    const float* sum = options_.num_workers > 1 ? c.sum.data() : nullptr;
+    // `grad` holds the other workers' gradients, if there are any.
     ForEachFloatRun(*last, [&](int64_t first, const char* bytes, int64_t count) {
-      OptimizerStepWithPayload(step_options, c.version, sum == nullptr ? nullptr : sum + first,
+      OptimizerStepWithPayload(step_options, c.version, grad == nullptr ? nullptr : grad + first,
                                bytes, static_cast<float>(total), buffers.From(first), count);
     });
   }

@@ -342,6 +342,46 @@ TEST_F(ShardStoreTest, AStepPushedHalfwayCanBeRecomputed) {
   EXPECT_NE(gone.status().message().find("no longer kept"), std::string::npos) << gone.status();
 }
 
+// A step's first push retires the version before (every worker has pulled
+// this one): its buffers carry the sum and the next version, unless someone
+// still holds them, and the results are the same either way.
+TEST_F(ShardStoreTest, AStepsFirstPushRetiresTheVersionBefore) {
+  for (bool hold : {false, true}) {
+    SCOPED_TRACE(hold ? "version 0 held by a transport" : "nothing held");
+    Make(2, false, {0.5f, 0.9f, 0.0f});
+    for (int w = 0; w < 2; ++w) ASSERT_TRUE(Push(w, 0, 1, 0, {1.0f, 2.0f}).ok());
+    WeightsRef held;
+    if (hold) {
+      int32_t ids[] = {0};
+      ASSERT_TRUE(store_->Pull(S(0), 0, layout_.fingerprint(), 0, ids,
+                               absl::Now() + absl::Seconds(1),
+                               [&](int32_t, int64_t, const WeightsRef& w) { held = w; })
+                      .ok());
+    }
+    ASSERT_TRUE(Pull(0, 0).ok());  // kept until the next step starts
+    ASSERT_TRUE(Push(0, 1, 1, 0, {3.0f, 4.0f}).ok());
+    auto gone = Pull(0, 0);
+    if (hold) {
+      EXPECT_TRUE(gone.ok()) << gone.status();  // still kept: its buffer is in use
+    } else {
+      EXPECT_EQ(gone.status().code(), StatusCode::kFailedPrecondition) << gone.status();
+      EXPECT_NE(gone.status().message().find("keeps 1..1"), std::string::npos) << gone.status();
+    }
+    ASSERT_TRUE(Pull(1, 0).ok());  // the current version is untouched
+    ASSERT_TRUE(Push(1, 1, 1, 0, {5.0f, 6.0f}).ok());
+    auto got = Pull(2, 0);
+    ASSERT_TRUE(got.ok()) << got.status();
+    // g0 = {1, 2}: m = g0, w1 = w0 - 0.5 m. g1 = {4, 5}: m = 0.9 g0 + g1.
+    const std::vector<float> w0 = Initial(0);
+    for (int i = 0; i < 2; ++i) {
+      const float g0 = 1.0f + i, g1 = 4.0f + i;
+      const float w1 = w0[i] - 0.5f * g0;
+      EXPECT_FLOAT_EQ(got->second[i], w1 - 0.5f * (0.9f * g0 + g1)) << "element " << i;
+    }
+    if (hold) EXPECT_EQ(*held, w0);
+  }
+}
+
 TEST_F(ShardStoreTest, PullOfTheSameChunkTwiceIsRefused) {
   Make(1, false);
   int32_t ids[] = {1, 1};

@@ -26,6 +26,9 @@ namespace psync {
 namespace {
 
 constexpr int64_t kMessageHeadroomBytes = 1 << 20;
+// Requests one push-pull of a whole server's share is cut into, at most
+// (see GrpcPsClientOptions::max_request_bytes).
+constexpr int64_t kMaxRequestsPerServer = 32;
 constexpr absl::Duration kRetryBackoff = absl::Milliseconds(100);
 constexpr absl::Duration kLogInterval = absl::Seconds(5);
 // One registration attempt; Register retries until the connect timeout.
@@ -294,13 +297,15 @@ class GrpcPsClient final : public PsClient {
                                std::lower_bound(all.begin(), all.end(), hi));
       if (ids.empty()) continue;
       const int64_t session = static_cast<int64_t>(Session(server));
-      // Consecutive chunks, up to max_request_bytes per request.
+      const int64_t request_bytes =
+          std::max(options_.max_request_bytes,
+                   (layout_.ServerBytes(server) + kMaxRequestsPerServer - 1) / kMaxRequestsPerServer);
+      // Consecutive chunks, up to request_bytes per request.
       for (size_t begin = 0; begin < ids.size();) {
         size_t end = begin;
         int64_t bytes = 0;
         while (end < ids.size() &&
-               (end == begin || bytes + layout_.chunks()[ids[end]].bytes() <=
-                                    options_.max_request_bytes)) {
+               (end == begin || bytes + layout_.chunks()[ids[end]].bytes() <= request_bytes)) {
           bytes += layout_.chunks()[ids[end++]].bytes();
         }
         WireMessageBuilder push;

@@ -6,7 +6,9 @@
 //   psync_bench --num_servers=1 --num_workers=1 --model_mb=16 --tensors=4
 //   psync_bench --model_mb=16 --tensors=8 --compute_ms=4    # overlap mode
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -29,6 +31,7 @@
 #include "common/security.h"
 #include "common/subprocess.h"
 #include "common/throwaway_pki.h"
+#include "server/optimizer.h"
 #include "tests/bench/baselines.h"
 #include "worker/client/rpc/grpc_ps_client.h"
 
@@ -38,13 +41,16 @@ ABSL_FLAG(int, num_workers, 1, "Worker clients.");
 ABSL_FLAG(double, model_mb, 16, "Model size in MiB (float32).");
 ABSL_FLAG(int, tensors, 4, "Tensors the model is split into (equal sizes).");
 ABSL_FLAG(int64_t, chunk_kb, 256, "Layout chunk size in KiB (psync_worker's default).");
-ABSL_FLAG(int64_t, request_kb, 65536, "Largest payload of one request, in KiB.");
+ABSL_FLAG(int64_t, request_kb, 1024,
+          "Payload of one request, in KiB (GrpcPsClientOptions::max_request_bytes).");
 ABSL_FLAG(int, steps, 20, "Timed steps per run.");
 ABSL_FLAG(int, runs, 5, "Runs (each a fresh cluster and fresh baseline round trips); figures "
           "are medians of the runs' medians, ratios medians of the runs' ratios.");
 ABSL_FLAG(int, warmup, 3, "Untimed steps before the runs.");
 ABSL_FLAG(double, compute_ms, 0, "Overlap mode: simulated backward time per tensor (ms).");
 ABSL_FLAG(bool, deterministic, false, "Servers in deterministic mode.");
+ABSL_FLAG(int, receive_memory_mb, 0, "The servers' --receive_memory_mb (0: no quota).");
+ABSL_FLAG(double, momentum, 0.9, "The servers' SGD momentum (0: plain SGD, no momentum buffer).");
 ABSL_FLAG(bool, baselines, true, "Also time plain TCP and plain gRPC (off: psync only, for profiling).");
 ABSL_FLAG(std::string, label, "", "Name of this configuration in the output.");
 ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server (default: bazel-bin).");
@@ -235,7 +241,9 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
     std::vector<std::string> argv = {
         server_bin, absl::StrCat("--server_rank=", i), absl::StrCat("--num_servers=", k),
         absl::StrCat("--num_workers=", n), "--port_file=" + port_file, "--lr=0.0001",
-        "--momentum=0.9", absl::StrCat("--max_message_mb=", message_mb),
+        absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum)),
+        absl::StrCat("--receive_memory_mb=", absl::GetFlag(FLAGS_receive_memory_mb)),
+        absl::StrCat("--max_message_mb=", message_mb),
         absl::StrCat("--deterministic=", absl::GetFlag(FLAGS_deterministic)),
         absl::StrCat("--port=", ports[i]), "--servers=" + absl::StrJoin(addresses, ",")};
     if (!tls_dir.empty()) {
@@ -312,6 +320,46 @@ absl::StatusOr<std::vector<double>> TimeBaseline(const Baseline& b, bool tcp) {
                    : TimeGrpcEcho(b.port, ModelBytes(), count);
   if (times.ok()) times->erase(times->begin(), times->begin() + warmup);
   return times;
+}
+
+// The server's optimizer pass against memcpy over one server's share of
+// the model, in this process: the pass is memory-bound, so its bandwidth
+// (bytes it reads and writes per float, counted below) should approach
+// memcpy's (8 bytes per float: one read, one write). Medians of 9.
+void PrintOptimizerBandwidth(int64_t floats) {
+  OptimizerOptions o;
+  o.learning_rate = 1e-4f;
+  o.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
+  std::vector<float> w(floats, 0.5f), m(floats, 0.0f), sum(floats, 1.0f), m_out(floats);
+  std::vector<float> src(floats, 1.0f), dst(floats, 0.0f);
+  auto median_s = [](const auto& pass) {
+    std::vector<double> t;
+    for (int i = 0; i < 10; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      pass();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    t.erase(t.begin());  // the first touches fresh pages
+    return Percentile(t, 0.5);
+  };
+  const bool momentum = o.KeepsMomentum();
+  const double step_s = median_s([&] {
+    // In place, as the store runs it: the sum's buffer becomes the weights.
+    OptimizerStep(o, 0, sum.data(), 4.0f,
+                  {w.data(), momentum ? m.data() : nullptr, sum.data(),
+                   momentum ? m_out.data() : nullptr},
+                  floats);
+  });
+  const double copy_s = median_s([&] { std::memcpy(dst.data(), src.data(), 4 * floats); });
+  // Reads: the sum, the weights (and momentum); writes: the new weights
+  // over the sum (and the new momentum).
+  const int per_float = momentum ? 20 : 12;
+  const double step_gbps = per_float * floats / step_s / 1e9;
+  const double copy_gbps = 8.0 * floats / copy_s / 1e9;
+  std::printf("  optimizer pass (sgd%s, %.1f MiB): %.3f ms, %d bytes/float = %.2f GB/s; "
+              "memcpy %.2f GB/s; pass at %.0f%% of memcpy bandwidth\n",
+              momentum ? " with momentum" : "", 4.0 * floats / (1 << 20), step_s * 1e3,
+              per_float, step_gbps, copy_gbps, 100 * step_gbps / copy_gbps);
 }
 
 absl::Status RunDriver() {
@@ -419,6 +467,7 @@ absl::Status RunDriver() {
                         ", \"server_peak_rss_mib\": %.1f, \"server_rss_per_share\": %.3f, "
                         "\"client_peak_rss_mib\": %.1f",
                         server_rss, server_rss / share, client_rss);
+  PrintOptimizerBandwidth(ModelBytes() / k / 4);
   if (compare_tls) {
     row("psync push-pull, TLS+token", "comm_tls");
     ratio("psync TLS+token / plaintext", "ratio_tls", "comm_tls", "comm");

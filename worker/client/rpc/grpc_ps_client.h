@@ -12,6 +12,7 @@
 #include "common/layout.h"
 #include "common/security.h"
 #include "common/training_shape.h"
+#include "common/wire_dtype.h"
 #include "worker/client/ps_client.h"
 #include "worker/trace.h"
 
@@ -37,6 +38,8 @@ struct GrpcPsClientOptions {
   // payload bytes (whole chunks; a chunk larger than this goes alone), so
   // that the server applies early chunks while later ones are in flight.
   int64_t max_request_bytes = 64 << 20;
+  // How gradients and weights travel (--wire_dtype); not yet acted on.
+  WireDType wire_dtype = WireDType::kFloat32;
   // TLS and the token on every call (see common/security.h).
   PeerSecurity security;
   // If set, each push-pull call to a server is recorded (not owned).

@@ -18,6 +18,7 @@
 #include "common/lr_policy.h"
 #include "common/model_spec.h"
 #include "common/status_macros.h"
+#include "common/wire_dtype.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
@@ -142,6 +143,12 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                "1..1048576");
   check.Expect("accumulation_steps", t.accumulation_steps() >= 1 && t.accumulation_steps() <= 65536,
                "1..65536 micro-batches per step");
+  const absl::StatusOr<WireDType> wire_dtype = ParseWireDType(t.wire_dtype());
+  check.Expect("wire_dtype", wire_dtype.ok(),
+               wire_dtype.ok() ? ""
+                               : absl::StripPrefix(wire_dtype.status().message(),
+                                                   absl::StrCat("--wire_dtype is '",
+                                                                t.wire_dtype(), "', expected ")));
   check.Expect("epochs", t.epochs() >= 1, ">= 1");
   check.Expect("steps", t.steps() >= 0, ">= 0 (0: train --epochs)");
   check.Expect("chunk_kb", t.chunk_kb() >= 1 && t.chunk_kb() <= (1 << 20), "1..1048576");

@@ -86,6 +86,8 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
   EXPECT_EQ(Load("training { accumulation_steps: 0 }").status().message(),
             "job.pbtxt:1: training.accumulation_steps is 0, expected 1..65536 micro-batches per "
             "step");
+  EXPECT_EQ(Load("training {\n  wire_dtype: \"fp8\"\n}").status().message(),
+            "job.pbtxt:2: training.wire_dtype is \"fp8\", expected float32, bf16 or fp16");
   EXPECT_THAT(Load("timeouts { idle_timeout_s: 0 }").status().message(),
               HasSubstr("timeouts.idle_timeout_s is 0, expected 1..86400"));
   EXPECT_THAT(Load("output { metrics_csv_every: 0 }").status().message(),
@@ -105,6 +107,21 @@ TEST(JobConfigTest, FlagsOverrideTheFileAndAreNamedInErrors) {
   EXPECT_EQ(bad.message(), "--epochs is 'many', expected a int32");
   EXPECT_THAT(SetJobConfigField("nonsense", "1", "--nonsense", &loaded).message(),
               HasSubstr("no job configuration field 'nonsense'"));
+}
+
+TEST(JobConfigTest, WireDTypeFromTheFileOrAFlag) {
+  auto loaded = Load("");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config.training().wire_dtype(), "float32");
+  loaded = Load("training { wire_dtype: \"bf16\" }");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config.training().wire_dtype(), "bf16");
+  LoadedJobConfig flagged;
+  ASSERT_TRUE(SetJobConfigField("wire_dtype", "fp16", "--wire_dtype", &flagged).ok());
+  EXPECT_TRUE(FinishJobConfig(&flagged).ok());
+  ASSERT_TRUE(SetJobConfigField("wire_dtype", "half", "--wire_dtype", &flagged).ok());
+  EXPECT_EQ(FinishJobConfig(&flagged).message(),
+            "--wire_dtype is \"half\", expected float32, bf16 or fp16");
 }
 
 TEST(JobConfigTest, JsonFilesToo) {

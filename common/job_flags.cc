@@ -37,6 +37,9 @@ ABSL_FLAG(bool, overlap, true, "Push each layer's gradients while backward conti
 ABSL_FLAG(bool, deterministic, false, "Servers sum gradients in worker-rank order.");
 ABSL_FLAG(int32_t, accumulation_steps, 1,
           "Micro-batches of --batch_per_device each device sums before a step's push.");
+ABSL_FLAG(std::string, wire_dtype, "float32",
+          "How a worker's gradients and weights travel: float32, bf16 or fp16 (2 bytes a "
+          "value; the servers keep float32 weights).");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "Fashion-MNIST directory.");
 ABSL_FLAG(int64_t, synthetic_samples, 0, "If > 0, train on this many synthetic samples instead.");
 ABSL_FLAG(double, lr, 0.1, "SGD learning rate.");

@@ -40,8 +40,8 @@ struct ShardStore::Chunk {
   // Pushes for step `version`. Deterministic mode keeps one gradient per
   // worker (per_worker) and sums them in rank order when the last arrives;
   // otherwise gradients are added to `sum` as they come (empty between
-  // steps, and with one worker, whose gradient goes from the wire straight
-  // into the update).
+  // steps; the last float32 gradient goes from the wire straight into the
+  // update).
   std::vector<bool> received ABSL_GUARDED_BY(mu);
   std::vector<int64_t> counts ABSL_GUARDED_BY(mu);
   int num_received ABSL_GUARDED_BY(mu) = 0;
@@ -50,17 +50,30 @@ struct ShardStore::Chunk {
   std::vector<std::vector<float>> per_worker ABSL_GUARDED_BY(mu);
   // Pulls waiting for version `version` + 1 of this chunk.
   std::vector<WaiterSlot> waiters ABSL_GUARDED_BY(mu);
+  // Weights narrowed for pulls in a 2-byte dtype: one copy per (version,
+  // dtype), made by the first pull that asks and shared by the others.
+  // Keyed by version rather than held by the ChunkState, whose buffers
+  // ApplyLocked reuses for a later version. A copy handed out is never
+  // written again; copies of versions no longer kept are dropped, their
+  // buffer reused once nobody else holds it (see WeightsInLocked).
+  struct NarrowCopy {
+    int64_t version;
+    WireDType dtype;
+    std::shared_ptr<std::vector<char>> bytes;
+  };
+  std::vector<NarrowCopy> narrow ABSL_GUARDED_BY(mu);
 };
 
 struct ShardStore::PullWaiter {
   std::shared_ptr<Shard> shard;
   int64_t version = 0;
   std::vector<int32_t> ids;
+  WireDType dtype = WireDType::kFloat32;
   absl::Time deadline;
   PullDone done;
   // weights[i] is set under chunk ids[i]'s lock when it reaches `version`,
   // before `remaining` counts it; whoever counts the last reads them all.
-  std::vector<WeightsRef> weights;
+  std::vector<WireWeights> weights;
   std::atomic<int64_t> remaining{0};
   std::atomic<bool> finished{false};
 };
@@ -343,14 +356,15 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
   for (const ChunkPayload& p : chunks) ids.push_back(p.chunk_id);
   PSYNC_RETURN_IF_ERROR(ValidateChunkIds("Push", *shard, ids));
   for (const ChunkPayload& p : chunks) {
-    if (!p.float32) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Push: chunk ", p.chunk_id, " has a dtype other than float32, the only one supported"));
-    }
     const ChunkInfo& info = shard->chunks[p.chunk_id]->info;
-    if (p.size() != info.bytes()) {
+    const int64_t expected = info.num_elements * WireBytes(p.dtype);
+    if (p.size() != expected) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "Push: chunk ", p.chunk_id, " has ", p.size(), " bytes, layout says ", info.bytes()));
+          "Push: chunk ", p.chunk_id, " has ", p.size(), " bytes, layout says ", expected,
+          p.dtype == WireDType::kFloat32
+              ? std::string()
+              : absl::StrCat(" (", info.num_elements, " values of ", WireDTypeName(p.dtype),
+                             ")")));
     }
     Chunk& c = *shard->chunks[p.chunk_id];
     absl::MutexLock lock(&c.mu);
@@ -374,8 +388,9 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
       if (step < c.version || c.received[worker_rank]) return;  // applied, or a repeat
       const bool last = c.num_received + 1 == options_.num_workers;
       if (c.num_received == 0) c.first_push = absl::Now();
-      if (last && !options_.deterministic) {
-        // The last gradient goes straight from the wire into the update.
+      if (last && !options_.deterministic && p.dtype == WireDType::kFloat32) {
+        // The last gradient goes straight from the wire into the update
+        // (a narrow one is widened into the sum first, below).
         c.received[worker_rank] = true;
         c.counts[worker_rank] = sample_count;
         ++c.num_received;
@@ -396,44 +411,28 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
 namespace {
 
 // Calls run(first, bytes, count) for consecutive runs of `count` whole
-// little-endian floats of the payload, starting at element `first`. A float
-// that straddles two pieces is gathered into a local buffer and passed as a
-// run of one. Runs come in order and cover every element once.
+// little-endian floats of a float32 payload (see ForEachValueRun).
 template <typename Run>
 void ForEachFloatRun(const ChunkPayload& payload, const Run& run) {
-  char partial[4];
-  size_t have = 0;  // bytes of a straddling float gathered so far
-  int64_t index = 0;
-  for (absl::string_view piece : payload.pieces) {
-    const char* p = piece.data();
-    size_t n = piece.size();
-    if (have > 0) {
-      const size_t take = std::min(n, 4 - have);
-      std::memcpy(partial + have, p, take);
-      have += take;
-      p += take;
-      n -= take;
-      if (have < 4) continue;
-      run(index++, partial, int64_t{1});
-      have = 0;
-    }
-    const int64_t whole = static_cast<int64_t>(n / 4);
-    if (whole > 0) run(index, p, whole);
-    index += whole;
-    have = n - 4 * whole;
-    std::memcpy(partial, p + 4 * whole, have);
-  }
+  ForEachValueRun(payload.pieces, 4, run);
 }
 
-void AddFloats(const ChunkPayload& payload, float* sum) {
-  ForEachFloatRun(payload, [sum](int64_t first, const char* bytes, int64_t count) {
-    float* __restrict out = sum + first;
-    for (int64_t i = 0; i < count; ++i) {
-      float g;
-      std::memcpy(&g, bytes + 4 * i, 4);  // pieces need not be aligned
-      out[i] += g;
-    }
-  });
+// Widens the payload's gradient (any dtype) to float32 into out[0..n), or
+// adds it there (`add`). Every dtype's arithmetic is here, so that the
+// callers only say where the gradient goes.
+void AddPayload(const ChunkPayload& payload, float* out, bool add) {
+  if (!add && payload.dtype == WireDType::kFloat32) {
+    CopyPieces(payload.pieces, out);  // no zeroing pass, no per-run calls
+    return;
+  }
+  ForEachValueRun(payload.pieces, WireBytes(payload.dtype),
+                  [&](int64_t first, const char* bytes, int64_t count) {
+                    if (add) {
+                      DecodeAddWire(payload.dtype, bytes, count, out + first);
+                    } else {
+                      DecodeWire(payload.dtype, bytes, count, out + first);
+                    }
+                  });
 }
 
 }  // namespace
@@ -444,7 +443,7 @@ void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
   c.counts[worker_rank] = sample_count;
   ++c.num_received;
   if (options_.deterministic) {
-    CopyPieces(payload.pieces, c.per_worker[worker_rank].data());
+    AddPayload(payload, c.per_worker[worker_rank].data(), /*add=*/false);
   } else if (c.num_received == 1) {
     // The first push of a step: version - 1 is retired (see Chunk), and the
     // gradient copied in with no zeroing pass.
@@ -456,9 +455,9 @@ void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
       c.retired = std::move(c.previous);
     }
     c.sum.resize(c.info.num_elements);
-    CopyPieces(payload.pieces, c.sum.data());
+    AddPayload(payload, c.sum.data(), /*add=*/false);
   } else {
-    AddFloats(payload, c.sum.data());
+    AddPayload(payload, c.sum.data(), /*add=*/true);
   }
 }
 
@@ -598,12 +597,12 @@ absl::Status ShardStore::Interrupted(absl::string_view op, const Shard& shard) c
 
 absl::Status ShardStore::Pull(uint64_t session, int worker_rank, uint64_t fingerprint,
                               int64_t version, absl::Span<const int32_t> chunk_ids,
-                              absl::Time deadline, const ChunkSink& sink) {
+                              WireDType dtype, absl::Time deadline, const ChunkSink& sink) {
   absl::Notification finished;
   absl::Status status;
-  std::vector<WeightsRef> weights;
-  PullAsync(session, worker_rank, fingerprint, version, chunk_ids, deadline,
-            [&](absl::Status s, std::vector<WeightsRef> w) {
+  std::vector<WireWeights> weights;
+  PullAsync(session, worker_rank, fingerprint, version, chunk_ids, dtype, deadline,
+            [&](absl::Status s, std::vector<WireWeights> w) {
               status = std::move(s);
               weights = std::move(w);
               finished.Notify();
@@ -616,7 +615,7 @@ absl::Status ShardStore::Pull(uint64_t session, int worker_rank, uint64_t finger
 
 void ShardStore::PullAsync(uint64_t session, int worker_rank, uint64_t fingerprint,
                            int64_t version, absl::Span<const int32_t> chunk_ids,
-                           absl::Time deadline, PullDone done) {
+                           WireDType dtype, absl::Time deadline, PullDone done) {
   absl::StatusOr<std::shared_ptr<Shard>> shard =
       CheckCaller("Pull", session, worker_rank, fingerprint);
   absl::Status valid = shard.ok() ? absl::OkStatus() : shard.status();
@@ -630,6 +629,7 @@ void ShardStore::PullAsync(uint64_t session, int worker_rank, uint64_t fingerpri
   waiter->shard = *std::move(shard);
   waiter->version = version;
   waiter->ids.assign(chunk_ids.begin(), chunk_ids.end());
+  waiter->dtype = dtype;
   waiter->deadline = deadline;
   waiter->done = std::move(done);
   waiter->weights.resize(chunk_ids.size());
@@ -663,7 +663,7 @@ void ShardStore::PullAsync(uint64_t session, int worker_rank, uint64_t fingerpri
         c.waiters.push_back({waiter, i});
         continue;
       } else if (const std::shared_ptr<ChunkState> state = StateAtLocked(c, version)) {
-        waiter->weights[i] = WeightsRef(state, &state->weights);
+        waiter->weights[i] = WeightsInLocked(c, state, version, dtype);
         ++there;
         continue;
       } else {
@@ -678,11 +678,47 @@ void ShardStore::PullAsync(uint64_t session, int worker_rank, uint64_t fingerpri
   if (waiter->remaining.fetch_sub(there + 1) == there + 1) FinishWaiter(waiter, absl::OkStatus());
 }
 
-void ShardStore::FillSlotsLocked(const Chunk& c, const std::vector<WaiterSlot>& slots) {
+WireWeights ShardStore::WeightsInLocked(Chunk& c, const std::shared_ptr<ChunkState>& state,
+                                        int64_t version, WireDType dtype) {
+  if (dtype == WireDType::kFloat32) {
+    return {state, absl::string_view(reinterpret_cast<const char*>(state->weights.data()),
+                                     state->weights.size() * sizeof(float))};
+  }
+  auto view = [](const std::shared_ptr<std::vector<char>>& b) {
+    return WireWeights{b, absl::string_view(b->data(), b->size())};
+  };
+  // Copies of versions before the kept ones can no longer be asked for.
+  std::shared_ptr<std::vector<char>> spare;
+  for (auto it = c.narrow.begin(); it != c.narrow.end();) {
+    if (it->version >= c.version - 1) {
+      if (it->version == version && it->dtype == dtype) return view(it->bytes);
+      ++it;
+      continue;
+    }
+    if (spare == nullptr && it->bytes.use_count() == 1) spare = std::move(it->bytes);
+    it = c.narrow.erase(it);
+  }
+  const int64_t n = static_cast<int64_t>(state->weights.size());
+  if (spare == nullptr) {
+    spare = std::make_shared<std::vector<char>>();
+  } else {
+    // As in ApplyLocked: order the last holder's reads before our writes.
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
+  spare->resize(static_cast<size_t>(n * WireBytes(dtype)));
+  EncodeWire(dtype, state->weights.data(), n, spare->data());
+  c.narrow.push_back({version, dtype, spare});
+  return view(spare);
+}
+
+void ShardStore::FillSlotsLocked(Chunk& c, const std::vector<WaiterSlot>& slots) {
   for (const WaiterSlot& slot : slots) {
     // Listed at version + 1, and a chunk moves one version at a time.
     const std::shared_ptr<ChunkState> state = StateAtLocked(c, slot.waiter->version);
-    if (state != nullptr) slot.waiter->weights[slot.index] = WeightsRef(state, &state->weights);
+    if (state != nullptr) {
+      slot.waiter->weights[slot.index] =
+          WeightsInLocked(c, state, slot.waiter->version, slot.waiter->dtype);
+    }
   }
 }
 

@@ -25,6 +25,7 @@
 #include "common/lr_policy.h"
 #include "common/training_shape.h"
 #include "common/thread_pool.h"
+#include "common/wire_dtype.h"
 #include "server/chunk_state.h"
 #include "server/optimizer.h"
 
@@ -61,12 +62,13 @@ struct ShardStoreOptions {
   absl::Status Validate() const;
 };
 
-// One chunk's payload in a push: raw little-endian float32 bytes, in one or
-// more consecutive pieces (as a transport received them; a piece may end in
-// the middle of a float).
+// One chunk's payload in a push: the chunk's values as little-endian
+// `dtype` (WireBytes(dtype) bytes each), in one or more consecutive pieces
+// (as a transport received them; a piece may end in the middle of a value).
+// Whatever the dtype, the store sums and applies gradients in float32.
 struct ChunkPayload {
   int32_t chunk_id = 0;
-  bool float32 = true;  // false: the sender declared another dtype
+  WireDType dtype = WireDType::kFloat32;
   BytePieces pieces;
 
   int64_t size() const { return PiecesSize(pieces); }
@@ -76,6 +78,17 @@ struct ChunkPayload {
 // someone else still holds, so a transport may send from it directly, for as
 // long as it keeps the reference.
 using WeightsRef = std::shared_ptr<const std::vector<float>>;
+
+// A chunk's weights at one version as a pull hands them out, in the dtype it
+// asked for: for float32 the state's own buffer (as WeightsRef), for a
+// 2-byte dtype a copy the store narrowed once for that version and shares
+// among every pull that asks. The bytes are never written while `owner` is
+// held, so a transport may send from them directly for as long as it keeps
+// `owner`.
+struct WireWeights {
+  std::shared_ptr<const void> owner;
+  absl::string_view bytes;  // num_elements * WireBytes(dtype) bytes
+};
 
 struct RegisterArgs {
   int worker_rank = 0;
@@ -150,12 +163,13 @@ struct StoreStatus {
 };
 
 // Receives one chunk's weights during Pull, on the calling thread.
-using ChunkSink = std::function<void(int32_t chunk_id, int64_t version, const WeightsRef& weights)>;
+using ChunkSink =
+    std::function<void(int32_t chunk_id, int64_t version, const WireWeights& weights)>;
 
 // Ends an asynchronous pull: OK with the weights of every chunk asked for,
-// in the order asked, or an error and no weights. Runs exactly once, with
-// no lock of the store held.
-using PullDone = std::function<void(absl::Status status, std::vector<WeightsRef> weights)>;
+// in the order asked and the dtype asked for, or an error and no weights.
+// Runs exactly once, with no lock of the store held.
+using PullDone = std::function<void(absl::Status status, std::vector<WireWeights> weights)>;
 
 // Thread-safe: every method may be called concurrently from any thread.
 //
@@ -187,12 +201,12 @@ class ShardStore {
                     int64_t sample_count, absl::Span<const ChunkPayload> chunks);
 
   // Waits until each chunk has reached `version` (or `deadline` passes:
-  // DeadlineExceeded), then hands its weights at exactly `version` to `sink`
-  // (the previous version is kept for chunks one step ahead). Asking for more
-  // than one version ahead is refused, since it cannot arrive before the
-  // caller pushes.
+  // DeadlineExceeded), then hands its weights at exactly `version`, in
+  // `dtype`, to `sink` (the previous version is kept for chunks one step
+  // ahead). Asking for more than one version ahead is refused, since it
+  // cannot arrive before the caller pushes.
   absl::Status Pull(uint64_t session, int worker_rank, uint64_t fingerprint, int64_t version,
-                    absl::Span<const int32_t> chunk_ids, absl::Time deadline,
+                    absl::Span<const int32_t> chunk_ids, WireDType dtype, absl::Time deadline,
                     const ChunkSink& sink);
 
   // Pull without holding a thread while it waits: `done` runs on this thread
@@ -201,7 +215,8 @@ class ShardStore {
   // thread at `deadline`, or on the thread that closes, rolls back or fails
   // the store.
   void PullAsync(uint64_t session, int worker_rank, uint64_t fingerprint, int64_t version,
-                 absl::Span<const int32_t> chunk_ids, absl::Time deadline, PullDone done);
+                 absl::Span<const int32_t> chunk_ids, WireDType dtype, absl::Time deadline,
+                 PullDone done);
 
   // Marks the worker alive; `done_version` > 0 says it has trained every step.
   absl::StatusOr<HeartbeatResult> Heartbeat(int worker_rank, uint64_t session,
@@ -291,10 +306,16 @@ class ShardStore {
       ABSL_SHARED_LOCKS_REQUIRED(chunk.mu);
   // Why a waiting call must stop now (closed, rolled back, failed), or OK.
   absl::Status Interrupted(absl::string_view op, const Shard& shard) const;
+  // The weights of `state` (the chunk's at `version`) in `dtype`: the
+  // state's own buffer for float32, else the chunk's narrowed copy of that
+  // version, made now if no pull has asked for it yet.
+  static WireWeights WeightsInLocked(Chunk& chunk, const std::shared_ptr<ChunkState>& state,
+                                     int64_t version, WireDType dtype)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
   // Fills the slots' weights from their chunk, now at their version (under
   // the chunk's lock); the caller then calls Arrived for each, unlocked.
-  static void FillSlotsLocked(const Chunk& chunk, const std::vector<WaiterSlot>& slots)
-      ABSL_SHARED_LOCKS_REQUIRED(chunk.mu);
+  static void FillSlotsLocked(Chunk& chunk, const std::vector<WaiterSlot>& slots)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
   void Arrived(const std::vector<WaiterSlot>& slots);
   // Ends a waiter once (later calls do nothing): takes it off the waiting
   // list and its chunks' lists, and runs its done.

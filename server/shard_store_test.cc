@@ -4,7 +4,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/init.h"
+#include "common/wire_dtype.h"
 #include "gtest/gtest.h"
 
 namespace psync {
@@ -20,6 +22,24 @@ Layout SmallLayout(int num_servers = 1, uint64_t seed = 5) {
 
 std::string Bytes(std::vector<float> v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+}
+
+// `v` as `dtype` on the wire.
+std::string Narrow(WireDType dtype, const std::vector<float>& v) {
+  std::string out(v.size() * WireBytes(dtype), '\0');
+  EncodeWire(dtype, v.data(), static_cast<int64_t>(v.size()), out.data());
+  return out;
+}
+
+std::vector<float> Widen(WireDType dtype, absl::string_view bytes) {
+  std::vector<float> out(bytes.size() / WireBytes(dtype));
+  DecodeWire(dtype, bytes.data(), static_cast<int64_t>(out.size()), out.data());
+  return out;
+}
+
+// What `v` becomes after a trip through `dtype`.
+std::vector<float> Rounded(WireDType dtype, const std::vector<float>& v) {
+  return Widen(dtype, Narrow(dtype, v));
 }
 
 // Registers with a fixed incarnation (a restarted worker would bring a new
@@ -68,22 +88,24 @@ class ShardStoreTest : public ::testing::Test {
   // The session of worker w (0 for ranks that never registered).
   uint64_t S(int w) const { return w >= 0 && w < static_cast<int>(sessions_.size()) ? sessions_[w] : 0; }
 
-  absl::Status Push(int worker, int64_t step, int64_t count, int32_t chunk, std::vector<float> g) {
-    std::string b = Bytes(g);
-    ChunkPayload p{chunk, true, {b}};
+  // Pushes `g` as `dtype` on the wire.
+  absl::Status Push(int worker, int64_t step, int64_t count, int32_t chunk, std::vector<float> g,
+                    WireDType dtype = WireDType::kFloat32) {
+    std::string b = Narrow(dtype, g);
+    ChunkPayload p{chunk, dtype, {b}};
     return store_->Push(S(worker), worker, layout_.fingerprint(), step, count, {p});
   }
 
-  // Pulls one chunk; returns its version and weights.
-  absl::StatusOr<std::pair<int64_t, std::vector<float>>> Pull(int64_t version, int32_t chunk,
-                                                             absl::Duration wait = absl::Seconds(5),
-                                                             int worker = 0) {
+  // Pulls one chunk; returns its version and weights (widened from `dtype`).
+  absl::StatusOr<std::pair<int64_t, std::vector<float>>> Pull(
+      int64_t version, int32_t chunk, absl::Duration wait = absl::Seconds(5), int worker = 0,
+      WireDType dtype = WireDType::kFloat32) {
     std::pair<int64_t, std::vector<float>> out;
     int32_t ids[] = {chunk};
-    absl::Status s = store_->Pull(S(worker), worker, layout_.fingerprint(), version, ids,
+    absl::Status s = store_->Pull(S(worker), worker, layout_.fingerprint(), version, ids, dtype,
                                   absl::Now() + wait,
-                                  [&](int32_t, int64_t v, const WeightsRef& w) {
-                                    out = {v, *w};
+                                  [&](int32_t, int64_t v, const WireWeights& w) {
+                                    out = {v, Widen(dtype, w.bytes)};
                                   });
     if (!s.ok()) return s;
     return out;
@@ -227,15 +249,18 @@ TEST_F(ShardStoreTest, BadRequestsNameTheValue) {
   EXPECT_EQ(Push(0, 0, -5, 0, {1.0f, 1.0f}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Push(2, 0, 1, 0, {1.0f, 1.0f}).code(), StatusCode::kInvalidArgument);  // rank 2 of 2
   std::string b = Bytes({1.0f, 1.0f});
-  ChunkPayload f16{0, false, {b}};
-  EXPECT_EQ(store_->Push(S(0), 0, layout_.fingerprint(), 0, 1, {f16}).code(), StatusCode::kInvalidArgument);
-  ChunkPayload ok{0, true, {b}};
+  // Two floats' bytes declared fp16 are four values, not the chunk's two.
+  ChunkPayload f16{0, WireDType::kFp16, {b}};
+  s = store_->Push(S(0), 0, layout_.fingerprint(), 0, 1, {f16});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "Push: chunk 0 has 8 bytes, layout says 4 (2 values of fp16)");
+  ChunkPayload ok{0, WireDType::kFloat32, {b}};
   EXPECT_EQ(store_->Push(S(0), 0, layout_.fingerprint() + 1, 0, 1, {ok}).code(),
             StatusCode::kFailedPrecondition);
   EXPECT_EQ(store_->Push(S(0), 0, layout_.fingerprint(), 0, 1, {ok, ok}).code(),
             StatusCode::kInvalidArgument);
   // A bad chunk after a good one in the same request: nothing is applied.
-  ChunkPayload bad{1, true, {b}};
+  ChunkPayload bad{1, WireDType::kFloat32, {b}};
   EXPECT_FALSE(store_->Push(S(0), 0, layout_.fingerprint(), 0, 1, {ok, bad}).ok());
   ASSERT_TRUE(Push(1, 0, 1, 0, {1.0f, 1.0f}).ok());
   EXPECT_EQ(Pull(1, 0, absl::Milliseconds(20)).status().code(), StatusCode::kDeadlineExceeded);
@@ -267,7 +292,7 @@ TEST_F(ShardStoreTest, UnregisteredWorkersAreRefused) {
   o.num_workers = 2;
   auto store = ReadyStore(o);
   std::string b = Bytes({1.0f, 1.0f});
-  ChunkPayload p{0, true, {b}};
+  ChunkPayload p{0, WireDType::kFloat32, {b}};
   EXPECT_EQ(store->Push(0, 0, 0, 0, 1, {p}).code(), StatusCode::kAborted);
   auto r = Reg(*store, 0, 2, layout_, layout_.fingerprint());
   ASSERT_TRUE(r.ok());
@@ -276,8 +301,8 @@ TEST_F(ShardStoreTest, UnregisteredWorkersAreRefused) {
   EXPECT_EQ(s.code(), StatusCode::kAborted);
   EXPECT_NE(s.message().find("worker 1 has no current session"), std::string::npos) << s;
   int32_t ids[] = {0};
-  EXPECT_EQ(store->Pull(r->session + 2, 0, layout_.fingerprint(), 0, ids, absl::Now(),
-                        [](int32_t, int64_t, const WeightsRef&) {})
+  EXPECT_EQ(store->Pull(r->session + 2, 0, layout_.fingerprint(), 0, ids, WireDType::kFloat32,
+                        absl::Now(), [](int32_t, int64_t, const WireWeights&) {})
                 .code(),
             StatusCode::kAborted);
 }
@@ -288,9 +313,9 @@ TEST_F(ShardStoreTest, PayloadsSplitMidFloatAddUp) {
     Make(2, deterministic);
     const auto w0 = Initial(0);
     const std::string a = Bytes({1.5f, -2.0f}), b = Bytes({0.5f, 4.0f});
-    ChunkPayload pa{0, true, {absl::string_view(a).substr(0, 3), absl::string_view(a).substr(3, 2),
+    ChunkPayload pa{0, WireDType::kFloat32, {absl::string_view(a).substr(0, 3), absl::string_view(a).substr(3, 2),
                               absl::string_view(a).substr(5)}};
-    ChunkPayload pb{0, true, {absl::string_view(b).substr(0, 1), absl::string_view(b).substr(1)}};
+    ChunkPayload pb{0, WireDType::kFloat32, {absl::string_view(b).substr(0, 1), absl::string_view(b).substr(1)}};
     ASSERT_TRUE(store_->Push(S(0), 0, layout_.fingerprint(), 0, 1, {pa}).ok());
     ASSERT_TRUE(store_->Push(S(1), 1, layout_.fingerprint(), 0, 1, {pb}).ok());
     auto got = Pull(1, 0);
@@ -302,14 +327,15 @@ TEST_F(ShardStoreTest, PayloadsSplitMidFloatAddUp) {
 
 TEST_F(ShardStoreTest, HeldWeightsAreNeverChanged) {
   Make(1, false);
-  WeightsRef held;
+  WireWeights held;
   int32_t ids[] = {0};
-  ASSERT_TRUE(store_->Pull(S(0), 0, layout_.fingerprint(), 0, ids, absl::Now() + absl::Seconds(1),
-                           [&](int32_t, int64_t, const WeightsRef& w) { held = w; })
+  ASSERT_TRUE(store_->Pull(S(0), 0, layout_.fingerprint(), 0, ids, WireDType::kFloat32,
+                           absl::Now() + absl::Seconds(1),
+                           [&](int32_t, int64_t, const WireWeights& w) { held = w; })
                   .ok());
-  const std::vector<float> before = *held;
+  const std::vector<float> before = Widen(WireDType::kFloat32, held.bytes);
   ASSERT_TRUE(Push(0, 0, 1, 0, {1.0f, 1.0f}).ok());
-  EXPECT_EQ(*held, before);  // the update went to a fresh buffer
+  EXPECT_EQ(Widen(WireDType::kFloat32, held.bytes), before);  // the update went to a fresh buffer
   auto got = Pull(1, 0);
   ASSERT_TRUE(got.ok());
   EXPECT_NE(got->second, before);
@@ -385,8 +411,8 @@ TEST_F(ShardStoreTest, AStepsFirstPushRetiresTheVersionBefore) {
 TEST_F(ShardStoreTest, PullOfTheSameChunkTwiceIsRefused) {
   Make(1, false);
   int32_t ids[] = {1, 1};
-  auto s = store_->Pull(S(0), 0, layout_.fingerprint(), 0, ids, absl::Now() + absl::Seconds(1),
-                        [](int32_t, int64_t, const WeightsRef&) {});
+  auto s = store_->Pull(S(0), 0, layout_.fingerprint(), 0, ids, WireDType::kFloat32,
+                        absl::Now() + absl::Seconds(1), [](int32_t, int64_t, const WireWeights&) {});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("chunk 1 is asked for twice"), std::string::npos) << s;
 }
@@ -408,7 +434,7 @@ TEST_F(ShardStoreTest, ARankIsHeldByOneLiveProcess) {
   ASSERT_TRUE(again.ok());
   EXPECT_NE(again->session, first->session);
   std::string b = Bytes({1.0f, 1.0f});
-  ChunkPayload p{0, true, {b}};
+  ChunkPayload p{0, WireDType::kFloat32, {b}};
   EXPECT_EQ(store->Push(first->session, 1, layout_.fingerprint(), 0, 1, {p}).code(),
             StatusCode::kAborted);
   // Once the holder is silent past its lease, a restarted process takes the rank.
@@ -574,6 +600,156 @@ TEST(ShardStoreLimitTest, LayoutTooLargeForTheMessageLimitIsRefused) {
   auto s = Reg(**store, 0, 1, *big, big->fingerprint()).status();
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(s.message().find("4194304 bytes"), std::string::npos) << s;
+}
+
+// A narrow gradient is widened exactly and summed in float32: a run fed
+// bf16 or fp16 gradients ends with exactly the weights of a float32 run fed
+// the values the wire rounded them to, and a narrow pull is those weights
+// rounded once more. One worker too (whose float32 gradient skips the sum).
+TEST_F(ShardStoreTest, NarrowPushesMatchAFloat32RunOfTheRoundedValues) {
+  const std::vector<std::vector<float>> grads = {{0.123456f, -1.987654f}, {3.14159f, 1e-3f}};
+  for (WireDType dtype : {WireDType::kBf16, WireDType::kFp16}) {
+    for (int workers : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat(WireDTypeName(dtype), ", ", workers, " worker(s)"));
+      std::vector<std::vector<float>> final_weights;
+      for (bool narrow : {true, false}) {
+        Make(workers, false, {0.5f, 0.9f, 0.0f});
+        for (int step = 0; step < 3; ++step) {
+          for (int w = 0; w < workers; ++w) {
+            ASSERT_TRUE(narrow ? Push(w, step, w + 1, 0, grads[w], dtype).ok()
+                               : Push(w, step, w + 1, 0, Rounded(dtype, grads[w])).ok());
+          }
+        }
+        auto got = Pull(3, 0);
+        ASSERT_TRUE(got.ok()) << got.status();
+        final_weights.push_back(got->second);
+        auto narrowed = Pull(3, 0, absl::Seconds(5), 0, dtype);
+        ASSERT_TRUE(narrowed.ok()) << narrowed.status();
+        EXPECT_EQ(narrowed->second, Rounded(dtype, got->second));
+      }
+      EXPECT_EQ(final_weights[0], final_weights[1]);
+      EXPECT_NE(final_weights[0], Initial(0));
+    }
+  }
+}
+
+// Each payload carries its own dtype: one step may mix all three.
+TEST_F(ShardStoreTest, WorkersMayPushInDifferentDTypes) {
+  const std::vector<std::vector<float>> grads = {{0.1f, 0.2f}, {-7.77777f, 1e-4f}, {5.5f, 0.3f}};
+  const WireDType dtypes[] = {WireDType::kBf16, WireDType::kFp16, WireDType::kFloat32};
+  std::vector<std::vector<float>> final_weights;
+  for (bool mixed : {true, false}) {
+    Make(3, false);
+    for (int w = 0; w < 3; ++w) {
+      ASSERT_TRUE(mixed ? Push(w, 0, 1, 1, grads[w], dtypes[w]).ok()
+                        : Push(w, 0, 1, 1, Rounded(dtypes[w], grads[w])).ok());
+    }
+    auto got = Pull(1, 1);
+    ASSERT_TRUE(got.ok()) << got.status();
+    final_weights.push_back(got->second);
+  }
+  EXPECT_EQ(final_weights[0], final_weights[1]);
+}
+
+// Deterministic mode widens each worker's narrow gradient into its own
+// buffer and sums in rank order: bit-identical whatever the arrival order.
+TEST_F(ShardStoreTest, DeterministicNarrowPushesGiveTheSameBitsInAnyOrder) {
+  // Magnitudes far apart, so that float32 sums depend on their order.
+  const std::vector<std::vector<float>> grads = {
+      {0.1f, 3e-4f}, {1234.5f, -0.3333f}, {-1234.4f, 7.1f}};
+  const std::vector<std::vector<int>> orders = {{0, 1, 2}, {2, 1, 0}, {1, 2, 0}};
+  std::vector<std::vector<float>> results, narrow_results;
+  for (const std::vector<int>& order : orders) {
+    Make(3, true, {0.1f, 0.9f, 0.0f});
+    for (int step = 0; step < 3; ++step) {
+      for (int w : order) {
+        std::vector<float> g = grads[w];
+        for (float& v : g) v *= static_cast<float>(step + 1);
+        ASSERT_TRUE(Push(w, step, 2, 0, g, WireDType::kBf16).ok());
+      }
+    }
+    auto got = Pull(3, 0);
+    ASSERT_TRUE(got.ok()) << got.status();
+    results.push_back(got->second);
+    auto narrowed = Pull(3, 0, absl::Seconds(5), 1, WireDType::kBf16);
+    ASSERT_TRUE(narrowed.ok()) << narrowed.status();
+    narrow_results.push_back(narrowed->second);
+  }
+  for (size_t i = 1; i < results.size(); ++i) {
+    EXPECT_EQ(std::memcmp(results[0].data(), results[i].data(), results[0].size() * 4), 0);
+    EXPECT_EQ(narrow_results[0], narrow_results[i]);
+  }
+}
+
+// A transport may cut a narrow payload inside a 2-byte value.
+TEST_F(ShardStoreTest, NarrowPayloadsSplitMidValueAddUp) {
+  for (bool deterministic : {false, true}) {
+    Make(2, deterministic);
+    const std::string a = Narrow(WireDType::kBf16, {1.5f, -2.0f});
+    const std::string b = Narrow(WireDType::kFp16, {0.5f, 4.0f});
+    ChunkPayload pa{0, WireDType::kBf16,
+                    {absl::string_view(a).substr(0, 1), absl::string_view(a).substr(1, 2),
+                     absl::string_view(a).substr(3)}};
+    ChunkPayload pb{0, WireDType::kFp16, {absl::string_view(b).substr(0, 3), absl::string_view(b).substr(3)}};
+    ASSERT_TRUE(store_->Push(S(0), 0, layout_.fingerprint(), 0, 1, {pa}).ok());
+    ASSERT_TRUE(store_->Push(S(1), 1, layout_.fingerprint(), 0, 1, {pb}).ok());
+    auto got = Pull(1, 0);
+    ASSERT_TRUE(got.ok());
+    EXPECT_FLOAT_EQ(got->second[0], Initial(0)[0] - 1.0f);
+    EXPECT_FLOAT_EQ(got->second[1], Initial(0)[1] - 1.0f);
+  }
+}
+
+TEST_F(ShardStoreTest, NarrowPayloadsOfTheWrongSizeAreRefused) {
+  Make(1, false);
+  const std::string three = Narrow(WireDType::kBf16, {1.0f, 2.0f, 3.0f});
+  ChunkPayload p{2, WireDType::kBf16, {three}};
+  auto s = store_->Push(S(0), 0, layout_.fingerprint(), 0, 1, {p});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "Push: chunk 2 has 6 bytes, layout says 4 (2 values of bf16)");
+  // Nothing was applied.
+  auto got = Pull(0, 2);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->second, Initial(2));
+}
+
+// The store narrows a version once for every pull that asks, and never
+// writes a narrowed copy someone holds, though it reuses its buffer later.
+TEST_F(ShardStoreTest, NarrowWeightsAreSharedPerVersionAndNeverChangedWhileHeld) {
+  Make(2, false);
+  int32_t ids[] = {0};
+  auto pull = [&](int worker, int64_t version, WireDType dtype) {
+    WireWeights got;
+    EXPECT_TRUE(store_->Pull(S(worker), worker, layout_.fingerprint(), version, ids, dtype,
+                             absl::Now() + absl::Seconds(5),
+                             [&](int32_t, int64_t, const WireWeights& w) { got = w; })
+                    .ok());
+    return got;
+  };
+  WireWeights held = pull(0, 0, WireDType::kBf16);
+  EXPECT_EQ(held.bytes.data(), pull(1, 0, WireDType::kBf16).bytes.data());  // one copy
+  EXPECT_NE(held.bytes.data(), pull(1, 0, WireDType::kFp16).bytes.data());  // one per dtype
+  const std::string before(held.bytes);
+  EXPECT_EQ(Widen(WireDType::kBf16, before), Rounded(WireDType::kBf16, Initial(0)));
+  for (int step = 0; step < 4; ++step) {
+    // One pull waits for the step (narrowed on the applying thread), one
+    // comes after it.
+    std::vector<float> waited;
+    std::thread waiter([&] {
+      auto w = Pull(step + 1, 0, absl::Seconds(5), 1, WireDType::kBf16);
+      ASSERT_TRUE(w.ok()) << w.status();
+      waited = w->second;
+    });
+    absl::SleepFor(absl::Milliseconds(20));
+    ASSERT_TRUE(Push(0, step, 1, 0, {0.25f, -0.5f}, WireDType::kBf16).ok());
+    ASSERT_TRUE(Push(1, step, 1, 0, {0.25f, 0.125f}, WireDType::kFp16).ok());
+    waiter.join();
+    auto exact = Pull(step + 1, 0);
+    ASSERT_TRUE(exact.ok());
+    EXPECT_EQ(waited, Rounded(WireDType::kBf16, exact->second)) << "step " << step;
+    EXPECT_EQ(Widen(WireDType::kBf16, pull(0, step + 1, WireDType::kBf16).bytes), waited);
+  }
+  EXPECT_EQ(std::string(held.bytes), before);
 }
 
 }  // namespace

@@ -71,6 +71,14 @@ TEST(CliTest, NegativeSyntheticSamplesFailsAtStart) {
   EXPECT_FALSE(Contains(run.output, kPastStartChecks)) << run.output;
 }
 
+TEST(CliTest, UnknownWireDTypeFailsAtStart) {
+  const Ended run = RunToEnd(Worker({"--wire_dtype=fp8"}));
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_TRUE(Contains(run.output, "--wire_dtype is \"fp8\", expected float32, bf16 or fp16"))
+      << run.output;
+  EXPECT_FALSE(Contains(run.output, kPastStartChecks)) << run.output;
+}
+
 TEST(CliTest, ExportPathInMissingFolderFailsAtStart) {
   const std::string path = "/nonexistent_dir/w.safetensors";
   const Ended worker = RunToEnd(Worker({"--export_path=" + path}));

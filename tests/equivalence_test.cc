@@ -157,6 +157,29 @@ TEST(EquivalenceTest, AccumulationMatchesMoreDevicesAndALargerBatch) {
   EXPECT_EQ(JsonField(dist.summary, "weights_sha256"), JsonField(again.summary, "weights_sha256"));
 }
 
+// With a 2-byte wire dtype, distributed training no longer matches one
+// device to float tolerance (gradients and weights are rounded in transit),
+// but deterministic mode still repeats bit for bit in each dtype, and the
+// runs train.
+TEST(EquivalenceTest, DeterministicRunsRepeatBitForBitInEachWireDType) {
+  std::string sha[2];
+  int i = 0;
+  for (const std::string dtype : {"bf16", "fp16"}) {
+    std::vector<std::string> flags = Shape(2, 2, 2, 8);
+    flags.push_back("--wire_dtype=" + dtype);
+    const LaunchResult a = Launch("wire_" + dtype, flags);
+    const LaunchResult b = Launch("wire_" + dtype + "_again", flags);
+    ASSERT_EQ(a.exit_code, 0) << dtype;
+    ASSERT_EQ(b.exit_code, 0) << dtype;
+    sha[i] = JsonField(a.summary, "weights_sha256");
+    EXPECT_EQ(sha[i].size(), 64u) << dtype;
+    EXPECT_EQ(sha[i], JsonField(b.summary, "weights_sha256")) << dtype;
+    EXPECT_GT(std::stod(JsonField(a.summary, "test_accuracy")), 0.3) << dtype;
+    ++i;
+  }
+  EXPECT_NE(sha[0], sha[1]);  // the dtype reached the wire
+}
+
 // The same on GPUs: NCCL local reduction and the CUDA MLP. Skipped where
 // fewer than 2 GPUs are usable.
 TEST(EquivalenceTest, DistributedOnGpusMatchesSingleDevice) {

@@ -34,6 +34,7 @@
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "common/training_shape.h"
+#include "common/wire_dtype.h"
 #include "glog/logging.h"
 #include "worker/reduce/cpu_reducer.h"
 #include "worker/data/dataset.h"
@@ -368,6 +369,9 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   client_options.finish_timeout = absl::Seconds(c.timeouts().peer_timeout_s());
   // Two beats per lease, so one late beat does not make this worker look dead.
   client_options.heartbeat_interval = absl::Milliseconds(c.timeouts().worker_lease_ms()) / 2;
+  absl::StatusOr<WireDType> wire_dtype = ParseWireDType(c.training().wire_dtype());
+  if (!wire_dtype.ok()) return BadConfig(wire_dtype.status());
+  client_options.wire_dtype = *wire_dtype;
   client_options.shape = TrainingShape{devices,
                                        options.batch_per_device,
                                        options.TotalSteps(Sharding{data.train.size,

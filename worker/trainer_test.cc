@@ -4,6 +4,7 @@
 #include <map>
 #include <thread>
 
+#include "common/wire_dtype.h"
 #include "gtest/gtest.h"
 #include "server/shard_store.h"
 #include "worker/reduce/cpu_reducer.h"
@@ -62,8 +63,10 @@ struct Shape {
 class Cluster {
  public:
   Cluster(Shape shape, bool deterministic, const Dataset* train, int64_t chunk_bytes = 64,
-          bool overlap = true, bool async_reducer = false)
-      : shape_(shape), train_(train), overlap_(overlap), async_reducer_(async_reducer) {
+          bool overlap = true, bool async_reducer = false,
+          WireDType wire_dtype = WireDType::kFloat32)
+      : shape_(shape), train_(train), overlap_(overlap), async_reducer_(async_reducer),
+        wire_dtype_(wire_dtype) {
     layout_ = std::make_unique<Layout>(
         *Layout::Create(CpuMlp(kSizes).parameters(), chunk_bytes, shape.servers, 11));
     for (int s = 0; s < shape.servers; ++s) {
@@ -86,7 +89,8 @@ class Cluster {
     for (auto& s : stores_) stores.push_back(s.get());
     for (int w = 0; w < shape_.workers; ++w) {
       threads.emplace_back([&, w] {
-        auto client = CreateLocalPsClient(*layout_, stores, w, shape_.workers);
+        auto client = CreateLocalPsClient(*layout_, stores, w, shape_.workers,
+                                          absl::Seconds(30), wire_dtype_);
         std::vector<std::unique_ptr<Model>> replicas;
         for (int d = 0; d < shape_.devices; ++d) replicas.push_back(std::make_unique<CpuMlp>(kSizes));
         TrainerOptions o;
@@ -119,6 +123,7 @@ class Cluster {
   const Dataset* train_;
   bool overlap_;
   bool async_reducer_;
+  WireDType wire_dtype_;
   std::unique_ptr<Layout> layout_;
   std::vector<std::unique_ptr<ShardStore>> stores_;
 };
@@ -167,6 +172,22 @@ TEST(TrainerTest, DeterministicModeIsBitwiseReproducible) {
   const Dataset data = SyntheticDataset(100, kSizes[0], 10, 4);
   EXPECT_EQ(Cluster({2, 3, 2, 3}, true, &data).Train(15),
             Cluster({2, 3, 2, 3}, true, &data).Train(15));
+}
+
+// Rounding on the wire is deterministic too: in each 2-byte dtype two runs
+// (and a run without overlap, whose requests group chunks differently) give
+// the same bits, and not float32's (the dtype was used).
+TEST(TrainerTest, DeterministicModeIsBitwiseReproducibleInEachWireDType) {
+  const Dataset data = SyntheticDataset(100, kSizes[0], 10, 4);
+  const std::vector<float> float32 = Cluster({2, 3, 2, 3}, true, &data).Train(15);
+  for (WireDType dtype : {WireDType::kBf16, WireDType::kFp16}) {
+    SCOPED_TRACE(WireDTypeName(dtype));
+    const std::vector<float> a =
+        Cluster({2, 3, 2, 3}, true, &data, 64, true, false, dtype).Train(15);
+    EXPECT_EQ(a, Cluster({2, 3, 2, 3}, true, &data, 64, true, false, dtype).Train(15));
+    EXPECT_EQ(a, Cluster({2, 3, 2, 3}, true, &data, 64, false, false, dtype).Train(15));
+    EXPECT_NE(a, float32);
+  }
 }
 
 TEST(TrainerTest, ResumesFromTheServersVersion) {

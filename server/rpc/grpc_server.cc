@@ -15,6 +15,7 @@
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
 #include "common/training_shape.h"
+#include "common/wire_dtype_proto.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/config_protobuf.h"
@@ -268,9 +269,18 @@ class ParameterService final : public grpc::Service {
 
   void Pull(grpc::CallbackServerContext* ctx, const proto::PullRequest* req,
             grpc::ByteBuffer* resp, Reply reply) {
+    WireDType dtype = WireDType::kFloat32;
+    if (req->dtype() != proto::DTYPE_UNSPECIFIED) {
+      absl::StatusOr<WireDType> asked = WireDTypeFromProto(req->dtype());
+      if (!asked.ok()) {
+        return reply(absl::InvalidArgumentError(absl::StrCat(
+            "Pull: worker ", req->worker_rank(), " asks for ", asked.status().message())));
+      }
+      dtype = *asked;
+    }
     std::vector<int32_t> ids(req->chunk_ids().begin(), req->chunk_ids().end());
     DoPull("Pull", ctx, req->session(), req->worker_rank(), req->layout_fingerprint(),
-           req->version(), std::move(ids), resp, std::move(reply));
+           req->version(), std::move(ids), dtype, resp, std::move(reply));
   }
 
   void PushPull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
@@ -278,9 +288,10 @@ class ParameterService final : public grpc::Service {
     std::vector<int32_t> ids;
     uint64_t session, fingerprint;
     int64_t rank, step;
+    WireDType dtype = WireDType::kFloat32;
     {
       WireMessage push;
-      absl::Status s = DoPush(*req, &push);
+      absl::Status s = DoPush(*req, &push, &dtype);
       if (!s.ok()) return reply(s);
       ids.reserve(push.chunks.size());
       for (const WireChunk& c : push.chunks) ids.push_back(c.id);
@@ -293,7 +304,7 @@ class ParameterService final : public grpc::Service {
     // than hold them while the call waits for the other workers.
     const_cast<grpc::ByteBuffer*>(req)->Clear();
     DoPull("PushPull", ctx, session, static_cast<int>(rank), fingerprint, step + 1,
-           std::move(ids), resp, std::move(reply));
+           std::move(ids), dtype, resp, std::move(reply));
   }
 
   absl::Status GetStatus(const proto::StatusRequest*, proto::StatusResponse* resp) {
@@ -363,8 +374,10 @@ class ParameterService final : public grpc::Service {
   }
 
   // Decodes a PushRequest into `push` (whose slices back the payload views)
-  // and hands it to the store.
-  absl::Status DoPush(const grpc::ByteBuffer& req, WireMessage* push) {
+  // and hands it to the store. With `pull_dtype` (a PushPull, which answers
+  // in one dtype) every chunk must have the same dtype, returned there.
+  absl::Status DoPush(const grpc::ByteBuffer& req, WireMessage* push,
+                      WireDType* pull_dtype = nullptr) {
     const int owned = store_->OwnedChunks();
     if (owned == 0) {
       // No layout yet (a worker that pushes here registered with an earlier
@@ -378,12 +391,25 @@ class ParameterService final : public grpc::Service {
     absl::Status s = DecodeWireMessage(req, owned, push);
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("Push: ", s.message()));
     std::vector<ChunkPayload> payloads(push->chunks.size());
+    const char* op = pull_dtype != nullptr ? "PushPull" : "Push";
     for (size_t i = 0; i < payloads.size(); ++i) {
       const WireChunk& c = push->chunks[i];
+      absl::StatusOr<WireDType> dtype = WireDTypeFromProto(c.dtype);
+      if (!dtype.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(op, ": chunk ", c.id, " has ", dtype.status().message()));
+      }
+      if (pull_dtype != nullptr && i > 0 && *dtype != payloads[0].dtype) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            op, ": chunk ", c.id, " is ", WireDTypeName(*dtype), " but chunk ",
+            payloads[0].chunk_id, " is ", WireDTypeName(payloads[0].dtype),
+            "; expected one dtype for all chunks of a push-pull, which answers in it"));
+      }
       payloads[i].chunk_id = c.id;
-      payloads[i].float32 = c.dtype == proto::DTYPE_FLOAT32;
+      payloads[i].dtype = *dtype;
       payloads[i].pieces = c.data;
     }
+    if (pull_dtype != nullptr && !payloads.empty()) *pull_dtype = payloads[0].dtype;
     const int64_t rank = push->Int(kWireWorkerRank);
     return store_->Push(push->scalars[kWireSession],
                         rank < INT32_MIN || rank > INT32_MAX ? -1 : static_cast<int>(rank),
@@ -391,11 +417,12 @@ class ParameterService final : public grpc::Service {
                         push->Int(kWireSampleCount), payloads);
   }
 
-  // Answers with PullResponse bytes whose payloads are the store's buffers,
-  // once every chunk has reached `version`, without holding a thread.
+  // Answers with PullResponse bytes whose payloads are the store's buffers
+  // (its float32 weights, or its narrowed copies of them), once every chunk
+  // has reached `version`, without holding a thread.
   void DoPull(const char* op, grpc::CallbackServerContext* ctx, uint64_t session,
               int worker_rank, uint64_t fingerprint, int64_t version, std::vector<int32_t> ids,
-              grpc::ByteBuffer* resp, Reply reply) {
+              WireDType dtype, grpc::ByteBuffer* resp, Reply reply) {
     std::string peer = ctx->peer();
     absl::Status admitted = AdmitWaiting(op, peer);
     if (!admitted.ok()) return reply(admitted);
@@ -405,16 +432,16 @@ class ParameterService final : public grpc::Service {
     // callback keeps its buffer, and PullAsync copies the ids first.
     const absl::Span<const int32_t> asked(ids);
     store_->PullAsync(
-        session, worker_rank, fingerprint, version, asked, deadline,
-        [this, resp, version, ids = std::move(ids), peer = std::move(peer),
-         reply = std::move(reply)](absl::Status s, std::vector<WeightsRef> weights) {
+        session, worker_rank, fingerprint, version, asked, dtype, deadline,
+        [this, resp, version, dtype, ids = std::move(ids), peer = std::move(peer),
+         reply = std::move(reply)](absl::Status s, std::vector<WireWeights> weights) {
           ReleaseWaiting(peer);
           if (s.ok()) {
             WireMessageBuilder builder;
             for (size_t i = 0; i < ids.size(); ++i) {
-              const WeightsRef& w = weights[i];
-              builder.AddChunk(ids[i], proto::DTYPE_FLOAT32, version, w->data(),
-                               w->size() * sizeof(float), w);
+              WireWeights& w = weights[i];
+              builder.AddChunk(ids[i], WireDTypeToProto(dtype), version, w.bytes.data(),
+                               static_cast<int64_t>(w.bytes.size()), std::move(w.owner));
             }
             *resp = builder.Build();
           }

@@ -12,6 +12,7 @@
 #include "common/init.h"
 #include "common/layout_proto.h"
 #include "common/rpc/channel.h"
+#include "common/wire_dtype.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -301,6 +302,94 @@ TEST_F(GrpcServerTest, BadRequestsGetCodesThatNameTheProblem) {
   proto::StatusResponse status;
   ASSERT_TRUE(Call(&proto::ParameterServer::Stub::GetStatus, proto::StatusRequest(), &status).ok());
   EXPECT_EQ(status.version(), 0);
+}
+
+// A push in bf16 or fp16 is widened on the server, and a push-pull answers
+// in its push's dtype: the server's float32 weights, narrowed once.
+TEST_F(GrpcServerTest, NarrowDTypesThroughTheGeneratedStubs) {
+  for (WireDType dtype : {WireDType::kBf16, WireDType::kFp16}) {
+    SCOPED_TRACE(WireDTypeName(dtype));
+    const proto::DType wire = dtype == WireDType::kBf16 ? proto::DTYPE_BFLOAT16 : proto::DTYPE_FLOAT16;
+    StartServer();
+    const uint64_t s0 = Register(0), s1 = Register(1);
+    auto narrow_push = [&](int rank, uint64_t session, float value) {
+      proto::PushRequest req = PushOf(rank, session, 0, value);
+      for (proto::Chunk& c : *req.mutable_chunks()) {
+        const std::vector<float> v = FloatsOf(c.data());
+        std::string out(v.size() * 2, '\0');
+        EncodeWire(dtype, v.data(), static_cast<int64_t>(v.size()), out.data());
+        c.set_dtype(wire);
+        c.set_data(out);
+      }
+      return req;
+    };
+    proto::PushResponse pushed;
+    ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push, narrow_push(1, s1, 3.0f), &pushed).ok());
+    proto::PullResponse next;
+    grpc::Status st =
+        Call(&proto::ParameterServer::Stub::PushPull, narrow_push(0, s0, 1.0f), &next);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+
+    // The float32 weights, and what a narrow pull makes of them.
+    proto::PullResponse exact, pulled;
+    ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Pull, PullOf(1, s1, 1), &exact).ok());
+    const std::vector<float> w0 = InitialWeights(), w1 = Flat(exact, 1);
+    for (size_t i = 0; i < w0.size(); ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 2.0f) << i;
+    proto::PullRequest narrow_pull = PullOf(1, s1, 1);
+    narrow_pull.set_dtype(wire);
+    ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Pull, narrow_pull, &pulled).ok());
+    ASSERT_EQ(next.chunks_size(), layout_.chunks().size());
+    ASSERT_EQ(pulled.chunks_size(), layout_.chunks().size());
+    size_t offset = 0;
+    for (int i = 0; i < next.chunks_size(); ++i) {
+      const proto::Chunk& c = next.chunks(i);
+      EXPECT_EQ(c.dtype(), wire);
+      EXPECT_EQ(c.version(), 1);
+      const int64_t n = layout_.chunks()[c.chunk_id()].num_elements;
+      std::string expected(n * 2, '\0');
+      EncodeWire(dtype, w1.data() + offset, n, expected.data());
+      EXPECT_EQ(c.data(), expected) << "chunk " << c.chunk_id();
+      EXPECT_EQ(pulled.chunks(i).data(), expected) << "chunk " << c.chunk_id();
+      EXPECT_EQ(pulled.chunks(i).dtype(), wire);
+      offset += n;
+    }
+  }
+}
+
+TEST_F(GrpcServerTest, BadNarrowRequestsNameTheChunkAndTheValue) {
+  StartServer();
+  const uint64_t s0 = Register(0);
+  proto::PushResponse pushed;
+  proto::PullResponse pulled;
+  // Chunk 1 holds 2 values: 4 bytes in bf16, not 8.
+  proto::PushRequest push = PushOf(0, s0, 0, 1.0f);
+  push.mutable_chunks(1)->set_dtype(proto::DTYPE_BFLOAT16);
+  grpc::Status st = Call(&proto::ParameterServer::Stub::Push, push, &pushed);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(st.error_message(), "Push: chunk 1 has 8 bytes, layout says 4 (2 values of bf16)");
+  push.mutable_chunks(1)->set_dtype(static_cast<proto::DType>(9));
+  st = Call(&proto::ParameterServer::Stub::Push, push, &pushed);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(st.error_message(),
+            "Push: chunk 1 has dtype 9, expected DTYPE_FLOAT32 (1), DTYPE_BFLOAT16 (2) or "
+            "DTYPE_FLOAT16 (3)");
+  // One push-pull answers in one dtype.
+  push = PushOf(0, s0, 0, 1.0f);
+  push.mutable_chunks(2)->set_dtype(proto::DTYPE_FLOAT16);
+  push.mutable_chunks(2)->set_data(std::string(4, '\0'));
+  st = Call(&proto::ParameterServer::Stub::PushPull, push, &pulled);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("PushPull: chunk 2 is fp16 but chunk 0 is float32"));
+  proto::PullRequest pull = PullOf(0, s0, 0);
+  pull.set_dtype(static_cast<proto::DType>(42));
+  st = Call(&proto::ParameterServer::Stub::Pull, pull, &pulled);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("Pull: worker 0 asks for dtype 42, expected"));
+  // Nothing was applied.
+  proto::StatusResponse status;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::GetStatus, proto::StatusRequest(), &status).ok());
+  EXPECT_EQ(status.version(), 0);
+  EXPECT_TRUE(status.waiting_for().empty());
 }
 
 TEST_F(GrpcServerTest, OversizedRequestIsRefusedByTheTransport) {

@@ -31,6 +31,7 @@
 #include "common/security.h"
 #include "common/subprocess.h"
 #include "common/throwaway_pki.h"
+#include "common/wire_dtype.h"
 #include "server/optimizer.h"
 #include "tests/bench/baselines.h"
 #include "worker/client/rpc/grpc_ps_client.h"
@@ -51,6 +52,8 @@ ABSL_FLAG(double, compute_ms, 0, "Overlap mode: simulated backward time per tens
 ABSL_FLAG(bool, deterministic, false, "Servers in deterministic mode.");
 ABSL_FLAG(int, receive_memory_mb, 0, "The servers' --receive_memory_mb (0: no quota).");
 ABSL_FLAG(double, momentum, 0.9, "The servers' SGD momentum (0: plain SGD, no momentum buffer).");
+ABSL_FLAG(std::string, wire_dtype, "float32",
+          "How the clients send gradients and ask for weights: float32, bf16 or fp16.");
 ABSL_FLAG(bool, baselines, true, "Also time plain TCP and plain gRPC (off: psync only, for profiling).");
 ABSL_FLAG(std::string, label, "", "Name of this configuration in the output.");
 ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server (default: bazel-bin).");
@@ -124,6 +127,7 @@ absl::Status RunClient() {
   o.worker_rank = absl::GetFlag(FLAGS_worker_rank);
   o.num_workers = absl::GetFlag(FLAGS_num_workers);
   o.max_request_bytes = absl::GetFlag(FLAGS_request_kb) << 10;
+  PSYNC_ASSIGN_OR_RETURN(o.wire_dtype, ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
   if (!absl::GetFlag(FLAGS_tls_dir).empty()) {
     PSYNC_ASSIGN_OR_RETURN(o.security,
                            LoadPeerSecurity(ThrowawayPkiIn(absl::GetFlag(FLAGS_tls_dir))));
@@ -266,6 +270,7 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
                      absl::StrCat("--tensors=", absl::GetFlag(FLAGS_tensors)),
                      absl::StrCat("--chunk_kb=", absl::GetFlag(FLAGS_chunk_kb)),
                      absl::StrCat("--request_kb=", absl::GetFlag(FLAGS_request_kb)),
+                     "--wire_dtype=" + absl::GetFlag(FLAGS_wire_dtype),
                      absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
                      absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
                      absl::StrCat("--compute_ms=", absl::GetFlag(FLAGS_compute_ms)),
@@ -370,6 +375,7 @@ absl::Status RunDriver() {
     return absl::InvalidArgumentError(
         "--num_servers, --num_workers, --tensors, --steps, --runs and --model_mb must be positive");
   }
+  PSYNC_RETURN_IF_ERROR(ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)).status());
   char dir_template[] = "/tmp/psync_bench.XXXXXX";
   if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
   const std::string dir = dir_template;
@@ -428,16 +434,17 @@ absl::Status RunDriver() {
                                 ? absl::StrFormat("%dw x %ds %.3gMiB", n, k, mb)
                                 : absl::GetFlag(FLAGS_label);
   std::printf("\n== %s: %d workers x %d servers, %.3f MiB in %d tensors, chunk %lld KiB, "
-              "%d runs x %d steps ==\n",
+              "wire %s, %d runs x %d steps ==\n",
               label.c_str(), n, k, mb, absl::GetFlag(FLAGS_tensors),
-              static_cast<long long>(absl::GetFlag(FLAGS_chunk_kb)), runs,
-              absl::GetFlag(FLAGS_steps));
+              static_cast<long long>(absl::GetFlag(FLAGS_chunk_kb)),
+              absl::GetFlag(FLAGS_wire_dtype).c_str(), runs, absl::GetFlag(FLAGS_steps));
   std::printf("%-26s %12s %12s %16s\n", "", "median ms", "p90 ms", "GB/s push+pull");
   std::string json = absl::StrFormat(
       "{\"label\": \"%s\", \"workers\": %d, \"servers\": %d, \"model_bytes\": %d, "
-      "\"tensors\": %d, \"chunk_kb\": %d, \"runs\": %d, \"steps\": %d",
+      "\"tensors\": %d, \"chunk_kb\": %d, \"wire_dtype\": \"%s\", \"runs\": %d, "
+      "\"steps\": %d",
       label, n, k, ModelBytes(), absl::GetFlag(FLAGS_tensors), absl::GetFlag(FLAGS_chunk_kb),
-      runs, absl::GetFlag(FLAGS_steps));
+      absl::GetFlag(FLAGS_wire_dtype), runs, absl::GetFlag(FLAGS_steps));
   auto row = [&](const std::string& name, const std::string& key) {
     const Figures f = Summarize(figures[key]);
     const double gbps = 2.0 * ModelBytes() / (f.median / 1e3) / 1e9;

@@ -11,9 +11,9 @@ namespace {
 class LocalPsClient final : public PsClient {
  public:
   LocalPsClient(const Layout& layout, std::vector<ShardStore*> stores, int worker_rank,
-                int num_workers, absl::Duration timeout)
+                int num_workers, absl::Duration timeout, WireDType wire_dtype)
       : layout_(layout), stores_(std::move(stores)), rank_(worker_rank),
-        num_workers_(num_workers), timeout_(timeout) {}
+        num_workers_(num_workers), timeout_(timeout), wire_dtype_(wire_dtype) {}
 
   absl::StatusOr<int64_t> Register() override {
     int64_t version = INT64_MAX;
@@ -61,16 +61,22 @@ class LocalPsClient final : public PsClient {
   // Pushes at once; the pull waits for Wait().
   absl::Status StartPushPull(int64_t step, int64_t sample_count, int first_tensor,
                              int end_tensor, const float* grads, float* weights) override {
+    const int width = WireBytes(wire_dtype_);
     for (int s = 0; s < static_cast<int>(stores_.size()); ++s) {
       std::vector<ChunkPayload> payloads;
       std::vector<int32_t> ids;
+      std::vector<std::vector<char>> narrowed;  // until the synchronous Push returns
       for (int32_t id : layout_.ChunksOnServer(s)) {
         const ChunkInfo& c = layout_.chunks()[id];
         if (c.tensor < first_tensor || c.tensor >= end_tensor) continue;
         ids.push_back(id);
-        payloads.push_back({id, true,
-                            {absl::string_view(reinterpret_cast<const char*>(grads + c.flat_offset),
-                                               c.bytes())}});
+        absl::string_view bytes(reinterpret_cast<const char*>(grads + c.flat_offset), c.bytes());
+        if (wire_dtype_ != WireDType::kFloat32) {
+          std::vector<char>& out = narrowed.emplace_back(c.num_elements * width);
+          EncodeWire(wire_dtype_, grads + c.flat_offset, c.num_elements, out.data());
+          bytes = absl::string_view(out.data(), out.size());
+        }
+        payloads.push_back({id, wire_dtype_, {bytes}});
       }
       if (ids.empty()) continue;
       PSYNC_RETURN_IF_ERROR(
@@ -103,14 +109,20 @@ class LocalPsClient final : public PsClient {
                           float* weights) {
     absl::Status bad_version;
     PSYNC_RETURN_IF_ERROR(stores_[s]->Pull(
-        sessions_[s], rank_, layout_.fingerprint(), version, ids, absl::Now() + timeout_,
-        [&](int32_t id, int64_t v, const WeightsRef& w) {
+        sessions_[s], rank_, layout_.fingerprint(), version, ids, wire_dtype_,
+        absl::Now() + timeout_, [&](int32_t id, int64_t v, const WireWeights& w) {
+          const ChunkInfo& c = layout_.chunks()[id];
           if (v != version) {
             bad_version = absl::FailedPreconditionError(
                 absl::StrCat("Pull: chunk ", id, " is at version ", v, ", expected ", version));
+          } else if (static_cast<int64_t>(w.bytes.size()) !=
+                     c.num_elements * WireBytes(wire_dtype_)) {
+            bad_version = absl::DataLossError(absl::StrCat(
+                "Pull: chunk ", id, " has ", w.bytes.size(), " bytes, expected ",
+                c.num_elements * WireBytes(wire_dtype_)));
+          } else {
+            DecodeWire(wire_dtype_, w.bytes.data(), c.num_elements, weights + c.flat_offset);
           }
-          std::memcpy(weights + layout_.chunks()[id].flat_offset, w->data(),
-                      w->size() * sizeof(float));
         }));
     return bad_version;
   }
@@ -120,6 +132,7 @@ class LocalPsClient final : public PsClient {
   const int rank_;
   const int num_workers_;
   const absl::Duration timeout_;
+  const WireDType wire_dtype_;
   std::vector<PendingPull> pending_;
   std::vector<uint64_t> sessions_;  // by server, from Register
 };
@@ -128,9 +141,9 @@ class LocalPsClient final : public PsClient {
 
 std::unique_ptr<PsClient> CreateLocalPsClient(const Layout& layout, std::vector<ShardStore*> stores,
                                               int worker_rank, int num_workers,
-                                              absl::Duration timeout) {
+                                              absl::Duration timeout, WireDType wire_dtype) {
   return std::make_unique<LocalPsClient>(layout, std::move(stores), worker_rank, num_workers,
-                                         timeout);
+                                         timeout, wire_dtype);
 }
 
 }  // namespace psync

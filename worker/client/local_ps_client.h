@@ -7,15 +7,18 @@
 #include <vector>
 
 #include "common/layout.h"
+#include "common/wire_dtype.h"
 #include "server/shard_store.h"
 #include "worker/client/ps_client.h"
 
 namespace psync {
 
-// `stores` (by server rank) must outlive the client.
+// `stores` (by server rank) must outlive the client. Gradients and weights
+// pass in `wire_dtype`, narrowed and widened as the gRPC client does.
 std::unique_ptr<PsClient> CreateLocalPsClient(const Layout& layout, std::vector<ShardStore*> stores,
                                               int worker_rank, int num_workers,
-                                              absl::Duration timeout = absl::Seconds(30));
+                                              absl::Duration timeout = absl::Seconds(30),
+                                              WireDType wire_dtype = WireDType::kFloat32);
 
 }  // namespace psync
 

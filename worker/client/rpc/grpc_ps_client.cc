@@ -11,11 +11,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/types/span.h"
 #include "common/incarnation.h"
 #include "common/layout_proto.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
+#include "common/wire_dtype_proto.h"
 #include "glog/logging.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -271,6 +273,10 @@ class GrpcPsClient final : public PsClient {
       req.set_version(version);
       req.set_session(Session(server));
       for (int32_t id : ids) req.add_chunk_ids(id);
+      // Unset (float32) unless narrowed: the same bytes as before the field.
+      if (options_.wire_dtype != WireDType::kFloat32) {
+        req.set_dtype(WireDTypeToProto(options_.wire_dtype));
+      }
       grpc::Slice slice(req.SerializeAsString());
       Launch(server, /*push=*/false, version, ids, weights, grpc::ByteBuffer(&slice, 1),
              /*defer=*/false);
@@ -305,8 +311,8 @@ class GrpcPsClient final : public PsClient {
         size_t end = begin;
         int64_t bytes = 0;
         while (end < ids.size() &&
-               (end == begin || bytes + layout_.chunks()[ids[end]].bytes() <= request_bytes)) {
-          bytes += layout_.chunks()[ids[end++]].bytes();
+               (end == begin || bytes + WireSize(ids[end]) <= request_bytes)) {
+          bytes += WireSize(ids[end++]);
         }
         WireMessageBuilder push;
         push.SetScalar(kWireWorkerRank, options_.worker_rank);
@@ -314,10 +320,7 @@ class GrpcPsClient final : public PsClient {
         push.SetScalar(kWireStep, step);
         push.SetScalar(kWireSampleCount, sample_count);
         push.SetScalar(kWireSession, session);
-        for (size_t i = begin; i < end; ++i) {
-          const ChunkInfo& info = layout_.chunks()[ids[i]];
-          push.AddChunk(ids[i], proto::DTYPE_FLOAT32, 0, grads + info.flat_offset, info.bytes());
-        }
+        AddGradients(push, absl::MakeConstSpan(ids).subspan(begin, end - begin), bytes, grads);
         Launch(server, /*push=*/true, step + 1,
                std::vector<int32_t>(ids.begin() + begin, ids.begin() + end), weights, push.Build(),
                defer);
@@ -539,8 +542,39 @@ class GrpcPsClient final : public PsClient {
                                      options_.server_addresses[server], "): ", st.error_message()));
   }
 
+  // Bytes of chunk `id` on the wire in this client's dtype.
+  int64_t WireSize(int32_t id) const {
+    return layout_.chunks()[id].num_elements * WireBytes(options_.wire_dtype);
+  }
+
+  // Adds the gradients of `ids` (`bytes` on the wire together) to `push`:
+  // float32 straight from `grads`, which the caller keeps until Wait();
+  // a 2-byte dtype narrowed into one buffer that the request owns (and
+  // keeps for its retries).
+  void AddGradients(WireMessageBuilder& push, absl::Span<const int32_t> ids, int64_t bytes,
+                    const float* grads) const {
+    const proto::DType dtype = WireDTypeToProto(options_.wire_dtype);
+    if (options_.wire_dtype == WireDType::kFloat32) {
+      for (int32_t id : ids) {
+        const ChunkInfo& info = layout_.chunks()[id];
+        push.AddChunk(id, dtype, 0, grads + info.flat_offset, info.bytes());
+      }
+      return;
+    }
+    auto narrowed = std::make_shared<std::vector<char>>(static_cast<size_t>(bytes));
+    char* out = narrowed->data();
+    for (int32_t id : ids) {
+      const ChunkInfo& info = layout_.chunks()[id];
+      EncodeWire(options_.wire_dtype, grads + info.flat_offset, info.num_elements, out);
+      push.AddChunk(id, dtype, 0, out, WireSize(id), narrowed);
+      out += WireSize(id);
+    }
+  }
+
   // Checks that the server returned exactly the chunks asked for, at the
-  // expected version, and copies them into the flat vector.
+  // expected version, and widens them into the flat vector. A chunk may
+  // come in any dtype the wire knows (a server that predates narrow pulls
+  // answers float32), its size checked against that dtype.
   absl::Status CopyWeights(const ChunkCall& call) {
     WireMessage response;
     absl::Status s = DecodeWireMessage(call.response, call.chunk_ids.size(), &response);
@@ -566,11 +600,29 @@ class GrpcPsClient final : public PsClient {
             call.op, ": chunk ", c.id, " from server ", call.server, " is at version ",
             c.version, ", expected ", call.version));
       }
-      if (c.data_size != info.bytes()) {
-        return absl::DataLossError(absl::StrCat(call.op, ": chunk ", c.id, " has ", c.data_size,
-                                                " bytes, layout says ", info.bytes()));
+      absl::StatusOr<WireDType> dtype = WireDTypeFromProto(c.dtype);
+      if (!dtype.ok()) {
+        return absl::DataLossError(absl::StrCat(call.op, ": chunk ", c.id, " from server ",
+                                                call.server, " has ", dtype.status().message()));
       }
-      CopyPieces(c.data, call.weights + info.flat_offset);
+      const int64_t expected = info.num_elements * WireBytes(*dtype);
+      if (c.data_size != expected) {
+        return absl::DataLossError(absl::StrCat(
+            call.op, ": chunk ", c.id, " has ", c.data_size, " bytes, layout says ", expected,
+            *dtype == WireDType::kFloat32
+                ? std::string()
+                : absl::StrCat(" (", info.num_elements, " values of ", WireDTypeName(*dtype),
+                               ")")));
+      }
+      float* out = call.weights + info.flat_offset;
+      if (*dtype == WireDType::kFloat32) {
+        CopyPieces(c.data, out);
+      } else {
+        ForEachValueRun(c.data, WireBytes(*dtype),
+                        [&](int64_t first, const char* bytes, int64_t count) {
+                          DecodeWire(*dtype, bytes, count, out + first);
+                        });
+      }
     }
     return absl::OkStatus();
   }

@@ -12,6 +12,7 @@
 #include "common/layout.h"
 #include "common/security.h"
 #include "common/training_shape.h"
+#include "common/wire_dtype.h"
 #include "worker/client/ps_client.h"
 #include "worker/trace.h"
 
@@ -43,6 +44,9 @@ struct GrpcPsClientOptions {
   // (--max_waiting_calls). On 2 cores, 16 MiB in 1 MiB requests took about
   // 0.8 times as long as in one (README "Performance").
   int64_t max_request_bytes = 1 << 20;
+  // How gradients and weights travel (--wire_dtype): a 2-byte dtype halves
+  // the bytes of a step; the servers keep float32 master weights.
+  WireDType wire_dtype = WireDType::kFloat32;
   // TLS and the token on every call (see common/security.h).
   PeerSecurity security;
   // If set, each push-pull call to a server is recorded (not owned).

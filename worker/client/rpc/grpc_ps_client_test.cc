@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/free_ports.h"
 #include "common/init.h"
+#include "common/wire_dtype.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -107,6 +108,11 @@ class FakeService final : public proto::ParameterServer::Service {
   grpc::Status failure ABSL_GUARDED_BY(mu){grpc::StatusCode::UNAVAILABLE, "restarting"};
   int64_t version_skew ABSL_GUARDED_BY(mu) = 0;  // added to answered versions
   bool drop_last_chunk ABSL_GUARDED_BY(mu) = false;
+  // Answered chunks lose their last byte / get this dtype (0: as pushed).
+  bool truncate_data ABSL_GUARDED_BY(mu) = false;
+  int answer_dtype ABSL_GUARDED_BY(mu) = 0;
+  // The dtype of the last push-pull's first chunk.
+  int pushed_dtype ABSL_GUARDED_BY(mu) = 0;
   // Register answers these versions, or fails with `register_failure`.
   int64_t version ABSL_GUARDED_BY(mu) = 0;
   int64_t max_version ABSL_GUARDED_BY(mu) = 0;
@@ -142,7 +148,10 @@ class FakeService final : public proto::ParameterServer::Service {
       proto::Chunk* out = resp->add_chunks();
       *out = c;
       out->set_version(req->step() + 1 + version_skew);
+      if (truncate_data) out->mutable_data()->pop_back();
+      if (answer_dtype != 0) out->set_dtype(static_cast<proto::DType>(answer_dtype));
     }
+    if (req->chunks_size() > 0) pushed_dtype = req->chunks(0).dtype();
     if (drop_last_chunk) resp->mutable_chunks()->RemoveLast();
     return grpc::Status::OK;
   }
@@ -174,8 +183,10 @@ struct FakeServer {
 std::unique_ptr<PsClient> Client(const Layout& layout, std::vector<std::string> addresses,
                                  int rank = 0, int workers = 1,
                                  absl::Duration connect_timeout = absl::Seconds(10),
-                                 absl::Duration call_timeout = absl::Seconds(20)) {
+                                 absl::Duration call_timeout = absl::Seconds(20),
+                                 WireDType wire_dtype = WireDType::kFloat32) {
   GrpcPsClientOptions o;
+  o.wire_dtype = wire_dtype;
   o.server_addresses = std::move(addresses);
   o.worker_rank = rank;
   o.num_workers = workers;
@@ -244,6 +255,78 @@ TEST(GrpcPsClientTest, TrainsStepsAgainstTwoServers) {
   ASSERT_TRUE(client->Wait().ok());
   for (size_t i = 0; i < w.size(); ++i) EXPECT_FLOAT_EQ(w[i], w0[i] - 2.0f) << i;
   EXPECT_EQ(client->Finish(2), absl::OkStatus());
+}
+
+// With a 2-byte wire dtype the client narrows gradients and widens weights:
+// it ends with the servers' float32 weights rounded through the dtype.
+TEST(GrpcPsClientTest, TrainsStepsInEachNarrowDType) {
+  for (WireDType dtype : {WireDType::kBf16, WireDType::kFp16}) {
+    SCOPED_TRACE(WireDTypeName(dtype));
+    const Layout layout = TestLayout(2);
+    InProcessServer s0(0, 2, 1), s1(1, 2, 1);
+    auto client = Client(layout, {s0.address(), s1.address()}, 0, 1, absl::Seconds(10),
+                         absl::Seconds(20), dtype);
+    ExpectVersion(client->Register(), 0);
+    auto rounded = [dtype](std::vector<float> v) {
+      std::vector<char> wire(v.size() * 2);
+      EncodeWire(dtype, v.data(), static_cast<int64_t>(v.size()), wire.data());
+      DecodeWire(dtype, wire.data(), static_cast<int64_t>(v.size()), v.data());
+      return v;
+    };
+    std::vector<float> expected = InitialWeights(layout);
+    std::vector<float> w(expected.size());
+    ASSERT_TRUE(client->Pull(0, w.data()).ok());
+    EXPECT_EQ(w, rounded(expected));
+
+    // 2 and 6 are exact in both dtypes: the servers subtract exactly 1 and 3.
+    const std::vector<float> grads(w.size(), 2.0f), more(w.size(), 6.0f);
+    ASSERT_TRUE(client->PushPull(0, 2, grads.data(), w.data()).ok());
+    for (float& v : expected) v -= 1.0f;
+    EXPECT_EQ(w, rounded(expected));
+    for (int t = client->num_tensors() - 1; t >= 0; --t) {
+      ASSERT_TRUE(client->StartPushPull(1, 2, t, t + 1, more.data(), w.data()).ok());
+    }
+    ASSERT_TRUE(client->Wait().ok());
+    for (float& v : expected) v -= 3.0f;
+    EXPECT_EQ(w, rounded(expected));
+    EXPECT_EQ(client->Finish(2), absl::OkStatus());
+  }
+}
+
+TEST(GrpcPsClientTest, NarrowAnswersOfTheWrongSizeOrDTypeAreRefused) {
+  const Layout layout = TestLayout(1);
+  FakeServer fake;
+  auto client = Client(layout, {fake.address()}, 0, 1, absl::Seconds(10), absl::Seconds(20),
+                       WireDType::kBf16);
+  ASSERT_TRUE(client->Register().ok());
+  std::vector<float> grads(layout.total_elements(), 0.5f), w(grads.size());
+  // The fake answers the pushed gradients: bf16, widened back.
+  ASSERT_TRUE(client->PushPull(0, 1, grads.data(), w.data()).ok());
+  EXPECT_EQ(w, grads);
+  {
+    absl::MutexLock lock(&fake.service.mu);
+    EXPECT_EQ(fake.service.pushed_dtype, proto::DTYPE_BFLOAT16);
+    fake.service.truncate_data = true;
+  }
+  absl::Status s = client->PushPull(0, 1, grads.data(), w.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("chunk 0 has 3 bytes, layout says 4 (2 values of bf16)"));
+  {
+    absl::MutexLock lock(&fake.service.mu);
+    fake.service.truncate_data = false;
+    fake.service.answer_dtype = 9;
+  }
+  s = client->PushPull(0, 1, grads.data(), w.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("chunk 0 from server 0 has dtype 9, expected"));
+  {
+    // A server that answers float32 (one that predates narrow pulls) is read as such.
+    absl::MutexLock lock(&fake.service.mu);
+    fake.service.answer_dtype = proto::DTYPE_FLOAT32;
+  }
+  s = client->PushPull(0, 1, grads.data(), w.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("chunk 0 has 4 bytes, layout says 8"));
 }
 
 TEST(GrpcPsClientTest, RetriesUnavailableUntilTheServerAnswers) {

@@ -376,12 +376,12 @@ TEST_F(ShardStoreTest, AStepsFirstPushRetiresTheVersionBefore) {
     SCOPED_TRACE(hold ? "version 0 held by a transport" : "nothing held");
     Make(2, false, {0.5f, 0.9f, 0.0f});
     for (int w = 0; w < 2; ++w) ASSERT_TRUE(Push(w, 0, 1, 0, {1.0f, 2.0f}).ok());
-    WeightsRef held;
+    WireWeights held;
     if (hold) {
       int32_t ids[] = {0};
-      ASSERT_TRUE(store_->Pull(S(0), 0, layout_.fingerprint(), 0, ids,
+      ASSERT_TRUE(store_->Pull(S(0), 0, layout_.fingerprint(), 0, ids, WireDType::kFloat32,
                                absl::Now() + absl::Seconds(1),
-                               [&](int32_t, int64_t, const WeightsRef& w) { held = w; })
+                               [&](int32_t, int64_t, const WireWeights& w) { held = w; })
                       .ok());
     }
     ASSERT_TRUE(Pull(0, 0).ok());  // kept until the next step starts
@@ -404,7 +404,9 @@ TEST_F(ShardStoreTest, AStepsFirstPushRetiresTheVersionBefore) {
       const float w1 = w0[i] - 0.5f * g0;
       EXPECT_FLOAT_EQ(got->second[i], w1 - 0.5f * (0.9f * g0 + g1)) << "element " << i;
     }
-    if (hold) EXPECT_EQ(*held, w0);
+    if (hold) {
+      EXPECT_EQ(Widen(WireDType::kFloat32, held.bytes), w0);
+    }
   }
 }
 

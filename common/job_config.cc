@@ -228,8 +228,6 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                s.max_waiting_per_connection() >= 1 &&
                    s.max_waiting_per_connection() <= s.max_waiting_calls(),
                "1..server.max_waiting_calls");
-  check.Expect("receive_memory_mb", s.receive_memory_mb() >= 0 && s.receive_memory_mb() <= 65536,
-               "0..65536 (0: no quota)");
   check.Expect("health_port", s.health_port() >= 0 && s.health_port() <= 65535,
                "0..65535 (0: none)");
   check.Expect("health_port", s.health_port() == 0 || s.health_port() != s.port(),

@@ -54,8 +54,6 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
   EXPECT_TRUE(Load("security { auth_token_file: \"t\" }").ok());  // token alone: allowed
   EXPECT_EQ(Load("server { port: 7070 health_port: 7070 }").status().message(),
             "job.pbtxt:1: server.health_port is 7070, expected another port than server.port");
-  EXPECT_THAT(Load("server { receive_memory_mb: -1 }").status().message(),
-              HasSubstr("server.receive_memory_mb is -1, expected 0..65536 (0: no quota)"));
   EXPECT_THAT(Load("server { health_port: 70000 }").status().message(),
               HasSubstr("server.health_port is 70000, expected 0..65535"));
   EXPECT_EQ(Load("observability { log_format: \"xml\" }").status().message(),

@@ -94,9 +94,6 @@ ABSL_FLAG(int32_t, max_waiting_calls, 4096,
           "RESOURCE_EXHAUSTED, which workers retry.");
 ABSL_FLAG(int32_t, max_waiting_per_connection, 1024,
           "Of --max_waiting_calls, at most this many from one connection.");
-ABSL_FLAG(int32_t, receive_memory_mb, 0,
-          "gRPC's memory quota for a server's connections, in MiB (bounds the bytes received "
-          "ahead of the handlers; keep it above workers x 1 MiB); 0: none.");
 ABSL_FLAG(int32_t, health_port, 0,
           "A plaintext port serving only the gRPC health service (for Kubernetes probes, which "
           "speak no TLS); 0: none.");

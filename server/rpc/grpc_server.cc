@@ -498,8 +498,7 @@ class GrpcServerImpl final : public GrpcServer {
         security_(options.security),
         health_address_(options.health_address),
         handshake_timeout_(options.handshake_timeout),
-        idle_timeout_(options.idle_timeout),
-        receive_memory_bytes_(options.receive_memory_bytes) {}
+        idle_timeout_(options.idle_timeout) {}
   ~GrpcServerImpl() override { Shutdown(absl::Now()); }
 
   absl::Status Start(const std::string& address) {
@@ -525,10 +524,6 @@ class GrpcServerImpl final : public GrpcServer {
         std::min<int64_t>(store_->options().max_message_bytes, INT32_MAX));
     builder.SetMaxReceiveMessageSize(limit);
     builder.SetMaxSendMessageSize(limit);
-    if (receive_memory_bytes_ > 0) {
-      quota_.Resize(static_cast<size_t>(receive_memory_bytes_));
-      builder.SetResourceQuota(quota_);
-    }
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       return absl::UnavailableError(absl::StrCat("GrpcServer: cannot listen on ", address));
@@ -587,8 +582,6 @@ class GrpcServerImpl final : public GrpcServer {
   const PeerSecurity security_;
   const std::string health_address_;
   const absl::Duration handshake_timeout_, idle_timeout_;
-  const int64_t receive_memory_bytes_;
-  grpc::ResourceQuota quota_{"psync_server"};
   std::unique_ptr<grpc::Server> server_;
   HealthPortService health_port_service_;
   std::unique_ptr<grpc::Server> health_server_;  // null without health_address_
@@ -602,11 +595,6 @@ class GrpcServerImpl final : public GrpcServer {
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(ShardStore* store,
                                                                const GrpcServerOptions& options) {
-  if (options.receive_memory_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GrpcServer: receive_memory_bytes is ", options.receive_memory_bytes,
-        ", expected >= 0 (0: no quota)"));
-  }
   if (options.max_waiting_calls < 1 || options.max_waiting_per_connection < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GrpcServer: max_waiting_calls is ", options.max_waiting_calls,

@@ -26,11 +26,6 @@ struct GrpcServerOptions {
   // past either a call gets RESOURCE_EXHAUSTED and changes nothing.
   int max_waiting_calls = 4096;
   int max_waiting_per_connection = 1024;
-  // gRPC's memory quota for this server's connections: near it their
-  // transports shrink their flow-control windows, which bounds the bytes
-  // received ahead of the handlers (a message is still received whole, so
-  // requests should be much smaller than this); 0: no quota.
-  int64_t receive_memory_bytes = 0;
   // Server 0's: answers other servers' Join calls. Must outlive the server.
   Coordinator* coordinator = nullptr;
   // For GetStatus: this process's incarnation, and the newest restorable

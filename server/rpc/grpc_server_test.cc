@@ -62,7 +62,6 @@ class GrpcServerTest : public ::testing::Test {
     so.security = security;
     so.health_address = health_address;
     so.metrics = metrics_;
-    so.receive_memory_bytes = receive_memory_bytes_;
     auto server = GrpcServer::Start(store_.get(), so);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -182,7 +181,6 @@ class GrpcServerTest : public ::testing::Test {
 
   const Layout layout_ = TestLayout();
   MetricRegistry* metrics_ = nullptr;  // given to the next StartServer
-  int64_t receive_memory_bytes_ = 0;   // likewise
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<GrpcServer> server_;
@@ -234,28 +232,6 @@ TEST_F(GrpcServerTest, AStepThroughTheGeneratedStubs) {
   ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push, PushOf(1, s1, 0, 50.0f), &pushed).ok());
   ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Pull, PullOf(1, s1, 1), &pulled).ok());
   EXPECT_EQ(Flat(pulled, 1), w1);
-}
-
-// A memory quota (--receive_memory_mb) bounds what the transport buffers;
-// calls within it go through as without one.
-TEST_F(GrpcServerTest, AStepWithAReceiveMemoryQuota) {
-  receive_memory_bytes_ = 4 << 20;
-  StartServer();
-  const uint64_t s0 = Register(0), s1 = Register(1);
-  proto::PushResponse pushed;
-  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push, PushOf(1, s1, 0, 3.0f), &pushed).ok());
-  proto::PullResponse next;
-  grpc::Status st = Call(&proto::ParameterServer::Stub::PushPull, PushOf(0, s0, 0, 1.0f), &next);
-  ASSERT_TRUE(st.ok()) << st.error_message();
-  const std::vector<float> w0 = InitialWeights(), w1 = Flat(next, 1);
-  ASSERT_EQ(w1.size(), w0.size());
-  for (size_t i = 0; i < w0.size(); ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 2.0f) << i;
-
-  GrpcServerOptions bad;
-  bad.receive_memory_bytes = -1;
-  auto refused = GrpcServer::Start(store_.get(), bad);
-  EXPECT_EQ(refused.status().message(),
-            "GrpcServer: receive_memory_bytes is -1, expected >= 0 (0: no quota)");
 }
 
 TEST_F(GrpcServerTest, BadRequestsGetCodesThatNameTheProblem) {

@@ -24,8 +24,6 @@ run --label="16 MiB push-pull, bf16 on the wire" --model_mb=16 --tensors=4 --ste
 mem() { run --model_mb=64 --tensors=8 --num_workers=4 --num_servers=1 --steps=3 --runs=3 \
   --baselines=false "$@"; }
 mem --label="memory, 64 MiB, 4w x 1s, plain SGD" --momentum=0
-mem --label="memory, 64 MiB, 4w x 1s, plain SGD, --receive_memory_mb=16" --momentum=0 \
-  --receive_memory_mb=16
 mem --label="memory, 64 MiB, 4w x 1s, momentum 0.9" --momentum=0.9
 mem --label="memory, 64 MiB, 4w x 1s, deterministic" --momentum=0 --deterministic
 run --label="overlap, 16 MiB in 8 layers, 4 ms each" --model_mb=16 --tensors=8 --compute_ms=4 \

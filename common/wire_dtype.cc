@@ -267,6 +267,12 @@ absl::string_view WireDTypeName(WireDType dtype) {
 
 int WireBytes(WireDType dtype) { return dtype == WireDType::kFloat32 ? 4 : 2; }
 
+std::string ExpectedWireBytes(int64_t num_elements, WireDType dtype) {
+  const int64_t bytes = num_elements * WireBytes(dtype);
+  if (dtype == WireDType::kFloat32) return absl::StrCat(bytes);
+  return absl::StrCat(bytes, " (", num_elements, " values of ", WireDTypeName(dtype), ")");
+}
+
 // One dispatch per call; the kernels run the loops.
 void EncodeWire(WireDType dtype, const float* in, int64_t n, char* out) {
   namespace wi = wire_dtype_internal;

@@ -27,6 +27,7 @@
 #define PSYNC_COMMON_WIRE_DTYPE_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -44,6 +45,10 @@ absl::string_view WireDTypeName(WireDType dtype);
 
 // Bytes of one value on the wire: 4, 2 or 2.
 int WireBytes(WireDType dtype);
+
+// What a chunk of `num_elements` values must have on the wire, as errors
+// say it: "1024" for float32, "512 (256 values of bf16)" otherwise.
+std::string ExpectedWireBytes(int64_t num_elements, WireDType dtype);
 
 // Writes in[0..n) as n * WireBytes(dtype) bytes at `out`. REQUIRES: n >= 0.
 void EncodeWire(WireDType dtype, const float* in, int64_t n, char* out);

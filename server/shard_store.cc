@@ -357,14 +357,10 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
   PSYNC_RETURN_IF_ERROR(ValidateChunkIds("Push", *shard, ids));
   for (const ChunkPayload& p : chunks) {
     const ChunkInfo& info = shard->chunks[p.chunk_id]->info;
-    const int64_t expected = info.num_elements * WireBytes(p.dtype);
-    if (p.size() != expected) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Push: chunk ", p.chunk_id, " has ", p.size(), " bytes, layout says ", expected,
-          p.dtype == WireDType::kFloat32
-              ? std::string()
-              : absl::StrCat(" (", info.num_elements, " values of ", WireDTypeName(p.dtype),
-                             ")")));
+    if (p.size() != info.num_elements * WireBytes(p.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Push: chunk ", p.chunk_id, " has ", p.size(), " bytes, layout says ",
+                       ExpectedWireBytes(info.num_elements, p.dtype)));
     }
     Chunk& c = *shard->chunks[p.chunk_id];
     absl::MutexLock lock(&c.mu);

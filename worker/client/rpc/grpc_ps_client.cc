@@ -605,14 +605,10 @@ class GrpcPsClient final : public PsClient {
         return absl::DataLossError(absl::StrCat(call.op, ": chunk ", c.id, " from server ",
                                                 call.server, " has ", dtype.status().message()));
       }
-      const int64_t expected = info.num_elements * WireBytes(*dtype);
-      if (c.data_size != expected) {
-        return absl::DataLossError(absl::StrCat(
-            call.op, ": chunk ", c.id, " has ", c.data_size, " bytes, layout says ", expected,
-            *dtype == WireDType::kFloat32
-                ? std::string()
-                : absl::StrCat(" (", info.num_elements, " values of ", WireDTypeName(*dtype),
-                               ")")));
+      if (c.data_size != info.num_elements * WireBytes(*dtype)) {
+        return absl::DataLossError(
+            absl::StrCat(call.op, ": chunk ", c.id, " has ", c.data_size, " bytes, layout says ",
+                         ExpectedWireBytes(info.num_elements, *dtype)));
       }
       float* out = call.weights + info.flat_offset;
       if (*dtype == WireDType::kFloat32) {

@@ -149,6 +149,8 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                                : absl::StripPrefix(wire_dtype.status().message(),
                                                    absl::StrCat("--wire_dtype is '",
                                                                 t.wire_dtype(), "', expected ")));
+  check.Expect("push_window_kb", t.push_window_kb() >= 0 && t.push_window_kb() <= (1 << 30),
+               "0..1073741824 (0: automatic)");
   check.Expect("epochs", t.epochs() >= 1, ">= 1");
   check.Expect("steps", t.steps() >= 0, ">= 0 (0: train --epochs)");
   check.Expect("chunk_kb", t.chunk_kb() >= 1 && t.chunk_kb() <= (1 << 20), "1..1048576");

@@ -86,6 +86,8 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
             "step");
   EXPECT_EQ(Load("training {\n  wire_dtype: \"fp8\"\n}").status().message(),
             "job.pbtxt:2: training.wire_dtype is \"fp8\", expected float32, bf16 or fp16");
+  EXPECT_EQ(Load("training { push_window_kb: -1 }").status().message(),
+            "job.pbtxt:1: training.push_window_kb is -1, expected 0..1073741824 (0: automatic)");
   EXPECT_THAT(Load("timeouts { idle_timeout_s: 0 }").status().message(),
               HasSubstr("timeouts.idle_timeout_s is 0, expected 1..86400"));
   EXPECT_THAT(Load("output { metrics_csv_every: 0 }").status().message(),

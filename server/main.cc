@@ -303,6 +303,7 @@ int main(int argc, char** argv) {
   if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
   absl::ParseCommandLine(argc, argv);
   psync::KeepLargeAllocationsInHeap();
+  psync::OneHeapArena();
   psync::InitLogging(argv[0], "server");
   psync::RouteGrpcLogsToGlog();
   return psync::Run();

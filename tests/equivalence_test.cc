@@ -89,10 +89,18 @@ std::vector<std::string> Shape(int servers, int workers, int devices, int batch)
   return flags;
 }
 
+// Shape() whose workers keep one request at a time in flight to each
+// server (--push_window_kb): each request a Push, then a Pull.
+std::vector<std::string> Windowed(std::vector<std::string> flags) {
+  flags.push_back("--push_window_kb=1");
+  return flags;
+}
+
+// The repeat runs through the windowed transport: the same bits.
 TEST(EquivalenceTest, DistributedMatchesSingleDeviceAndIsReproducible) {
   const LaunchResult single = Launch("single", Shape(1, 1, 1, 32));
   const LaunchResult dist = Launch("dist", Shape(2, 2, 2, 8));
-  const LaunchResult again = Launch("again", Shape(2, 2, 2, 8));
+  const LaunchResult again = Launch("again", Windowed(Shape(2, 2, 2, 8)));
   ASSERT_EQ(single.exit_code, 0);
   ASSERT_EQ(dist.exit_code, 0);
   ASSERT_EQ(again.exit_code, 0);
@@ -160,7 +168,7 @@ TEST(EquivalenceTest, AccumulationMatchesMoreDevicesAndALargerBatch) {
 // With a 2-byte wire dtype, distributed training no longer matches one
 // device to float tolerance (gradients and weights are rounded in transit),
 // but deterministic mode still repeats bit for bit in each dtype, and the
-// runs train.
+// runs train. The repeat runs through the windowed transport.
 TEST(EquivalenceTest, DeterministicRunsRepeatBitForBitInEachWireDType) {
   std::string sha[2];
   int i = 0;
@@ -168,7 +176,7 @@ TEST(EquivalenceTest, DeterministicRunsRepeatBitForBitInEachWireDType) {
     std::vector<std::string> flags = Shape(2, 2, 2, 8);
     flags.push_back("--wire_dtype=" + dtype);
     const LaunchResult a = Launch("wire_" + dtype, flags);
-    const LaunchResult b = Launch("wire_" + dtype + "_again", flags);
+    const LaunchResult b = Launch("wire_" + dtype + "_again", Windowed(flags));
     ASSERT_EQ(a.exit_code, 0) << dtype;
     ASSERT_EQ(b.exit_code, 0) << dtype;
     sha[i] = JsonField(a.summary, "weights_sha256");

@@ -94,10 +94,14 @@ TEST_F(RecoveryTest, RandomKillsOfServersAndWorkersChangeNoBit) {
   }
 }
 
+// Through the windowed transport (each request a Push, then a Pull, one at
+// a time): the same bits as the calm run's PushPull calls.
 TEST_F(RecoveryTest, TwoFailuresCloseTogether) {
   const std::string name = "close";
   const std::string dir = FreshDir(name + "_ckpt");
-  const ChaosRun run = Launch(name, Job(dir), [](const std::string& pids, Subprocess* l) {
+  std::vector<std::string> flags = Job(dir);
+  flags.push_back("--push_window_kb=1");
+  const ChaosRun run = Launch(name, flags, [](const std::string& pids, Subprocess* l) {
     AwaitTraining(l);
     absl::SleepFor(absl::Milliseconds(400));
     int kills = Kill(pids, "server-1");

@@ -372,6 +372,7 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   absl::StatusOr<WireDType> wire_dtype = ParseWireDType(c.training().wire_dtype());
   if (!wire_dtype.ok()) return BadConfig(wire_dtype.status());
   client_options.wire_dtype = *wire_dtype;
+  client_options.push_window_bytes = c.training().push_window_kb() << 10;
   client_options.shape = TrainingShape{devices,
                                        options.batch_per_device,
                                        options.TotalSteps(Sharding{data.train.size,

@@ -44,6 +44,9 @@ ABSL_FLAG(int, tensors, 4, "Tensors the model is split into (equal sizes).");
 ABSL_FLAG(int64_t, chunk_kb, 256, "Layout chunk size in KiB (psync_worker's default).");
 ABSL_FLAG(int64_t, request_kb, 1024,
           "Payload of one request, in KiB (GrpcPsClientOptions::max_request_bytes).");
+ABSL_FLAG(int64_t, push_window_kb, 0,
+          "Push payload a worker has in flight to a server, in KiB; 0: automatic "
+          "(GrpcPsClientOptions::push_window_bytes).");
 ABSL_FLAG(int, steps, 20, "Timed steps per run.");
 ABSL_FLAG(int, runs, 5, "Runs (each a fresh cluster and fresh baseline round trips); figures "
           "are medians of the runs' medians, ratios medians of the runs' ratios.");
@@ -126,6 +129,7 @@ absl::Status RunClient() {
   o.worker_rank = absl::GetFlag(FLAGS_worker_rank);
   o.num_workers = absl::GetFlag(FLAGS_num_workers);
   o.max_request_bytes = absl::GetFlag(FLAGS_request_kb) << 10;
+  o.push_window_bytes = absl::GetFlag(FLAGS_push_window_kb) << 10;
   PSYNC_ASSIGN_OR_RETURN(o.wire_dtype, ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
   if (!absl::GetFlag(FLAGS_tls_dir).empty()) {
     PSYNC_ASSIGN_OR_RETURN(o.security,
@@ -268,6 +272,7 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
                      absl::StrCat("--tensors=", absl::GetFlag(FLAGS_tensors)),
                      absl::StrCat("--chunk_kb=", absl::GetFlag(FLAGS_chunk_kb)),
                      absl::StrCat("--request_kb=", absl::GetFlag(FLAGS_request_kb)),
+                     absl::StrCat("--push_window_kb=", absl::GetFlag(FLAGS_push_window_kb)),
                      "--wire_dtype=" + absl::GetFlag(FLAGS_wire_dtype),
                      absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
                      absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),

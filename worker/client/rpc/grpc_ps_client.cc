@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <thread>
@@ -53,25 +54,33 @@ bool RegisterMayRetry(grpc::StatusCode code) {
          code == grpc::StatusCode::CANCELLED;
 }
 
+const char kPushMethod[] = "/psync.proto.ParameterServer/Push";
 const char kPullMethod[] = "/psync.proto.ParameterServer/Pull";
 const char kPushPullMethod[] = "/psync.proto.ParameterServer/PushPull";
 
-// One RPC to one server that returns chunks (Pull or PushPull), driven by
-// the client's completion queue, and retried on Retryable() errors until
-// its deadline (every psync call is idempotent, so retrying is safe).
+// One exchange of chunks with one server, driven by the client's
+// completion queue, each RPC retried on Retryable() errors until the
+// deadline (every psync call is idempotent, so retrying is safe): a Pull, a
+// PushPull, or a windowed push-pull, which is a Push (acknowledged once the
+// server holds the gradients) followed by a Pull of the same chunks.
 struct ChunkCall {
   int server = 0;
   const char* op = "";      // for messages
-  const char* method = "";  // full gRPC method name
+  const char* method = "";  // full gRPC method name of the current RPC
   int64_t version = 0;      // expected in the response
   std::vector<int32_t> chunk_ids;
   float* weights = nullptr;
   absl::Time deadline;
   absl::Time launched;  // for the trace
+  bool push_pull = false;  // records into the trace
   grpc::CompletionQueue* cq = nullptr;  // whose thread drives this call
   // Built once; for a push its payload slices point at the caller's
   // gradients, which stay valid until Wait() returns.
   grpc::ByteBuffer request;
+  // A windowed push-pull: the Push's payload bytes, counted in the server's
+  // window until the Push ends (0 otherwise), and the Pull sent after it.
+  int64_t window_bytes = 0;
+  grpc::ByteBuffer then_pull;
 
   // Per attempt. `ctx` is replaced under GrpcPsClient::mu_, which Cancel()
   // holds to reach it from another thread.
@@ -117,6 +126,21 @@ class GrpcPsClient final : public PsClient {
                         static_cast<int32_t>(layout_.chunks().size()));
     for (auto c = layout_.chunks().rbegin(); c != layout_.chunks().rend(); ++c) {
       first_chunk_[c->tensor] = c->id;
+    }
+    absl::MutexLock lock(&mu_);
+    windows_.resize(layout_.num_servers());
+    for (int s = 0; s < layout_.num_servers(); ++s) {
+      const int64_t share = WireShare(s);
+      const int64_t limit =
+          options_.push_window_bytes > 0
+              ? options_.push_window_bytes
+              : std::max(2 * RequestBytes(s), share / (2 * options_.num_workers));
+      window_limit_.push_back(limit < share ? limit : 0);
+      if (limit < share) {
+        LOG(INFO) << "worker " << options_.worker_rank << ": at most " << (limit >> 10)
+                  << " KiB of pushes in flight to server " << s << " (of its "
+                  << (share >> 10) << " KiB share)";
+      }
     }
   }
 
@@ -267,19 +291,15 @@ class GrpcPsClient final : public PsClient {
     for (int server = 0; server < layout_.num_servers(); ++server) {
       const auto& ids = layout_.ChunksOnServer(server);
       if (ids.empty()) continue;
-      proto::PullRequest req;
-      req.set_worker_rank(options_.worker_rank);
-      req.set_layout_fingerprint(layout_.fingerprint());
-      req.set_version(version);
-      req.set_session(Session(server));
-      for (int32_t id : ids) req.add_chunk_ids(id);
-      // Unset (float32) unless narrowed: the same bytes as before the field.
-      if (options_.wire_dtype != WireDType::kFloat32) {
-        req.set_dtype(WireDTypeToProto(options_.wire_dtype));
-      }
-      grpc::Slice slice(req.SerializeAsString());
-      Launch(server, /*push=*/false, version, ids, weights, grpc::ByteBuffer(&slice, 1),
-             /*defer=*/false);
+      auto call = std::make_unique<ChunkCall>();
+      call->server = server;
+      call->op = "Pull";
+      call->method = kPullMethod;
+      call->version = version;
+      call->chunk_ids = ids;
+      call->weights = weights;
+      call->request = PullRequestBytes(server, version, ids);
+      Launch(std::move(call), /*defer=*/false);
     }
     return Wait();
   }
@@ -303,9 +323,15 @@ class GrpcPsClient final : public PsClient {
                                std::lower_bound(all.begin(), all.end(), hi));
       if (ids.empty()) continue;
       const int64_t session = static_cast<int64_t>(Session(server));
-      const int64_t request_bytes =
-          std::max(options_.max_request_bytes,
-                   (layout_.ServerBytes(server) + kMaxRequestsPerServer - 1) / kMaxRequestsPerServer);
+      const int64_t request_bytes = RequestBytes(server);
+      // A PushPull answers once every worker's copy of its chunks is in:
+      // windows of them could wait on each other when workers send chunks in
+      // different orders (overlap on in one, off in another). A Push is
+      // answered at once, so with more than one worker the window holds
+      // Pushes, each followed by its Pull; a lone worker waits for no one
+      // and windows PushPull calls.
+      const bool windowed = window_limit_[server] > 0;
+      const bool split = windowed && options_.num_workers > 1;
       // Consecutive chunks, up to request_bytes per request.
       for (size_t begin = 0; begin < ids.size();) {
         size_t end = begin;
@@ -321,9 +347,18 @@ class GrpcPsClient final : public PsClient {
         push.SetScalar(kWireSampleCount, sample_count);
         push.SetScalar(kWireSession, session);
         AddGradients(push, absl::MakeConstSpan(ids).subspan(begin, end - begin), bytes, grads);
-        Launch(server, /*push=*/true, step + 1,
-               std::vector<int32_t>(ids.begin() + begin, ids.begin() + end), weights, push.Build(),
-               defer);
+        auto call = std::make_unique<ChunkCall>();
+        call->server = server;
+        call->op = split ? "Push" : "PushPull";
+        call->method = split ? kPushMethod : kPushPullMethod;
+        call->version = step + 1;
+        call->chunk_ids.assign(ids.begin() + begin, ids.begin() + end);
+        call->weights = weights;
+        call->push_pull = true;
+        call->request = push.Build();
+        if (windowed) call->window_bytes = bytes;
+        if (split) call->then_pull = PullRequestBytes(server, step + 1, call->chunk_ids);
+        Launch(std::move(call), defer);
         begin = end;
       }
     }
@@ -355,32 +390,66 @@ class GrpcPsClient final : public PsClient {
   // Wait() drives on the caller's thread: no thread hop, so a small
   // push-pull costs what a plain gRPC call does. A deferred call (one layer,
   // while backward goes on) is started and completed by the poller thread.
-  void Launch(int server, bool push, int64_t version, std::vector<int32_t> ids,
-              float* weights, grpc::ByteBuffer request, bool defer) {
-    auto call = std::make_unique<ChunkCall>();
-    call->server = server;
-    call->op = push ? "PushPull" : "Pull";
-    call->method = push ? kPushPullMethod : kPullMethod;
-    call->version = version;
-    call->chunk_ids = std::move(ids);
-    call->weights = weights;
+  //
+  // A windowed push-pull (window_bytes > 0) starts only when its server's
+  // window has room; otherwise it waits in the window's queue, and the end
+  // of an earlier Push starts it.
+  void Launch(std::unique_ptr<ChunkCall> call, bool defer) {
     call->launched = absl::Now();
     call->deadline = call->launched + options_.call_timeout;
-    call->request = std::move(request);
     call->cq = defer ? &cq_ : &inline_cq_;
     ChunkCall& started = *call;
+    bool queued = false;
     {
       // Listed before it starts, so that a Cancel() from now on reaches it.
       absl::MutexLock lock(&mu_);
       if (defer) ++outstanding_;
       calls_.push_back(std::move(call));
+      if (started.window_bytes > 0) {
+        Window& w = windows_[started.server];
+        queued = !w.queued.empty() ||
+                 (w.bytes > 0 && w.bytes + started.window_bytes > window_limit_[started.server]);
+        if (queued) {
+          w.queued.push_back(&started);
+        } else {
+          w.bytes += started.window_bytes;
+        }
+      }
     }
+    if (!defer) ++inline_outstanding_;
+    if (queued) return;
     if (defer) {
       started.issue_alarm.Set(&cq_, gpr_now(GPR_CLOCK_MONOTONIC), &started.issue_tag);
     } else {
       Issue(started);
-      ++inline_outstanding_;
     }
+  }
+
+  // The windowed RPC of `call` (its Push, or its PushPull) has ended, done
+  // or failed for good: its bytes leave the window, and queued calls start
+  // while there is room: here, on the thread that drives `call`'s queue,
+  // those of the same queue; through their own queue the others.
+  void LeaveWindow(ChunkCall& call) {
+    std::vector<ChunkCall*> here;
+    {
+      absl::MutexLock lock(&mu_);
+      Window& w = windows_[call.server];
+      w.bytes -= call.window_bytes;
+      call.window_bytes = 0;
+      while (!w.queued.empty() &&
+             (w.bytes == 0 ||
+              w.bytes + w.queued.front()->window_bytes <= window_limit_[call.server])) {
+        ChunkCall& next = *w.queued.front();
+        w.queued.pop_front();
+        w.bytes += next.window_bytes;
+        if (next.cq == call.cq) {
+          here.push_back(&next);
+        } else {
+          next.issue_alarm.Set(next.cq, gpr_now(GPR_CLOCK_MONOTONIC), &next.issue_tag);
+        }
+      }
+    }
+    for (ChunkCall* next : here) Issue(*next);
   }
 
   // Starts an attempt of `call`, on the thread that drives its queue. After
@@ -416,9 +485,20 @@ class GrpcPsClient final : public PsClient {
       Issue(call);
       return std::nullopt;
     }
+    if (call.window_bytes > 0 && (call.status.ok() || !RetryLater(call))) {
+      LeaveWindow(call);
+      if (call.status.ok() && call.method == kPushMethod) {
+        // The server holds the gradients: now wait for the new weights.
+        call.op = "Pull";
+        call.method = kPullMethod;
+        call.request = std::move(call.then_pull);
+        Issue(call);
+        return std::nullopt;
+      }
+    }
     if (call.status.ok()) {
       // A push-pull for step s expects version s + 1.
-      if (options_.tracer != nullptr && call.method == kPushPullMethod) {
+      if (options_.tracer != nullptr && call.push_pull) {
         options_.tracer->Add(call.version - 1, absl::StrCat("server ", call.server),
                              absl::StrCat("push-pull chunks ", call.chunk_ids.front(), "..",
                                           call.chunk_ids.back()),
@@ -427,12 +507,18 @@ class GrpcPsClient final : public PsClient {
       return CopyWeights(call);
     }
     if (cancelled_.load()) return absl::CancelledError(absl::StrCat(call.op, ": cancelled"));
-    if (Retryable(call.status.error_code()) && absl::Now() + kRetryBackoff < call.deadline) {
+    if (RetryLater(call)) {
       call.issue_alarm.Set(call.cq, absl::ToChronoTime(absl::Now() + kRetryBackoff),
                            &call.issue_tag);
       return std::nullopt;
     }
     return ServerError(call.op, call.server, call.status);
+  }
+
+  // Whether the failed RPC of `call` is to be tried again after a backoff.
+  bool RetryLater(const ChunkCall& call) const {
+    return !cancelled_.load() && Retryable(call.status.error_code()) &&
+           absl::Now() + kRetryBackoff < call.deadline;
   }
 
   // The poller thread: drives the deferred calls' queue, so they progress
@@ -542,6 +628,37 @@ class GrpcPsClient final : public PsClient {
                                      options_.server_addresses[server], "): ", st.error_message()));
   }
 
+  // A PullRequest for `ids` of `server` at `version`, in this client's dtype.
+  grpc::ByteBuffer PullRequestBytes(int server, int64_t version,
+                                    const std::vector<int32_t>& ids) {
+    proto::PullRequest req;
+    req.set_worker_rank(options_.worker_rank);
+    req.set_layout_fingerprint(layout_.fingerprint());
+    req.set_version(version);
+    req.set_session(Session(server));
+    for (int32_t id : ids) req.add_chunk_ids(id);
+    // Unset (float32) unless narrowed: the same bytes as before the field.
+    if (options_.wire_dtype != WireDType::kFloat32) {
+      req.set_dtype(WireDTypeToProto(options_.wire_dtype));
+    }
+    grpc::Slice slice(req.SerializeAsString());
+    return grpc::ByteBuffer(&slice, 1);
+  }
+
+  // Payload bytes of `server`'s whole share on the wire.
+  int64_t WireShare(int server) const {
+    int64_t bytes = 0;
+    for (int32_t id : layout_.ChunksOnServer(server)) bytes += WireSize(id);
+    return bytes;
+  }
+
+  // The payload of one push request to `server`: about max_request_bytes,
+  // larger where that would cut the share into more than 32 requests.
+  int64_t RequestBytes(int server) const {
+    return std::max(options_.max_request_bytes,
+                    (WireShare(server) + kMaxRequestsPerServer - 1) / kMaxRequestsPerServer);
+  }
+
   // Bytes of chunk `id` on the wire in this client's dtype.
   int64_t WireSize(int32_t id) const {
     return layout_.chunks()[id].num_elements * WireBytes(options_.wire_dtype);
@@ -644,6 +761,15 @@ class GrpcPsClient final : public PsClient {
   std::vector<int32_t> first_chunk_;
   // In flight since the last Wait(); owned here, touched by the poller.
   std::vector<std::unique_ptr<ChunkCall>> calls_ ABSL_GUARDED_BY(mu_);
+  // By server: the push payload bytes this worker has in flight to it, when
+  // its share is larger than window_limit_ (see GrpcPsClientOptions::
+  // push_window_bytes).
+  struct Window {
+    int64_t bytes = 0;
+    std::deque<ChunkCall*> queued;  // waiting for room, in launch order
+  };
+  std::vector<Window> windows_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> window_limit_;  // by server; 0: the share fits, no window
   absl::Notification stop_heartbeat_;
   // Last: the thread starts once every member it uses is constructed.
   std::thread poller_{[this] { Poll(); }};

@@ -38,12 +38,20 @@ struct GrpcPsClientOptions {
   // payload bytes (whole chunks; a chunk larger than this goes alone), all
   // in flight at once: the server applies each request's chunks as soon as
   // every worker's copy is in, and answers with their new weights while
-  // later requests still arrive. A server's share is cut into at most 32
-  // requests (larger ones when it holds more than 32 times this), so that
-  // a push-pull's waiting calls stay far below the servers' bounds
-  // (--max_waiting_calls). On 2 cores, 16 MiB in 1 MiB requests took about
+  // later requests still arrive (within push_window_bytes). A server's
+  // share is cut into at most 32 requests (larger ones when it holds more
+  // than 32 times this), so that a push-pull's waiting calls stay far below
+  // the servers' bounds (--max_waiting_calls). On 2 cores, 16 MiB in 1 MiB requests took about
   // 0.8 times as long as in one (README "Performance").
   int64_t max_request_bytes = 1 << 20;
+  // Bounds a server's receive buffers. Where a server's share is larger
+  // than this window, at most this many payload bytes (one request at
+  // least) of a push-pull are in flight to it; with more than one worker
+  // each request goes as a Push followed by a Pull of its chunks once the
+  // server holds them. Otherwise all requests are in flight at once. 0
+  // means max(2 requests, share / (2 * num_workers)): all workers together
+  // send a server at most about half its share at a time.
+  int64_t push_window_bytes = 0;
   // How gradients and weights travel (--wire_dtype): a 2-byte dtype halves
   // the bytes of a step; the servers keep float32 master weights.
   WireDType wire_dtype = WireDType::kFloat32;

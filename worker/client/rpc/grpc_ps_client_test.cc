@@ -184,9 +184,14 @@ std::unique_ptr<PsClient> Client(const Layout& layout, std::vector<std::string> 
                                  int rank = 0, int workers = 1,
                                  absl::Duration connect_timeout = absl::Seconds(10),
                                  absl::Duration call_timeout = absl::Seconds(20),
-                                 WireDType wire_dtype = WireDType::kFloat32) {
+                                 WireDType wire_dtype = WireDType::kFloat32,
+                                 int64_t push_window_bytes = 0) {
   GrpcPsClientOptions o;
   o.wire_dtype = wire_dtype;
+  if (push_window_bytes > 0) {
+    o.max_request_bytes = 1;  // a request per chunk
+    o.push_window_bytes = push_window_bytes;
+  }
   o.server_addresses = std::move(addresses);
   o.worker_rank = rank;
   o.num_workers = workers;
@@ -293,6 +298,43 @@ TEST(GrpcPsClientTest, TrainsStepsInEachNarrowDType) {
   }
 }
 
+// A client whose requests go one chunk each, one at a time (the window of
+// GrpcPsClientOptions::push_window_bytes at its smallest).
+std::unique_ptr<PsClient> OneAtATimeClient(const Layout& layout,
+                                           std::vector<std::string> addresses, int rank = 0,
+                                           int workers = 1) {
+  return Client(layout, std::move(addresses), rank, workers, absl::Seconds(10),
+                absl::Seconds(20), WireDType::kFloat32, /*push_window_bytes=*/1);
+}
+
+// With more than one worker a windowed push-pull is a Push then a Pull per
+// request: workers that send their chunks in different orders (one whole,
+// one layer by layer from the last) cannot wait on each other's windows.
+TEST(GrpcPsClientTest, WindowedPushPullsOfWorkersInDifferentChunkOrders) {
+  const Layout layout = TestLayout(2);
+  InProcessServer s0(0, 2, 2), s1(1, 2, 2);
+  auto c0 = OneAtATimeClient(layout, {s0.address(), s1.address()}, 0, 2);
+  auto c1 = OneAtATimeClient(layout, {s0.address(), s1.address()}, 1, 2);
+  ASSERT_TRUE(c0->Register().ok());
+  ASSERT_TRUE(c1->Register().ok());
+  std::vector<float> expected = InitialWeights(layout);
+  std::vector<float> w0(expected.size()), w1(expected.size());
+  const std::vector<float> twos(w0.size(), 2.0f), fours(w0.size(), 4.0f);
+  for (int64_t step = 0; step < 3; ++step) {
+    // Worker 0 whole, worker 1 by layer; sums of 2 and 4 over one sample
+    // each: the mean 3 is subtracted.
+    Async whole([&] { return c0->PushPull(step, 1, twos.data(), w0.data()); });
+    for (int t = c1->num_tensors() - 1; t >= 0; --t) {
+      ASSERT_TRUE(c1->StartPushPull(step, 1, t, t + 1, fours.data(), w1.data()).ok());
+    }
+    ASSERT_EQ(c1->Wait(), absl::OkStatus());
+    ASSERT_EQ(whole.Get(), absl::OkStatus());
+    for (float& v : expected) v -= 3.0f;
+    EXPECT_EQ(w0, expected) << "step " << step;
+    EXPECT_EQ(w1, expected) << "step " << step;
+  }
+}
+
 TEST(GrpcPsClientTest, NarrowAnswersOfTheWrongSizeOrDTypeAreRefused) {
   const Layout layout = TestLayout(1);
   FakeServer fake;
@@ -329,39 +371,51 @@ TEST(GrpcPsClientTest, NarrowAnswersOfTheWrongSizeOrDTypeAreRefused) {
   EXPECT_THAT(s.message(), HasSubstr("chunk 0 has 4 bytes, layout says 8"));
 }
 
+// Both with all requests in flight and with one at a time (a lone worker
+// windows PushPull calls: each is retried in its turn, and an error for
+// good still lets the queued ones end).
 TEST(GrpcPsClientTest, RetriesUnavailableUntilTheServerAnswers) {
   const Layout layout = TestLayout(1);
-  FakeServer fake;
-  {
+  for (bool one_at_a_time : {false, true}) {
+    SCOPED_TRACE(one_at_a_time ? "one request at a time" : "one request");
+    FakeServer fake;
+    {
+      absl::MutexLock lock(&fake.service.mu);
+      fake.service.failures = 3;
+    }
+    auto client = one_at_a_time ? OneAtATimeClient(layout, {fake.address()})
+                                : Client(layout, {fake.address()});
+    ASSERT_TRUE(client->Register().ok());
+    std::vector<float> grads(layout.total_elements()), w(grads.size());
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i);
+    ASSERT_EQ(client->PushPull(0, 1, grads.data(), w.data()), absl::OkStatus());
+    EXPECT_EQ(w, grads);  // the fake echoes the push
     absl::MutexLock lock(&fake.service.mu);
-    fake.service.failures = 3;
+    EXPECT_EQ(fake.service.push_pull_calls, 3 + (one_at_a_time ? 3 : 1));  // + a call a chunk
   }
-  auto client = Client(layout, {fake.address()});
-  ASSERT_TRUE(client->Register().ok());
-  std::vector<float> grads(layout.total_elements()), w(grads.size());
-  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i);
-  ASSERT_EQ(client->PushPull(0, 1, grads.data(), w.data()), absl::OkStatus());
-  EXPECT_EQ(w, grads);  // the fake echoes the push
-  absl::MutexLock lock(&fake.service.mu);
-  EXPECT_EQ(fake.service.push_pull_calls, 4);
 }
 
 TEST(GrpcPsClientTest, OtherErrorsAreNotRetriedAndNameTheServer) {
   const Layout layout = TestLayout(1);
-  FakeServer fake;
-  {
+  for (bool one_at_a_time : {false, true}) {
+    SCOPED_TRACE(one_at_a_time ? "one request at a time" : "one request");
+    FakeServer fake;
+    {
+      absl::MutexLock lock(&fake.service.mu);
+      fake.service.failures = 100;
+      fake.service.failure = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad chunk");
+    }
+    auto client = one_at_a_time ? OneAtATimeClient(layout, {fake.address()})
+                                : Client(layout, {fake.address()});
+    ASSERT_TRUE(client->Register().ok());
+    std::vector<float> grads(layout.total_elements()), w(grads.size());
+    absl::Status s = client->PushPull(0, 1, grads.data(), w.data());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(),
+                HasSubstr(absl::StrCat("server 0 (", fake.address(), "): bad chunk")));
     absl::MutexLock lock(&fake.service.mu);
-    fake.service.failures = 100;
-    fake.service.failure = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad chunk");
+    EXPECT_EQ(fake.service.push_pull_calls, one_at_a_time ? 3 : 1);  // each request once
   }
-  auto client = Client(layout, {fake.address()});
-  ASSERT_TRUE(client->Register().ok());
-  std::vector<float> grads(layout.total_elements()), w(grads.size());
-  absl::Status s = client->PushPull(0, 1, grads.data(), w.data());
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("server 0 (", fake.address(), "): bad chunk")));
-  absl::MutexLock lock(&fake.service.mu);
-  EXPECT_EQ(fake.service.push_pull_calls, 1);
 }
 
 TEST(GrpcPsClientTest, RetriesEndAtTheCallDeadline) {
@@ -604,20 +658,27 @@ TEST(GrpcPsClientTest, ARankHeldByALiveProcessIsRefusedUntilItDies) {
   EXPECT_TRUE(third->Register().ok());
 }
 
+// Also a call of the windowed transport: its Push done, its Pull waiting.
 TEST(GrpcPsClientTest, CancelEndsAWaitingCall) {
   const Layout layout = TestLayout(1);
-  InProcessServer server(0, 1, 2);
-  auto c0 = Client(layout, {server.address()}, 0, 2);
-  auto c1 = Client(layout, {server.address()}, 1, 2);
-  ASSERT_TRUE(c0->Register().ok());
-  ASSERT_TRUE(c1->Register().ok());
-  std::vector<float> grads(layout.total_elements(), 1.0f), w(grads.size());
-  Async waiting([&] { return c0->PushPull(0, 1, grads.data(), w.data()); });
-  absl::SleepFor(absl::Milliseconds(300));
-  const absl::Time cancel = absl::Now();
-  c0->Cancel();
-  EXPECT_EQ(waiting.Get().code(), absl::StatusCode::kCancelled);
-  EXPECT_LT(absl::Now() - cancel, absl::Seconds(5));
+  for (bool one_at_a_time : {false, true}) {
+    SCOPED_TRACE(one_at_a_time ? "one request at a time" : "one request");
+    InProcessServer server(0, 1, 2);
+    auto c0 = one_at_a_time ? OneAtATimeClient(layout, {server.address()}, 0, 2)
+                            : Client(layout, {server.address()}, 0, 2);
+    auto c1 = Client(layout, {server.address()}, 1, 2);
+    ASSERT_TRUE(c0->Register().ok());
+    ASSERT_TRUE(c1->Register().ok());
+    std::vector<float> grads(layout.total_elements(), 1.0f), w(grads.size());
+    // Worker 1 never pushes.
+    Async waiting([&] { return c0->PushPull(0, 1, grads.data(), w.data()); });
+    absl::SleepFor(absl::Milliseconds(300));
+    EXPECT_FALSE(waiting.Done());
+    const absl::Time cancel = absl::Now();
+    c0->Cancel();
+    EXPECT_EQ(waiting.Get().code(), absl::StatusCode::kCancelled);
+    EXPECT_LT(absl::Now() - cancel, absl::Seconds(5));
+  }
 }
 
 TEST(GrpcPsClientTest, FinishWaitsForEveryWorker) {

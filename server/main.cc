@@ -20,7 +20,7 @@
 #include "common/rpc/grpc_logging.h"
 #include "common/security.h"
 #include "common/status_macros.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "glog/logging.h"
 #include "server/checkpoint_manager.h"
 #include "server/coordinator.h"
@@ -303,6 +303,7 @@ int main(int argc, char** argv) {
   if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
   absl::ParseCommandLine(argc, argv);
   psync::KeepLargeAllocationsInHeap();
+  psync::SkipMutexDeadlockDetection();
   psync::OneHeapArena();
   psync::InitLogging(argv[0], "server");
   psync::RouteGrpcLogsToGlog();

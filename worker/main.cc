@@ -27,7 +27,7 @@
 #include "common/process_metrics.h"
 #include "common/rpc/grpc_logging.h"
 #include "common/layout.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "common/output_path.h"
 #include "common/security.h"
 #include "common/safetensors.h"
@@ -478,6 +478,7 @@ int main(int argc, char** argv) {
   if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
   absl::ParseCommandLine(argc, argv);
   psync::KeepLargeAllocationsInHeap();
+  psync::SkipMutexDeadlockDetection();
   psync::InitLogging(argv[0], "worker");
   psync::RouteGrpcLogsToGlog();
   // Each device thread runs its own GEMMs: one BLAS thread per device keeps

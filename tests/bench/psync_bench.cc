@@ -23,7 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cluster_spec.h"
 #include "common/layout.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "common/process_metrics.h"
 #include "common/runfiles.h"
 #include "common/status_macros.h"
@@ -517,6 +517,7 @@ absl::Status RunDriver() {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   psync::KeepLargeAllocationsInHeap();
+  psync::SkipMutexDeadlockDetection();
   const std::string role = absl::GetFlag(FLAGS_role);
   absl::Status s;
   if (role == "driver") {

@@ -57,7 +57,7 @@ void ForEachValueRun(const BytePieces& pieces, int value_bytes, const Run& run) 
     if (whole > 0) run(index, p, whole);
     index += whole;
     have = n - width * static_cast<size_t>(whole);
-    std::memcpy(partial, p + width * static_cast<size_t>(whole), have);
+    if (have > 0) std::memcpy(partial, p + width * static_cast<size_t>(whole), have);
   }
 }
 

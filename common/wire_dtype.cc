@@ -284,7 +284,7 @@ void EncodeWire(WireDType dtype, const float* in, int64_t n, char* out) {
     case WireDType::kBf16:
       return wi::EncodeBf16(reinterpret_cast<const char*>(in), n, out);
     case WireDType::kFp16:
-      return wi::HaveF16c() ? wi::EncodeFp16F16c(in, n, out) : wi::EncodeFp16Portable(in, n, out);
+      return wi::EncodeFp16F16c(in, n, out);  // portable where the CPU lacks F16C
   }
 }
 
@@ -298,7 +298,7 @@ void DecodeWire(WireDType dtype, const char* in, int64_t n, float* out) {
     case WireDType::kBf16:
       return wi::DecodeBf16(in, n, reinterpret_cast<char*>(out));
     case WireDType::kFp16:
-      return wi::HaveF16c() ? wi::DecodeFp16F16c(in, n, out) : wi::DecodeFp16Portable(in, n, out);
+      return wi::DecodeFp16F16c(in, n, out);
   }
 }
 
@@ -311,8 +311,7 @@ void DecodeAddWire(WireDType dtype, const char* in, int64_t n, float* out) {
     case WireDType::kBf16:
       return wi::DecodeAddBf16(in, n, reinterpret_cast<char*>(out));
     case WireDType::kFp16:
-      return wi::HaveF16c() ? wi::DecodeAddFp16F16c(in, n, out)
-                            : wi::DecodeAddFp16Portable(in, n, out);
+      return wi::DecodeAddFp16F16c(in, n, out);
   }
 }
 

@@ -406,13 +406,6 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
 
 namespace {
 
-// Calls run(first, bytes, count) for consecutive runs of `count` whole
-// little-endian floats of a float32 payload (see ForEachValueRun).
-template <typename Run>
-void ForEachFloatRun(const ChunkPayload& payload, const Run& run) {
-  ForEachValueRun(payload.pieces, 4, run);
-}
-
 // Widens the payload's gradient (any dtype) to float32 into out[0..n), or
 // adds it there (`add`). Every dtype's arithmetic is here, so that the
 // callers only say where the gradient goes.
@@ -521,7 +514,7 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
     OptimizerStep(step_options, c.version, grad, static_cast<float>(total), buffers, n);
   } else {
     // `grad` holds the other workers' gradients, if there are any.
-    ForEachFloatRun(*last, [&](int64_t first, const char* bytes, int64_t count) {
+    ForEachValueRun(last->pieces, 4, [&](int64_t first, const char* bytes, int64_t count) {
       OptimizerStepWithPayload(step_options, c.version, grad == nullptr ? nullptr : grad + first,
                                bytes, static_cast<float>(total), buffers.From(first), count);
     });
@@ -656,6 +649,11 @@ void ShardStore::PullAsync(uint64_t session, int worker_rank, uint64_t fingerpri
             " is from the future; the chunk is at version ", c.version, " and can reach only ",
             c.version + 1, " next"));
       } else if (version == c.version + 1) {
+        // Ended meanwhile (a rollback, say): FinishWaiter, which sets
+        // `finished` before it takes each chunk's lock to take the waiter
+        // off its list, would not find a slot listed now, and the slot would
+        // keep the waiter, and through it the shard, alive.
+        if (waiter->finished.load()) return;
         c.waiters.push_back({waiter, i});
         continue;
       } else if (const std::shared_ptr<ChunkState> state = StateAtLocked(c, version)) {

@@ -74,13 +74,8 @@ struct ChunkPayload {
   int64_t size() const { return PiecesSize(pieces); }
 };
 
-// A chunk's weights at one version. The store never changes a buffer that
-// someone else still holds, so a transport may send from it directly, for as
-// long as it keeps the reference.
-using WeightsRef = std::shared_ptr<const std::vector<float>>;
-
 // A chunk's weights at one version as a pull hands them out, in the dtype it
-// asked for: for float32 the state's own buffer (as WeightsRef), for a
+// asked for: for float32 the version's own buffer (its ChunkState), for a
 // 2-byte dtype a copy the store narrowed once for that version and shares
 // among every pull that asks. The bytes are never written while `owner` is
 // held, so a transport may send from them directly for as long as it keeps
@@ -363,10 +358,10 @@ class ShardStore {
       ABSL_GUARDED_BY(waiters_mu_);
   absl::Time earliest_deadline_ ABSL_GUARDED_BY(waiters_mu_) = absl::InfiniteFuture();
   bool stopping_ ABSL_GUARDED_BY(waiters_mu_) = false;
-  std::thread timer_;  // last: starts once the members it uses exist
   // Partial snapshots by version, of generation pending_generation_.
   std::map<int64_t, Snapshot> pending_ ABSL_GUARDED_BY(snapshot_mu_);
   int64_t pending_generation_ ABSL_GUARDED_BY(snapshot_mu_) = 0;
+  std::thread timer_;  // last: starts once the members it uses exist
 };
 
 }  // namespace psync

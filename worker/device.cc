@@ -4,13 +4,14 @@
 
 namespace psync {
 
-absl::StatusOr<DeviceChoice> ChooseDevice(absl::string_view flag, const GpuInfo& gpus,
-                                          int devices) {
+absl::StatusOr<DeviceChoice> ChooseDevice(absl::string_view flag,
+                                          absl::FunctionRef<GpuInfo()> probe, int devices) {
   if (flag == "cpu") return DeviceChoice{false, "--device=cpu"};
   if (flag != "auto" && flag != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat("--device is '", flag,
                                                    "', expected auto, cpu or cuda"));
   }
+  const GpuInfo gpus = probe();
   std::string missing;
   if (gpus.count == 0) {
     missing = gpus.detail;

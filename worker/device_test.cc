@@ -5,35 +5,40 @@
 namespace psync {
 namespace {
 
-const GpuInfo kNone{0, "no usable GPU: cudaErrorInsufficientDriver"};
-const GpuInfo kTwo{2, "2 CUDA devices"};
+GpuInfo None() { return {0, "no usable GPU: cudaErrorInsufficientDriver"}; }
+GpuInfo Two() { return {2, "2 CUDA devices"}; }
+GpuInfo NotToBeCalled() {
+  ADD_FAILURE() << "probed for GPUs";
+  return Two();
+}
 
 TEST(ChooseDeviceTest, AutoPicksCudaOnlyWhenItCan) {
-  auto c = ChooseDevice("auto", kTwo, 2);
+  auto c = ChooseDevice("auto", Two, 2);
   ASSERT_TRUE(c.ok());
   EXPECT_TRUE(c->cuda);
-  c = ChooseDevice("auto", kNone, 1);
+  c = ChooseDevice("auto", None, 1);
   ASSERT_TRUE(c.ok());
   EXPECT_FALSE(c->cuda);
   EXPECT_NE(c->reason.find("InsufficientDriver"), std::string::npos) << c->reason;
-  c = ChooseDevice("auto", kTwo, 4);
+  c = ChooseDevice("auto", Two, 4);
   ASSERT_TRUE(c.ok());
   EXPECT_FALSE(c->cuda);
   EXPECT_NE(c->reason.find("only 2"), std::string::npos) << c->reason;
 }
 
 TEST(ChooseDeviceTest, CudaFailsClearlyWithoutGpus) {
-  auto c = ChooseDevice("cuda", kNone, 1);
+  auto c = ChooseDevice("cuda", None, 1);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(c.status().message().find("InsufficientDriver"), std::string::npos);
-  EXPECT_EQ(ChooseDevice("cuda", kTwo, 3).status().code(),
+  EXPECT_EQ(ChooseDevice("cuda", Two, 3).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(ChooseDevice("cuda", kTwo, 2)->cuda);
+  EXPECT_TRUE(ChooseDevice("cuda", Two, 2)->cuda);
 }
 
+// Neither looks for GPUs (the probe would map the CUDA libraries).
 TEST(ChooseDeviceTest, CpuAndBadFlags) {
-  EXPECT_FALSE(ChooseDevice("cpu", kTwo, 1)->cuda);
-  auto c = ChooseDevice("tpu", kTwo, 1);
+  EXPECT_FALSE(ChooseDevice("cpu", NotToBeCalled, 1)->cuda);
+  auto c = ChooseDevice("tpu", NotToBeCalled, 1);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(c.status().message().find("'tpu'"), std::string::npos);
 }

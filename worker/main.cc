@@ -318,10 +318,7 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   }
 
   const std::string& model = c.training().model();
-  // --device=cpu does not look for GPUs: the probe loads the CUDA plugin,
-  // and with it the CUDA libraries, wherever an NVIDIA driver is installed.
-  const GpuInfo gpus = c.training().device() == "cpu" ? GpuInfo{} : ProbeGpus();
-  absl::StatusOr<DeviceChoice> chosen = ChooseDevice(c.training().device(), gpus, devices);
+  absl::StatusOr<DeviceChoice> chosen = ChooseDevice(c.training().device(), ProbeGpus, devices);
   if (!chosen.ok()) return BadConfig(chosen.status());  // --device=cuda without the GPUs
   const DeviceChoice& device = *chosen;
   LOG(INFO) << "worker " << options.worker_rank << " uses " << devices << " "

@@ -278,13 +278,20 @@ class ParameterService final : public grpc::Service {
       }
       dtype = *asked;
     }
+    std::string peer = ctx->peer();
+    absl::Status admitted = AdmitWaiting("Pull", peer);
+    if (!admitted.ok()) return reply(admitted);
     std::vector<int32_t> ids(req->chunk_ids().begin(), req->chunk_ids().end());
-    DoPull("Pull", ctx, req->session(), req->worker_rank(), req->layout_fingerprint(),
+    DoPull(std::move(peer), ctx, req->session(), req->worker_rank(), req->layout_fingerprint(),
            req->version(), std::move(ids), dtype, resp, std::move(reply));
   }
 
   void PushPull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                 grpc::ByteBuffer* resp, Reply reply) {
+    // Admitted before the push, so that a refusal changes nothing.
+    std::string peer = ctx->peer();
+    absl::Status admitted = AdmitWaiting("PushPull", peer);
+    if (!admitted.ok()) return reply(admitted);
     std::vector<int32_t> ids;
     uint64_t session, fingerprint;
     int64_t rank, step;
@@ -292,7 +299,10 @@ class ParameterService final : public grpc::Service {
     {
       WireMessage push;
       absl::Status s = DoPush(*req, &push, &dtype);
-      if (!s.ok()) return reply(s);
+      if (!s.ok()) {
+        ReleaseWaiting(peer);
+        return reply(s);
+      }
       ids.reserve(push.chunks.size());
       for (const WireChunk& c : push.chunks) ids.push_back(c.id);
       session = push.scalars[kWireSession];
@@ -303,7 +313,7 @@ class ParameterService final : public grpc::Service {
     // The gradients are in the store now: free the received bytes rather
     // than hold them while the call waits for the other workers.
     const_cast<grpc::ByteBuffer*>(req)->Clear();
-    DoPull("PushPull", ctx, session, static_cast<int>(rank), fingerprint, step + 1,
+    DoPull(std::move(peer), ctx, session, static_cast<int>(rank), fingerprint, step + 1,
            std::move(ids), dtype, resp, std::move(reply));
   }
 
@@ -419,13 +429,11 @@ class ParameterService final : public grpc::Service {
 
   // Answers with PullResponse bytes whose payloads are the store's buffers
   // (its float32 weights, or its narrowed copies of them), once every chunk
-  // has reached `version`, without holding a thread.
-  void DoPull(const char* op, grpc::CallbackServerContext* ctx, uint64_t session,
+  // has reached `version`, without holding a thread. The caller admitted
+  // the call (AdmitWaiting) for `peer`; its place is released here.
+  void DoPull(std::string peer, grpc::CallbackServerContext* ctx, uint64_t session,
               int worker_rank, uint64_t fingerprint, int64_t version, std::vector<int32_t> ids,
               WireDType dtype, grpc::ByteBuffer* resp, Reply reply) {
-    std::string peer = ctx->peer();
-    absl::Status admitted = AdmitWaiting(op, peer);
-    if (!admitted.ok()) return reply(admitted);
     const absl::Time deadline =
         std::min(absl::FromChrono(ctx->deadline()), absl::Now() + max_pull_wait_);
     // Still valid inside the call below: moving the vector into the

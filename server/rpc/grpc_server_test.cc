@@ -62,6 +62,8 @@ class GrpcServerTest : public ::testing::Test {
     so.security = security;
     so.health_address = health_address;
     so.metrics = metrics_;
+    so.max_waiting_calls = max_waiting_calls_;
+    so.max_waiting_per_connection = max_waiting_calls_;
     auto server = GrpcServer::Start(store_.get(), so);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -181,6 +183,7 @@ class GrpcServerTest : public ::testing::Test {
 
   const Layout layout_ = TestLayout();
   MetricRegistry* metrics_ = nullptr;  // given to the next StartServer
+  int max_waiting_calls_ = 4096;        // likewise, also per connection
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<GrpcServer> server_;
@@ -426,6 +429,31 @@ TEST_F(GrpcServerTest, ARollbackAbortsAWaitingPullAndOldSessions) {
   const uint64_t again = Register(0);
   EXPECT_NE(again, s0);
   EXPECT_TRUE(Call(&proto::ParameterServer::Stub::Pull, PullOf(0, again, 0), &pulled).ok());
+}
+
+// A push-pull refused for want of a waiting place changes nothing: its
+// gradient is not in the step, and the worker's next push of it counts.
+TEST_F(GrpcServerTest, APushPullRefusedForWaitingPlacesPushesNothing) {
+  max_waiting_calls_ = 1;
+  StartServer();
+  const uint64_t s0 = Register(0), s1 = Register(1);
+  const std::vector<float> w0 = InitialWeights();
+  proto::PullResponse waited;
+  grpc::Status pulled;
+  std::thread puller(  // takes the only place until the step is applied
+      [&] { pulled = Call(&proto::ParameterServer::Stub::Pull, PullOf(0, s0, 1), &waited); });
+  absl::SleepFor(absl::Milliseconds(300));
+  proto::PullResponse refused;
+  grpc::Status st = Call(&proto::ParameterServer::Stub::PushPull, PushOf(1, s1, 0, 50.0f), &refused);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  proto::PushResponse pushed;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push, PushOf(1, s1, 0, 3.0f), &pushed).ok());
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push, PushOf(0, s0, 0, 1.0f), &pushed).ok());
+  puller.join();
+  ASSERT_TRUE(pulled.ok()) << pulled.error_message();
+  const std::vector<float> w1 = Flat(waited, 1);
+  ASSERT_EQ(w1.size(), w0.size());
+  for (size_t i = 0; i < w0.size(); ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 2.0f) << i;  // mean 2
 }
 
 // A SIGTERM'd server (psync_server calls Shutdown) answers waiting calls

@@ -107,24 +107,24 @@ class LocalPsClient final : public PsClient {
 
   absl::Status PullChunks(int s, int64_t version, const std::vector<int32_t>& ids,
                           float* weights) {
-    absl::Status bad_version;
+    absl::Status refused;  // a chunk at another version or of the wrong size
     PSYNC_RETURN_IF_ERROR(stores_[s]->Pull(
         sessions_[s], rank_, layout_.fingerprint(), version, ids, wire_dtype_,
         absl::Now() + timeout_, [&](int32_t id, int64_t v, const WireWeights& w) {
           const ChunkInfo& c = layout_.chunks()[id];
           if (v != version) {
-            bad_version = absl::FailedPreconditionError(
+            refused = absl::FailedPreconditionError(
                 absl::StrCat("Pull: chunk ", id, " is at version ", v, ", expected ", version));
           } else if (static_cast<int64_t>(w.bytes.size()) !=
                      c.num_elements * WireBytes(wire_dtype_)) {
-            bad_version = absl::DataLossError(absl::StrCat(
-                "Pull: chunk ", id, " has ", w.bytes.size(), " bytes, expected ",
-                c.num_elements * WireBytes(wire_dtype_)));
+            refused = absl::DataLossError(
+                absl::StrCat("Pull: chunk ", id, " has ", w.bytes.size(), " bytes, layout says ",
+                             ExpectedWireBytes(c.num_elements, wire_dtype_)));
           } else {
             DecodeWire(wire_dtype_, w.bytes.data(), c.num_elements, weights + c.flat_offset);
           }
         }));
-    return bad_version;
+    return refused;
   }
 
   const Layout layout_;

@@ -130,11 +130,17 @@ class GrpcPsClient final : public PsClient {
     absl::MutexLock lock(&mu_);
     windows_.resize(layout_.num_servers());
     for (int s = 0; s < layout_.num_servers(); ++s) {
-      const int64_t share = WireShare(s);
-      const int64_t limit =
-          options_.push_window_bytes > 0
-              ? options_.push_window_bytes
-              : std::max(2 * RequestBytes(s), share / (2 * options_.num_workers));
+      int64_t share = 0;  // on the wire
+      for (int32_t id : layout_.ChunksOnServer(s)) share += WireSize(id);
+      // About max_request_bytes, larger where that would cut the share into
+      // more than kMaxRequestsPerServer requests.
+      const int64_t request =
+          std::max(options_.max_request_bytes,
+                   (share + kMaxRequestsPerServer - 1) / kMaxRequestsPerServer);
+      request_bytes_.push_back(request);
+      const int64_t limit = options_.push_window_bytes > 0
+                                ? options_.push_window_bytes
+                                : std::max(2 * request, share / (2 * options_.num_workers));
       window_limit_.push_back(limit < share ? limit : 0);
       if (limit < share) {
         LOG(INFO) << "worker " << options_.worker_rank << ": at most " << (limit >> 10)
@@ -323,7 +329,7 @@ class GrpcPsClient final : public PsClient {
                                std::lower_bound(all.begin(), all.end(), hi));
       if (ids.empty()) continue;
       const int64_t session = static_cast<int64_t>(Session(server));
-      const int64_t request_bytes = RequestBytes(server);
+      const int64_t request_bytes = request_bytes_[server];
       // A PushPull answers once every worker's copy of its chunks is in:
       // windows of them could wait on each other when workers send chunks in
       // different orders (overlap on in one, off in another). A Push is
@@ -645,20 +651,6 @@ class GrpcPsClient final : public PsClient {
     return grpc::ByteBuffer(&slice, 1);
   }
 
-  // Payload bytes of `server`'s whole share on the wire.
-  int64_t WireShare(int server) const {
-    int64_t bytes = 0;
-    for (int32_t id : layout_.ChunksOnServer(server)) bytes += WireSize(id);
-    return bytes;
-  }
-
-  // The payload of one push request to `server`: about max_request_bytes,
-  // larger where that would cut the share into more than 32 requests.
-  int64_t RequestBytes(int server) const {
-    return std::max(options_.max_request_bytes,
-                    (WireShare(server) + kMaxRequestsPerServer - 1) / kMaxRequestsPerServer);
-  }
-
   // Bytes of chunk `id` on the wire in this client's dtype.
   int64_t WireSize(int32_t id) const {
     return layout_.chunks()[id].num_elements * WireBytes(options_.wire_dtype);
@@ -769,7 +761,9 @@ class GrpcPsClient final : public PsClient {
     std::deque<ChunkCall*> queued;  // waiting for room, in launch order
   };
   std::vector<Window> windows_ ABSL_GUARDED_BY(mu_);
-  std::vector<int64_t> window_limit_;  // by server; 0: the share fits, no window
+  // By server, fixed at construction: the payload of one push request, and
+  // the push window (0: the share fits, no window).
+  std::vector<int64_t> request_bytes_, window_limit_;
   absl::Notification stop_heartbeat_;
   // Last: the thread starts once every member it uses is constructed.
   std::thread poller_{[this] { Poll(); }};

@@ -10,19 +10,17 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace psync {
 
-// Connections waiting to be accepted on the listening TCP sockets of
-// `port`, read from the text of /proc/net/tcp or /proc/net/tcp6 (the
-// rx_queue of a socket in state LISTEN is its accept queue's length);
-// -1 when no socket listens there.
-int64_t AcceptQueueFromProcNet(absl::string_view table, int port);
+// This process's listening TCP sockets on `port` (descriptors).
+std::vector<int> ListeningSockets(int port);
 
-// The same from this network namespace's tables; -1 when unreadable.
-int64_t AcceptQueueLength(int port);
+// Connections waiting to be accepted on `sockets` together (TCP_INFO of a
+// listening socket: its accept queue's length); -1 when one of them is no
+// longer a listening socket on `port`, or `sockets` is empty.
+int64_t AcceptQueueLength(const std::vector<int>& sockets, int port);
 
 // Not thread-safe: one caller polls it.
 class ListenerWatch {
@@ -34,6 +32,7 @@ class ListenerWatch {
   ListenerWatch(std::vector<int> ports, absl::Duration stuck_after)
       : ports_(std::move(ports)),
         stuck_after_(stuck_after),
+        sockets_(ports_.size()),
         busy_since_(ports_.size(), absl::InfiniteFuture()),
         last_queue_(ports_.size(), 0) {}
 
@@ -44,6 +43,8 @@ class ListenerWatch {
  private:
   const std::vector<int> ports_;
   const absl::Duration stuck_after_;
+  // By port: its listening sockets, looked up again when they change.
+  std::vector<std::vector<int>> sockets_;
   std::vector<absl::Time> busy_since_;  // InfiniteFuture: empty at the last check
   std::vector<int64_t> last_queue_;
 };

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -47,6 +48,14 @@ int64_t PeakResidentBytes(int pid) {
     if (key == "VmHWM:" && status >> kib) return kib * 1024;
   }
   return -1;
+}
+
+double CpuSeconds(int pid) {
+  clockid_t clock = CLOCK_PROCESS_CPUTIME_ID;
+  if (pid != 0 && clock_getcpuclockid(pid, &clock) != 0) return -1;
+  timespec t;
+  if (clock_gettime(clock, &t) != 0) return -1;
+  return static_cast<double>(t.tv_sec) + t.tv_nsec * 1e-9;
 }
 
 std::string RaiseOpenFileLimit() {

@@ -20,6 +20,10 @@ std::string RaiseOpenFileLimit();
 // -1 when it cannot be read (the process is gone).
 int64_t PeakResidentBytes(int pid = 0);
 
+// CPU time (user and system, all threads) process `pid` (0: this one) has
+// used, in seconds; -1 when it cannot be read (the process is gone).
+double CpuSeconds(int pid = 0);
+
 // Registers process_start_time_seconds (now), process_open_fds,
 // process_max_fds and process_resident_memory_bytes, read at each scrape.
 void AddProcessMetrics(MetricRegistry* registry);

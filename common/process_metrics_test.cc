@@ -38,6 +38,16 @@ TEST(ProcessMetricsTest, PeakResidentBytes) {
   EXPECT_EQ(block[12345], 1);
 }
 
+TEST(ProcessMetricsTest, CpuSecondsCountsThisProcessAndAnother) {
+  const double before = CpuSeconds();
+  volatile double x = 0;
+  for (int i = 0; i < 50'000'000; ++i) x = x + i * 1e-9;
+  EXPECT_GT(CpuSeconds() - before, 0.001);
+  // Another process's clock: the parent's, which has run at least a little.
+  EXPECT_GT(CpuSeconds(getppid()), 0);
+  EXPECT_EQ(CpuSeconds(-5), -1);
+}
+
 TEST(ProcessMetricsTest, ExportsTheStandardProcessMetrics) {
   MetricRegistry registry;
   AddProcessMetrics(&registry);

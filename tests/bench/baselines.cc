@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/process_metrics.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/bench/echo.grpc.pb.h"
 
@@ -43,6 +44,22 @@ bool ReadAll(int fd, char* p, int64_t n) {
     n -= r;
   }
   return true;
+}
+
+// Round trips `warmup` + `count` times; times the last `count`, and counts
+// the CPU time of this process and `server_pid` meanwhile.
+template <typename RoundTrip>
+absl::StatusOr<EchoTimes> TimeRoundTrips(int server_pid, int warmup, int count,
+                                         RoundTrip round_trip) {
+  EchoTimes out;
+  for (int i = 0; i < warmup + count; ++i) {
+    if (i == warmup) out.cpu_ms = -(CpuSeconds() + CpuSeconds(server_pid));
+    const absl::Time t0 = absl::Now();
+    if (absl::Status s = round_trip(); !s.ok()) return s;
+    if (i >= warmup) out.ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+  }
+  out.cpu_ms = (out.cpu_ms + CpuSeconds() + CpuSeconds(server_pid)) * 1e3 / count;
+  return out;
 }
 
 void WritePort(const std::string& port_file, int port) {
@@ -86,7 +103,8 @@ absl::Status ServeTcpEcho(const std::string& port_file) {
   }
 }
 
-absl::StatusOr<std::vector<double>> TimeTcpEcho(int port, int64_t bytes, int count) {
+absl::StatusOr<EchoTimes> TimeTcpEcho(int port, int server_pid, int64_t bytes, int warmup,
+                                      int count) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return Errno("socket");
   sockaddr_in addr = {};
@@ -104,18 +122,15 @@ absl::StatusOr<std::vector<double>> TimeTcpEcho(int port, int64_t bytes, int cou
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
   std::vector<char> out(bytes, 1), in(bytes);
-  std::vector<double> times;
-  for (int i = 0; i < count; ++i) {
-    const absl::Time t0 = absl::Now();
+  auto times = TimeRoundTrips(server_pid, warmup, count, [&] {
     // The echo reads everything before it writes back, as a server must
     // receive a whole gradient before it can answer.
     if (!WriteAll(fd, reinterpret_cast<const char*>(&bytes), sizeof(bytes)) ||
         !WriteAll(fd, out.data(), bytes) || !ReadAll(fd, in.data(), bytes)) {
-      close(fd);
       return Errno("tcp echo");
     }
-    times.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
-  }
+    return absl::OkStatus();
+  });
   close(fd);
   return times;
 }
@@ -135,7 +150,8 @@ absl::Status ServeGrpcEcho(const std::string& port_file, int64_t max_message_byt
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<double>> TimeGrpcEcho(int port, int64_t bytes, int count) {
+absl::StatusOr<EchoTimes> TimeGrpcEcho(int port, int server_pid, int64_t bytes, int warmup,
+                                       int count) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(static_cast<int>(bytes + (1 << 20)));
   args.SetMaxSendMessageSize(static_cast<int>(bytes + (1 << 20)));
@@ -143,17 +159,14 @@ absl::StatusOr<std::vector<double>> TimeGrpcEcho(int port, int64_t bytes, int co
       absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args));
   bench::EchoMessage req, resp;
   req.set_payload(std::string(bytes, '\1'));
-  std::vector<double> times;
-  for (int i = 0; i < count; ++i) {
+  return TimeRoundTrips(server_pid, warmup, count, [&] {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
     ctx.set_wait_for_ready(true);
-    const absl::Time t0 = absl::Now();
     grpc::Status s = stub->Echo(&ctx, req, &resp);
     if (!s.ok()) return absl::UnavailableError(absl::StrCat("grpc echo: ", s.error_message()));
-    times.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
-  }
-  return times;
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace psync

@@ -16,10 +16,19 @@ namespace psync {
 absl::Status ServeTcpEcho(const std::string& port_file);
 absl::Status ServeGrpcEcho(const std::string& port_file, int64_t max_message_bytes);
 
-// Sends `bytes` and reads them back, `count` times; returns each round
-// trip in milliseconds.
-absl::StatusOr<std::vector<double>> TimeTcpEcho(int port, int64_t bytes, int count);
-absl::StatusOr<std::vector<double>> TimeGrpcEcho(int port, int64_t bytes, int count);
+// Timed round trips: each one's time, and the CPU time both ends (this
+// process and the echo server's) used per round trip, in milliseconds.
+struct EchoTimes {
+  std::vector<double> ms;
+  double cpu_ms = 0;
+};
+
+// Sends `bytes` and reads them back, `warmup` times untimed, then `count`
+// times timed, to the echo server at `port`, process `server_pid`.
+absl::StatusOr<EchoTimes> TimeTcpEcho(int port, int server_pid, int64_t bytes, int warmup,
+                                      int count);
+absl::StatusOr<EchoTimes> TimeGrpcEcho(int port, int server_pid, int64_t bytes, int warmup,
+                                       int count);
 
 }  // namespace psync
 

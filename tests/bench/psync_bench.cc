@@ -13,6 +13,7 @@
 #include <map>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -67,6 +68,7 @@ ABSL_FLAG(std::string, server_list, "", "internal");
 ABSL_FLAG(int, worker_rank, 0, "internal");
 ABSL_FLAG(std::string, port_file, "", "internal");
 ABSL_FLAG(std::string, tls_dir, "", "internal: the throwaway CA's folder (TLS on)");
+ABSL_FLAG(std::string, server_pids, "", "internal: the servers' process ids, for their CPU time");
 
 namespace psync {
 namespace {
@@ -144,15 +146,38 @@ absl::Status RunClient() {
   const int total = absl::GetFlag(FLAGS_warmup) + timed;
   const double compute_ms = absl::GetFlag(FLAGS_compute_ms);
   const int tensors = client->num_tensors();
+  std::vector<int> server_pids;
+  for (absl::string_view pid : absl::StrSplit(absl::GetFlag(FLAGS_server_pids), ',',
+                                              absl::SkipEmpty())) {
+    if (!absl::SimpleAtoi(pid, &server_pids.emplace_back())) {
+      return absl::InvalidArgumentError(absl::StrCat("--server_pids: '", pid, "' is not a pid"));
+    }
+  }
+  auto servers_cpu = [&] {
+    double sum = 0;
+    for (int pid : server_pids) sum += CpuSeconds(pid);
+    return sum;
+  };
   // Times `total` calls of one_step; each that pushes moves to the next step.
+  // Prints the timed steps' times, and the CPU time per timed step of this
+  // worker and of the servers.
   auto phase = [&](const std::string& name, auto one_step, bool pushes = true) -> absl::Status {
     std::vector<double> times;
+    double client_cpu = 0, server_cpu = 0;
     for (int i = 0; i < total; ++i, step += pushes ? 1 : 0) {
+      if (i == total - timed) {
+        client_cpu = -CpuSeconds();
+        server_cpu = -servers_cpu();
+      }
       const absl::Time t0 = absl::Now();
       PSYNC_RETURN_IF_ERROR(one_step());
       if (i >= total - timed) times.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
     }
+    client_cpu += CpuSeconds();
+    server_cpu += servers_cpu();
     std::printf("PHASE %s %s\n", name.c_str(), absl::StrJoin(times, " ").c_str());
+    std::printf("CPU %s %.6f %.6f\n", name.c_str(), client_cpu * 1e3 / timed,
+                server_cpu * 1e3 / timed);
     return absl::OkStatus();
   };
   PSYNC_RETURN_IF_ERROR(phase("comm", [&] {
@@ -202,7 +227,8 @@ absl::StatusOr<int> WaitForPort(const std::string& path, Subprocess& p) {
 }
 
 // "PHASE name t1 t2 ..." lines by name; "PEAK_RSS bytes" as phase
-// "rss_client" (MiB).
+// "rss_client" (MiB); "CPU name worker_ms server_ms" as phases
+// "cpu_worker_<name>" and "cpu_servers_<name>" (CPU ms per step).
 std::map<std::string, std::vector<double>> ParsePhases(const std::string& output) {
   std::map<std::string, std::vector<double>> phases;
   std::istringstream in(output);
@@ -212,6 +238,12 @@ std::map<std::string, std::vector<double>> ParsePhases(const std::string& output
     double v;
     if (parts.size() == 2 && parts[0] == "PEAK_RSS" && absl::SimpleAtod(parts[1], &v)) {
       phases["rss_client"].push_back(v / (1 << 20));
+    }
+    double w;
+    if (parts.size() == 4 && parts[0] == "CPU" && absl::SimpleAtod(parts[2], &w) &&
+        absl::SimpleAtod(parts[3], &v)) {
+      phases["cpu_worker_" + parts[1]].push_back(w);
+      phases["cpu_servers_" + parts[1]].push_back(v);
     }
     if (parts.size() < 2 || parts[0] != "PHASE") continue;
     for (size_t i = 2; i < parts.size(); ++i) {
@@ -263,6 +295,8 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
     PSYNC_RETURN_IF_ERROR(WaitForPort(port_file, *p).status());
     servers.push_back(std::move(p));
   }
+  std::vector<std::string> server_pids;
+  for (const auto& s : servers) server_pids.push_back(absl::StrCat(s->pid()));
   for (int w = 0; w < n; ++w) {
     PSYNC_ASSIGN_OR_RETURN(
         auto p, Subprocess::Start(
@@ -277,7 +311,7 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
                      absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
                      absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
                      absl::StrCat("--compute_ms=", absl::GetFlag(FLAGS_compute_ms)),
-                     "--tls_dir=" + tls_dir},
+                     "--tls_dir=" + tls_dir, "--server_pids=" + absl::StrJoin(server_pids, ",")},
                     absl::StrCat("[client ", w, "] "), /*echo=*/false));
     clients.push_back(std::move(p));
   }
@@ -321,13 +355,18 @@ absl::StatusOr<Baseline> StartBaseline(const std::string& dir, const std::string
   return b;
 }
 
-// Warm-up and timed round trips of the model's bytes; the timed ones.
-absl::StatusOr<std::vector<double>> TimeBaseline(const Baseline& b, bool tcp) {
-  const int warmup = absl::GetFlag(FLAGS_warmup), count = warmup + absl::GetFlag(FLAGS_steps);
-  auto times = tcp ? TimeTcpEcho(b.port, ModelBytes(), count)
-                   : TimeGrpcEcho(b.port, ModelBytes(), count);
-  if (times.ok()) times->erase(times->begin(), times->begin() + warmup);
-  return times;
+// Warm-up and timed round trips of the model's bytes, recorded in
+// `figures` as `name` (times) and "cpu_<name>" (CPU ms per round trip).
+absl::Status TimeBaseline(const Baseline& b, bool tcp, const std::string& name,
+                          std::map<std::string, Runs>& figures) {
+  const int warmup = absl::GetFlag(FLAGS_warmup), count = absl::GetFlag(FLAGS_steps);
+  const int pid = b.process->pid();
+  auto times = tcp ? TimeTcpEcho(b.port, pid, ModelBytes(), warmup, count)
+                   : TimeGrpcEcho(b.port, pid, ModelBytes(), warmup, count);
+  if (!times.ok()) return times.status();
+  figures[name].push_back(times->ms);
+  figures["cpu_" + name].push_back({times->cpu_ms});
+  return absl::OkStatus();
 }
 
 // The server's optimizer pass against memcpy over one server's share of
@@ -420,12 +459,8 @@ absl::Status RunDriver() {
       figures["comm_tls"].push_back((*secure)["comm"]);
     }
     if (!baselines) continue;
-    auto t = TimeBaseline(tcp, /*tcp=*/true);
-    auto e = TimeBaseline(echo, /*tcp=*/false);
-    status = !t.ok() ? t.status() : e.status();
-    if (!status.ok()) break;
-    figures["tcp"].push_back(*t);
-    figures["grpc_echo"].push_back(*e);
+    status = TimeBaseline(tcp, /*tcp=*/true, "tcp", figures);
+    if (status.ok()) status = TimeBaseline(echo, /*tcp=*/false, "grpc_echo", figures);
   }
   tcp.process.reset();
   echo.process.reset();
@@ -441,19 +476,32 @@ absl::Status RunDriver() {
               label.c_str(), n, k, mb, absl::GetFlag(FLAGS_tensors),
               static_cast<long long>(absl::GetFlag(FLAGS_chunk_kb)),
               absl::GetFlag(FLAGS_wire_dtype).c_str(), runs, absl::GetFlag(FLAGS_steps));
-  std::printf("%-26s %12s %12s %16s\n", "", "median ms", "p90 ms", "GB/s push+pull");
+  std::printf("%-26s %12s %12s %16s %10s %6s\n", "", "median ms", "p90 ms", "GB/s push+pull",
+              "CPU ms", "cores");
   std::string json = absl::StrFormat(
       "{\"label\": \"%s\", \"workers\": %d, \"servers\": %d, \"model_bytes\": %d, "
       "\"tensors\": %d, \"chunk_kb\": %d, \"wire_dtype\": \"%s\", \"runs\": %d, "
       "\"steps\": %d",
       label, n, k, ModelBytes(), absl::GetFlag(FLAGS_tensors), absl::GetFlag(FLAGS_chunk_kb),
       absl::GetFlag(FLAGS_wire_dtype), runs, absl::GetFlag(FLAGS_steps));
+  // CPU time per step or round trip, one figure per run, as "cpu_<key>":
+  // a psync phase's is worker 0's plus the servers'.
+  for (const char* phase : {"comm", "comm_tls", "compute", "serial", "overlap"}) {
+    const Runs& worker = figures[absl::StrCat("cpu_worker_", phase)];
+    const Runs& servers = figures[absl::StrCat("cpu_servers_", phase)];
+    for (size_t r = 0; r < worker.size() && r < servers.size(); ++r) {
+      figures[absl::StrCat("cpu_", phase)].push_back({worker[r][0] + servers[r][0]});
+    }
+  }
+  // Median time; and CPU time, and the cores it kept busy on average.
   auto row = [&](const std::string& name, const std::string& key) {
     const Figures f = Summarize(figures[key]);
     const double gbps = 2.0 * ModelBytes() / (f.median / 1e3) / 1e9;
-    std::printf("%-26s %12.3f %12.3f %16.3f\n", name.c_str(), f.median, f.p90, gbps);
-    absl::StrAppendFormat(&json, ", \"%s_median_ms\": %.4f, \"%s_p90_ms\": %.4f", key, f.median,
-                          key, f.p90);
+    const double cpu = Summarize(figures["cpu_" + key]).median;
+    std::printf("%-26s %12.3f %12.3f %16.3f %10.3f %6.2f\n", name.c_str(), f.median, f.p90, gbps,
+                cpu, cpu / f.median);
+    absl::StrAppendFormat(&json, ", \"%s_median_ms\": %.4f, \"%s_p90_ms\": %.4f, \"%s_cpu_ms\": %.4f",
+                          key, f.median, key, f.p90, key, cpu);
     return f.median;
   };
   auto ratio = [&](const std::string& text, const std::string& key, const std::string& a,
@@ -462,9 +510,15 @@ absl::Status RunDriver() {
     std::printf("  %s = %.3f\n", text.c_str(), x);
     absl::StrAppendFormat(&json, ", \"%s\": %.4f", key, x);
   };
+  std::printf("  (CPU ms: the servers' and worker 0's per step, both ends' per echo; cores: "
+              "CPU ms / median ms, of %u here)\n",
+              std::thread::hardware_concurrency());
   const double comm = row("psync push-pull", "comm");
   std::printf("  per-worker throughput (pushed + pulled) = %.3f GB/s\n",
               2.0 * ModelBytes() / (comm / 1e3) / 1e9);
+  std::printf("  CPU per step: servers %.3f ms, worker 0 %.3f ms\n",
+              Summarize(figures["cpu_servers_comm"]).median,
+              Summarize(figures["cpu_worker_comm"]).median);
   // Memory: the largest peak RSS of a server and of a client (medians over
   // runs), and a server's next to its share of the model.
   const double server_rss = Summarize(figures["rss_server"]).median;
@@ -488,6 +542,8 @@ absl::Status RunDriver() {
     row("plain gRPC unary echo", "grpc_echo");
     ratio("psync / plain TCP", "ratio_tcp", "comm", "tcp");
     ratio("psync / plain gRPC echo", "ratio_grpc_echo", "comm", "grpc_echo");
+    ratio("CPU time: psync / plain TCP", "ratio_cpu_tcp", "cpu_comm", "cpu_tcp");
+    ratio("CPU time: psync / plain gRPC echo", "ratio_cpu_grpc_echo", "cpu_comm", "cpu_grpc_echo");
   }
   if (absl::GetFlag(FLAGS_compute_ms) > 0) {
     row("compute alone", "compute");

@@ -457,6 +457,8 @@ absl::Status RunDriver() {
         break;
       }
       figures["comm_tls"].push_back((*secure)["comm"]);
+      figures["cpu_worker_comm_tls"].push_back((*secure)["cpu_worker_comm"]);
+      figures["cpu_servers_comm_tls"].push_back((*secure)["cpu_servers_comm"]);
     }
     if (!baselines) continue;
     status = TimeBaseline(tcp, /*tcp=*/true, "tcp", figures);
@@ -490,6 +492,7 @@ absl::Status RunDriver() {
     const Runs& worker = figures[absl::StrCat("cpu_worker_", phase)];
     const Runs& servers = figures[absl::StrCat("cpu_servers_", phase)];
     for (size_t r = 0; r < worker.size() && r < servers.size(); ++r) {
+      if (worker[r].empty() || servers[r].empty()) continue;
       figures[absl::StrCat("cpu_", phase)].push_back({worker[r][0] + servers[r][0]});
     }
   }

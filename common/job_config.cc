@@ -143,12 +143,7 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                "1..1048576");
   check.Expect("accumulation_steps", t.accumulation_steps() >= 1 && t.accumulation_steps() <= 65536,
                "1..65536 micro-batches per step");
-  const absl::StatusOr<WireDType> wire_dtype = ParseWireDType(t.wire_dtype());
-  check.Expect("wire_dtype", wire_dtype.ok(),
-               wire_dtype.ok() ? ""
-                               : absl::StripPrefix(wire_dtype.status().message(),
-                                                   absl::StrCat("--wire_dtype is '",
-                                                                t.wire_dtype(), "', expected ")));
+  check.Expect("wire_dtype", ParseWireDType(t.wire_dtype()).ok(), kWireDTypeChoices);
   check.Expect("push_window_kb", t.push_window_kb() >= 0 && t.push_window_kb() <= (1 << 30),
                "0..1073741824 (0: automatic)");
   check.Expect("epochs", t.epochs() >= 1, ">= 1");

@@ -250,7 +250,7 @@ absl::StatusOr<WireDType> ParseWireDType(absl::string_view text) {
     if (text == WireDTypeName(d)) return d;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--wire_dtype is '", text, "', expected float32, bf16 or fp16"));
+      absl::StrCat("--wire_dtype is '", text, "', expected ", kWireDTypeChoices));
 }
 
 absl::string_view WireDTypeName(WireDType dtype) {
@@ -313,6 +313,20 @@ void DecodeAddWire(WireDType dtype, const char* in, int64_t n, float* out) {
     case WireDType::kFp16:
       return wi::DecodeAddFp16F16c(in, n, out);
   }
+}
+
+void DecodePieces(WireDType dtype, const BytePieces& pieces, float* out, bool add) {
+  if (!add && dtype == WireDType::kFloat32) {
+    CopyPieces(pieces, out);  // no per-run calls
+    return;
+  }
+  ForEachValueRun(pieces, WireBytes(dtype), [&](int64_t first, const char* bytes, int64_t count) {
+    if (add) {
+      DecodeAddWire(dtype, bytes, count, out + first);
+    } else {
+      DecodeWire(dtype, bytes, count, out + first);
+    }
+  });
 }
 
 }  // namespace psync

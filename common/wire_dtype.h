@@ -31,10 +31,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/byte_pieces.h"
 
 namespace psync {
 
 enum class WireDType { kFloat32, kBf16, kFp16 };
+
+// The names ParseWireDType takes, as errors list them.
+inline constexpr char kWireDTypeChoices[] = "float32, bf16 or fp16";
 
 // "float32", "bf16" or "fp16", as --wire_dtype takes it; anything else is an
 // InvalidArgument error naming the value.
@@ -59,6 +63,11 @@ void DecodeWire(WireDType dtype, const char* in, int64_t n, float* out);
 // out[i] += the i-th value at `in`, for i < n: sums received gradients
 // without a float32 copy of each.
 void DecodeAddWire(WireDType dtype, const char* in, int64_t n, float* out);
+
+// DecodeWire (or, with `add`, DecodeAddWire) over a received payload's
+// pieces, whose values may straddle two pieces: float32 is copied as is.
+// REQUIRES: the pieces hold exactly as many whole values as `out` takes.
+void DecodePieces(WireDType dtype, const BytePieces& pieces, float* out, bool add = false);
 
 }  // namespace psync
 

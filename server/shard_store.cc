@@ -404,35 +404,13 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
   return absl::OkStatus();
 }
 
-namespace {
-
-// Widens the payload's gradient (any dtype) to float32 into out[0..n), or
-// adds it there (`add`). Every dtype's arithmetic is here, so that the
-// callers only say where the gradient goes.
-void AddPayload(const ChunkPayload& payload, float* out, bool add) {
-  if (!add && payload.dtype == WireDType::kFloat32) {
-    CopyPieces(payload.pieces, out);  // no zeroing pass, no per-run calls
-    return;
-  }
-  ForEachValueRun(payload.pieces, WireBytes(payload.dtype),
-                  [&](int64_t first, const char* bytes, int64_t count) {
-                    if (add) {
-                      DecodeAddWire(payload.dtype, bytes, count, out + first);
-                    } else {
-                      DecodeWire(payload.dtype, bytes, count, out + first);
-                    }
-                  });
-}
-
-}  // namespace
-
 void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
                                const ChunkPayload& payload) {
   c.received[worker_rank] = true;
   c.counts[worker_rank] = sample_count;
   ++c.num_received;
   if (options_.deterministic) {
-    AddPayload(payload, c.per_worker[worker_rank].data(), /*add=*/false);
+    DecodePieces(payload.dtype, payload.pieces, c.per_worker[worker_rank].data());
   } else if (c.num_received == 1) {
     // The first push of a step: version - 1 is retired (see Chunk), and the
     // gradient copied in with no zeroing pass.
@@ -444,9 +422,9 @@ void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
       c.retired = std::move(c.previous);
     }
     c.sum.resize(c.info.num_elements);
-    AddPayload(payload, c.sum.data(), /*add=*/false);
+    DecodePieces(payload.dtype, payload.pieces, c.sum.data());
   } else {
-    AddPayload(payload, c.sum.data(), /*add=*/true);
+    DecodePieces(payload.dtype, payload.pieces, c.sum.data(), /*add=*/true);
   }
 }
 
@@ -637,8 +615,11 @@ void ShardStore::PullAsync(uint64_t session, int worker_rank, uint64_t fingerpri
     return FinishWaiter(waiter, Interrupted("Pull", s));
   }
   int64_t there = 0;  // chunks already at the version
-  for (size_t i = 0; i < chunk_ids.size(); ++i) {
-    const int32_t id = chunk_ids[i];
+  // From here on `done` may run on another thread (an interruption), and
+  // end what backs `chunk_ids`: read the waiter's own copy.
+  const std::vector<int32_t>& ids = waiter->ids;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
     Chunk& c = *s.chunks[id];
     absl::Status refused;
     {

@@ -46,7 +46,9 @@ class ServerProcess {
                 WaitForOutput(*process_, "listening on", absl::Now() + absl::Seconds(30)));
   }
   ~ServerProcess() {
-    if (process_ != nullptr) EXPECT_EQ(process_->Stop(absl::Seconds(10)), 0);
+    if (process_ != nullptr) {
+      EXPECT_EQ(process_->Stop(absl::Seconds(10)), 0);
+    }
   }
   const std::string& address() const { return address_; }
 

@@ -159,7 +159,7 @@ class ParameterService final : public grpc::Service {
     names_.push_back(absl::StrCat("/psync.proto.ParameterServer/", name));
     MethodMetrics* m = nullptr;
     if (metrics_ != nullptr) m = &method_metrics_.emplace_back(metrics_, name);
-    const int index = num_methods_++;
+    const int index = static_cast<int>(names_.size()) - 1;  // this method's, in order added
     AddMethod(new grpc::internal::RpcServiceMethod(
         names_.back().c_str(), grpc::internal::RpcMethod::NORMAL_RPC, nullptr));
     auto* handler = new grpc::internal::CallbackUnaryHandler<Req, Resp>(
@@ -436,8 +436,8 @@ class ParameterService final : public grpc::Service {
               WireDType dtype, grpc::ByteBuffer* resp, Reply reply) {
     const absl::Time deadline =
         std::min(absl::FromChrono(ctx->deadline()), absl::Now() + max_pull_wait_);
-    // Still valid inside the call below: moving the vector into the
-    // callback keeps its buffer, and PullAsync copies the ids first.
+    // Valid while PullAsync reads it: it copies the ids before anything
+    // can run the callback (which owns the vector's buffer from here on).
     const absl::Span<const int32_t> asked(ids);
     store_->PullAsync(
         session, worker_rank, fingerprint, version, asked, dtype, deadline,
@@ -471,7 +471,6 @@ class ParameterService final : public grpc::Service {
   std::deque<std::string> names_;  // RpcServiceMethod keeps the char pointers
   MetricRegistry* const metrics_;  // null: no metrics
   std::deque<MethodMetrics> method_metrics_;  // handlers keep pointers
-  int num_methods_ = 0;
   Gauge* pulls_waiting_ = nullptr;
   const int max_waiting_, max_waiting_per_connection_;
   absl::Mutex waiting_mu_;

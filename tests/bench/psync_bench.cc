@@ -503,7 +503,8 @@ absl::Status RunDriver() {
     const double cpu = Summarize(figures["cpu_" + key]).median;
     std::printf("%-26s %12.3f %12.3f %16.3f %10.3f %6.2f\n", name.c_str(), f.median, f.p90, gbps,
                 cpu, cpu / f.median);
-    absl::StrAppendFormat(&json, ", \"%s_median_ms\": %.4f, \"%s_p90_ms\": %.4f, \"%s_cpu_ms\": %.4f",
+    absl::StrAppendFormat(&json,
+                          ", \"%s_median_ms\": %.4f, \"%s_p90_ms\": %.4f, \"%s_cpu_ms\": %.4f",
                           key, f.median, key, f.p90, key, cpu);
     return f.median;
   };
@@ -546,7 +547,8 @@ absl::Status RunDriver() {
     ratio("psync / plain TCP", "ratio_tcp", "comm", "tcp");
     ratio("psync / plain gRPC echo", "ratio_grpc_echo", "comm", "grpc_echo");
     ratio("CPU time: psync / plain TCP", "ratio_cpu_tcp", "cpu_comm", "cpu_tcp");
-    ratio("CPU time: psync / plain gRPC echo", "ratio_cpu_grpc_echo", "cpu_comm", "cpu_grpc_echo");
+    ratio("CPU time: psync / plain gRPC echo", "ratio_cpu_grpc_echo", "cpu_comm",
+          "cpu_grpc_echo");
   }
   if (absl::GetFlag(FLAGS_compute_ms) > 0) {
     row("compute alone", "compute");

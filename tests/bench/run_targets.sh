@@ -2,7 +2,7 @@
 # Runs psync_bench on the configurations behind the README's performance
 # targets and prints each one's table. Every figure is the median of 5 runs'
 # medians; each ratio is measured side by side in one psync_bench run.
-# Takes about nine minutes on 2 cores. Extra flags go to every psync_bench
+# Takes about ten minutes on 2 cores. Extra flags go to every psync_bench
 # run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,7 +1,5 @@
 #include "worker/client/local_ps_client.h"
 
-#include <cstring>
-
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 

@@ -719,15 +719,7 @@ class GrpcPsClient final : public PsClient {
             absl::StrCat(call.op, ": chunk ", c.id, " has ", c.data_size, " bytes, layout says ",
                          ExpectedWireBytes(info.num_elements, *dtype)));
       }
-      float* out = call.weights + info.flat_offset;
-      if (*dtype == WireDType::kFloat32) {
-        CopyPieces(c.data, out);
-      } else {
-        ForEachValueRun(c.data, WireBytes(*dtype),
-                        [&](int64_t first, const char* bytes, int64_t count) {
-                          DecodeWire(*dtype, bytes, count, out + first);
-                        });
-      }
+      DecodePieces(*dtype, c.data, call.weights + info.flat_offset);
     }
     return absl::OkStatus();
   }

@@ -41,8 +41,8 @@ struct GrpcPsClientOptions {
   // later requests still arrive (within push_window_bytes). A server's
   // share is cut into at most 32 requests (larger ones when it holds more
   // than 32 times this), so that a push-pull's waiting calls stay far below
-  // the servers' bounds (--max_waiting_calls). On 2 cores, 16 MiB in 1 MiB requests took about
-  // 0.8 times as long as in one (README "Performance").
+  // the servers' bounds (--max_waiting_calls). On 2 cores, 16 MiB in 1 MiB
+  // requests took about 0.8 times as long as in one (README "Performance").
   int64_t max_request_bytes = 1 << 20;
   // Bounds a server's receive buffers. Where a server's share is larger
   // than this window, at most this many payload bytes (one request at

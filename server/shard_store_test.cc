@@ -1,5 +1,6 @@
 #include "server/shard_store.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -607,7 +608,7 @@ TEST(ShardStoreLimitTest, LayoutTooLargeForTheMessageLimitIsRefused) {
 // A narrow gradient is widened exactly and summed in float32: a run fed
 // bf16 or fp16 gradients ends with exactly the weights of a float32 run fed
 // the values the wire rounded them to, and a narrow pull is those weights
-// rounded once more. One worker too (whose float32 gradient skips the sum).
+// rounded once more. One worker too (whose gradient skips the sum).
 TEST_F(ShardStoreTest, NarrowPushesMatchAFloat32RunOfTheRoundedValues) {
   const std::vector<std::vector<float>> grads = {{0.123456f, -1.987654f}, {3.14159f, 1e-3f}};
   for (WireDType dtype : {WireDType::kBf16, WireDType::kFp16}) {
@@ -631,6 +632,57 @@ TEST_F(ShardStoreTest, NarrowPushesMatchAFloat32RunOfTheRoundedValues) {
       }
       EXPECT_EQ(final_weights[0], final_weights[1]);
       EXPECT_NE(final_weights[0], Initial(0));
+    }
+  }
+}
+
+// The last narrow gradient is widened and stepped a tile at a time: over
+// many tiles, from pieces cut mid-value, the weights are exactly those of a
+// float32 run fed the rounded values.
+TEST(ShardStoreNarrowTest, LastNarrowGradientOverManyTilesMatchesFloat32) {
+  const int64_t n = 2600;
+  const Layout layout = *Layout::Create({{"w", {n}}}, 4 * n, 1, 3);
+  std::vector<float> g(n);
+  for (int64_t i = 0; i < n; ++i) g[i] = std::sin(0.01f * i) * 3 + 1e-3f * (i % 11);
+  for (WireDType dtype : {WireDType::kBf16, WireDType::kFp16}) {
+    for (int workers : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat(WireDTypeName(dtype), ", ", workers, " worker(s)"));
+      std::vector<std::vector<float>> final_weights;
+      for (bool narrow : {true, false}) {
+        ShardStoreOptions o;
+        o.num_workers = workers;
+        o.optimizer = {0.1f, 0.9f, 0.01f};
+        auto store = ReadyStore(o);
+        std::vector<uint64_t> sessions;
+        for (int w = 0; w < workers; ++w) {
+          auto r = Reg(*store, w, workers, layout, layout.fingerprint());
+          ASSERT_TRUE(r.ok()) << r.status();
+          sessions.push_back(r->session);
+        }
+        for (int step = 0; step < 3; ++step) {
+          for (int w = 0; w < workers; ++w) {
+            std::vector<float> mine = g;
+            for (float& v : mine) v *= static_cast<float>(step + w + 1);
+            const std::string bytes =
+                narrow ? Narrow(dtype, mine) : Bytes(Rounded(dtype, mine));
+            const absl::string_view all(bytes);
+            ChunkPayload p{0, narrow ? dtype : WireDType::kFloat32,
+                           {all.substr(0, 1001), all.substr(1001, 2332), all.substr(3333)}};
+            ASSERT_TRUE(store->Push(sessions[w], w, layout.fingerprint(), step, 1, {p}).ok());
+          }
+        }
+        int32_t ids[] = {0};
+        std::vector<float> got;
+        ASSERT_TRUE(store->Pull(sessions[0], 0, layout.fingerprint(), 3, ids, WireDType::kFloat32,
+                                absl::Now() + absl::Seconds(5),
+                                [&](int32_t, int64_t, const WireWeights& w) {
+                                  got = Widen(WireDType::kFloat32, w.bytes);
+                                })
+                        .ok());
+        final_weights.push_back(got);
+      }
+      ASSERT_EQ(final_weights[0].size(), static_cast<size_t>(n));
+      EXPECT_EQ(final_weights[0], final_weights[1]);
     }
   }
 }

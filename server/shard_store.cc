@@ -17,6 +17,9 @@ namespace psync {
 constexpr int64_t kMessageHeadroomBytes = 1 << 20;
 // Deterministic mode's per-worker gradient buffers, all chunks together.
 constexpr int64_t kMaxDeterministicBytes = int64_t{16} << 30;
+// How often the timer thread looks for waiting pulls whose callers went
+// away: their places among the waiting calls come free within this.
+constexpr absl::Duration kWaiterSweep = absl::Milliseconds(250);
 
 struct ShardStore::Chunk {
   explicit Chunk(const ChunkInfo& info) : info(info) {}
@@ -71,6 +74,7 @@ struct ShardStore::PullWaiter {
   WireDType dtype = WireDType::kFloat32;
   absl::Time deadline;
   PullDone done;
+  std::function<bool()> cancelled;  // may be null; asked under waiters_mu_ only
   // weights[i] is set under chunk ids[i]'s lock when it reaches `version`,
   // before `remaining` counts it; whoever counts the last reads them all.
   std::vector<WireWeights> weights;
@@ -603,7 +607,8 @@ absl::Status ShardStore::Pull(uint64_t session, int worker_rank, uint64_t finger
 
 void ShardStore::PullAsync(uint64_t session, int worker_rank, uint64_t fingerprint,
                            int64_t version, absl::Span<const int32_t> chunk_ids,
-                           WireDType dtype, absl::Time deadline, PullDone done) {
+                           WireDType dtype, absl::Time deadline, PullDone done,
+                           std::function<bool()> cancelled) {
   absl::StatusOr<std::shared_ptr<Shard>> shard =
       CheckCaller("Pull", session, worker_rank, fingerprint);
   absl::Status valid = shard.ok() ? absl::OkStatus() : shard.status();
@@ -620,6 +625,7 @@ void ShardStore::PullAsync(uint64_t session, int worker_rank, uint64_t fingerpri
   waiter->dtype = dtype;
   waiter->deadline = deadline;
   waiter->done = std::move(done);
+  waiter->cancelled = std::move(cancelled);
   waiter->weights.resize(chunk_ids.size());
   // One count per chunk, and one that this call holds until it has looked
   // at every chunk, so that the waiter cannot finish meanwhile.
@@ -773,29 +779,41 @@ absl::Status ShardStore::DeadlineError(const PullWaiter& waiter) const {
 
 void ShardStore::ExpireWaiters() {
   absl::MutexLock lock(&waiters_mu_);
+  absl::Time next_sweep = absl::Now();
   while (!stopping_) {
     const absl::Time now = absl::Now();
-    if (earliest_deadline_ > now) {
-      // Wakes early for a waiter with a nearer deadline, and at least every
-      // second (absl::Now() against a long sleep on a clock that jumps).
-      const absl::Time until = std::min(earliest_deadline_, now + absl::Seconds(1));
+    if (earliest_deadline_ > now && next_sweep > now) {
+      // Wakes early for a waiter with a nearer deadline; at least every
+      // sweep (absl::Now() against a long sleep on a clock that jumps).
+      const absl::Time until = std::min(earliest_deadline_, next_sweep);
       auto wake = [this, until]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(waiters_mu_) {
         return stopping_ || earliest_deadline_ < until;
       };
       waiters_mu_.AwaitWithDeadline(absl::Condition(&wake), until);
       continue;
     }
-    std::vector<std::shared_ptr<PullWaiter>> expired;
+    next_sweep = now + kWaiterSweep;
+    // Past their deadline, or given up by their callers. Asking `cancelled`
+    // is safe here: a waiter's `done` (which ends the caller's call) runs
+    // only after FinishWaiter has taken it out of waiters_ under this lock.
+    std::vector<std::shared_ptr<PullWaiter>> expired, cancelled;
     earliest_deadline_ = absl::InfiniteFuture();
     for (const auto& [key, waiter] : waiters_) {
       if (waiter->deadline <= now) {
         expired.push_back(waiter);
+      } else if (waiter->cancelled && waiter->cancelled()) {
+        cancelled.push_back(waiter);
       } else {
         earliest_deadline_ = std::min(earliest_deadline_, waiter->deadline);
       }
     }
     waiters_mu_.Unlock();
     for (const auto& waiter : expired) FinishWaiter(waiter, DeadlineError(*waiter));
+    for (const auto& waiter : cancelled) {
+      FinishWaiter(waiter, absl::CancelledError(absl::StrCat(
+                               "Pull: the caller cancelled its wait for version ",
+                               waiter->version, " on server ", options_.server_rank)));
+    }
     waiters_mu_.Lock();
   }
 }

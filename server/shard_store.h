@@ -209,9 +209,14 @@ class ShardStore {
   // on the thread that applies the last missing chunk, on the store's timer
   // thread at `deadline`, or on the thread that closes, rolls back or fails
   // the store.
+  //
+  // While the pull waits, the timer thread asks `cancelled` (if set) a few
+  // times a second; once it says yes (the caller went away), `done` gets
+  // CANCELLED at once rather than at the deadline. It is never asked after
+  // `done` has started.
   void PullAsync(uint64_t session, int worker_rank, uint64_t fingerprint, int64_t version,
                  absl::Span<const int32_t> chunk_ids, WireDType dtype, absl::Time deadline,
-                 PullDone done);
+                 PullDone done, std::function<bool()> cancelled = nullptr);
 
   // Marks the worker alive; `done_version` > 0 says it has trained every step.
   absl::StatusOr<HeartbeatResult> Heartbeat(int worker_rank, uint64_t session,

@@ -1,11 +1,13 @@
 #include "server/shard_store.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/init.h"
 #include "common/wire_dtype.h"
 #include "gtest/gtest.h"
@@ -409,6 +411,47 @@ TEST_F(ShardStoreTest, AStepsFirstPushRetiresTheVersionBefore) {
       EXPECT_EQ(Widen(WireDType::kFloat32, held.bytes), w0);
     }
   }
+}
+
+// A waiting pull whose caller went away ends CANCELLED within a sweep of
+// the timer thread, long before its deadline; one whose caller stays keeps
+// waiting and gets its version.
+TEST_F(ShardStoreTest, AWaitingPullWhoseCallerWentAwayEndsCancelled) {
+  Make(2, false);
+  const int32_t ids[] = {0};
+  std::atomic<bool> gone{false};
+  absl::Notification cancelled_done, kept_done;
+  absl::Status cancelled_status, kept_status;
+  std::vector<WireWeights> kept_weights;
+  store_->PullAsync(
+      S(0), 0, layout_.fingerprint(), 1, ids, WireDType::kFloat32, absl::Now() + absl::Seconds(60),
+      [&](absl::Status s, std::vector<WireWeights>) {
+        cancelled_status = s;
+        cancelled_done.Notify();
+      },
+      [&] { return gone.load(); });
+  store_->PullAsync(
+      S(1), 1, layout_.fingerprint(), 1, ids, WireDType::kFloat32, absl::Now() + absl::Seconds(60),
+      [&](absl::Status s, std::vector<WireWeights> w) {
+        kept_status = s;
+        kept_weights = std::move(w);
+        kept_done.Notify();
+      },
+      [] { return false; });
+  EXPECT_FALSE(cancelled_done.WaitForNotificationWithTimeout(absl::Milliseconds(600)));
+  gone = true;
+  ASSERT_TRUE(cancelled_done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_EQ(cancelled_status.code(), StatusCode::kCancelled) << cancelled_status;
+  EXPECT_EQ(cancelled_status.message(),
+            "Pull: the caller cancelled its wait for version 1 on server 0");
+  EXPECT_FALSE(kept_done.HasBeenNotified());
+  ASSERT_TRUE(Push(0, 0, 1, 0, {1.0f, 1.0f}).ok());
+  ASSERT_TRUE(Push(1, 0, 1, 0, {1.0f, 1.0f}).ok());
+  ASSERT_TRUE(kept_done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  ASSERT_TRUE(kept_status.ok()) << kept_status;
+  ASSERT_EQ(kept_weights.size(), 1u);
+  EXPECT_EQ(Widen(WireDType::kFloat32, kept_weights[0].bytes),
+            (std::vector<float>{Initial(0)[0] - 1.0f, Initial(0)[1] - 1.0f}));
 }
 
 TEST_F(ShardStoreTest, PullOfTheSameChunkTwiceIsRefused) {

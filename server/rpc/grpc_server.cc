@@ -100,7 +100,8 @@ using Reply = std::function<void(const absl::Status&)>;
 // Every method uses gRPC's callback API: a pull waiting for its version
 // holds no thread, only its place in the store's list of waiters, and is
 // answered from the thread that applies the step it waits for. Waiting calls
-// are bounded in total and per connection.
+// are bounded in total and per connection, and one its client cancels gives
+// its place back when the store's timer next looks (ShardStore::PullAsync).
 class ParameterService final : public grpc::Service {
  public:
   ParameterService(ShardStore* store, const GrpcServerOptions& options)
@@ -454,7 +455,10 @@ class ParameterService final : public grpc::Service {
             *resp = builder.Build();
           }
           reply(s);
-        });
+        },
+        // A call cancelled by its client (or its connection closed) gives
+        // its waiting place back now, not at its deadline.
+        [ctx] { return ctx->IsCancelled(); });
   }
 
   static grpc::ByteBuffer EmptyMessage() {

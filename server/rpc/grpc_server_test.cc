@@ -456,6 +456,36 @@ TEST_F(GrpcServerTest, APushPullRefusedForWaitingPlacesPushesNothing) {
   for (size_t i = 0; i < w0.size(); ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 2.0f) << i;  // mean 2
 }
 
+// A waiting call its client cancels gives its place back within a sweep
+// of the store's timer, not at the server's --max_pull_wait (10 s here).
+TEST_F(GrpcServerTest, ACancelledWaitingCallGivesItsPlaceBack) {
+  max_waiting_calls_ = 1;
+  StartServer();
+  const uint64_t s0 = Register(0);
+  Register(1);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  proto::PullResponse never;
+  grpc::Status first;
+  std::thread puller([&] { first = stub_->Pull(&ctx, PullOf(0, s0, 1), &never); });
+  absl::SleepFor(absl::Milliseconds(300));
+  proto::PullResponse resp;
+  grpc::Status st = Call(&proto::ParameterServer::Stub::Pull, PullOf(0, s0, 1), &resp,
+                         absl::Milliseconds(500));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  ctx.TryCancel();
+  puller.join();
+  EXPECT_EQ(first.error_code(), grpc::StatusCode::CANCELLED) << first.error_message();
+  // Admitted again (it waits, for want of the step, until its own deadline).
+  const absl::Time start = absl::Now();
+  do {
+    st = Call(&proto::ParameterServer::Stub::Pull, PullOf(0, s0, 1), &resp,
+              absl::Milliseconds(300));
+  } while (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+           absl::Now() - start < absl::Seconds(3));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+}
+
 // A SIGTERM'd server (psync_server calls Shutdown) answers waiting calls
 // with UNAVAILABLE, which clients retry until the server is back.
 TEST_F(GrpcServerTest, ShutdownAnswersWaitingCallsUnavailable) {

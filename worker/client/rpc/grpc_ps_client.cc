@@ -434,7 +434,9 @@ class GrpcPsClient final : public PsClient {
   // The windowed RPC of `call` (its Push, or its PushPull) has ended, done
   // or failed for good: its bytes leave the window, and queued calls start
   // while there is room: here, on the thread that drives `call`'s queue,
-  // those of the same queue; through their own queue the others.
+  // those of the same queue; through their own queue the others. After a
+  // failure for good the queued calls end unsent (the push-pull has failed:
+  // sending the rest would only load the server).
   void LeaveWindow(ChunkCall& call) {
     std::vector<ChunkCall*> here;
     {
@@ -442,6 +444,17 @@ class GrpcPsClient final : public PsClient {
       Window& w = windows_[call.server];
       w.bytes -= call.window_bytes;
       call.window_bytes = 0;
+      if (!call.status.ok()) {
+        for (ChunkCall* next : w.queued) {
+          next->window_bytes = 0;  // never counted in the window
+          next->status = grpc::Status(
+              grpc::StatusCode::FAILED_PRECONDITION,
+              absl::StrCat("not sent: an earlier request to server ", call.server,
+                           " failed: ", call.status.error_message()));
+          next->issue_alarm.Set(next->cq, gpr_now(GPR_CLOCK_MONOTONIC), &next->done_tag);
+        }
+        w.queued.clear();
+      }
       while (!w.queued.empty() &&
              (w.bytes == 0 ||
               w.bytes + w.queued.front()->window_bytes <= window_limit_[call.server])) {

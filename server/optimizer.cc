@@ -1,5 +1,6 @@
 #include "server/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -146,8 +147,23 @@ void OptimizerStep(const OptimizerOptions& options, int64_t step, const float* g
 }
 
 void OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
-                              const float* grad_sum, const char* __restrict payload,
-                              float count, OptimizerBuffers b, int64_t n) {
+                              const float* grad_sum, WireDType dtype,
+                              const char* __restrict payload, float count, OptimizerBuffers b,
+                              int64_t n) {
+  if (dtype != WireDType::kFloat32) {
+    constexpr int64_t kTile = 1024;
+    float tile[kTile];
+    const int width = WireBytes(dtype);
+    for (int64_t first = 0; first < n; first += kTile) {
+      const int64_t len = std::min(kTile, n - first);
+      DecodeWire(dtype, payload + first * width, len, tile);
+      if (grad_sum != nullptr) {
+        for (int64_t i = 0; i < len; ++i) tile[i] = grad_sum[first + i] + tile[i];
+      }
+      OptimizerStep(options, step, tile, count, b.From(first), len);
+    }
+    return;
+  }
   auto wire = [payload](int64_t i) {
     float g;
     std::memcpy(&g, payload + 4 * i, 4);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -60,12 +61,12 @@ TEST(SgdTest, PayloadVariantMatchesTheSumVariant) {
   const std::vector<float> w = {1, 2, 3}, m = {0.1f, 0.2f, 0.3f};
   std::vector<float> w1(3), m1(3), w2(3), m2(3);
   OptimizerStep(o, 0, total.data(), 4.0f, OptimizerBuffers{w.data(), m.data(), w1.data(), m1.data()}, 3);
-  OptimizerStepWithPayload(o, 0, sum.data(), bytes.data() + 1, 4.0f,
+  OptimizerStepWithPayload(o, 0, sum.data(), WireDType::kFloat32, bytes.data() + 1, 4.0f,
                      OptimizerBuffers{w.data(), m.data(), w2.data(), m2.data()}, 3);
   EXPECT_EQ(w1, w2);
   EXPECT_EQ(m1, m2);
   OptimizerStep(o, 0, last.data(), 2.0f, OptimizerBuffers{w.data(), m.data(), w1.data(), m1.data()}, 3);
-  OptimizerStepWithPayload(o, 0, nullptr, bytes.data() + 1, 2.0f,
+  OptimizerStepWithPayload(o, 0, nullptr, WireDType::kFloat32, bytes.data() + 1, 2.0f,
                      OptimizerBuffers{w.data(), m.data(), w2.data(), m2.data()}, 3);
   EXPECT_EQ(w1, w2);
   EXPECT_EQ(m1, m2);
@@ -132,7 +133,7 @@ TEST(OptimizerTest, AdamPayloadVariantMatchesTheSumVariant) {
   OptimizerStep(o, 4, total.data(), 4.0f,
                 OptimizerBuffers{w.data(), m.data(), w1.data(), m1.data(), v.data(), v1.data()}, 3);
   OptimizerStepWithPayload(
-      o, 4, sum.data(), bytes.data() + 1, 4.0f,
+      o, 4, sum.data(), WireDType::kFloat32, bytes.data() + 1, 4.0f,
       OptimizerBuffers{w.data(), m.data(), w2.data(), m2.data(), v.data(), v2.data()}, 3);
   EXPECT_EQ(w1, w2);
   EXPECT_EQ(m1, m2);
@@ -172,7 +173,7 @@ TEST(OptimizerTest, InPlaceStepMatchesOutOfPlace) {
                                  moments ? mo : nullptr, second ? v.data() : nullptr,
                                  second ? vo : nullptr};
         if (payload) {
-          OptimizerStepWithPayload(o, 4, g, bytes.data() + 1, 3.0f, b, n);
+          OptimizerStepWithPayload(o, 4, g, WireDType::kFloat32, bytes.data() + 1, 3.0f, b, n);
         } else {
           OptimizerStep(o, 4, g, 3.0f, b, n);
         }
@@ -183,6 +184,58 @@ TEST(OptimizerTest, InPlaceStepMatchesOutOfPlace) {
         ASSERT_EQ(in_place[i], w_ref[i]) << "element " << i;
         if (moments) ASSERT_EQ(m_out[i], m_ref[i]) << "element " << i;
         if (second) ASSERT_EQ(v_out[i], v_ref[i]) << "element " << i;
+      }
+    }
+  }
+}
+
+// A bf16 or fp16 payload, over several tiles: the same bits as a step on
+// the float32 sum of the other gradients and the widened payload, with no
+// other sum, a separate one, or the sum in the output buffer (in place).
+TEST(OptimizerTest, NarrowPayloadMatchesAStepOnTheWidenedSum) {
+  const int64_t n = 2600;
+  std::vector<float> w(n), m(n), v(n), sum(n), last(n);
+  for (int64_t i = 0; i < n; ++i) {
+    w[i] = std::sin(0.37f * i);
+    m[i] = 0.01f * std::cos(0.11f * i);
+    v[i] = 0.001f * (1 + (i % 7));
+    sum[i] = std::cos(1.3f * i) * 3;
+    last[i] = std::sin(2.1f * i);
+  }
+  std::vector<OptimizerOptions> all(3);
+  all[0] = {0.1f, 0.9f, 0.01f};
+  all[1].kind = "adam";
+  all[2] = {0.1f, 0.0f, 0.0f};
+  for (WireDType dtype : {WireDType::kBf16, WireDType::kFp16}) {
+    std::string bytes(1 + n * WireBytes(dtype), 'x');  // misaligned on purpose
+    EncodeWire(dtype, last.data(), n, bytes.data() + 1);
+    std::vector<float> widened(n);
+    DecodeWire(dtype, bytes.data() + 1, n, widened.data());
+    for (const OptimizerOptions& o : all) {
+      for (int with_sum : {0, 1, 2}) {  // none, separate, in place
+        SCOPED_TRACE(absl::StrCat(WireDTypeName(dtype), " ", o.Describe(), " sum ", with_sum));
+        std::vector<float> total = widened;
+        if (with_sum > 0) {
+          for (int64_t i = 0; i < n; ++i) total[i] = sum[i] + widened[i];
+        }
+        const bool moments = o.KeepsMomentum(), second = o.KeepsSecondMoment();
+        std::vector<float> w_ref(n), m_ref(n), v_ref(n), m_out(n), v_out(n);
+        std::vector<float> w_out = with_sum == 2 ? sum : std::vector<float>(n);
+        auto buffers = [&](float* wo, float* mo, float* vo) {
+          return OptimizerBuffers{w.data(), moments ? m.data() : nullptr, wo,
+                                  moments ? mo : nullptr, second ? v.data() : nullptr,
+                                  second ? vo : nullptr};
+        };
+        OptimizerStep(o, 4, total.data(), 3.0f, buffers(w_ref.data(), m_ref.data(), v_ref.data()),
+                      n);
+        const float* g = with_sum == 0 ? nullptr : with_sum == 1 ? sum.data() : w_out.data();
+        OptimizerStepWithPayload(o, 4, g, dtype, bytes.data() + 1, 3.0f,
+                                 buffers(w_out.data(), m_out.data(), v_out.data()), n);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(w_out[i], w_ref[i]) << "element " << i;
+          if (moments) ASSERT_EQ(m_out[i], m_ref[i]) << "element " << i;
+          if (second) ASSERT_EQ(v_out[i], v_ref[i]) << "element " << i;
+        }
       }
     }
   }

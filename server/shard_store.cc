@@ -493,34 +493,15 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
   }
   if (last == nullptr) {
     OptimizerStep(step_options, c.version, grad, static_cast<float>(total), buffers, n);
-  } else if (last->dtype == WireDType::kFloat32) {
-    // `grad` holds the other workers' gradients, if there are any.
-    ForEachValueRun(last->pieces, 4, [&](int64_t first, const char* bytes, int64_t count) {
-      OptimizerStepWithPayload(step_options, c.version, grad == nullptr ? nullptr : grad + first,
-                               bytes, static_cast<float>(total), buffers.From(first), count);
-    });
   } else {
-    // A narrow gradient is widened a tile at a time, each tile stepped while
-    // it is in the L1 cache: into the other workers' sum, or (alone) into a
-    // local tile. The same arithmetic as widening it all first.
-    constexpr int64_t kTile = 1024;
-    float widened[kTile];
-    const int width = WireBytes(last->dtype);
-    ForEachValueRun(last->pieces, width, [&](int64_t first, const char* bytes, int64_t count) {
-      for (int64_t t = 0; t < count; t += kTile) {
-        const int64_t len = std::min(kTile, count - t);
-        const char* wire = bytes + t * width;
-        float* g = widened;
-        if (grad == nullptr) {
-          DecodeWire(last->dtype, wire, len, g);
-        } else {
-          g = grad + first + t;
-          DecodeAddWire(last->dtype, wire, len, g);
-        }
-        OptimizerStep(step_options, c.version, g, static_cast<float>(total),
-                      buffers.From(first + t), len);
-      }
-    });
+    // `grad` holds the other workers' gradients, if there are any.
+    ForEachValueRun(last->pieces, WireBytes(last->dtype),
+                    [&](int64_t first, const char* bytes, int64_t count) {
+                      OptimizerStepWithPayload(step_options, c.version,
+                                               grad == nullptr ? nullptr : grad + first,
+                                               last->dtype, bytes, static_cast<float>(total),
+                                               buffers.From(first), count);
+                    });
   }
   c.previous = std::move(c.current);
   c.current = std::move(next);

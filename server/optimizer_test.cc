@@ -140,6 +140,36 @@ TEST(OptimizerTest, AdamPayloadVariantMatchesTheSumVariant) {
   EXPECT_EQ(v1, v2);
 }
 
+// SGD with momentum runs four elements at a time from the first aligned
+// momentum output (streamed past the caches), one at a time around them:
+// every element gets the formula's bits, whatever the buffers' alignment.
+TEST(SgdTest, MomentumStepMatchesTheFormulaAtEveryAlignment) {
+  const int64_t n = 1037;
+  for (bool nesterov : {false, true}) {
+    const OptimizerOptions o{0.05f, 0.9f, 0.01f, "sgd", nesterov};
+    for (int shift = 0; shift < 4; ++shift) {
+      SCOPED_TRACE(absl::StrCat(o.Describe(), ", outputs ", shift, " floats past alignment"));
+      std::vector<float> w(n), m(n), sum(n), w_out(n + shift), m_out(n + shift);
+      for (int64_t i = 0; i < n; ++i) {
+        w[i] = std::sin(0.37f * i);
+        m[i] = 0.01f * std::cos(0.11f * i);
+        sum[i] = std::cos(1.3f * i) * 3;
+      }
+      OptimizerStep(o, 0, sum.data(), 3.0f,
+                    OptimizerBuffers{w.data(), m.data(), w_out.data() + shift,
+                                     m_out.data() + shift},
+                    n);
+      for (int64_t i = 0; i < n; ++i) {
+        const float d = sum[i] / 3.0f + o.weight_decay * w[i];
+        const float mi = o.momentum * m[i] + d;
+        const float wi = w[i] - o.learning_rate * (nesterov ? d + o.momentum * mi : mi);
+        ASSERT_EQ(m_out[shift + i], mi) << "element " << i;
+        ASSERT_EQ(w_out[shift + i], wi) << "element " << i;
+      }
+    }
+  }
+}
+
 // The store computes a step in place: the gradient sum's buffer becomes
 // the new weights. Every optimizer gives the same bits either way, with the
 // sum alone or with the last worker's gradient still in wire bytes.

@@ -17,6 +17,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -254,7 +255,7 @@ std::map<std::string, std::vector<double>> ParsePhases(const std::string& output
 }
 
 // Runs the servers and clients; returns worker 0's step times by phase,
-// and as "rss_server" and "rss_client" the largest peak RSS (MiB) of any
+// the CPU time of all workers ("cpu_worker_<phase>"), and as "rss_server" and "rss_client" the largest peak RSS (MiB) of any
 // server and any client.
 // With `tls_dir` (a throwaway PKI) every connection is TLS with the token.
 absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std::string& dir,
@@ -327,7 +328,16 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
     }
     std::map<std::string, std::vector<double>> mine = ParsePhases(out);
     for (double v : mine["rss_client"]) client_rss = std::max(client_rss, v);
-    if (w == 0) phases = std::move(mine);
+    if (w == 0) {
+      phases = std::move(mine);
+      continue;
+    }
+    // Every worker's CPU counts (the servers' is worker 0's measure).
+    for (auto& [name, values] : phases) {
+      if (!absl::StartsWith(name, "cpu_worker_")) continue;
+      const std::vector<double>& theirs = mine[name];
+      for (size_t i = 0; i < values.size() && i < theirs.size(); ++i) values[i] += theirs[i];
+    }
   }
   double server_rss = 0;
   for (const auto& s : servers) {
@@ -487,7 +497,7 @@ absl::Status RunDriver() {
       label, n, k, ModelBytes(), absl::GetFlag(FLAGS_tensors), absl::GetFlag(FLAGS_chunk_kb),
       absl::GetFlag(FLAGS_wire_dtype), runs, absl::GetFlag(FLAGS_steps));
   // CPU time per step or round trip, one figure per run, as "cpu_<key>":
-  // a psync phase's is worker 0's plus the servers'.
+  // a psync phase's is the workers' plus the servers'.
   for (const char* phase : {"comm", "comm_tls", "compute", "serial", "overlap"}) {
     const Runs& worker = figures[absl::StrCat("cpu_worker_", phase)];
     const Runs& servers = figures[absl::StrCat("cpu_servers_", phase)];
@@ -514,13 +524,13 @@ absl::Status RunDriver() {
     std::printf("  %s = %.3f\n", text.c_str(), x);
     absl::StrAppendFormat(&json, ", \"%s\": %.4f", key, x);
   };
-  std::printf("  (CPU ms: the servers' and worker 0's per step, both ends' per echo; cores: "
+  std::printf("  (CPU ms: the servers' and the workers' per step, both ends' per echo; cores: "
               "CPU ms / median ms, of %u here)\n",
               std::thread::hardware_concurrency());
   const double comm = row("psync push-pull", "comm");
   std::printf("  per-worker throughput (pushed + pulled) = %.3f GB/s\n",
               2.0 * ModelBytes() / (comm / 1e3) / 1e9);
-  std::printf("  CPU per step: servers %.3f ms, worker 0 %.3f ms\n",
+  std::printf("  CPU per step: servers %.3f ms, workers %.3f ms\n",
               Summarize(figures["cpu_servers_comm"]).median,
               Summarize(figures["cpu_worker_comm"]).median);
   // Memory: the largest peak RSS of a server and of a client (medians over

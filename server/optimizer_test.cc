@@ -170,6 +170,65 @@ TEST(SgdTest, MomentumStepMatchesTheFormulaAtEveryAlignment) {
   }
 }
 
+// Optimizer state is written four elements at a time from the first
+// aligned output, one at a time around that: a step over many elements
+// gives the bits of the same step taken one element at a time, for every
+// optimizer, from a sum or wire bytes, whatever the buffers' alignment
+// (the second moment's alignment may differ from the first's).
+TEST(OptimizerTest, WholeStepMatchesTheStepOneElementAtATime) {
+  const int64_t n = 1037;
+  std::vector<float> w(n), m(n), v(n), sum(n);
+  for (int64_t i = 0; i < n; ++i) {
+    w[i] = std::sin(0.37f * i);
+    m[i] = 0.01f * std::cos(0.11f * i);
+    v[i] = 0.001f * (1 + (i % 7));
+    sum[i] = std::cos(1.3f * i) * 3;
+  }
+  std::string bytes(1, 'x');  // misaligned on purpose
+  bytes.append(reinterpret_cast<const char*>(sum.data()), 4 * n);
+  std::vector<OptimizerOptions> all(5);
+  all[0] = {0.1f, 0.0f, 0.01f};
+  all[1] = {0.1f, 0.9f, 0.01f};
+  all[2] = {0.1f, 0.9f, 0.0f, "sgd", true};
+  all[3].kind = "adam";
+  all[3].weight_decay = 0.01f;
+  all[4].kind = "adamw";
+  all[4].weight_decay = 0.05f;
+  for (const OptimizerOptions& o : all) {
+    for (auto [m_shift, v_shift] : {std::pair{0, 0}, {1, 1}, {3, 3}, {1, 2}}) {
+      for (bool payload : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(o.Describe(), payload ? ", from wire bytes" : ", from a sum",
+                                  ", state outputs ", m_shift, " and ", v_shift,
+                                  " floats past alignment"));
+        std::vector<float> w_all(n), m_all(n + 3), v_all(n + 3), w_one(n), m_one(n + 3),
+            v_one(n + 3);
+        auto step = [&](std::vector<float>& w_out, std::vector<float>& m_out,
+                        std::vector<float>& v_out, int64_t first, int64_t count) {
+          const OptimizerBuffers b =
+              OptimizerBuffers{w.data(),
+                               o.KeepsMomentum() ? m.data() : nullptr,
+                               w_out.data(),
+                               o.KeepsMomentum() ? m_out.data() + m_shift : nullptr,
+                               o.KeepsSecondMoment() ? v.data() : nullptr,
+                               o.KeepsSecondMoment() ? v_out.data() + v_shift : nullptr}
+                  .From(first);
+          if (payload) {
+            OptimizerStepWithPayload(o, 3, nullptr, WireDType::kFloat32,
+                                     bytes.data() + 1 + 4 * first, 2.0f, b, count);
+          } else {
+            OptimizerStep(o, 3, sum.data() + first, 2.0f, b, count);
+          }
+        };
+        step(w_all, m_all, v_all, 0, n);
+        for (int64_t i = 0; i < n; ++i) step(w_one, m_one, v_one, i, 1);
+        ASSERT_EQ(w_all, w_one);
+        ASSERT_EQ(m_all, m_one);
+        ASSERT_EQ(v_all, v_one);
+      }
+    }
+  }
+}
+
 // The store computes a step in place: the gradient sum's buffer becomes
 // the new weights. Every optimizer gives the same bits either way, with the
 // sum alone or with the last worker's gradient still in wire bytes.

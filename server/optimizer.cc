@@ -61,8 +61,8 @@ std::string OptimizerOptions::Describe() const {
 
 OptimizerBuffers OptimizerBuffers::From(int64_t first) const {
   auto at = [first](auto* p) { return p == nullptr ? p : p + first; };
-  return {at(weights_in), at(momentum_in), at(weights_out),
-          at(momentum_out), at(second_in), at(second_out)};
+  return {at(weights_in), at(momentum_in),  at(weights_out), at(momentum_out),
+          at(second_in),  at(second_out), stream_state};
 }
 
 namespace {
@@ -111,9 +111,19 @@ struct Plus {
 };
 
 #if defined(__SSE2__)
-// Runs four(i) on elements i..i+3 from the first element at which `streamed`
-// (and `also`, unless null) is 16-byte aligned, and one(i) on the others.
-// four() writes those buffers with _mm_stream_ps: optimizer state is read
+// Where four() below writes optimizer state.
+inline void StoreState(bool stream, float* p, __m128 v) {
+  if (stream) {
+    _mm_stream_ps(p, v);
+  } else {
+    _mm_storeu_ps(p, v);
+  }
+}
+
+// Runs four(i) on elements i..i+3 and one(i) on the others; with `stream`,
+// four() from the first element at which `streamed` (and `also`, unless
+// null) is 16-byte aligned, and it writes those buffers with _mm_stream_ps
+// (StoreState): optimizer state is read
 // again only at the next step, so it is stored past the caches and its lines
 // are not read in first (a plain store reads each line it writes). New
 // weights keep plain stores: they are sent next, from the cache. four()
@@ -121,18 +131,20 @@ struct Plus {
 // bits. Measured over a 16 MiB share: SGD with momentum 7.5 -> 5.9 ms and
 // a 16 MiB push-pull 0.95x and 0.96x the step (two sets of six interleaved
 // pairs); AdamW 21.5-24.1 -> 9.7-9.9 ms (GCC left the scalar loop
-// unvectorized: its sqrt may set errno).
+// unvectorized: its sqrt may set errno). A small share's state stays in
+// the cache between steps, and streams only at a loss (StreamStateFor).
 template <typename One, typename Four>
-inline void StreamedLoop(int64_t n, const float* streamed, const float* also, const One& one,
-                         const Four& four) {
+inline void StreamedLoop(int64_t n, bool stream, const float* streamed, const float* also,
+                         const One& one, const Four& four) {
   auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   int64_t i = 0;
-  for (; i < n && !aligned(streamed + i); ++i) one(i);
-  if (also == nullptr || aligned(also + i)) {
+  for (; stream && i < n && !aligned(streamed + i); ++i) one(i);
+  if (!stream || also == nullptr || aligned(also + i)) {
+    const int64_t first = i;
     for (; i + 4 <= n; i += 4) four(i);
     // Streamed stores are not ordered with later ones: done before whoever
     // reads the state next can see the step as done.
-    _mm_sfence();
+    if (stream && i > first) _mm_sfence();
   }
   for (; i < n; ++i) one(i);
 }
@@ -165,11 +177,11 @@ inline void SgdPass(const OptimizerOptions& o, const Grad& grad, float count,
 #if defined(__SSE2__)
   const __m128 lr4 = _mm_set1_ps(lr), mu4 = _mm_set1_ps(mu), wd4 = _mm_set1_ps(wd),
                count4 = _mm_set1_ps(count);
-  StreamedLoop(n, m_out, nullptr, one, [&](int64_t i) {
+  StreamedLoop(n, b.stream_state, m_out, nullptr, one, [&](int64_t i) {
     const __m128 w = _mm_loadu_ps(w_in + i);
     const __m128 d = _mm_add_ps(_mm_div_ps(grad.Four(i, w_out), count4), _mm_mul_ps(wd4, w));
     const __m128 m = _mm_add_ps(_mm_mul_ps(mu4, _mm_loadu_ps(m_in + i)), d);
-    _mm_stream_ps(m_out + i, m);
+    StoreState(b.stream_state, m_out + i, m);
     const __m128 step = o.nesterov ? _mm_add_ps(d, _mm_mul_ps(mu4, m)) : m;
     _mm_storeu_ps(w_out + i, _mm_sub_ps(w, _mm_mul_ps(lr4, step)));
   });
@@ -216,15 +228,15 @@ inline void AdamPass(const OptimizerOptions& o, int64_t step, const Grad& grad, 
                one_minus_b24 = _mm_set1_ps(one_minus_b2),
                correction2_sqrt4 = _mm_set1_ps(correction2_sqrt), eps4 = _mm_set1_ps(eps),
                shrink4 = _mm_set1_ps(shrink), step_size4 = _mm_set1_ps(step_size);
-  StreamedLoop(n, m_out, v_out, one, [&](int64_t i) {
+  StreamedLoop(n, b.stream_state, m_out, v_out, one, [&](int64_t i) {
     const __m128 w = _mm_loadu_ps(w_in + i);
     const __m128 g = _mm_add_ps(_mm_div_ps(grad.Four(i, w_out), count4), _mm_mul_ps(l24, w));
     const __m128 m =
         _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(m_in + i), b14), _mm_mul_ps(g, one_minus_b14));
     const __m128 v = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(v_in + i), b24),
                                 _mm_mul_ps(_mm_mul_ps(one_minus_b24, g), g));
-    _mm_stream_ps(m_out + i, m);
-    _mm_stream_ps(v_out + i, v);
+    StoreState(b.stream_state, m_out + i, m);
+    StoreState(b.stream_state, v_out + i, v);
     const __m128 denom = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(v), correction2_sqrt4), eps4);
     _mm_storeu_ps(w_out + i, _mm_sub_ps(_mm_mul_ps(w, shrink4),
                                         _mm_mul_ps(step_size4, _mm_div_ps(m, denom))));

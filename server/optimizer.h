@@ -58,10 +58,21 @@ struct OptimizerBuffers {
   float* momentum_out;
   const float* second_in = nullptr;
   float* second_out = nullptr;
+  // Write the new optimizer state past the caches (non-temporal stores; the
+  // same bits). Worth it only when the state does not stay cached until the
+  // next step anyway: see StreamStateFor().
+  bool stream_state = false;
 
   // The same buffers from element `first` on.
   OptimizerBuffers From(int64_t first) const;
 };
+
+// Whether a server whose share of the model is `share_bytes` should stream
+// its optimizer state. Measured here (SGD with momentum, 64 Ki-float
+// chunks, three versions rotating): streaming made the pass 20-35 % slower
+// for shares of 256 KiB to 8 MiB, whose state stays in the cache between
+// steps, and 15-25 % faster for 12 and 16 MiB.
+inline bool StreamStateFor(int64_t share_bytes) { return share_bytes >= (10 << 20); }
 
 // Applies step `step` (0-based: the version being left) to `n` elements,
 // with g = grad_sum / count (the division is fused into the same pass).

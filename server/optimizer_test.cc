@@ -140,52 +140,23 @@ TEST(OptimizerTest, AdamPayloadVariantMatchesTheSumVariant) {
   EXPECT_EQ(v1, v2);
 }
 
-// SGD with momentum runs four elements at a time from the first aligned
-// momentum output (streamed past the caches), one at a time around them:
-// every element gets the formula's bits, whatever the buffers' alignment.
-TEST(SgdTest, MomentumStepMatchesTheFormulaAtEveryAlignment) {
-  const int64_t n = 1037;
-  for (bool nesterov : {false, true}) {
-    const OptimizerOptions o{0.05f, 0.9f, 0.01f, "sgd", nesterov};
-    for (int shift = 0; shift < 4; ++shift) {
-      SCOPED_TRACE(absl::StrCat(o.Describe(), ", outputs ", shift, " floats past alignment"));
-      std::vector<float> w(n), m(n), sum(n), w_out(n + shift), m_out(n + shift);
-      for (int64_t i = 0; i < n; ++i) {
-        w[i] = std::sin(0.37f * i);
-        m[i] = 0.01f * std::cos(0.11f * i);
-        sum[i] = std::cos(1.3f * i) * 3;
-      }
-      OptimizerStep(o, 0, sum.data(), 3.0f,
-                    OptimizerBuffers{w.data(), m.data(), w_out.data() + shift,
-                                     m_out.data() + shift},
-                    n);
-      for (int64_t i = 0; i < n; ++i) {
-        const float d = sum[i] / 3.0f + o.weight_decay * w[i];
-        const float mi = o.momentum * m[i] + d;
-        const float wi = w[i] - o.learning_rate * (nesterov ? d + o.momentum * mi : mi);
-        ASSERT_EQ(m_out[shift + i], mi) << "element " << i;
-        ASSERT_EQ(w_out[shift + i], wi) << "element " << i;
-      }
-    }
-  }
-}
-
-// Optimizer state is written four elements at a time from the first
-// aligned output, one at a time around that: a step over many elements
+// Optimizer state is written four elements at a time (streamed: from the
+// first aligned output), one at a time around that: a step over many elements
 // gives the bits of the same step taken one element at a time, for every
-// optimizer, from a sum or wire bytes, whatever the buffers' alignment
-// (the second moment's alignment may differ from the first's).
+// optimizer and every place the gradient comes from, whatever the buffers'
+// alignment (the second moment's may differ from the first's).
 TEST(OptimizerTest, WholeStepMatchesTheStepOneElementAtATime) {
   const int64_t n = 1037;
-  std::vector<float> w(n), m(n), v(n), sum(n);
+  std::vector<float> w(n), m(n), v(n), sum(n), last(n);
   for (int64_t i = 0; i < n; ++i) {
     w[i] = std::sin(0.37f * i);
     m[i] = 0.01f * std::cos(0.11f * i);
     v[i] = 0.001f * (1 + (i % 7));
     sum[i] = std::cos(1.3f * i) * 3;
+    last[i] = std::sin(2.1f * i);
   }
   std::string bytes(1, 'x');  // misaligned on purpose
-  bytes.append(reinterpret_cast<const char*>(sum.data()), 4 * n);
+  bytes.append(reinterpret_cast<const char*>(last.data()), 4 * n);
   std::vector<OptimizerOptions> all(5);
   all[0] = {0.1f, 0.0f, 0.01f};
   all[1] = {0.1f, 0.9f, 0.01f};
@@ -194,36 +165,51 @@ TEST(OptimizerTest, WholeStepMatchesTheStepOneElementAtATime) {
   all[3].weight_decay = 0.01f;
   all[4].kind = "adamw";
   all[4].weight_decay = 0.05f;
+  // The gradient: the sum, the sum in the output buffer, the wire bytes
+  // alone, or the sum (apart or in the output buffer) plus the wire bytes.
+  enum Source { kSum, kSumInPlace, kWire, kSumAndWire, kSumInPlaceAndWire };
   for (const OptimizerOptions& o : all) {
-    for (auto [m_shift, v_shift] : {std::pair{0, 0}, {1, 1}, {3, 3}, {1, 2}}) {
-      for (bool payload : {false, true}) {
-        SCOPED_TRACE(absl::StrCat(o.Describe(), payload ? ", from wire bytes" : ", from a sum",
-                                  ", state outputs ", m_shift, " and ", v_shift,
-                                  " floats past alignment"));
-        std::vector<float> w_all(n), m_all(n + 3), v_all(n + 3), w_one(n), m_one(n + 3),
-            v_one(n + 3);
-        auto step = [&](std::vector<float>& w_out, std::vector<float>& m_out,
-                        std::vector<float>& v_out, int64_t first, int64_t count) {
+    for (auto [m_shift, v_shift] : {std::pair{0, 0}, {1, 1}, {2, 2}, {3, 3}, {1, 2}}) {
+      for (auto [source, stream] : {std::pair{kSum, false}, {kSum, true}, {kSumInPlace, true},
+                                    {kWire, false}, {kWire, true}, {kSumAndWire, true},
+                                    {kSumInPlaceAndWire, true}}) {
+        SCOPED_TRACE(absl::StrCat(o.Describe(), ", gradient source ", source,
+                                  stream ? ", state streamed" : "", ", state outputs ", m_shift,
+                                  " and ", v_shift, " floats past alignment"));
+        const bool in_place = source == kSumInPlace || source == kSumInPlaceAndWire;
+        const bool wire = source == kWire || source == kSumAndWire || source == kSumInPlaceAndWire;
+        // Whole and one at a time, each into its own outputs.
+        std::vector<float> w_out[2], m_out[2], v_out[2];
+        for (int k = 0; k < 2; ++k) {
+          w_out[k] = in_place ? sum : std::vector<float>(n);
+          m_out[k].resize(n + 3);
+          v_out[k].resize(n + 3);
+        }
+        auto step = [&](int k, int64_t first, int64_t count) {
           const OptimizerBuffers b =
               OptimizerBuffers{w.data(),
                                o.KeepsMomentum() ? m.data() : nullptr,
-                               w_out.data(),
-                               o.KeepsMomentum() ? m_out.data() + m_shift : nullptr,
+                               w_out[k].data(),
+                               o.KeepsMomentum() ? m_out[k].data() + m_shift : nullptr,
                                o.KeepsSecondMoment() ? v.data() : nullptr,
-                               o.KeepsSecondMoment() ? v_out.data() + v_shift : nullptr}
+                               o.KeepsSecondMoment() ? v_out[k].data() + v_shift : nullptr,
+                               stream}
                   .From(first);
-          if (payload) {
-            OptimizerStepWithPayload(o, 3, nullptr, WireDType::kFloat32,
-                                     bytes.data() + 1 + 4 * first, 2.0f, b, count);
+          const float* g = source == kWire ? nullptr
+                           : in_place      ? w_out[k].data() + first
+                                           : sum.data() + first;
+          if (wire) {
+            OptimizerStepWithPayload(o, 3, g, WireDType::kFloat32, bytes.data() + 1 + 4 * first,
+                                     2.0f, b, count);
           } else {
-            OptimizerStep(o, 3, sum.data() + first, 2.0f, b, count);
+            OptimizerStep(o, 3, g, 2.0f, b, count);
           }
         };
-        step(w_all, m_all, v_all, 0, n);
-        for (int64_t i = 0; i < n; ++i) step(w_one, m_one, v_one, i, 1);
-        ASSERT_EQ(w_all, w_one);
-        ASSERT_EQ(m_all, m_one);
-        ASSERT_EQ(v_all, v_one);
+        step(0, 0, n);
+        for (int64_t i = 0; i < n; ++i) step(1, i, 1);
+        ASSERT_EQ(w_out[0], w_out[1]);
+        ASSERT_EQ(m_out[0], m_out[1]);
+        ASSERT_EQ(v_out[0], v_out[1]);
       }
     }
   }

@@ -94,6 +94,7 @@ struct ShardStore::Shard {
   // Indexed by chunk id; null for chunks other servers own.
   std::vector<std::unique_ptr<Chunk>> chunks;
   std::vector<int32_t> owned;
+  bool stream_state = false;  // StreamStateFor() this server's share
   // Set when a Restore replaced this shard: its waiters stop.
   std::atomic<bool> retired{false};
 };
@@ -167,6 +168,7 @@ std::shared_ptr<ShardStore::Shard> ShardStore::NewShard(const Layout& layout,
   auto shard = std::make_shared<Shard>(layout, shape, generation);
   shard->chunks.resize(layout.chunks().size());
   shard->owned = layout.ChunksOnServer(options_.server_rank);
+  shard->stream_state = StreamStateFor(layout.ServerBytes(options_.server_rank));
   const int n = options_.num_workers;
   for (int32_t id : shard->owned) {
     const ChunkInfo& info = layout.chunks()[id];
@@ -476,7 +478,8 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
   auto data = [](auto& v) { return v.empty() ? nullptr : v.data(); };
   const OptimizerBuffers buffers{c.current->weights.data(), data(c.current->momentum),
                                  next->weights.data(),      data(next->momentum),
-                                 data(c.current->second),   data(next->second)};
+                                 data(c.current->second),   data(next->second),
+                                 shard.stream_state};
   OptimizerOptions step_options = options_.optimizer;
   if (!options_.lr_policy.IsConstant()) {
     step_options.learning_rate = static_cast<float>(LearningRate(shard, c.version));

@@ -404,7 +404,8 @@ void PrintOptimizerBandwidth(int64_t floats) {
     // In place, as the store runs it: the sum's buffer becomes the weights.
     OptimizerStep(o, 0, sum.data(), 4.0f,
                   {w.data(), momentum ? m.data() : nullptr, sum.data(),
-                   momentum ? m_out.data() : nullptr},
+                   momentum ? m_out.data() : nullptr, nullptr, nullptr,
+                   StreamStateFor(4 * floats)},
                   floats);
   });
   const double copy_s = median_s([&] { std::memcpy(dst.data(), src.data(), 4 * floats); });

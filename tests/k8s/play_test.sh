@@ -90,9 +90,11 @@ play() {
 }
 checkpointed='pvc/checkpoints-psync-server-1/ckpt-*/server-1-of-*.safetensors'
 sec=/etc/psync-security
+# psync_ctl's default 5 s per server is a health probe's; on a loaded CI
+# machine one connection once took longer, so these checks wait 30 s.
 play "StatefulSet + Indexed Job, weights equal the native run's, psync_ctl healthy" \
   "$work/rendered.yaml" \
-  --exec-after psync-server-0 "psync_ctl status --config=/etc/psync/job.pbtxt"
+  --exec-after psync-server-0 "psync_ctl status --config=/etc/psync/job.pbtxt --timeout_s=30"
 play "server 1 killed and restarted, same weights" "$work/rendered.yaml" \
   --kill psync-server-1 --when "$checkpointed"
 play "worker 1 evicted (SIGTERM) and replaced, same weights" "$work/rendered.yaml" \
@@ -100,7 +102,8 @@ play "worker 1 evicted (SIGTERM) and replaced, same weights" "$work/rendered.yam
 tls="--tls_cert=$sec/tls.crt --tls_key=$sec/tls.key --tls_ca=$sec/ca.crt"
 play "mutual TLS and token from a Secret, same weights; psync_ctl refused without the token" \
   "$work/secure.yaml" --exec-after psync-server-0 \
-  "sh -c 'psync_ctl status --config=/etc/psync/job.pbtxt $tls --auth_token_file=$sec/token &&
-          psync_ctl status --config=/etc/psync/job.pbtxt $tls --num_servers=2 |
+  "sh -c 'psync_ctl status --config=/etc/psync/job.pbtxt $tls --auth_token_file=$sec/token \
+            --timeout_s=30 &&
+          psync_ctl status --config=/etc/psync/job.pbtxt $tls --num_servers=2 --timeout_s=30 |
           grep UNAUTHENTICATED'"
 exit $failed

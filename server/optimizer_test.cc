@@ -140,23 +140,26 @@ TEST(OptimizerTest, AdamPayloadVariantMatchesTheSumVariant) {
   EXPECT_EQ(v1, v2);
 }
 
-// Optimizer state is written four elements at a time (streamed: from the
-// first aligned output), one at a time around that: a step over many elements
-// gives the bits of the same step taken one element at a time, for every
-// optimizer and every place the gradient comes from, whatever the buffers'
-// alignment (the second moment's may differ from the first's).
-TEST(OptimizerTest, WholeStepMatchesTheStepOneElementAtATime) {
-  const int64_t n = 1037;
-  std::vector<float> w(n), m(n), v(n), sum(n), last(n);
-  for (int64_t i = 0; i < n; ++i) {
-    w[i] = std::sin(0.37f * i);
-    m[i] = 0.01f * std::cos(0.11f * i);
-    v[i] = 0.001f * (1 + (i % 7));
-    sum[i] = std::cos(1.3f * i) * 3;
-    last[i] = std::sin(2.1f * i);
+// A step's inputs over n elements: weights, both moments, a gradient sum,
+// and the last worker's gradient as floats and as wire bytes (one byte
+// past alignment, on purpose).
+struct StepInputs {
+  explicit StepInputs(int64_t n) : w(n), m(n), v(n), sum(n), last(n), bytes(1, 'x') {
+    for (int64_t i = 0; i < n; ++i) {
+      w[i] = std::sin(0.37f * i);
+      m[i] = 0.01f * std::cos(0.11f * i);
+      v[i] = 0.001f * (1 + (i % 7));
+      sum[i] = std::cos(1.3f * i) * 3;
+      last[i] = std::sin(2.1f * i);
+    }
+    bytes.append(reinterpret_cast<const char*>(last.data()), 4 * n);
   }
-  std::string bytes(1, 'x');  // misaligned on purpose
-  bytes.append(reinterpret_cast<const char*>(last.data()), 4 * n);
+  std::vector<float> w, m, v, sum, last;
+  std::string bytes;
+};
+
+// Plain SGD, with momentum, Nesterov, Adam and AdamW, with weight decay.
+std::vector<OptimizerOptions> EveryOptimizer() {
   std::vector<OptimizerOptions> all(5);
   all[0] = {0.1f, 0.0f, 0.01f};
   all[1] = {0.1f, 0.9f, 0.01f};
@@ -165,6 +168,18 @@ TEST(OptimizerTest, WholeStepMatchesTheStepOneElementAtATime) {
   all[3].weight_decay = 0.01f;
   all[4].kind = "adamw";
   all[4].weight_decay = 0.05f;
+  return all;
+}
+
+// Optimizer state is written four elements at a time (streamed: from the
+// first aligned output), one at a time around that: a step over many elements
+// gives the bits of the same step taken one element at a time, for every
+// optimizer and every place the gradient comes from, whatever the buffers'
+// alignment (the second moment's may differ from the first's).
+TEST(OptimizerTest, WholeStepMatchesTheStepOneElementAtATime) {
+  const int64_t n = 1037;
+  auto [w, m, v, sum, last, bytes] = StepInputs(n);
+  const std::vector<OptimizerOptions> all = EveryOptimizer();
   // The gradient: the sum, the sum in the output buffer, the wire bytes
   // alone, or the sum (apart or in the output buffer) plus the wire bytes.
   enum Source { kSum, kSumInPlace, kWire, kSumAndWire, kSumInPlaceAndWire };
@@ -220,23 +235,8 @@ TEST(OptimizerTest, WholeStepMatchesTheStepOneElementAtATime) {
 // sum alone or with the last worker's gradient still in wire bytes.
 TEST(OptimizerTest, InPlaceStepMatchesOutOfPlace) {
   const int64_t n = 1037;  // not a multiple of any vector width
-  std::vector<float> w(n), m(n), v(n), sum(n), last(n);
-  for (int64_t i = 0; i < n; ++i) {
-    w[i] = std::sin(0.37f * i);
-    m[i] = 0.01f * std::cos(0.11f * i);
-    v[i] = 0.001f * (1 + (i % 7));
-    sum[i] = std::cos(1.3f * i) * 3;
-    last[i] = std::sin(2.1f * i);
-  }
-  std::string bytes(1, 'x');  // misaligned on purpose
-  bytes.append(reinterpret_cast<const char*>(last.data()), 4 * n);
-  std::vector<OptimizerOptions> all(5);
-  all[0] = {0.1f, 0.0f, 0.01f};
-  all[1] = {0.1f, 0.9f, 0.01f};
-  all[2] = {0.1f, 0.9f, 0.0f, "sgd", true};
-  all[3].kind = "adam";
-  all[4].kind = "adamw";
-  all[4].weight_decay = 0.05f;
+  auto [w, m, v, sum, last, bytes] = StepInputs(n);
+  const std::vector<OptimizerOptions> all = EveryOptimizer();
   for (const OptimizerOptions& o : all) {
     for (bool payload : {false, true}) {
       SCOPED_TRACE(o.Describe() + (payload ? " with payload" : ""));
@@ -269,14 +269,7 @@ TEST(OptimizerTest, InPlaceStepMatchesOutOfPlace) {
 // other sum, a separate one, or the sum in the output buffer (in place).
 TEST(OptimizerTest, NarrowPayloadMatchesAStepOnTheWidenedSum) {
   const int64_t n = 2600;
-  std::vector<float> w(n), m(n), v(n), sum(n), last(n);
-  for (int64_t i = 0; i < n; ++i) {
-    w[i] = std::sin(0.37f * i);
-    m[i] = 0.01f * std::cos(0.11f * i);
-    v[i] = 0.001f * (1 + (i % 7));
-    sum[i] = std::cos(1.3f * i) * 3;
-    last[i] = std::sin(2.1f * i);
-  }
+  auto [w, m, v, sum, last, float32_bytes] = StepInputs(n);
   std::vector<OptimizerOptions> all(3);
   all[0] = {0.1f, 0.9f, 0.01f};
   all[1].kind = "adam";

@@ -120,19 +120,18 @@ inline void StoreState(bool stream, float* p, __m128 v) {
   }
 }
 
-// Runs four(i) on elements i..i+3 and one(i) on the others; with `stream`,
-// four() from the first element at which `streamed` (and `also`, unless
-// null) is 16-byte aligned, and it writes those buffers with _mm_stream_ps
-// (StoreState): optimizer state is read
-// again only at the next step, so it is stored past the caches and its lines
-// are not read in first (a plain store reads each line it writes). New
-// weights keep plain stores: they are sent next, from the cache. four()
-// does one()'s operations in one()'s order, so the results are the same
-// bits. Measured over a 16 MiB share: SGD with momentum 7.5 -> 5.9 ms and
-// a 16 MiB push-pull 0.95x and 0.96x the step (two sets of six interleaved
-// pairs); AdamW 21.5-24.1 -> 9.7-9.9 ms (GCC left the scalar loop
-// unvectorized: its sqrt may set errno). A small share's state stays in
-// the cache between steps, and streams only at a loss (StreamStateFor).
+// Runs four(i) on elements i..i+3 and one(i) on the others. four() does
+// one()'s operations in one()'s order, so the results are the same bits.
+// With `stream`, four() writes the optimizer state with _mm_stream_ps
+// (StoreState): it is read again only at the next step, so it goes past
+// the caches and its lines are not read in first (a plain store reads each
+// line it writes); new weights keep plain stores, as they are sent next,
+// from the cache. Streaming needs `streamed` (and `also`, unless null)
+// 16-byte aligned: four() starts at the first element where they are. The
+// public steps fence the streamed stores once (FinishStores). Measured
+// over a 16 MiB share: SGD with momentum 7.5 -> 5.9 ms; AdamW 21.5-24.1 ->
+// 9.7-9.9 ms, as GCC had left its scalar loop unvectorized (sqrt may set
+// errno); where it pays, see StreamStateFor.
 template <typename One, typename Four>
 inline void StreamedLoop(int64_t n, bool stream, const float* streamed, const float* also,
                          const One& one, const Four& four) {
@@ -140,15 +139,19 @@ inline void StreamedLoop(int64_t n, bool stream, const float* streamed, const fl
   int64_t i = 0;
   for (; stream && i < n && !aligned(streamed + i); ++i) one(i);
   if (!stream || also == nullptr || aligned(also + i)) {
-    const int64_t first = i;
     for (; i + 4 <= n; i += 4) four(i);
-    // Streamed stores are not ordered with later ones: done before whoever
-    // reads the state next can see the step as done.
-    if (stream && i > first) _mm_sfence();
   }
   for (; i < n; ++i) one(i);
 }
 #endif
+
+// Streamed stores are not ordered with later ones: fenced once a step is
+// done, before whoever reads the state next can see the step as done.
+inline void FinishStores(const OptimizerBuffers& b) {
+#if defined(__SSE2__)
+  if (b.stream_state) _mm_sfence();
+#endif
+}
 
 // One pass over the elements. Memory-bound: each element is read and
 // written once per buffer.
@@ -256,21 +259,10 @@ inline void Pass(const OptimizerOptions& o, int64_t step, const Grad& grad, floa
   }
 }
 
-}  // namespace
-
-void OptimizerStep(const OptimizerOptions& options, int64_t step, const float* grad_sum,
-                   float count, OptimizerBuffers b, int64_t n) {
-  if (grad_sum == b.weights_out) {
-    Pass(options, step, InPlaceSum{}, count, b, n);
-    return;
-  }
-  Pass(options, step, Sum{grad_sum}, count, b, n);
-}
-
-void OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
-                              const float* grad_sum, WireDType dtype,
-                              const char* __restrict payload, float count, OptimizerBuffers b,
-                              int64_t n) {
+// One run of whole wire values of the last worker's gradient; no fence.
+void StepRun(const OptimizerOptions& options, int64_t step, const float* grad_sum,
+             WireDType dtype, const char* __restrict payload, float count,
+             const OptimizerBuffers& b, int64_t n) {
   if (dtype != WireDType::kFloat32) {
     constexpr int64_t kTile = 1024;
     float tile[kTile];
@@ -281,7 +273,7 @@ void OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
       if (grad_sum != nullptr) {
         for (int64_t i = 0; i < len; ++i) tile[i] = grad_sum[first + i] + tile[i];
       }
-      OptimizerStep(options, step, tile, count, b.From(first), len);
+      Pass(options, step, Sum{tile}, count, b.From(first), len);
     }
     return;
   }
@@ -293,6 +285,28 @@ void OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
   } else {
     Pass(options, step, Plus<Sum, Wire>{{grad_sum}, wire}, count, b, n);
   }
+}
+
+}  // namespace
+
+void OptimizerStep(const OptimizerOptions& options, int64_t step, const float* grad_sum,
+                   float count, OptimizerBuffers b, int64_t n) {
+  if (grad_sum == b.weights_out) {
+    Pass(options, step, InPlaceSum{}, count, b, n);
+  } else {
+    Pass(options, step, Sum{grad_sum}, count, b, n);
+  }
+  FinishStores(b);
+}
+
+void OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
+                              const float* grad_sum, WireDType dtype, const BytePieces& payload,
+                              float count, OptimizerBuffers b) {
+  ForEachValueRun(payload, WireBytes(dtype), [&](int64_t first, const char* bytes, int64_t n) {
+    StepRun(options, step, grad_sum == nullptr ? nullptr : grad_sum + first, dtype, bytes, count,
+            b.From(first), n);
+  });
+  FinishStores(b);
 }
 
 }  // namespace psync

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/byte_pieces.h"
 #include "common/wire_dtype.h"
 
 namespace psync {
@@ -84,13 +85,14 @@ void OptimizerStep(const OptimizerOptions& options, int64_t step, const float* g
 // The same step with the last worker's gradient still in its wire bytes:
 // g = (grad_sum[i] + payload value i) / count, or payload / count when
 // grad_sum is null. Saves writing the last gradient into the sum and
-// reading it back. `payload` holds n little-endian values of `dtype`,
-// unaligned; a 2-byte one is widened a tile at a time, each tile stepped
-// while it is in the L1 cache (the same arithmetic as widening it first).
+// reading it back. `payload` holds the n little-endian values of `dtype`
+// the step covers, as received (a value may straddle two pieces); a 2-byte
+// one is widened a tile at a time, each tile stepped while it is in the L1
+// cache (the same arithmetic as widening it first).
 // grad_sum may equal b.weights_out (and no other buffer).
 void OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
-                              const float* grad_sum, WireDType dtype, const char* payload,
-                              float count, OptimizerBuffers b, int64_t n);
+                              const float* grad_sum, WireDType dtype, const BytePieces& payload,
+                              float count, OptimizerBuffers b);
 
 }  // namespace psync
 

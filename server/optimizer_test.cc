@@ -14,6 +14,11 @@
 namespace psync {
 namespace {
 
+// `bytes` bytes from `p` as one received piece.
+BytePieces Payload(const char* p, int64_t bytes) {
+  return {absl::string_view(p, static_cast<size_t>(bytes))};
+}
+
 TEST(SgdTest, MatchesHandComputedValues) {
   OptimizerOptions o{0.1f, 0.9f, 0.01f};
   std::vector<float> w = {1.0f, -2.0f}, m = {0.0f, 0.0f};
@@ -61,13 +66,13 @@ TEST(SgdTest, PayloadVariantMatchesTheSumVariant) {
   const std::vector<float> w = {1, 2, 3}, m = {0.1f, 0.2f, 0.3f};
   std::vector<float> w1(3), m1(3), w2(3), m2(3);
   OptimizerStep(o, 0, total.data(), 4.0f, OptimizerBuffers{w.data(), m.data(), w1.data(), m1.data()}, 3);
-  OptimizerStepWithPayload(o, 0, sum.data(), WireDType::kFloat32, bytes.data() + 1, 4.0f,
-                     OptimizerBuffers{w.data(), m.data(), w2.data(), m2.data()}, 3);
+  OptimizerStepWithPayload(o, 0, sum.data(), WireDType::kFloat32, Payload(bytes.data() + 1, 12),
+                           4.0f, OptimizerBuffers{w.data(), m.data(), w2.data(), m2.data()});
   EXPECT_EQ(w1, w2);
   EXPECT_EQ(m1, m2);
   OptimizerStep(o, 0, last.data(), 2.0f, OptimizerBuffers{w.data(), m.data(), w1.data(), m1.data()}, 3);
-  OptimizerStepWithPayload(o, 0, nullptr, WireDType::kFloat32, bytes.data() + 1, 2.0f,
-                     OptimizerBuffers{w.data(), m.data(), w2.data(), m2.data()}, 3);
+  OptimizerStepWithPayload(o, 0, nullptr, WireDType::kFloat32, Payload(bytes.data() + 1, 12),
+                           2.0f, OptimizerBuffers{w.data(), m.data(), w2.data(), m2.data()});
   EXPECT_EQ(w1, w2);
   EXPECT_EQ(m1, m2);
 }
@@ -133,8 +138,8 @@ TEST(OptimizerTest, AdamPayloadVariantMatchesTheSumVariant) {
   OptimizerStep(o, 4, total.data(), 4.0f,
                 OptimizerBuffers{w.data(), m.data(), w1.data(), m1.data(), v.data(), v1.data()}, 3);
   OptimizerStepWithPayload(
-      o, 4, sum.data(), WireDType::kFloat32, bytes.data() + 1, 4.0f,
-      OptimizerBuffers{w.data(), m.data(), w2.data(), m2.data(), v.data(), v2.data()}, 3);
+      o, 4, sum.data(), WireDType::kFloat32, Payload(bytes.data() + 1, 12), 4.0f,
+      OptimizerBuffers{w.data(), m.data(), w2.data(), m2.data(), v.data(), v2.data()});
   EXPECT_EQ(w1, w2);
   EXPECT_EQ(m1, m2);
   EXPECT_EQ(v1, v2);
@@ -214,8 +219,13 @@ TEST(OptimizerTest, WholeStepMatchesTheStepOneElementAtATime) {
                            : in_place      ? w_out[k].data() + first
                                            : sum.data() + first;
           if (wire) {
-            OptimizerStepWithPayload(o, 3, g, WireDType::kFloat32, bytes.data() + 1 + 4 * first,
-                                     2.0f, b, count);
+            // The whole step's payload arrives in three pieces, cut mid-value.
+            const BytePieces payload =
+                count == 1 ? Payload(bytes.data() + 1 + 4 * first, 4)
+                           : BytePieces{absl::string_view(bytes.data() + 1, 4 * 333 + 2),
+                                        absl::string_view(bytes.data() + 3 + 4 * 333, 4 * 444 + 1),
+                                        absl::string_view(bytes.data() + 4 + 4 * 777, 4 * 260 - 3)};
+            OptimizerStepWithPayload(o, 3, g, WireDType::kFloat32, payload, 2.0f, b);
           } else {
             OptimizerStep(o, 3, g, 2.0f, b, count);
           }
@@ -248,7 +258,8 @@ TEST(OptimizerTest, InPlaceStepMatchesOutOfPlace) {
                                  moments ? mo : nullptr, second ? v.data() : nullptr,
                                  second ? vo : nullptr};
         if (payload) {
-          OptimizerStepWithPayload(o, 4, g, WireDType::kFloat32, bytes.data() + 1, 3.0f, b, n);
+          OptimizerStepWithPayload(o, 4, g, WireDType::kFloat32, Payload(bytes.data() + 1, 4 * n),
+                                   3.0f, b);
         } else {
           OptimizerStep(o, 4, g, 3.0f, b, n);
         }
@@ -297,8 +308,8 @@ TEST(OptimizerTest, NarrowPayloadMatchesAStepOnTheWidenedSum) {
         OptimizerStep(o, 4, total.data(), 3.0f, buffers(w_ref.data(), m_ref.data(), v_ref.data()),
                       n);
         const float* g = with_sum == 0 ? nullptr : with_sum == 1 ? sum.data() : w_out.data();
-        OptimizerStepWithPayload(o, 4, g, dtype, bytes.data() + 1, 3.0f,
-                                 buffers(w_out.data(), m_out.data(), v_out.data()), n);
+        OptimizerStepWithPayload(o, 4, g, dtype, Payload(bytes.data() + 1, n * WireBytes(dtype)),
+                                 3.0f, buffers(w_out.data(), m_out.data(), v_out.data()));
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_EQ(w_out[i], w_ref[i]) << "element " << i;
           if (moments) ASSERT_EQ(m_out[i], m_ref[i]) << "element " << i;

@@ -498,13 +498,8 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
     OptimizerStep(step_options, c.version, grad, static_cast<float>(total), buffers, n);
   } else {
     // `grad` holds the other workers' gradients, if there are any.
-    ForEachValueRun(last->pieces, WireBytes(last->dtype),
-                    [&](int64_t first, const char* bytes, int64_t count) {
-                      OptimizerStepWithPayload(step_options, c.version,
-                                               grad == nullptr ? nullptr : grad + first,
-                                               last->dtype, bytes, static_cast<float>(total),
-                                               buffers.From(first), count);
-                    });
+    OptimizerStepWithPayload(step_options, c.version, grad, last->dtype, last->pieces,
+                             static_cast<float>(total), buffers);
   }
   c.previous = std::move(c.current);
   c.current = std::move(next);

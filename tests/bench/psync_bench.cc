@@ -254,9 +254,9 @@ std::map<std::string, std::vector<double>> ParsePhases(const std::string& output
   return phases;
 }
 
-// Runs the servers and clients; returns worker 0's step times by phase,
-// the CPU time of all workers ("cpu_worker_<phase>"), and as "rss_server" and "rss_client" the largest peak RSS (MiB) of any
-// server and any client.
+// Runs the servers and clients; returns worker 0's step times by phase, the
+// CPU time of all workers ("cpu_worker_<phase>"), and as "rss_server" and
+// "rss_client" the largest peak RSS (MiB) of any server and any client.
 // With `tls_dir` (a throwaway PKI) every connection is TLS with the token.
 absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std::string& dir,
                                                                       const std::string& tls_dir) {

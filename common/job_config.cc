@@ -225,6 +225,7 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                s.max_waiting_per_connection() >= 1 &&
                    s.max_waiting_per_connection() <= s.max_waiting_calls(),
                "1..server.max_waiting_calls");
+  check.Expect("rpc_threads", s.rpc_threads() >= 1 && s.rpc_threads() <= 64, "1..64");
   check.Expect("health_port", s.health_port() >= 0 && s.health_port() <= 65535,
                "0..65535 (0: none)");
   check.Expect("health_port", s.health_port() == 0 || s.health_port() != s.port(),

@@ -97,6 +97,9 @@ ABSL_FLAG(int32_t, max_waiting_calls, 4096,
           "RESOURCE_EXHAUSTED, which workers retry.");
 ABSL_FLAG(int32_t, max_waiting_per_connection, 1024,
           "Of --max_waiting_calls, at most this many from one connection.");
+ABSL_FLAG(int32_t, rpc_threads, 1,
+          "Threads a server receives, runs and answers calls on; a connection's calls all run "
+          "on one. Raise it for many workers on a server with cores to spare.");
 ABSL_FLAG(int32_t, health_port, 0,
           "A plaintext port serving only the gRPC health service (for Kubernetes probes, which "
           "speak no TLS); 0: none.");

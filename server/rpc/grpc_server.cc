@@ -4,7 +4,6 @@
 #include <atomic>
 #include <deque>
 #include <functional>
-#include <type_traits>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -19,11 +18,10 @@
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/config_protobuf.h"
-#include "grpcpp/impl/codegen/method_handler.h"
-#include "grpcpp/impl/codegen/server_callback_handlers.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
-#include "grpcpp/impl/codegen/rpc_service_method.h"
+#include "proto/health.pb.h"
 #include "proto/psync.pb.h"
+#include "server/rpc/async_service.h"
 
 namespace psync {
 namespace {
@@ -97,12 +95,14 @@ using Reply = std::function<void(const absl::Status&)>;
 // with slices that point at the store's weight buffers, with no protobuf
 // copy in between. The bytes on the wire are the .proto's messages.
 //
-// Every method uses gRPC's callback API: a pull waiting for its version
-// holds no thread, only its place in the store's list of waiters, and is
-// answered from the thread that applies the step it waits for. Waiting calls
-// are bounded in total and per connection, and one its client cancels gives
+// Every method uses gRPC's asynchronous API on the server's completion
+// queues (Serve), each driven by one thread: a call runs on the thread that
+// received it, with no hop to another. A pull waiting for its version holds
+// no thread, only its place in the store's list of waiters, and is answered
+// from the thread that applies the step it waits for. Waiting calls are
+// bounded in total and per connection, and one its client cancels gives
 // its place back when the store's timer next looks (ShardStore::PullAsync).
-class ParameterService final : public grpc::Service {
+class ParameterService final : public AsyncService {
  public:
   ParameterService(ShardStore* store, const GrpcServerOptions& options)
       : store_(store),
@@ -136,63 +136,50 @@ class ParameterService final : public grpc::Service {
   using Method = absl::Status (ParameterService::*)(const Req*, Resp*);
   // A method that may wait: it calls its Reply exactly once, now or later.
   template <typename Req, typename Resp>
-  using WaitingMethod = void (ParameterService::*)(grpc::CallbackServerContext*, const Req*,
-                                                   Resp*, Reply);
+  using WaitingMethod = void (ParameterService::*)(UnaryCall<Req, Resp>*, Reply);
 
   template <typename Req, typename Resp>
   void Add(const char* name, Method<Req, Resp> method) {
-    AddWaiting<Req, Resp>(name, [method](ParameterService* service, grpc::CallbackServerContext*,
-                                         const Req* req, Resp* resp, Reply reply) {
-      reply((service->*method)(req, resp));
+    AddWaiting<Req, Resp>(name, [method](ParameterService* service, UnaryCall<Req, Resp>* call,
+                                         Reply reply) {
+      reply((service->*method)(&call->request(), call->response()));
     });
   }
   template <typename Req, typename Resp>
   void Add(const char* name, WaitingMethod<Req, Resp> method) {
-    AddWaiting<Req, Resp>(name, [method](ParameterService* service,
-                                         grpc::CallbackServerContext* ctx, const Req* req,
-                                         Resp* resp, Reply reply) {
-      (service->*method)(ctx, req, resp, std::move(reply));
+    AddWaiting<Req, Resp>(name, [method](ParameterService* service, UnaryCall<Req, Resp>* call,
+                                         Reply reply) {
+      (service->*method)(call, std::move(reply));
     });
   }
 
   template <typename Req, typename Resp, typename Run>
   void AddWaiting(const char* name, Run run) {
-    names_.push_back(absl::StrCat("/psync.proto.ParameterServer/", name));
     MethodMetrics* m = nullptr;
     if (metrics_ != nullptr) m = &method_metrics_.emplace_back(metrics_, name);
-    const int index = static_cast<int>(names_.size()) - 1;  // this method's, in order added
-    AddMethod(new grpc::internal::RpcServiceMethod(
-        names_.back().c_str(), grpc::internal::RpcMethod::NORMAL_RPC, nullptr));
-    auto* handler = new grpc::internal::CallbackUnaryHandler<Req, Resp>(
-        [this, run, m](grpc::CallbackServerContext* ctx, const Req* req, Resp* resp) {
-          grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-          const absl::Time start = absl::Now();
-          const size_t in = m != nullptr ? WireSize(*req) : 0;
-          Reply reply = [reactor, resp, m, start, in](const absl::Status& s) {
-            const grpc::Status status = ToGrpcStatus(s);
-            if (m != nullptr) {
-              m->Record(status, absl::Now() - start, in, status.ok() ? WireSize(*resp) : 0);
-            }
-            reactor->Finish(status);
-          };
-          if (!Authorized(*ctx)) {
-            reply(absl::UnauthenticatedError(
-                "missing or wrong token: the job's servers require the token of "
-                "security.auth_token_file on every call"));
-          } else {
-            run(this, ctx, req, resp, std::move(reply));
-          }
-          return reactor;
-        });
-    if constexpr (std::is_same_v<Req, grpc::ByteBuffer> || std::is_same_v<Resp, grpc::ByteBuffer>) {
-      MarkMethodRawCallback(index, handler);
-    } else {
-      MarkMethodCallback(index, handler);
-    }
+    AddUnary<Req, Resp>(absl::StrCat("/psync.proto.ParameterServer/", name),
+                        [this, run, m](UnaryCall<Req, Resp>* call) {
+      const absl::Time start = absl::Now();
+      const size_t in = m != nullptr ? WireSize(call->request()) : 0;
+      Reply reply = [call, m, start, in](const absl::Status& s) {
+        const grpc::Status status = ToGrpcStatus(s);
+        if (m != nullptr) {
+          m->Record(status, absl::Now() - start, in, status.ok() ? WireSize(*call->response()) : 0);
+        }
+        call->Finish(status);
+      };
+      if (!Authorized(call->context())) {
+        reply(absl::UnauthenticatedError(
+            "missing or wrong token: the job's servers require the token of "
+            "security.auth_token_file on every call"));
+      } else {
+        run(this, call, std::move(reply));
+      }
+    });
   }
 
   // Whether the call carries the job's token (always, without one).
-  bool Authorized(const grpc::CallbackServerContext& ctx) const {
+  bool Authorized(const grpc::ServerContext& ctx) const {
     if (auth_value_.empty()) return true;
     const auto& metadata = ctx.client_metadata();
     const auto found = metadata.find(kAuthMetadataKey);
@@ -268,8 +255,8 @@ class ParameterService final : public grpc::Service {
     return s;
   }
 
-  void Pull(grpc::CallbackServerContext* ctx, const proto::PullRequest* req,
-            grpc::ByteBuffer* resp, Reply reply) {
+  void Pull(UnaryCall<proto::PullRequest, grpc::ByteBuffer>* call, Reply reply) {
+    const proto::PullRequest* req = &call->request();
     WireDType dtype = WireDType::kFloat32;
     if (req->dtype() != proto::DTYPE_UNSPECIFIED) {
       absl::StatusOr<WireDType> asked = WireDTypeFromProto(req->dtype());
@@ -279,18 +266,18 @@ class ParameterService final : public grpc::Service {
       }
       dtype = *asked;
     }
-    std::string peer = ctx->peer();
+    std::string peer = call->peer();
     absl::Status admitted = AdmitWaiting("Pull", peer);
     if (!admitted.ok()) return reply(admitted);
     std::vector<int32_t> ids(req->chunk_ids().begin(), req->chunk_ids().end());
-    DoPull(std::move(peer), ctx, req->session(), req->worker_rank(), req->layout_fingerprint(),
-           req->version(), std::move(ids), dtype, resp, std::move(reply));
+    DoPull(std::move(peer), call, req->session(), req->worker_rank(), req->layout_fingerprint(),
+           req->version(), std::move(ids), dtype, call->response(), std::move(reply));
   }
 
-  void PushPull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-                grpc::ByteBuffer* resp, Reply reply) {
+  void PushPull(UnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>* call, Reply reply) {
+    const grpc::ByteBuffer* req = &call->request();
     // Admitted before the push, so that a refusal changes nothing.
-    std::string peer = ctx->peer();
+    std::string peer = call->peer();
     absl::Status admitted = AdmitWaiting("PushPull", peer);
     if (!admitted.ok()) return reply(admitted);
     std::vector<int32_t> ids;
@@ -313,9 +300,9 @@ class ParameterService final : public grpc::Service {
     }
     // The gradients are in the store now: free the received bytes rather
     // than hold them while the call waits for the other workers.
-    const_cast<grpc::ByteBuffer*>(req)->Clear();
-    DoPull(std::move(peer), ctx, session, static_cast<int>(rank), fingerprint, step + 1,
-           std::move(ids), dtype, resp, std::move(reply));
+    call->mutable_request()->Clear();
+    DoPull(std::move(peer), call, session, static_cast<int>(rank), fingerprint, step + 1,
+           std::move(ids), dtype, call->response(), std::move(reply));
   }
 
   absl::Status GetStatus(const proto::StatusRequest*, proto::StatusResponse* resp) {
@@ -432,11 +419,10 @@ class ParameterService final : public grpc::Service {
   // (its float32 weights, or its narrowed copies of them), once every chunk
   // has reached `version`, without holding a thread. The caller admitted
   // the call (AdmitWaiting) for `peer`; its place is released here.
-  void DoPull(std::string peer, grpc::CallbackServerContext* ctx, uint64_t session,
-              int worker_rank, uint64_t fingerprint, int64_t version, std::vector<int32_t> ids,
-              WireDType dtype, grpc::ByteBuffer* resp, Reply reply) {
-    const absl::Time deadline =
-        std::min(absl::FromChrono(ctx->deadline()), absl::Now() + max_pull_wait_);
+  void DoPull(std::string peer, const ServerCall* call, uint64_t session, int worker_rank,
+              uint64_t fingerprint, int64_t version, std::vector<int32_t> ids, WireDType dtype,
+              grpc::ByteBuffer* resp, Reply reply) {
+    const absl::Time deadline = std::min(call->deadline(), absl::Now() + max_pull_wait_);
     // Valid while PullAsync reads it: it copies the ids before anything
     // can run the callback (which owns the vector's buffer from here on).
     const absl::Span<const int32_t> asked(ids);
@@ -458,7 +444,7 @@ class ParameterService final : public grpc::Service {
         },
         // A call cancelled by its client (or its connection closed) gives
         // its waiting place back now, not at its deadline.
-        [ctx] { return ctx->IsCancelled(); });
+        [call] { return call->over(); });
   }
 
   static grpc::ByteBuffer EmptyMessage() {
@@ -472,7 +458,6 @@ class ParameterService final : public grpc::Service {
   const uint64_t incarnation_;
   const std::function<int64_t()> newest_checkpoint_;  // null: checkpoints off
   const std::string auth_value_;  // "Bearer <token>"; empty: no token required
-  std::deque<std::string> names_;  // RpcServiceMethod keeps the char pointers
   MetricRegistry* const metrics_;  // null: no metrics
   std::deque<MethodMetrics> method_metrics_;  // handlers keep pointers
   Gauge* pulls_waiting_ = nullptr;
@@ -482,22 +467,30 @@ class ParameterService final : public grpc::Service {
   absl::flat_hash_map<std::string, int> waiting_by_peer_ ABSL_GUARDED_BY(waiting_mu_);
 };
 
-// One synchronous method, so that gRPC runs the threads that also serve
-// the default health service on the health listener, which has no service
-// of ours (without one it refuses to start: no polled completion queue).
-class HealthPortService final : public grpc::Service {
+// The standard grpc.health.v1 service's Check, as Kubernetes' gRPC probes
+// call it: the whole server ("") is SERVING or NOT_SERVING (see
+// GrpcServer::SetServing); any other name is NOT_FOUND. Watch answers
+// UNIMPLEMENTED, which the protocol's clients take as "use Check". Ours
+// rather than gRPC's default service, which runs on the callback API (see
+// async_service.h).
+class HealthService final : public AsyncService {
  public:
-  HealthPortService() {
-    AddMethod(new grpc::internal::RpcServiceMethod(
-        "/psync.proto.HealthPort/None", grpc::internal::RpcMethod::NORMAL_RPC,
-        new grpc::internal::RpcMethodHandler<HealthPortService, grpc::ByteBuffer, grpc::ByteBuffer,
-                                             grpc::ByteBuffer, grpc::ByteBuffer>(
-            [](HealthPortService*, grpc::ServerContext*, const grpc::ByteBuffer*,
-               grpc::ByteBuffer*) {
-              return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                  "this port serves only grpc.health.v1");
-            },
-            this)));
+  explicit HealthService(const std::atomic<bool>* serving) {
+    using grpc::health::v1::HealthCheckRequest;
+    using grpc::health::v1::HealthCheckResponse;
+    AddUnary<HealthCheckRequest, HealthCheckResponse>(
+        "/grpc.health.v1.Health/Check",
+        [serving](UnaryCall<HealthCheckRequest, HealthCheckResponse>* call) {
+          if (!call->request().service().empty()) {
+            return call->Finish(grpc::Status(
+                grpc::StatusCode::NOT_FOUND,
+                absl::StrCat("health: no service '", call->request().service(),
+                             "' here; ask for \"\", the whole server")));
+          }
+          call->response()->set_status(serving->load() ? HealthCheckResponse::SERVING
+                                                       : HealthCheckResponse::NOT_SERVING);
+          call->Finish(grpc::Status::OK);
+        });
   }
 };
 
@@ -509,17 +502,18 @@ class GrpcServerImpl final : public GrpcServer {
         security_(options.security),
         health_address_(options.health_address),
         handshake_timeout_(options.handshake_timeout),
-        idle_timeout_(options.idle_timeout) {}
+        idle_timeout_(options.idle_timeout),
+        rpc_threads_(options.rpc_threads) {}
   ~GrpcServerImpl() override { Shutdown(absl::Now()); }
 
   absl::Status Start(const std::string& address) {
-    // The standard grpc.health.v1 service (Kubernetes' gRPC probes): SERVING
-    // from the start until Shutdown. gRPC's switch is process-wide; every
-    // server of the process wants it.
-    grpc::EnableDefaultHealthCheckService(true);
+    // gRPC's default health service runs on the callback API; ours (with
+    // the same answers) does not. The switch is process-wide.
+    grpc::EnableDefaultHealthCheckService(false);
     grpc::ServerBuilder builder;
     builder.AddListeningPort(address, PeerServerCredentials(security_), &port_);
     builder.RegisterService(&service_);
+    builder.RegisterService(&health_);
     // gRPC sets SO_REUSEPORT by default, which lets a second server bind a
     // live server's port and silently take half of its connections.
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -535,20 +529,22 @@ class GrpcServerImpl final : public GrpcServer {
         std::min<int64_t>(store_->options().max_message_bytes, INT32_MAX));
     builder.SetMaxReceiveMessageSize(limit);
     builder.SetMaxSendMessageSize(limit);
-    server_ = builder.BuildAndStart();
+    server_ = AsyncServer::Start(builder, {&service_, &health_}, rpc_threads_);
     if (server_ == nullptr || port_ == 0) {
       return absl::UnavailableError(absl::StrCat("GrpcServer: cannot listen on ", address));
     }
     if (!health_address_.empty()) {
-      // No service of ours: only the default health service, in plaintext.
+      // Only the health service, in plaintext. Its thread polls too (every
+      // thread waiting on a gRPC queue does), so calls of the main port
+      // may hop threads: a cost only where this port is asked for.
       grpc::ServerBuilder health;
       health.AddListeningPort(health_address_, grpc::InsecureServerCredentials(), &health_port_);
       health.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
       AddConnectionBounds(health);
       health.RegisterService(&health_port_service_);
-      health_server_ = health.BuildAndStart();
+      health_server_ = AsyncServer::Start(health, {&health_port_service_}, 1);
       if (health_server_ == nullptr || health_port_ == 0) {
-        server_->Shutdown(absl::ToChronoTime(absl::Now()));
+        server_->Shutdown(absl::Now());
         return absl::UnavailableError(
             absl::StrCat("GrpcServer: cannot listen on ", health_address_, " (health port)"));
       }
@@ -559,20 +555,15 @@ class GrpcServerImpl final : public GrpcServer {
   int port() const override { return port_; }
   int health_port() const override { return health_port_; }
 
-  void SetServing(bool serving) override {
-    absl::MutexLock lock(&mu_);
-    if (stopped_ || server_ == nullptr) return;
-    server_->GetHealthCheckService()->SetServingStatus(serving);
-    if (health_server_ != nullptr) health_server_->GetHealthCheckService()->SetServingStatus(serving);
-  }
+  void SetServing(bool serving) override { serving_.store(serving); }
 
   void Shutdown(absl::Time deadline) override {
     absl::MutexLock lock(&mu_);
     if (stopped_ || server_ == nullptr) return;
     stopped_ = true;
-    store_->Close();
-    if (health_server_ != nullptr) health_server_->Shutdown(absl::ToChronoTime(deadline));
-    server_->Shutdown(absl::ToChronoTime(deadline));
+    store_->Close();  // answers every waiting pull, and refuses new calls
+    if (health_server_ != nullptr) health_server_->Shutdown(deadline);
+    server_->Shutdown(deadline);
   }
 
  private:
@@ -590,12 +581,15 @@ class GrpcServerImpl final : public GrpcServer {
 
   ShardStore* const store_;
   ParameterService service_;
+  std::atomic<bool> serving_{true};  // what both health services answer
+  HealthService health_{&serving_};
+  HealthService health_port_service_{&serving_};
   const PeerSecurity security_;
   const std::string health_address_;
   const absl::Duration handshake_timeout_, idle_timeout_;
-  std::unique_ptr<grpc::Server> server_;
-  HealthPortService health_port_service_;
-  std::unique_ptr<grpc::Server> health_server_;  // null without health_address_
+  const int rpc_threads_;
+  std::unique_ptr<AsyncServer> server_;
+  std::unique_ptr<AsyncServer> health_server_;  // null without health_address_
   int port_ = 0;
   int health_port_ = 0;
   absl::Mutex mu_;
@@ -606,6 +600,10 @@ class GrpcServerImpl final : public GrpcServer {
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(ShardStore* store,
                                                                const GrpcServerOptions& options) {
+  if (options.rpc_threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GrpcServer: rpc_threads is ", options.rpc_threads, ", expected >= 1"));
+  }
   if (options.max_waiting_calls < 1 || options.max_waiting_per_connection < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GrpcServer: max_waiting_calls is ", options.max_waiting_calls,

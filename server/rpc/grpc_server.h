@@ -26,6 +26,9 @@ struct GrpcServerOptions {
   // past either a call gets RESOURCE_EXHAUSTED and changes nothing.
   int max_waiting_calls = 4096;
   int max_waiting_per_connection = 1024;
+  // Threads that receive, run and answer calls, each with its own
+  // completion queue; a connection's calls all run on one of them.
+  int rpc_threads = 1;
   // Server 0's: answers other servers' Join calls. Must outlive the server.
   Coordinator* coordinator = nullptr;
   // For GetStatus: this process's incarnation, and the newest restorable

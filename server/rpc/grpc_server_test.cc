@@ -64,6 +64,7 @@ class GrpcServerTest : public ::testing::Test {
     so.metrics = metrics_;
     so.max_waiting_calls = max_waiting_calls_;
     so.max_waiting_per_connection = max_waiting_calls_;
+    so.rpc_threads = rpc_threads_;
     auto server = GrpcServer::Start(store_.get(), so);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -184,6 +185,7 @@ class GrpcServerTest : public ::testing::Test {
   const Layout layout_ = TestLayout();
   MetricRegistry* metrics_ = nullptr;  // given to the next StartServer
   int max_waiting_calls_ = 4096;        // likewise, also per connection
+  int rpc_threads_ = 1;                 // likewise
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<GrpcServer> server_;
@@ -235,6 +237,47 @@ TEST_F(GrpcServerTest, AStepThroughTheGeneratedStubs) {
   ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push, PushOf(1, s1, 0, 50.0f), &pushed).ok());
   ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Pull, PullOf(1, s1, 1), &pulled).ok());
   EXPECT_EQ(Flat(pulled, 1), w1);
+}
+
+// With several RPC threads the workers' connections are spread over them,
+// and a push-pull that waits for the other worker is answered from the
+// thread that applies the step: another connection's, maybe another
+// thread's. Every step reaches both workers.
+TEST_F(GrpcServerTest, SeveralRpcThreadsServeEveryConnection) {
+  rpc_threads_ = 3;
+  StartServer();
+  const uint64_t sessions[2] = {Register(0), Register(1)};
+  std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs;
+  for (int worker = 0; worker < 2; ++worker) {
+    grpc::ChannelArguments args;
+    args.SetInt("psync.test.connection", worker);  // a connection of its own
+    stubs.push_back(proto::ParameterServer::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(), args)));
+  }
+  const std::vector<float> w0 = InitialWeights();
+  for (int64_t step = 0; step < 5; ++step) {
+    proto::PullResponse pulled[2];
+    grpc::Status status[2];
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 2; ++w) {
+      workers.emplace_back([&, w] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+        status[w] = stubs[w]->PushPull(&ctx, PushOf(w, sessions[w], step, w == 0 ? 1.0f : 3.0f),
+                                       &pulled[w]);
+      });
+    }
+    for (std::thread& t : workers) t.join();
+    for (int w = 0; w < 2; ++w) {
+      ASSERT_TRUE(status[w].ok()) << "worker " << w << ", step " << step << ": "
+                                  << status[w].error_message();
+      const std::vector<float> weights = Flat(pulled[w], step + 1);
+      ASSERT_EQ(weights.size(), w0.size());
+      for (size_t i = 0; i < w0.size(); ++i) {
+        EXPECT_FLOAT_EQ(weights[i], w0[i] - 2.0f * (step + 1)) << "worker " << w << ", " << i;
+      }
+    }
+  }
 }
 
 TEST_F(GrpcServerTest, BadRequestsGetCodesThatNameTheProblem) {

@@ -280,6 +280,29 @@ TEST_F(GrpcServerTest, SeveralRpcThreadsServeEveryConnection) {
   }
 }
 
+// Bytes that are no protobuf, to each method with a typed request: gRPC
+// refuses them before any method runs and asks for the next call with the
+// same request slot; the server goes on serving every method.
+TEST_F(GrpcServerTest, UnparsableRequestsAreRefusedAndServingGoesOn) {
+  StartServer();
+  const std::string garbage("\xff\xff\xff\xff\x0f not a protobuf", 20);
+  for (int round = 0; round < 2 * 4 + 1; ++round) {  // more than the requests posted per method
+    for (const char* method : {"Register", "Pull", "GetStatus", "Heartbeat", "Join"}) {
+      const auto [status, unused] =
+          RawCall(absl::StrCat("/psync.proto.ParameterServer/", method), garbage);
+      EXPECT_FALSE(status.ok()) << method;
+    }
+    const auto [health, unused] = RawCall("/grpc.health.v1.Health/Check", garbage);
+    EXPECT_FALSE(health.ok());
+  }
+  const uint64_t session = Register(0);
+  EXPECT_NE(session, 0u);
+  proto::PullResponse pulled;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Pull, PullOf(0, session, 0), &pulled).ok());
+  EXPECT_EQ(Flat(pulled, 0), InitialWeights());
+  EXPECT_EQ(RawCall("/grpc.health.v1.Health/Check", "").second, std::string("\x08\x01", 2));
+}
+
 TEST_F(GrpcServerTest, BadRequestsGetCodesThatNameTheProblem) {
   StartServer();
   const uint64_t s0 = Register(0);

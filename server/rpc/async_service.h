@@ -88,23 +88,18 @@ class UnaryCall final : public ServerCall {
  public:
   // A method as served: runs a call that arrived (which answers through
   // Finish, now or later), and asks gRPC for the next call of the method.
-  struct Method {
+  struct Served {
     std::function<void(UnaryCall*)> run;
     std::function<void(UnaryCall*, grpc::ServerCompletionQueue*)> request;
   };
 
   // Asks for the next call of `method` on `cq`.
-  static void Post(const Method* method, grpc::ServerCompletionQueue* cq) {
+  static void Post(const Served* method, grpc::ServerCompletionQueue* cq) {
     method->request(new UnaryCall(method, cq), cq);
   }
 
-  // What Method::request hands to gRPC.
-  grpc::ServerContext* mutable_context() { return &ctx_; }
-  Req* mutable_request() { return &request_; }
-  grpc::ServerAsyncResponseWriter<Resp>* writer() { return &writer_; }
-  void* arrived_tag() { return &arrived_; }
-
   const Req& request() const { return request_; }
+  Req* mutable_request() { return &request_; }  // e.g. to free its bytes early
   Resp* response() { return &response_; }
 
   // Answers, with the response if OK. Once, from any thread; the call may
@@ -118,14 +113,16 @@ class UnaryCall final : public ServerCall {
   }
 
  private:
-  UnaryCall(const Method* method, grpc::ServerCompletionQueue* cq) : method_(method), cq_(cq) {}
+  friend class AsyncService;  // hands the call's slots to gRPC (Served::request)
+
+  UnaryCall(const Served* method, grpc::ServerCompletionQueue* cq) : method_(method), cq_(cq) {}
 
   void Start() override {
     Post(method_, cq_);
     method_->run(this);
   }
 
-  const Method* const method_;
+  const Served* const method_;
   grpc::ServerCompletionQueue* const cq_;
   Req request_;
   Resp response_;
@@ -160,22 +157,21 @@ class AsyncService : public grpc::Service {
     } else {
       MarkMethodAsync(index);
     }
-    auto method = std::make_shared<typename Call::Method>();
+    auto method = std::make_shared<typename Call::Served>();
     method->run = std::move(run);
     method->request = [this, index](Call* call, grpc::ServerCompletionQueue* cq) {
-      RequestAsyncUnary(index, call->mutable_context(), call->mutable_request(), call->writer(),
-                        cq, cq, call->arrived_tag());
+      RequestAsyncUnary(index, &call->ctx_, &call->request_, &call->writer_, cq, cq,
+                        &call->arrived_);
     };
-    posts_.push_back([m = method.get()](grpc::ServerCompletionQueue* cq) { Call::Post(m, cq); });
-    methods_.push_back(std::move(method));
+    // Owns the method's entry, which its calls point at.
+    posts_.push_back([method](grpc::ServerCompletionQueue* cq) { Call::Post(method.get(), cq); });
   }
 
  private:
   static constexpr int kPostedCalls = 4;
 
   std::deque<std::string> names_;  // RpcServiceMethod keeps the char pointers
-  std::vector<std::shared_ptr<void>> methods_;  // UnaryCall<...>::Method; calls point at them
-  // Each asks for one call of one method on a completion queue.
+  // By method: asks for one call of it on a completion queue.
   std::vector<std::function<void(grpc::ServerCompletionQueue*)>> posts_;
 };
 

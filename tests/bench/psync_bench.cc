@@ -199,14 +199,20 @@ absl::Status RunClient() {
       SleepMs(compute_ms * tensors);
       return client->PushPull(step, 1, grads.data(), weights.data());
     }));
+    std::vector<double> tails;
     PSYNC_RETURN_IF_ERROR(phase("overlap", [&]() -> absl::Status {
       for (int t = tensors - 1; t >= 0; --t) {
         SleepMs(compute_ms);
         PSYNC_RETURN_IF_ERROR(
             client->StartPushPull(step, 1, t, t + 1, grads.data(), weights.data()));
       }
-      return client->Wait();
+      const absl::Time last = absl::Now();
+      absl::Status s = client->Wait();
+      tails.push_back(absl::ToDoubleMilliseconds(absl::Now() - last));
+      return s;
     }));
+    std::printf("PHASE overlap_tail %s\n",
+                absl::StrJoin(tails.end() - timed, tails.end(), " ").c_str());
   }
   std::printf("PEAK_RSS %lld\n", static_cast<long long>(PeakResidentBytes()));
   return absl::OkStatus();
@@ -565,6 +571,9 @@ absl::Status RunDriver() {
     row("compute alone", "compute");
     row("compute then push-pull", "serial");
     row("overlapped", "overlap");
+    const double tail = Summarize(figures["overlap_tail"]).median;
+    std::printf("  of which from the last layer's start to the end: %.3f ms\n", tail);
+    absl::StrAppendFormat(&json, ", \"overlap_tail_median_ms\": %.4f", tail);
     // max(compute, comm) and compute + comm, per run.
     Runs longest, sum;
     for (size_t r = 0; r < figures["comm"].size(); ++r) {

@@ -54,6 +54,15 @@ bool RegisterMayRetry(grpc::StatusCode code) {
          code == grpc::StatusCode::CANCELLED;
 }
 
+// Puts `tag` on `cq` at once, through `alarm` (idle until then). An alarm
+// cancelled as soon as it is set fires on this thread; one set to fire now
+// goes through the threads of gRPC's event engine, 0.5 to 0.7 ms on 2 busy
+// cores: a layer's push-pull handed to the poller started that much late.
+void PostNow(grpc::Alarm& alarm, grpc::CompletionQueue* cq, void* tag) {
+  alarm.Set(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), tag);
+  alarm.Cancel();
+}
+
 const char kPushMethod[] = "/psync.proto.ParameterServer/Push";
 const char kPullMethod[] = "/psync.proto.ParameterServer/Pull";
 const char kPushPullMethod[] = "/psync.proto.ParameterServer/PushPull";
@@ -425,7 +434,7 @@ class GrpcPsClient final : public PsClient {
     if (!defer) ++inline_outstanding_;
     if (queued) return;
     if (defer) {
-      started.issue_alarm.Set(&cq_, gpr_now(GPR_CLOCK_MONOTONIC), &started.issue_tag);
+      PostNow(started.issue_alarm, &cq_, &started.issue_tag);
     } else {
       Issue(started);
     }
@@ -451,7 +460,7 @@ class GrpcPsClient final : public PsClient {
               grpc::StatusCode::FAILED_PRECONDITION,
               absl::StrCat("not sent: an earlier request to server ", call.server,
                            " failed: ", call.status.error_message()));
-          next->issue_alarm.Set(next->cq, gpr_now(GPR_CLOCK_MONOTONIC), &next->done_tag);
+          PostNow(next->issue_alarm, next->cq, &next->done_tag);
         }
         w.queued.clear();
       }
@@ -464,7 +473,7 @@ class GrpcPsClient final : public PsClient {
         if (next.cq == call.cq) {
           here.push_back(&next);
         } else {
-          next.issue_alarm.Set(next.cq, gpr_now(GPR_CLOCK_MONOTONIC), &next.issue_tag);
+          PostNow(next.issue_alarm, next.cq, &next.issue_tag);
         }
       }
     }
@@ -481,7 +490,7 @@ class GrpcPsClient final : public PsClient {
       absl::MutexLock lock(&mu_);
       if (cancelled_.load()) {
         call.status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
-        call.issue_alarm.Set(call.cq, gpr_now(GPR_CLOCK_MONOTONIC), &call.done_tag);
+        PostNow(call.issue_alarm, call.cq, &call.done_tag);
         return;
       }
       // A Cancel() after this point cancels `ctx` (even before it starts).

@@ -82,6 +82,12 @@ int Run() {
   SetLogRank(options->server_rank);
   LOG(INFO) << "server " << options->server_rank << " starting; configuration: "
             << config.ShortDebugString();
+  // Before the first gRPC object: the engine is chosen when gRPC starts.
+  const int polling_threads =
+      config.server().rpc_threads() + (config.server().health_port() > 0 ? 1 : 0);
+  LOG(INFO) << "server " << options->server_rank << ": " << polling_threads
+            << " gRPC polling thread(s), polling engine "
+            << PollEachQueueOwnSockets(polling_threads);
   LOG(INFO) << "server " << options->server_rank << ": " << RaiseOpenFileLimit();
 
   // Block the stop signals in every thread (gRPC's inherit this mask) so the

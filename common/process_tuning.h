@@ -43,10 +43,10 @@ inline void SkipMutexDeadlockDetection() {
 // --rpc_threads), whichever thread wakes first takes an event and hands it
 // to the thread whose queue it belongs to. The "poll" engine polls each
 // queue's own sockets, so each thread serves its own connections. Measured,
-// 4 KiB push-pull against a server with a health port, 3 interleaved pairs
-// of psync_bench runs: 0.108-0.222 ms and 0.46-1.13 ms of CPU per step on
-// epoll1, 0.078-0.090 and 0.13-0.22 on poll (0.083-0.091 without the health
-// port); 16 MiB and overlap alike within the noise. poll() costs time in
+// 4 KiB push-pull against a server with a health port, four interleaved
+// pairs of psync_bench runs: 0.22-0.27 ms per step on epoll1, 0.075-0.089
+// on poll (0.08-0.09 without a health port); 16 MiB and the overlap bench
+// alike within the noise (the whole process on poll). poll() costs time in
 // proportion to the sockets of a queue, so a server with one polling thread
 // keeps epoll1. An explicit GRPC_POLL_STRATEGY wins. Call before the
 // process's first gRPC object; returns the engine gRPC will use.

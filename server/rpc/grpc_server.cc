@@ -534,9 +534,10 @@ class GrpcServerImpl final : public GrpcServer {
       return absl::UnavailableError(absl::StrCat("GrpcServer: cannot listen on ", address));
     }
     if (!health_address_.empty()) {
-      // Only the health service, in plaintext. Its thread polls too (every
-      // thread waiting on a gRPC queue does), so calls of the main port
-      // may hop threads: a cost only where this port is asked for.
+      // Only the health service, in plaintext, on a thread of its own: the
+      // process should run gRPC's poll engine, or that thread takes events
+      // of the main port too (PollEachQueueOwnSockets, common/process_tuning.h,
+      // which psync_server calls).
       grpc::ServerBuilder health;
       health.AddListeningPort(health_address_, grpc::InsecureServerCredentials(), &health_port_);
       health.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -27,7 +27,9 @@ struct GrpcServerOptions {
   int max_waiting_calls = 4096;
   int max_waiting_per_connection = 1024;
   // Threads that receive, run and answer calls, each with its own
-  // completion queue; a connection's calls all run on one of them.
+  // completion queue; a connection's calls all run on one of them. With
+  // more than one (or a health address), choose gRPC's poll engine before
+  // gRPC starts (PollEachQueueOwnSockets, common/process_tuning.h).
   int rpc_threads = 1;
   // Server 0's: answers other servers' Join calls. Must outlive the server.
   Coordinator* coordinator = nullptr;

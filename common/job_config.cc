@@ -18,6 +18,7 @@
 #include "common/lr_policy.h"
 #include "common/model_spec.h"
 #include "common/status_macros.h"
+#include "common/rpc/tcp_congestion.h"
 #include "common/wire_dtype.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -130,6 +131,13 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                  absl::StrCat("host:port addresses (",
                               absl::StripPrefix(parsed.status().message(), "--servers: "), ")"));
   }
+  const absl::StatusOr<TcpCongestion> congestion = ParseTcpCongestion(c.cluster().tcp_congestion());
+  check.Expect("tcp_congestion", congestion.ok(),
+               congestion.ok() ? "" : absl::StripPrefix(
+                                          congestion.status().message(),
+                                          absl::StrCat("--tcp_congestion is '",
+                                                       c.cluster().tcp_congestion(),
+                                                       "', expected ")));
   const proto::TrainingConfig& t = c.training();
   const absl::StatusOr<ModelSpec> model = ParseModelSpec(t.model());
   check.Expect("model", model.ok(),

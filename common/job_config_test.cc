@@ -86,6 +86,11 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
             "step");
   EXPECT_EQ(Load("training {\n  wire_dtype: \"fp8\"\n}").status().message(),
             "job.pbtxt:2: training.wire_dtype is \"fp8\", expected float32, bf16 or fp16");
+  EXPECT_THAT(Load("cluster {\n  tcp_congestion: \"warp\"\n}").status().message(),
+              AllOf(HasSubstr("job.pbtxt:2: cluster.tcp_congestion is \"warp\", expected auto, "
+                              "system or an algorithm of the kernel's (available: "),
+                    HasSubstr("): 'warp' is not available in this kernel")));
+  EXPECT_TRUE(Load("cluster { tcp_congestion: \"system\" }").ok());
   EXPECT_EQ(Load("training { push_window_kb: -1 }").status().message(),
             "job.pbtxt:1: training.push_window_kb is -1, expected 0..1073741824 (0: automatic)");
   EXPECT_THAT(Load("timeouts { idle_timeout_s: 0 }").status().message(),

@@ -23,6 +23,9 @@ ABSL_FLAG(int32_t, num_workers, 1, "Workers in the job.");
 ABSL_FLAG(std::string, servers, "",
           "Server addresses host:port,... in server-rank order, or a pattern with {rank}, "
           "e.g. psync-server-{rank}.psync-server:7070.");
+ABSL_FLAG(std::string, tcp_congestion, "auto",
+          "TCP congestion control of workers' connections to servers: auto (reno on loopback, "
+          "the system's elsewhere), system, or a kernel algorithm such as cubic.");
 ABSL_FLAG(std::string, model, "mlp",
           "Model: mlp, mlp:<widths> (e.g. mlp:784-512-512-10), cnn or cnn:<c1>-<c2>-<hidden>.");
 ABSL_FLAG(int32_t, devices, 1, "Devices per worker (one thread and model replica each).");

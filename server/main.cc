@@ -18,6 +18,7 @@
 #include "common/output_path.h"
 #include "common/process_metrics.h"
 #include "common/rpc/grpc_logging.h"
+#include "common/rpc/tcp_congestion.h"
 #include "common/security.h"
 #include "common/status_macros.h"
 #include "common/process_tuning.h"
@@ -149,6 +150,12 @@ int Run() {
     LOG(ERROR) << "bad configuration: " << security.status().message();
     return 2;
   }
+  absl::StatusOr<TcpCongestion> tcp_congestion =
+      ParseTcpCongestion(config.cluster().tcp_congestion());
+  if (!tcp_congestion.ok()) {
+    LOG(ERROR) << "bad configuration: " << tcp_congestion.status().message();
+    return 2;
+  }
   if (!security->token.empty() && security->cert_pem.empty()) {
     LOG(WARNING) << "server " << options->server_rank
                  << ": a token without TLS travels in clear text, and a request's body is read "
@@ -182,6 +189,7 @@ int Run() {
   server_options.rpc_threads = config.server().rpc_threads();
   server_options.coordinator = coordinator.get();
   server_options.security = *security;
+  server_options.tcp_congestion = *tcp_congestion;
   if (config.server().health_port() > 0) {
     server_options.health_address =
         absl::StrCat(config.server().host(), ":", config.server().health_port());

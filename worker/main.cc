@@ -26,6 +26,7 @@
 #include "common/model_spec.h"
 #include "common/process_metrics.h"
 #include "common/rpc/grpc_logging.h"
+#include "common/rpc/tcp_congestion.h"
 #include "common/layout.h"
 #include "common/process_tuning.h"
 #include "common/output_path.h"
@@ -370,6 +371,10 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   if (!wire_dtype.ok()) return BadConfig(wire_dtype.status());
   client_options.wire_dtype = *wire_dtype;
   client_options.push_window_bytes = c.training().push_window_kb() << 10;
+  absl::StatusOr<TcpCongestion> tcp_congestion =
+      ParseTcpCongestion(c.cluster().tcp_congestion());
+  if (!tcp_congestion.ok()) return BadConfig(tcp_congestion.status());
+  client_options.tcp_congestion = *tcp_congestion;
   client_options.shape = TrainingShape{devices,
                                        options.batch_per_device,
                                        options.TotalSteps(Sharding{data.train.size,

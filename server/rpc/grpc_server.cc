@@ -500,6 +500,7 @@ class GrpcServerImpl final : public GrpcServer {
       : store_(store),
         service_(store, options),
         security_(options.security),
+        tcp_congestion_(options.tcp_congestion),
         health_address_(options.health_address),
         handshake_timeout_(options.handshake_timeout),
         idle_timeout_(options.idle_timeout),
@@ -512,6 +513,7 @@ class GrpcServerImpl final : public GrpcServer {
     grpc::EnableDefaultHealthCheckService(false);
     grpc::ServerBuilder builder;
     builder.AddListeningPort(address, PeerServerCredentials(security_), &port_);
+    builder.SetOption(TcpCongestionOption(tcp_congestion_));
     builder.RegisterService(&service_);
     builder.RegisterService(&health_);
     // gRPC sets SO_REUSEPORT by default, which lets a second server bind a
@@ -586,6 +588,7 @@ class GrpcServerImpl final : public GrpcServer {
   HealthService health_{&serving_};
   HealthService health_port_service_{&serving_};
   const PeerSecurity security_;
+  const TcpCongestion tcp_congestion_;
   const std::string health_address_;
   const absl::Duration handshake_timeout_, idle_timeout_;
   const int rpc_threads_;

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
+#include "common/rpc/tcp_congestion.h"
 #include "common/security.h"
 #include "server/coordinator.h"
 #include "server/shard_store.h"
@@ -42,6 +43,8 @@ struct GrpcServerOptions {
   // set): a call without it gets UNAUTHENTICATED and changes nothing. The
   // health service answers without a token (it tells nothing).
   PeerSecurity security;
+  // Congestion control of the accepted connections (--tcp_congestion).
+  TcpCongestion tcp_congestion;
   // "host:port" of a second, plaintext listener serving only the standard
   // health service (Kubernetes' gRPC probes speak no TLS); empty: none.
   std::string health_address;

@@ -77,7 +77,7 @@ class EchoService final : public bench::Echo::Service {
 
 }  // namespace
 
-absl::Status ServeTcpEcho(const std::string& port_file) {
+absl::Status ServeTcpEcho(const std::string& port_file, const TcpCongestion& congestion) {
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
   if (listener < 0) return Errno("socket");
   sockaddr_in addr = {};
@@ -92,6 +92,7 @@ absl::Status ServeTcpEcho(const std::string& port_file) {
   while (true) {
     const int fd = accept(listener, nullptr, nullptr);
     if (fd < 0) return Errno("accept");
+    ApplyTcpCongestion(fd, congestion, /*peer_is_loopback=*/true);
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     int64_t n = 0;
@@ -104,9 +105,10 @@ absl::Status ServeTcpEcho(const std::string& port_file) {
 }
 
 absl::StatusOr<EchoTimes> TimeTcpEcho(int port, int server_pid, int64_t bytes, int warmup,
-                                      int count) {
+                                      int count, const TcpCongestion& congestion) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return Errno("socket");
+  ApplyTcpCongestion(fd, congestion, /*peer_is_loopback=*/true);
   sockaddr_in addr = {};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -135,11 +137,13 @@ absl::StatusOr<EchoTimes> TimeTcpEcho(int port, int server_pid, int64_t bytes, i
   return times;
 }
 
-absl::Status ServeGrpcEcho(const std::string& port_file, int64_t max_message_bytes) {
+absl::Status ServeGrpcEcho(const std::string& port_file, int64_t max_message_bytes,
+                           const TcpCongestion& congestion) {
   EchoService service;
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.SetOption(TcpCongestionOption(congestion));
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
   builder.RegisterService(&service);
@@ -151,12 +155,14 @@ absl::Status ServeGrpcEcho(const std::string& port_file, int64_t max_message_byt
 }
 
 absl::StatusOr<EchoTimes> TimeGrpcEcho(int port, int server_pid, int64_t bytes, int warmup,
-                                       int count) {
+                                       int count, const TcpCongestion& congestion) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(static_cast<int>(bytes + (1 << 20)));
   args.SetMaxSendMessageSize(static_cast<int>(bytes + (1 << 20)));
-  auto stub = bench::Echo::NewStub(grpc::CreateCustomChannel(
-      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args));
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  SetTcpCongestion(congestion, address, args);
+  auto stub = bench::Echo::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
   bench::EchoMessage req, resp;
   req.set_payload(std::string(bytes, '\1'));
   return TimeRoundTrips(server_pid, warmup, count, [&] {

@@ -8,13 +8,17 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/rpc/tcp_congestion.h"
 
 namespace psync {
 
 // Serves echo requests until the process is killed. The chosen port is
 // written to `port_file`.
-absl::Status ServeTcpEcho(const std::string& port_file);
-absl::Status ServeGrpcEcho(const std::string& port_file, int64_t max_message_bytes);
+// Each connection gets the congestion control `congestion` gives a
+// loopback peer, as psync's own do.
+absl::Status ServeTcpEcho(const std::string& port_file, const TcpCongestion& congestion);
+absl::Status ServeGrpcEcho(const std::string& port_file, int64_t max_message_bytes,
+                           const TcpCongestion& congestion);
 
 // Timed round trips: each one's time, and the CPU time both ends (this
 // process and the echo server's) used per round trip, in milliseconds.
@@ -26,9 +30,9 @@ struct EchoTimes {
 // Sends `bytes` and reads them back, `warmup` times untimed, then `count`
 // times timed, to the echo server at `port`, process `server_pid`.
 absl::StatusOr<EchoTimes> TimeTcpEcho(int port, int server_pid, int64_t bytes, int warmup,
-                                      int count);
+                                      int count, const TcpCongestion& congestion);
 absl::StatusOr<EchoTimes> TimeGrpcEcho(int port, int server_pid, int64_t bytes, int warmup,
-                                       int count);
+                                       int count, const TcpCongestion& congestion);
 
 }  // namespace psync
 

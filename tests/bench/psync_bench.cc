@@ -27,6 +27,7 @@
 #include "common/layout.h"
 #include "common/process_tuning.h"
 #include "common/process_metrics.h"
+#include "common/rpc/tcp_congestion.h"
 #include "common/runfiles.h"
 #include "common/status_macros.h"
 #include "common/free_ports.h"
@@ -58,6 +59,9 @@ ABSL_FLAG(bool, deterministic, false, "Servers in deterministic mode.");
 ABSL_FLAG(double, momentum, 0.9, "The servers' SGD momentum (0: plain SGD, no momentum buffer).");
 ABSL_FLAG(std::string, wire_dtype, "float32",
           "How the clients send gradients and ask for weights: float32, bf16 or fp16.");
+ABSL_FLAG(std::string, tcp_congestion, "auto",
+          "TCP congestion control of psync's connections and of both echoes' (as "
+          "psync_server's --tcp_congestion: auto, system or an algorithm).");
 ABSL_FLAG(bool, baselines, true, "Also time plain TCP and plain gRPC (off: psync only, for profiling).");
 ABSL_FLAG(std::string, label, "", "Name of this configuration in the output.");
 ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server (default: bazel-bin).");
@@ -78,6 +82,18 @@ int64_t ModelBytes() {
   const int64_t floats = static_cast<int64_t>(absl::GetFlag(FLAGS_model_mb) * (1 << 20) / 4);
   const int t = absl::GetFlag(FLAGS_tensors);
   return floats / t * t * 4;
+}
+
+absl::StatusOr<TcpCongestion> BenchCongestion() {
+  return ParseTcpCongestion(absl::GetFlag(FLAGS_tcp_congestion));
+}
+
+// The algorithm every connection of the run has (all are loopback).
+std::string CongestionInUse(const TcpCongestion& policy) {
+  std::string name = CongestionFor(policy, /*peer_is_loopback=*/true);
+  if (!name.empty()) return name;
+  std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control") >> name;
+  return name + " (the system's)";
 }
 
 absl::StatusOr<Layout> BenchLayout(int num_servers) {
@@ -134,6 +150,7 @@ absl::Status RunClient() {
   o.max_request_bytes = absl::GetFlag(FLAGS_request_kb) << 10;
   o.push_window_bytes = absl::GetFlag(FLAGS_push_window_kb) << 10;
   PSYNC_ASSIGN_OR_RETURN(o.wire_dtype, ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
+  PSYNC_ASSIGN_OR_RETURN(o.tcp_congestion, BenchCongestion());
   if (!absl::GetFlag(FLAGS_tls_dir).empty()) {
     PSYNC_ASSIGN_OR_RETURN(o.security,
                            LoadPeerSecurity(ThrowawayPkiIn(absl::GetFlag(FLAGS_tls_dir))));
@@ -290,7 +307,8 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
         absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum)),
         absl::StrCat("--max_message_mb=", message_mb),
         absl::StrCat("--deterministic=", absl::GetFlag(FLAGS_deterministic)),
-        absl::StrCat("--port=", ports[i]), "--servers=" + absl::StrJoin(addresses, ",")};
+        absl::StrCat("--port=", ports[i]), "--servers=" + absl::StrJoin(addresses, ","),
+        "--tcp_congestion=" + absl::GetFlag(FLAGS_tcp_congestion)};
     if (!tls_dir.empty()) {
       const proto::SecurityConfig s = ThrowawayPkiIn(tls_dir);
       argv.insert(argv.end(), {"--tls_cert=" + s.tls_cert(), "--tls_key=" + s.tls_key(),
@@ -315,6 +333,7 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
                      absl::StrCat("--request_kb=", absl::GetFlag(FLAGS_request_kb)),
                      absl::StrCat("--push_window_kb=", absl::GetFlag(FLAGS_push_window_kb)),
                      "--wire_dtype=" + absl::GetFlag(FLAGS_wire_dtype),
+                     "--tcp_congestion=" + absl::GetFlag(FLAGS_tcp_congestion),
                      absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
                      absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
                      absl::StrCat("--compute_ms=", absl::GetFlag(FLAGS_compute_ms)),
@@ -365,7 +384,8 @@ absl::StatusOr<Baseline> StartBaseline(const std::string& dir, const std::string
   Baseline b;
   PSYNC_ASSIGN_OR_RETURN(
       b.process, Subprocess::Start({SelfPath(), "--role=" + role, "--port_file=" + port_file,
-                                    absl::StrCat("--model_mb=", absl::GetFlag(FLAGS_model_mb))},
+                                    absl::StrCat("--model_mb=", absl::GetFlag(FLAGS_model_mb)),
+                                    "--tcp_congestion=" + absl::GetFlag(FLAGS_tcp_congestion)},
                                    "[" + role + "] ", /*echo=*/true));
   PSYNC_ASSIGN_OR_RETURN(b.port, WaitForPort(port_file, *b.process));
   return b;
@@ -377,8 +397,9 @@ absl::Status TimeBaseline(const Baseline& b, bool tcp, const std::string& name,
                           std::map<std::string, Runs>& figures) {
   const int warmup = absl::GetFlag(FLAGS_warmup), count = absl::GetFlag(FLAGS_steps);
   const int pid = b.process->pid();
-  auto times = tcp ? TimeTcpEcho(b.port, pid, ModelBytes(), warmup, count)
-                   : TimeGrpcEcho(b.port, pid, ModelBytes(), warmup, count);
+  PSYNC_ASSIGN_OR_RETURN(const TcpCongestion congestion, BenchCongestion());
+  auto times = tcp ? TimeTcpEcho(b.port, pid, ModelBytes(), warmup, count, congestion)
+                   : TimeGrpcEcho(b.port, pid, ModelBytes(), warmup, count, congestion);
   if (!times.ok()) return times.status();
   figures[name].push_back(times->ms);
   figures["cpu_" + name].push_back({times->cpu_ms});
@@ -434,6 +455,7 @@ absl::Status RunDriver() {
     return absl::InvalidArgumentError(
         "--num_servers, --num_workers, --tensors, --steps, --runs and --model_mb must be positive");
   }
+  PSYNC_RETURN_IF_ERROR(BenchCongestion().status());
   PSYNC_RETURN_IF_ERROR(ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)).status());
   char dir_template[] = "/tmp/psync_bench.XXXXXX";
   if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
@@ -490,11 +512,13 @@ absl::Status RunDriver() {
   const std::string label = absl::GetFlag(FLAGS_label).empty()
                                 ? absl::StrFormat("%dw x %ds %.3gMiB", n, k, mb)
                                 : absl::GetFlag(FLAGS_label);
+  PSYNC_ASSIGN_OR_RETURN(const TcpCongestion congestion, BenchCongestion());
   std::printf("\n== %s: %d workers x %d servers, %.3f MiB in %d tensors, chunk %lld KiB, "
-              "wire %s, %d runs x %d steps ==\n",
+              "wire %s, TCP %s, %d runs x %d steps ==\n",
               label.c_str(), n, k, mb, absl::GetFlag(FLAGS_tensors),
               static_cast<long long>(absl::GetFlag(FLAGS_chunk_kb)),
-              absl::GetFlag(FLAGS_wire_dtype).c_str(), runs, absl::GetFlag(FLAGS_steps));
+              absl::GetFlag(FLAGS_wire_dtype).c_str(), CongestionInUse(congestion).c_str(), runs,
+              absl::GetFlag(FLAGS_steps));
   std::printf("%-26s %12s %12s %16s %10s %6s\n", "", "median ms", "p90 ms", "GB/s push+pull",
               "CPU ms", "cores");
   std::string json = absl::StrFormat(
@@ -605,10 +629,12 @@ int main(int argc, char** argv) {
     s = psync::RunDriver();
   } else if (role == "client") {
     s = psync::RunClient();
-  } else if (role == "tcp_echo") {
-    s = psync::ServeTcpEcho(absl::GetFlag(FLAGS_port_file));
-  } else if (role == "grpc_echo") {
-    s = psync::ServeGrpcEcho(absl::GetFlag(FLAGS_port_file), psync::ModelBytes() + (2 << 20));
+  } else if (role == "tcp_echo" || role == "grpc_echo") {
+    absl::StatusOr<psync::TcpCongestion> congestion = psync::BenchCongestion();
+    s = !congestion.ok()       ? congestion.status()
+        : role == "tcp_echo" ? psync::ServeTcpEcho(absl::GetFlag(FLAGS_port_file), *congestion)
+                             : psync::ServeGrpcEcho(absl::GetFlag(FLAGS_port_file),
+                                                    psync::ModelBytes() + (2 << 20), *congestion);
   } else {
     s = absl::InvalidArgumentError("--role is '" + role +
                                    "', expected driver, client, tcp_echo or grpc_echo");

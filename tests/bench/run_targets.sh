@@ -13,6 +13,10 @@ bench=bazel-bin/tests/bench/psync_bench
 
 run() { timeout 600 "$bench" --runs=5 "$@" | grep -v '^JSON' ; }
 run --label="16 MiB push-pull, 1w x 1s" --model_mb=16 --tensors=4 --steps=10
+# The same with the system's congestion control on psync's and the echoes'
+# connections (--tcp_congestion=auto gives loopback reno).
+run --label="16 MiB push-pull, 1w x 1s, system congestion control" --model_mb=16 --tensors=4 \
+  --steps=10 --tcp_congestion=system
 run --label="16 MiB push-pull, TLS+token vs plaintext" --model_mb=16 --tensors=4 --steps=10 \
   --compare_tls --baselines=false
 run --label="4 KiB push-pull, 1w x 1s" --model_mb=0.00390625 --tensors=1 --steps=200

@@ -125,7 +125,9 @@ class GrpcPsClient final : public PsClient {
     args.SetMaxReceiveMessageSize(limit);
     args.SetMaxSendMessageSize(limit);
     for (const std::string& address : options_.server_addresses) {
-      auto channel = CreatePeerChannel(address, options_.security, args);
+      grpc::ChannelArguments channel_args = args;
+      SetTcpCongestion(options_.tcp_congestion, address, channel_args);
+      auto channel = CreatePeerChannel(address, options_.security, channel_args);
       stubs_.push_back(proto::ParameterServer::NewStub(channel));
       generic_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
     }

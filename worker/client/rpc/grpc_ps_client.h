@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/layout.h"
+#include "common/rpc/tcp_congestion.h"
 #include "common/security.h"
 #include "common/training_shape.h"
 #include "common/wire_dtype.h"
@@ -57,6 +58,8 @@ struct GrpcPsClientOptions {
   WireDType wire_dtype = WireDType::kFloat32;
   // TLS and the token on every call (see common/security.h).
   PeerSecurity security;
+  // Congestion control of the connections to the servers (--tcp_congestion).
+  TcpCongestion tcp_congestion;
   // If set, each push-pull call to a server is recorded (not owned).
   Tracer* tracer = nullptr;
 };

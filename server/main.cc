@@ -156,6 +156,8 @@ int Run() {
     LOG(ERROR) << "bad configuration: " << tcp_congestion.status().message();
     return 2;
   }
+  LOG(INFO) << "server " << options->server_rank
+            << ": TCP congestion control: " << DescribeTcpCongestion(*tcp_congestion);
   if (!security->token.empty() && security->cert_pem.empty()) {
     LOG(WARNING) << "server " << options->server_rank
                  << ": a token without TLS travels in clear text, and a request's body is read "

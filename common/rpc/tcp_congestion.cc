@@ -178,6 +178,20 @@ absl::StatusOr<TcpCongestion> ParseTcpCongestion(absl::string_view value) {
   return policy;
 }
 
+std::string DescribeTcpCongestion(const TcpCongestion& policy) {
+  const std::string system =
+      absl::StrCat("the system's ", ReadProcLine("/proc/sys/net/ipv4/tcp_congestion_control"));
+  switch (policy.mode) {
+    case TcpCongestion::Mode::kAuto:
+      return absl::StrCat(kLoopbackCongestion, " with loopback peers, ", system, " with others");
+    case TcpCongestion::Mode::kSystem:
+      return system;
+    case TcpCongestion::Mode::kNamed:
+      return policy.name;
+  }
+  return "";
+}
+
 std::string CongestionFor(const TcpCongestion& policy, bool peer_is_loopback) {
   switch (policy.mode) {
     case TcpCongestion::Mode::kAuto:

@@ -44,6 +44,10 @@ inline constexpr int kTcpCongestionNameMax = 16;
 // value and the kernel's lists.
 absl::StatusOr<TcpCongestion> ParseTcpCongestion(absl::string_view value);
 
+// For the daemons' logs, e.g. "reno with loopback peers, the system's bbr
+// with others".
+std::string DescribeTcpCongestion(const TcpCongestion& policy);
+
 // The algorithm `policy` gives a connection, or "" for the system's.
 std::string CongestionFor(const TcpCongestion& policy, bool peer_is_loopback);
 

@@ -111,6 +111,14 @@ TEST(TcpCongestionTest, RejectsWhatTheKernelDoesNotHave) {
   }
 }
 
+TEST(TcpCongestionTest, Describes) {
+  EXPECT_EQ(DescribeTcpCongestion(TcpCongestion{}),
+            "reno with loopback peers, the system's " + SystemDefault() + " with others");
+  EXPECT_EQ(DescribeTcpCongestion(TcpCongestion{TcpCongestion::Mode::kSystem, ""}),
+            "the system's " + SystemDefault());
+  EXPECT_EQ(DescribeTcpCongestion(TcpCongestion{TcpCongestion::Mode::kNamed, "cubic"}), "cubic");
+}
+
 TEST(TcpCongestionTest, ChoosesByPeer) {
   const TcpCongestion automatic, system{TcpCongestion::Mode::kSystem, ""},
       cubic{TcpCongestion::Mode::kNamed, "cubic"};

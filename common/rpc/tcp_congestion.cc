@@ -151,10 +151,11 @@ absl::StatusOr<TcpCongestion> ParseTcpCongestion(absl::string_view value) {
     policy.mode = TcpCongestion::Mode::kSystem;
     return policy;
   }
-  const std::string available =
-      ReadProcLine("/proc/sys/net/ipv4/tcp_available_congestion_control");
-  const std::string allowed = ReadProcLine("/proc/sys/net/ipv4/tcp_allowed_congestion_control");
   auto error = [&](absl::string_view why) {
+    const std::string available =
+        ReadProcLine("/proc/sys/net/ipv4/tcp_available_congestion_control");
+    const std::string allowed =
+        ReadProcLine("/proc/sys/net/ipv4/tcp_allowed_congestion_control");
     return absl::InvalidArgumentError(absl::StrCat(
         "--tcp_congestion is '", value, "', expected auto, system or an algorithm of the "
         "kernel's (available: ", available.empty() ? "?" : available,
@@ -233,16 +234,9 @@ bool ApplyTcpCongestion(int fd, const TcpCongestion& policy, bool peer_is_loopba
 
 void SetTcpCongestion(const TcpCongestion& policy, const std::string& address,
                       grpc::ChannelArguments& args) {
-  absl::string_view host = address;
-  host = absl::StripPrefix(host, "ipv4:");
-  host = absl::StripPrefix(host, "ipv6:");
-  host = absl::StripPrefix(host, "dns:///");
-  if (absl::StartsWith(host, "[")) {
-    host = host.substr(0, host.find(']') + 1);
-  } else if (host.find(':') == host.rfind(':')) {  // host:port, not a bare IPv6 literal
-    host = host.substr(0, host.find(':'));
-  }
-  const bool loopback = IsLoopbackHost(host);
+  // psync's addresses are host:port (ParseServerAddresses): the port
+  // follows the last colon.
+  const bool loopback = IsLoopbackHost(absl::string_view(address).substr(0, address.rfind(':')));
   if (CongestionFor(policy, loopback).empty()) return;
   args.SetSocketMutator(NewMutator(policy, loopback));
 }

@@ -60,7 +60,7 @@ bool IsLoopbackHost(absl::string_view host);
 // kernel refuses: the connection then keeps the system's.
 bool ApplyTcpCongestion(int fd, const TcpCongestion& policy, bool peer_is_loopback);
 
-// Client side: the channel to `address` ("host:port") gets sockets with the
+// Client side: the channel to `address` ("host:port", "[v6]:port") gets sockets with the
 // algorithm `policy` gives its host. Call before creating the channel.
 void SetTcpCongestion(const TcpCongestion& policy, const std::string& address,
                       grpc::ChannelArguments& args);

@@ -88,14 +88,6 @@ absl::StatusOr<TcpCongestion> BenchCongestion() {
   return ParseTcpCongestion(absl::GetFlag(FLAGS_tcp_congestion));
 }
 
-// The algorithm every connection of the run has (all are loopback).
-std::string CongestionInUse(const TcpCongestion& policy) {
-  std::string name = CongestionFor(policy, /*peer_is_loopback=*/true);
-  if (!name.empty()) return name;
-  std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control") >> name;
-  return name + " (the system's)";
-}
-
 absl::StatusOr<Layout> BenchLayout(int num_servers) {
   const int t = absl::GetFlag(FLAGS_tensors);
   std::vector<TensorSpec> tensors;
@@ -517,7 +509,7 @@ absl::Status RunDriver() {
               "wire %s, TCP %s, %d runs x %d steps ==\n",
               label.c_str(), n, k, mb, absl::GetFlag(FLAGS_tensors),
               static_cast<long long>(absl::GetFlag(FLAGS_chunk_kb)),
-              absl::GetFlag(FLAGS_wire_dtype).c_str(), CongestionInUse(congestion).c_str(), runs,
+              absl::GetFlag(FLAGS_wire_dtype).c_str(), DescribeTcpCongestion(congestion).c_str(), runs,
               absl::GetFlag(FLAGS_steps));
   std::printf("%-26s %12s %12s %16s %10s %6s\n", "", "median ms", "p90 ms", "GB/s push+pull",
               "CPU ms", "cores");

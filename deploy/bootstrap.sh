@@ -12,6 +12,7 @@ packages=(
   dataset-fashion-mnist
   python3 python3-matplotlib zlib1g-dev
   prometheus
+  iproute2
 )
 
 missing=()

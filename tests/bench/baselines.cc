@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/process_metrics.h"
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/bench/echo.grpc.pb.h"
 
@@ -62,6 +63,18 @@ absl::StatusOr<EchoTimes> TimeRoundTrips(int server_pid, int warmup, int count,
   return out;
 }
 
+// `host` (an IPv4 address) and `port` as a socket address.
+absl::StatusOr<sockaddr_in> Ipv4Address(const std::string& host, int port) {
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("echo address '", host, "' is not an IPv4 address (e.g. 127.0.0.1)"));
+  }
+  return addr;
+}
+
 void WritePort(const std::string& port_file, int port) {
   std::ofstream(port_file + ".tmp") << port << "\n";
   std::rename((port_file + ".tmp").c_str(), port_file.c_str());
@@ -77,12 +90,12 @@ class EchoService final : public bench::Echo::Service {
 
 }  // namespace
 
-absl::Status ServeTcpEcho(const std::string& port_file, const TcpCongestion& congestion) {
+absl::Status ServeTcpEcho(const std::string& host, const std::string& port_file,
+                          const TcpCongestion& congestion) {
+  PSYNC_ASSIGN_OR_RETURN(sockaddr_in addr, Ipv4Address(host, 0));
+  const bool loopback = IsLoopbackHost(host);
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
   if (listener < 0) return Errno("socket");
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
   if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return Errno("bind");
   if (listen(listener, 4) != 0) return Errno("listen");
@@ -92,7 +105,7 @@ absl::Status ServeTcpEcho(const std::string& port_file, const TcpCongestion& con
   while (true) {
     const int fd = accept(listener, nullptr, nullptr);
     if (fd < 0) return Errno("accept");
-    ApplyTcpCongestion(fd, congestion, /*peer_is_loopback=*/true);
+    ApplyTcpCongestion(fd, congestion, loopback);
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     int64_t n = 0;
@@ -104,16 +117,14 @@ absl::Status ServeTcpEcho(const std::string& port_file, const TcpCongestion& con
   }
 }
 
-absl::StatusOr<EchoTimes> TimeTcpEcho(int port, int server_pid, int64_t bytes, int warmup,
-                                      int count, const TcpCongestion& congestion) {
+absl::StatusOr<EchoTimes> TimeTcpEcho(const std::string& host, int port, int server_pid,
+                                      int64_t bytes, int warmup, int count,
+                                      const TcpCongestion& congestion) {
+  PSYNC_ASSIGN_OR_RETURN(const sockaddr_in addr, Ipv4Address(host, port));
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return Errno("socket");
-  ApplyTcpCongestion(fd, congestion, /*peer_is_loopback=*/true);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  ApplyTcpCongestion(fd, congestion, IsLoopbackHost(host));
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
     return Errno("connect");
   }
@@ -137,12 +148,13 @@ absl::StatusOr<EchoTimes> TimeTcpEcho(int port, int server_pid, int64_t bytes, i
   return times;
 }
 
-absl::Status ServeGrpcEcho(const std::string& port_file, int64_t max_message_bytes,
-                           const TcpCongestion& congestion) {
+absl::Status ServeGrpcEcho(const std::string& host, const std::string& port_file,
+                           int64_t max_message_bytes, const TcpCongestion& congestion) {
+  PSYNC_RETURN_IF_ERROR(Ipv4Address(host, 0).status());
   EchoService service;
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(host + ":0", grpc::InsecureServerCredentials(), &port);
   builder.SetOption(TcpCongestionOption(congestion));
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
@@ -154,12 +166,13 @@ absl::Status ServeGrpcEcho(const std::string& port_file, int64_t max_message_byt
   return absl::OkStatus();
 }
 
-absl::StatusOr<EchoTimes> TimeGrpcEcho(int port, int server_pid, int64_t bytes, int warmup,
-                                       int count, const TcpCongestion& congestion) {
+absl::StatusOr<EchoTimes> TimeGrpcEcho(const std::string& host, int port, int server_pid,
+                                       int64_t bytes, int warmup, int count,
+                                       const TcpCongestion& congestion) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(static_cast<int>(bytes + (1 << 20)));
   args.SetMaxSendMessageSize(static_cast<int>(bytes + (1 << 20)));
-  const std::string address = absl::StrCat("127.0.0.1:", port);
+  const std::string address = absl::StrCat(host, ":", port);
   SetTcpCongestion(congestion, address, args);
   auto stub = bench::Echo::NewStub(
       grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));

@@ -1,5 +1,6 @@
 // The transports psync_bench compares psync against: a plain TCP socket
-// and a plain gRPC unary echo, each between two processes on loopback.
+// and a plain gRPC unary echo, each between two processes (on loopback
+// unless psync_bench is given another address).
 #ifndef PSYNC_TESTS_BENCH_BASELINES_H_
 #define PSYNC_TESTS_BENCH_BASELINES_H_
 
@@ -12,13 +13,14 @@
 
 namespace psync {
 
-// Serves echo requests until the process is killed. The chosen port is
-// written to `port_file`.
-// Each connection gets the congestion control `congestion` gives a
-// loopback peer, as psync's own do.
-absl::Status ServeTcpEcho(const std::string& port_file, const TcpCongestion& congestion);
-absl::Status ServeGrpcEcho(const std::string& port_file, int64_t max_message_bytes,
-                           const TcpCongestion& congestion);
+// Serves echo requests on the IPv4 address `host` until the process is
+// killed. The chosen port is written to `port_file`. Each connection gets
+// the congestion control `congestion` gives a peer at `host` (loopback or
+// not), as psync's own connections do.
+absl::Status ServeTcpEcho(const std::string& host, const std::string& port_file,
+                          const TcpCongestion& congestion);
+absl::Status ServeGrpcEcho(const std::string& host, const std::string& port_file,
+                           int64_t max_message_bytes, const TcpCongestion& congestion);
 
 // Timed round trips: each one's time, and the CPU time both ends (this
 // process and the echo server's) used per round trip, in milliseconds.
@@ -28,11 +30,13 @@ struct EchoTimes {
 };
 
 // Sends `bytes` and reads them back, `warmup` times untimed, then `count`
-// times timed, to the echo server at `port`, process `server_pid`.
-absl::StatusOr<EchoTimes> TimeTcpEcho(int port, int server_pid, int64_t bytes, int warmup,
-                                      int count, const TcpCongestion& congestion);
-absl::StatusOr<EchoTimes> TimeGrpcEcho(int port, int server_pid, int64_t bytes, int warmup,
-                                       int count, const TcpCongestion& congestion);
+// times timed, to the echo server at `host`:`port`, process `server_pid`.
+absl::StatusOr<EchoTimes> TimeTcpEcho(const std::string& host, int port, int server_pid,
+                                      int64_t bytes, int warmup, int count,
+                                      const TcpCongestion& congestion);
+absl::StatusOr<EchoTimes> TimeGrpcEcho(const std::string& host, int port, int server_pid,
+                                       int64_t bytes, int warmup, int count,
+                                       const TcpCongestion& congestion);
 
 }  // namespace psync
 

@@ -5,6 +5,9 @@
 //
 //   psync_bench --num_servers=1 --num_workers=1 --model_mb=16 --tensors=4
 //   psync_bench --model_mb=16 --tensors=8 --compute_ms=4    # overlap mode
+#include <arpa/inet.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -62,6 +65,11 @@ ABSL_FLAG(std::string, wire_dtype, "float32",
 ABSL_FLAG(std::string, tcp_congestion, "auto",
           "TCP congestion control of psync's connections and of both echoes' (as "
           "psync_server's --tcp_congestion: auto, system or an algorithm).");
+ABSL_FLAG(std::string, server_host, "127.0.0.1",
+          "IPv4 address the servers and the echo servers listen on and the clients connect to.");
+ABSL_FLAG(std::string, server_netns, "",
+          "Network namespace (`ip netns`) to run the servers and the echo servers in; empty: this "
+          "process's. tests/bench/link_bench.sh puts them behind an emulated link this way.");
 ABSL_FLAG(bool, baselines, true, "Also time plain TCP and plain gRPC (off: psync only, for profiling).");
 ABSL_FLAG(std::string, label, "", "Name of this configuration in the output.");
 ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server (default: bazel-bin).");
@@ -86,6 +94,25 @@ int64_t ModelBytes() {
 
 absl::StatusOr<TcpCongestion> BenchCongestion() {
   return ParseTcpCongestion(absl::GetFlag(FLAGS_tcp_congestion));
+}
+
+// `argv` of a server-side process (a psync server or an echo server),
+// started in --server_netns when one is named.
+absl::StatusOr<std::unique_ptr<Subprocess>> StartServerSide(std::vector<std::string> argv,
+                                                           const std::string& prefix, bool echo) {
+  const std::string netns = absl::GetFlag(FLAGS_server_netns);
+  if (!netns.empty()) {
+    std::string ip;
+    for (const char* dir : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+      if (access(dir, X_OK) == 0) ip = dir;
+    }
+    if (ip.empty()) {
+      return absl::FailedPreconditionError(
+          "--server_netns needs iproute2's ip (not found in /usr/sbin, /sbin, /usr/bin, /bin)");
+    }
+    argv.insert(argv.begin(), {ip, "netns", "exec", netns});
+  }
+  return Subprocess::Start(argv, prefix, echo);
 }
 
 absl::StatusOr<Layout> BenchLayout(int num_servers) {
@@ -287,7 +314,7 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
   for (int i = 0; i < k; ++i) {
     PSYNC_ASSIGN_OR_RETURN(const int port, reservation.Add());
     ports.push_back(port);
-    addresses.push_back(absl::StrCat("127.0.0.1:", port));
+    addresses.push_back(absl::StrCat(absl::GetFlag(FLAGS_server_host), ":", port));
   }
   reservation.Release();
   for (int i = 0; i < k; ++i) {
@@ -299,7 +326,8 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
         absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum)),
         absl::StrCat("--max_message_mb=", message_mb),
         absl::StrCat("--deterministic=", absl::GetFlag(FLAGS_deterministic)),
-        absl::StrCat("--port=", ports[i]), "--servers=" + absl::StrJoin(addresses, ","),
+        absl::StrCat("--port=", ports[i]), "--host=" + absl::GetFlag(FLAGS_server_host),
+        "--servers=" + absl::StrJoin(addresses, ","),
         "--tcp_congestion=" + absl::GetFlag(FLAGS_tcp_congestion)};
     if (!tls_dir.empty()) {
       const proto::SecurityConfig s = ThrowawayPkiIn(tls_dir);
@@ -307,8 +335,8 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
                                "--tls_ca=" + s.tls_ca(),
                                "--auth_token_file=" + s.auth_token_file()});
     }
-    PSYNC_ASSIGN_OR_RETURN(auto p, Subprocess::Start(argv, absl::StrCat("[server ", i, "] "),
-                                                     /*echo=*/false));
+    PSYNC_ASSIGN_OR_RETURN(auto p, StartServerSide(argv, absl::StrCat("[server ", i, "] "),
+                                                   /*echo=*/false));
     PSYNC_RETURN_IF_ERROR(WaitForPort(port_file, *p).status());
     servers.push_back(std::move(p));
   }
@@ -375,10 +403,11 @@ absl::StatusOr<Baseline> StartBaseline(const std::string& dir, const std::string
   const std::string port_file = absl::StrCat(dir, "/", role);
   Baseline b;
   PSYNC_ASSIGN_OR_RETURN(
-      b.process, Subprocess::Start({SelfPath(), "--role=" + role, "--port_file=" + port_file,
-                                    absl::StrCat("--model_mb=", absl::GetFlag(FLAGS_model_mb)),
-                                    "--tcp_congestion=" + absl::GetFlag(FLAGS_tcp_congestion)},
-                                   "[" + role + "] ", /*echo=*/true));
+      b.process, StartServerSide({SelfPath(), "--role=" + role, "--port_file=" + port_file,
+                                  "--server_host=" + absl::GetFlag(FLAGS_server_host),
+                                  absl::StrCat("--model_mb=", absl::GetFlag(FLAGS_model_mb)),
+                                  "--tcp_congestion=" + absl::GetFlag(FLAGS_tcp_congestion)},
+                                 "[" + role + "] ", /*echo=*/true));
   PSYNC_ASSIGN_OR_RETURN(b.port, WaitForPort(port_file, *b.process));
   return b;
 }
@@ -390,8 +419,9 @@ absl::Status TimeBaseline(const Baseline& b, bool tcp, const std::string& name,
   const int warmup = absl::GetFlag(FLAGS_warmup), count = absl::GetFlag(FLAGS_steps);
   const int pid = b.process->pid();
   PSYNC_ASSIGN_OR_RETURN(const TcpCongestion congestion, BenchCongestion());
-  auto times = tcp ? TimeTcpEcho(b.port, pid, ModelBytes(), warmup, count, congestion)
-                   : TimeGrpcEcho(b.port, pid, ModelBytes(), warmup, count, congestion);
+  const std::string host = absl::GetFlag(FLAGS_server_host);
+  auto times = tcp ? TimeTcpEcho(host, b.port, pid, ModelBytes(), warmup, count, congestion)
+                   : TimeGrpcEcho(host, b.port, pid, ModelBytes(), warmup, count, congestion);
   if (!times.ok()) return times.status();
   figures[name].push_back(times->ms);
   figures["cpu_" + name].push_back({times->cpu_ms});
@@ -448,6 +478,12 @@ absl::Status RunDriver() {
         "--num_servers, --num_workers, --tensors, --steps, --runs and --model_mb must be positive");
   }
   PSYNC_RETURN_IF_ERROR(BenchCongestion().status());
+  in_addr parsed;
+  if (inet_pton(AF_INET, absl::GetFlag(FLAGS_server_host).c_str(), &parsed) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--server_host is '",
+                                                   absl::GetFlag(FLAGS_server_host),
+                                                   "', expected an IPv4 address (e.g. 127.0.0.1)"));
+  }
   PSYNC_RETURN_IF_ERROR(ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)).status());
   char dir_template[] = "/tmp/psync_bench.XXXXXX";
   if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
@@ -511,6 +547,12 @@ absl::Status RunDriver() {
               static_cast<long long>(absl::GetFlag(FLAGS_chunk_kb)),
               absl::GetFlag(FLAGS_wire_dtype).c_str(), DescribeTcpCongestion(congestion).c_str(), runs,
               absl::GetFlag(FLAGS_steps));
+  const std::string host = absl::GetFlag(FLAGS_server_host);
+  const std::string netns = absl::GetFlag(FLAGS_server_netns);
+  if (host != "127.0.0.1" || !netns.empty()) {
+    std::printf("  servers and echo servers at %s%s\n", host.c_str(),
+                netns.empty() ? "" : (" in network namespace " + netns).c_str());
+  }
   std::printf("%-26s %12s %12s %16s %10s %6s\n", "", "median ms", "p90 ms", "GB/s push+pull",
               "CPU ms", "cores");
   std::string json = absl::StrFormat(
@@ -623,9 +665,11 @@ int main(int argc, char** argv) {
     s = psync::RunClient();
   } else if (role == "tcp_echo" || role == "grpc_echo") {
     absl::StatusOr<psync::TcpCongestion> congestion = psync::BenchCongestion();
+    const std::string host = absl::GetFlag(FLAGS_server_host);
+    const std::string port_file = absl::GetFlag(FLAGS_port_file);
     s = !congestion.ok()       ? congestion.status()
-        : role == "tcp_echo" ? psync::ServeTcpEcho(absl::GetFlag(FLAGS_port_file), *congestion)
-                             : psync::ServeGrpcEcho(absl::GetFlag(FLAGS_port_file),
+        : role == "tcp_echo" ? psync::ServeTcpEcho(host, port_file, *congestion)
+                             : psync::ServeGrpcEcho(host, port_file,
                                                     psync::ModelBytes() + (2 << 20), *congestion);
   } else {
     s = absl::InvalidArgumentError("--role is '" + role +

@@ -17,6 +17,16 @@ run --label="16 MiB push-pull, 1w x 1s" --model_mb=16 --tensors=4 --steps=10
 # connections (--tcp_congestion=auto gives loopback reno).
 run --label="16 MiB push-pull, 1w x 1s, system congestion control" --model_mb=16 --tensors=4 \
   --steps=10 --tcp_congestion=system
+# Across an emulated 4 Gbit/s full-duplex link instead of loopback (two
+# network namespaces joined by a veth pair, a token bucket on each end):
+# the link, not the two cores' copies, bounds the step. Needs root.
+if [[ $(id -u) == 0 ]] && command -v tc >/dev/null; then
+  link() { bash tests/bench/link_bench.sh --rate=4gbit --runs=5 "$@" | grep -v '^JSON' ; }
+  link --label="16 MiB push-pull, 1w x 1s, 4 Gbit/s link" --model_mb=16 --tensors=4 --steps=10
+  link --label="64 MiB push-pull, 1w x 1s, 4 Gbit/s link" --model_mb=64 --tensors=8 --steps=5
+else
+  echo "(emulated-link rows skipped: they need root and iproute2's tc)"
+fi
 run --label="16 MiB push-pull, TLS+token vs plaintext" --model_mb=16 --tensors=4 --steps=10 \
   --compare_tls --baselines=false
 run --label="4 KiB push-pull, 1w x 1s" --model_mb=0.00390625 --tensors=1 --steps=200

@@ -103,8 +103,11 @@ absl::StatusOr<std::unique_ptr<Subprocess>> StartServerSide(std::vector<std::str
   const std::string netns = absl::GetFlag(FLAGS_server_netns);
   if (!netns.empty()) {
     std::string ip;
-    for (const char* dir : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-      if (access(dir, X_OK) == 0) ip = dir;
+    for (const char* path : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+      if (access(path, X_OK) == 0) {
+        ip = path;
+        break;
+      }
     }
     if (ip.empty()) {
       return absl::FailedPreconditionError(

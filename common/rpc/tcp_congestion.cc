@@ -232,11 +232,13 @@ bool ApplyTcpCongestion(int fd, const TcpCongestion& policy, bool peer_is_loopba
   return false;
 }
 
+bool IsLoopbackAddress(absl::string_view address) {
+  return IsLoopbackHost(address.substr(0, address.rfind(':')));
+}
+
 void SetTcpCongestion(const TcpCongestion& policy, const std::string& address,
                       grpc::ChannelArguments& args) {
-  // psync's addresses are host:port (ParseServerAddresses): the port
-  // follows the last colon.
-  const bool loopback = IsLoopbackHost(absl::string_view(address).substr(0, address.rfind(':')));
+  const bool loopback = IsLoopbackAddress(address);
   if (CongestionFor(policy, loopback).empty()) return;
   args.SetSocketMutator(NewMutator(policy, loopback));
 }

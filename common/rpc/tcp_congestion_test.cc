@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/host_addresses.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
@@ -176,18 +176,7 @@ TEST(TcpCongestionTest, NamedAlgorithmOnEveryConnection) {
 // A connection to one of this host's own non-loopback addresses is not a
 // loopback peer by address: auto keeps the system's default there.
 TEST(TcpCongestionTest, AutoKeepsTheSystemsBetweenHosts) {
-  std::string address;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) == 0) {
-    for (ifaddrs* a = list; a != nullptr && address.empty(); a = a->ifa_next) {
-      if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-      char text[INET_ADDRSTRLEN] = {};
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text,
-                sizeof(text));
-      if (!IsLoopbackHost(text)) address = text;
-    }
-    freeifaddrs(list);
-  }
+  const std::string address = NonLoopbackIpv4Address();
   if (address.empty()) GTEST_SKIP() << "no IPv4 address besides loopback";
   const std::vector<std::string> names = ConnectionCongestion(TcpCongestion{}, address);
   EXPECT_THAT(names, SizeIs(2));

@@ -18,6 +18,7 @@
 #include "common/rpc/channel.h"
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/tcp_congestion.h"
 #include "common/wire_dtype_proto.h"
 #include "glog/logging.h"
 #include "grpcpp/alarm.h"
@@ -32,6 +33,10 @@ constexpr int64_t kMessageHeadroomBytes = 1 << 20;
 // Requests one push-pull of a whole server's share is cut into, at most
 // (see GrpcPsClientOptions::max_request_bytes).
 constexpr int64_t kMaxRequestsPerServer = 32;
+// ... and at least, across a network (see GrpcPsClientOptions::max_request_bytes).
+constexpr int64_t kMinRequestsAcrossNetwork = 4;
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 constexpr absl::Duration kRetryBackoff = absl::Milliseconds(100);
 constexpr absl::Duration kLogInterval = absl::Seconds(5);
 // One registration attempt; Register retries until the connect timeout.
@@ -143,11 +148,14 @@ class GrpcPsClient final : public PsClient {
     for (int s = 0; s < layout_.num_servers(); ++s) {
       int64_t share = 0;  // on the wire
       for (int32_t id : layout_.ChunksOnServer(s)) share += WireSize(id);
-      // About max_request_bytes, larger where that would cut the share into
-      // more than kMaxRequestsPerServer requests.
-      const int64_t request =
-          std::max(options_.max_request_bytes,
-                   (share + kMaxRequestsPerServer - 1) / kMaxRequestsPerServer);
+      // About max_request_bytes, smaller across a network where that would
+      // leave the share fewer than kMinRequestsAcrossNetwork requests,
+      // larger where it would cut it into more than kMaxRequestsPerServer.
+      int64_t request = options_.max_request_bytes;
+      if (!IsLoopbackAddress(options_.server_addresses[s])) {
+        request = std::min(request, CeilDiv(share, kMinRequestsAcrossNetwork));
+      }
+      request = std::max({request, CeilDiv(share, kMaxRequestsPerServer), int64_t{1}});
       request_bytes_.push_back(request);
       const int64_t limit = options_.push_window_bytes > 0
                                 ? options_.push_window_bytes

@@ -44,6 +44,9 @@ struct GrpcPsClientOptions {
   // than 32 times this), so that a push-pull's waiting calls stay far below
   // the servers' bounds (--max_waiting_calls). On 2 cores, 16 MiB in 1 MiB
   // requests took about 0.8 times as long as in one (README "Performance").
+  // Across a network (a server whose address is not loopback) a share is
+  // cut into at least 4 requests (of a chunk at least): the link then
+  // bounds the step, and the pipeline's fill and drain are a request each.
   int64_t max_request_bytes = 1 << 20;
   // Bounds a server's receive buffers. Where a server's share is larger
   // than this window, at most this many payload bytes (one request at

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/free_ports.h"
+#include "common/rpc/host_addresses.h"
 #include "common/init.h"
 #include "common/wire_dtype.h"
 #include "gmock/gmock.h"
@@ -166,15 +167,16 @@ class FakeService final : public proto::ParameterServer::Service {
 };
 
 struct FakeServer {
-  FakeServer() {
+  explicit FakeServer(std::string host = "127.0.0.1") : host(std::move(host)) {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort(this->host + ":0", grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(&service);
     server = builder.BuildAndStart();
   }
   ~FakeServer() { server->Shutdown(std::chrono::system_clock::now()); }
-  std::string address() const { return absl::StrCat("127.0.0.1:", port); }
+  std::string address() const { return absl::StrCat(host, ":", port); }
 
+  const std::string host;
   FakeService service;
   int port = 0;
   std::unique_ptr<grpc::Server> server;
@@ -332,6 +334,26 @@ TEST(GrpcPsClientTest, WindowedPushPullsOfWorkersInDifferentChunkOrders) {
     for (float& v : expected) v -= 3.0f;
     EXPECT_EQ(w0, expected) << "step " << step;
     EXPECT_EQ(w1, expected) << "step " << step;
+  }
+}
+
+// A server's share goes as one request of up to max_request_bytes on
+// loopback (the cores bound a step there), and in at least 4 across a
+// network (the link does, and the pipeline fills and drains a request).
+TEST(GrpcPsClientTest, ASmallShareIsCutIntoMoreRequestsAcrossANetwork) {
+  // 8 chunks of 2 floats on one server: 64 bytes, 16 per request.
+  const Layout layout = *Layout::Create({{"w", {16}}}, 8, 1, 3);
+  std::vector<float> grads(layout.total_elements(), 0.5f), w(grads.size());
+  const std::string other = NonLoopbackIpv4Address();
+  if (other.empty()) GTEST_SKIP() << "no IPv4 address besides loopback";
+  for (const std::string& host : {std::string("127.0.0.1"), other}) {
+    FakeServer fake(host);
+    auto client = Client(layout, {fake.address()});
+    ASSERT_TRUE(client->Register().ok());
+    ASSERT_TRUE(client->PushPull(0, 1, grads.data(), w.data()).ok());
+    EXPECT_EQ(w, grads);
+    absl::MutexLock lock(&fake.service.mu);
+    EXPECT_EQ(fake.service.push_pull_calls, host == other ? 4 : 1) << host;
   }
 }
 

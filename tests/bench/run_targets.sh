@@ -3,15 +3,16 @@
 # targets and prints each one's table. Every figure is the median of 5 runs'
 # medians; each ratio is measured side by side in one psync_bench run.
 # Takes about ten minutes on 2 cores. Extra flags go to every psync_bench
-# run.
+# run (not to the end-to-end runs of psync_launch).
 set -euo pipefail
+extra=("$@")
 cd "$(dirname "$0")/../.."
 bash deploy/bootstrap.sh
 targets=(//tests/bench:psync_bench //server:psync_server //deploy/local:psync_launch)
 bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 bench=bazel-bin/tests/bench/psync_bench
 
-run() { timeout 600 "$bench" --runs=5 "$@" | grep -v '^JSON' ; }
+run() { timeout 600 "$bench" --runs=5 "$@" "${extra[@]}" | grep -v '^JSON' ; }
 run --label="16 MiB push-pull, 1w x 1s" --model_mb=16 --tensors=4 --steps=10
 # The same with the system's congestion control on psync's and the echoes'
 # connections (--tcp_congestion=auto gives loopback reno).
@@ -21,7 +22,7 @@ run --label="16 MiB push-pull, 1w x 1s, system congestion control" --model_mb=16
 # network namespaces joined by a veth pair, a token bucket on each end):
 # the link, not the two cores' copies, bounds the step. Needs root.
 if [[ $(id -u) == 0 ]] && command -v tc >/dev/null; then
-  link() { bash tests/bench/link_bench.sh --rate=4gbit --runs=5 "$@" | grep -v '^JSON' ; }
+  link() { bash tests/bench/link_bench.sh --rate=4gbit --runs=5 "$@" "${extra[@]}" | grep -v '^JSON' ; }
   link --label="16 MiB push-pull, 1w x 1s, 4 Gbit/s link" --model_mb=16 --tensors=4 --steps=10
   link --label="64 MiB push-pull, 1w x 1s, 4 Gbit/s link" --model_mb=64 --tensors=8 --steps=5
 else

@@ -90,6 +90,8 @@ class EchoService final : public bench::Echo::Service {
 
 }  // namespace
 
+bool IsIpv4Address(const std::string& host) { return Ipv4Address(host, 0).ok(); }
+
 absl::Status ServeTcpEcho(const std::string& host, const std::string& port_file,
                           const TcpCongestion& congestion) {
   PSYNC_ASSIGN_OR_RETURN(sockaddr_in addr, Ipv4Address(host, 0));

@@ -13,6 +13,9 @@
 
 namespace psync {
 
+// Whether `host` is an IPv4 address literal: the echoes speak IPv4 only.
+bool IsIpv4Address(const std::string& host);
+
 // Serves echo requests on the IPv4 address `host` until the process is
 // killed. The chosen port is written to `port_file`. Each connection gets
 // the congestion control `congestion` gives a peer at `host` (loopback or

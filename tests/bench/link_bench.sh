@@ -35,7 +35,9 @@ if ! [[ $rate =~ ^[0-9]+(\.[0-9]+)?[kmg]?bit$ ]]; then
   exit 2
 fi
 bench=bazel-bin/tests/bench/psync_bench
-[[ -x $bench ]] || bazel build //tests/bench:psync_bench //server:psync_server >/dev/null
+# Quick when up to date; a stale binary would measure old code.
+targets=(//tests/bench:psync_bench //server:psync_server)
+bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 
 # Names unique to this run, so that runs side by side do not collide.
 w="psync-link-$$-w" s="psync-link-$$-s" wdev="pl$$w" sdev="pl$$s"

@@ -5,7 +5,6 @@
 //
 //   psync_bench --num_servers=1 --num_workers=1 --model_mb=16 --tensors=4
 //   psync_bench --model_mb=16 --tensors=8 --compute_ms=4    # overlap mode
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -481,8 +480,7 @@ absl::Status RunDriver() {
         "--num_servers, --num_workers, --tensors, --steps, --runs and --model_mb must be positive");
   }
   PSYNC_RETURN_IF_ERROR(BenchCongestion().status());
-  in_addr parsed;
-  if (inet_pton(AF_INET, absl::GetFlag(FLAGS_server_host).c_str(), &parsed) != 1) {
+  if (!IsIpv4Address(absl::GetFlag(FLAGS_server_host))) {
     return absl::InvalidArgumentError(absl::StrCat("--server_host is '",
                                                    absl::GetFlag(FLAGS_server_host),
                                                    "', expected an IPv4 address (e.g. 127.0.0.1)"));

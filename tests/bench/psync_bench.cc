@@ -628,11 +628,14 @@ absl::Status RunDriver() {
     row("plain TCP round trip", "tcp");
     row("plain gRPC unary echo", "grpc_echo");
     ratio("psync / plain TCP", "ratio_tcp", "comm", "tcp");
-    if (pass && n == 1 && k == 1) {
+    if (pass && n == 1 && k == 1 && absl::GetFlag(FLAGS_wire_dtype) == "float32" &&
+        IsLoopbackHost(host) && netns.empty()) {
       // What any transport over the kernel's TCP must spend per step: the
       // echo's CPU (the same bytes through the same sockets, both ends),
       // the server's optimizer pass and the worker's copy of the weights
       // into its buffer (timed alone, so optimistic), over every core.
+      // Only where the cores bound the step: on this host, with the
+      // echo's bytes.
       const double tcp = Summarize(figures["tcp"]).median;
       const double cores = std::thread::hardware_concurrency();
       const double floor =

@@ -11,7 +11,9 @@ namespace psync {
 // Never written while anyone but the store holds it: a transport sending the
 // weights and a checkpoint being written may hold it while training goes on.
 // The store writes each new version into another buffer, reusing an old
-// state only once nobody else holds it.
+// state only once nobody else holds it. (Without keep_previous_state it
+// moves the optimizer state on in place when nobody else holds the current
+// state, leaving the older version with weights only.)
 struct ChunkState {
   std::vector<float> weights;
   // The optimizer's state, each empty when it keeps none: SGD's momentum

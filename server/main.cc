@@ -63,6 +63,8 @@ absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c) {
   o.worker_lease = absl::Milliseconds(c.timeouts().worker_lease_ms());
   o.peer_timeout = absl::Seconds(c.timeouts().peer_timeout_s());
   o.checkpoint_every = c.checkpoint().checkpoint_every();
+  // Only a shutdown checkpoint reads version - 1's optimizer state.
+  o.keep_previous_state = !c.checkpoint().checkpoint_dir().empty();
   PSYNC_RETURN_IF_ERROR(o.Validate());
   return o;
 }

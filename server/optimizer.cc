@@ -169,8 +169,9 @@ inline void SgdPass(const OptimizerOptions& o, const Grad& grad, float count,
     }
     return;
   }
-  const float* __restrict m_in = b.momentum_in;
-  float* __restrict m_out = b.momentum_out;
+  // The state may be updated in place (m_in == m_out): not restrict.
+  const float* m_in = b.momentum_in;
+  float* m_out = b.momentum_out;
   auto one = [&](int64_t i) {
     const float d = grad(i, w_out) / count + wd * w_in[i];
     const float m = mu * m_in[i] + d;
@@ -211,11 +212,12 @@ inline void AdamPass(const OptimizerOptions& o, int64_t step, const Grad& grad, 
       1.0 - (decoupled ? static_cast<double>(o.learning_rate) * o.weight_decay : 0.0));
   const float eps = o.epsilon;
   const float* __restrict w_in = b.weights_in;
-  const float* __restrict m_in = b.momentum_in;
-  const float* __restrict v_in = b.second_in;
   float* __restrict w_out = b.weights_out;
-  float* __restrict m_out = b.momentum_out;
-  float* __restrict v_out = b.second_out;
+  // The state may be updated in place (m_in == m_out, v_in == v_out).
+  const float* m_in = b.momentum_in;
+  const float* v_in = b.second_in;
+  float* m_out = b.momentum_out;
+  float* v_out = b.second_out;
   auto one = [&](int64_t i) {
     const float g = grad(i, w_out) / count + l2 * w_in[i];
     const float m = m_in[i] * b1 + g * one_minus_b1;

@@ -50,8 +50,11 @@ struct OptimizerOptions {
 };
 
 // The state a step reads (version t) and the buffers it writes (version
-// t + 1). The store keeps version t intact, so the buffers are distinct.
-// The momentum and second pointers are null when the optimizer keeps none.
+// t + 1). The store keeps version t's weights intact, so the weight buffers
+// are distinct; the optimizer state may be updated in place (momentum_out
+// == momentum_in, second_out == second_in: see
+// ShardStoreOptions::keep_previous_state). The momentum and second
+// pointers are null when the optimizer keeps none.
 struct OptimizerBuffers {
   const float* weights_in;
   const float* momentum_in;

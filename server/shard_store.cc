@@ -36,7 +36,9 @@ struct ShardStore::Chunk {
   // ChunkState), its weights buffer taking the gradient sum and the rest
   // waiting in `retired`. Applying the step computes the new weights in
   // place over the sum and the new optimizer state into `retired`'s buffers,
-  // so that a chunk holds two versions' buffers and no more.
+  // so that a chunk holds two versions' buffers and no more. Without
+  // keep_previous_state the optimizer state moves on in place instead, and
+  // `previous` keeps only its weights: one optimizer state per chunk.
   std::shared_ptr<ChunkState> current ABSL_GUARDED_BY(mu);
   std::shared_ptr<ChunkState> previous ABSL_GUARDED_BY(mu);
   std::shared_ptr<ChunkState> retired ABSL_GUARDED_BY(mu);
@@ -444,8 +446,21 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
     next = std::move(c.previous);
   }
   if (next == nullptr) next = std::make_shared<ChunkState>();
-  next->momentum.resize(c.current->momentum.size());
-  next->second.resize(c.current->second.size());
+  // The optimizer state moves on in place, leaving version - 1 (the current
+  // state, about to be `previous`) without one, unless a checkpoint needs
+  // version - 1 in full or someone else holds the current state now.
+  const bool state_in_place = !options_.keep_previous_state && c.current.use_count() == 1;
+  if (state_in_place) std::atomic_thread_fence(std::memory_order_acquire);  // as above
+  for (int slot : {kMomentumSlot, kSecondSlot}) {
+    std::vector<float>& from = SlotOf(*c.current, slot);
+    std::vector<float>& to = SlotOf(*next, slot);
+    if (state_in_place) {
+      to.swap(from);
+      std::vector<float>().swap(from);  // whatever `next` held, not version - 1's
+    } else {
+      to.resize(from.size());
+    }
+  }
   // The gradient sum goes where the new weights will be, and the step runs
   // in place over it. With one worker (normal mode) it is all in `last`.
   float* grad = nullptr;
@@ -476,9 +491,10 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
     total = 1;
   }
   auto data = [](auto& v) { return v.empty() ? nullptr : v.data(); };
-  const OptimizerBuffers buffers{c.current->weights.data(), data(c.current->momentum),
+  const ChunkState& state_in = state_in_place ? *next : *c.current;
+  const OptimizerBuffers buffers{c.current->weights.data(), data(state_in.momentum),
                                  next->weights.data(),      data(next->momentum),
-                                 data(c.current->second),   data(next->second),
+                                 data(state_in.second),     data(next->second),
                                  shard.stream_state};
   OptimizerOptions step_options = options_.optimizer;
   if (!options_.lr_policy.IsConstant()) {
@@ -513,6 +529,11 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
 void ShardStore::InitOptimizerState(ChunkState& state, int64_t n) const {
   if (options_.optimizer.KeepsMomentum() && state.momentum.empty()) state.momentum.assign(n, 0.0f);
   if (options_.optimizer.KeepsSecondMoment() && state.second.empty()) state.second.assign(n, 0.0f);
+}
+
+bool ShardStore::HasOptimizerState(const ChunkState& state) const {
+  return (!options_.optimizer.KeepsMomentum() || !state.momentum.empty()) &&
+         (!options_.optimizer.KeepsSecondMoment() || !state.second.empty());
 }
 
 double ShardStore::LearningRate(const Shard& shard, int64_t step) const {
@@ -936,7 +957,7 @@ std::vector<Snapshot> ShardStore::SnapshotForShutdown() const {
     for (int32_t id : shard->owned) {
       const Chunk& c = *shard->chunks[id];
       const std::shared_ptr<ChunkState> state = StateAtLocked(c, version);
-      if (state == nullptr) break;
+      if (state == nullptr || !HasOptimizerState(*state)) break;
       s.chunks.emplace_back(id, state);
     }
     if (s.chunks.size() == shard->owned.size()) out.push_back(std::move(s));

@@ -76,6 +76,7 @@ class ShardStoreTest : public ::testing::Test {
     o.deterministic = deterministic;
     o.optimizer = sgd;
     o.checkpoint_every = checkpoint_every_;
+    o.keep_previous_state = keep_previous_state_;
     o.lr_policy = lr_policy_;
     store_ = ReadyStore(o);
     store_->SetSnapshotSink([this](Snapshot s) { snapshots_.push_back(std::move(s)); });
@@ -126,6 +127,7 @@ class ShardStoreTest : public ::testing::Test {
   Layout layout_ = SmallLayout();
   std::vector<uint64_t> sessions_;
   int64_t checkpoint_every_ = 0;
+  bool keep_previous_state_ = true;
   LrPolicy lr_policy_;
   std::vector<Snapshot> snapshots_;
 };
@@ -583,6 +585,51 @@ TEST_F(ShardStoreTest, SnapshotsHoldEveryChunkAtTheSameVersion) {
   ASSERT_EQ(shutdown.size(), 2u);
   EXPECT_EQ(shutdown[0].version, 7);
   EXPECT_EQ(shutdown[1].version, 6);
+}
+
+// Updating the optimizer state in place (no checkpoints) gives the same
+// bits as keeping each version's, also when a transport still holds the
+// current state as the step applies (the store then writes elsewhere).
+TEST_F(ShardStoreTest, OptimizerStateInPlaceGivesTheSameBits) {
+  OptimizerOptions adam;
+  adam.kind = "adam";
+  adam.learning_rate = 0.01f;
+  for (const OptimizerOptions& o : {OptimizerOptions{0.1f, 0.9f, 0.01f}, adam}) {
+    std::vector<std::vector<float>> pulled[2];
+    for (int in_place = 0; in_place < 2; ++in_place) {
+      SCOPED_TRACE(absl::StrCat(o.Describe(), in_place ? ", in place" : ", kept"));
+      keep_previous_state_ = in_place == 0;
+      Make(2, false, o);
+      std::shared_ptr<const void> held;
+      for (int64_t step = 0; step < 6; ++step) {
+        for (int32_t c = 0; c < 3; ++c) {
+          if (step == 3 && c == 1) {
+            // A transport sending version 3 of chunk 1 while step 3 applies.
+            int32_t ids[] = {c};
+            ASSERT_TRUE(store_
+                            ->Pull(S(0), 0, layout_.fingerprint(), step, ids,
+                                   WireDType::kFloat32, absl::Now() + absl::Seconds(5),
+                                   [&](int32_t, int64_t, const WireWeights& w) { held = w.owner; })
+                            .ok());
+          }
+          for (int w = 0; w < 2; ++w) {
+            const float g = 0.5f * static_cast<float>(w + 1) - 0.3f * static_cast<float>(step + c);
+            ASSERT_TRUE(Push(w, step, w + 1, c, {g, -g}).ok());
+          }
+          auto got = Pull(step + 1, c);
+          ASSERT_TRUE(got.ok()) << got.status();
+          pulled[in_place].push_back(got->second);
+        }
+      }
+      held.reset();
+      // Without version - 1's optimizer state only the current version can
+      // be snapshotted.
+      const std::vector<Snapshot> shutdown = store_->SnapshotForShutdown();
+      ASSERT_EQ(shutdown.size(), in_place ? 1u : 2u);
+      EXPECT_EQ(shutdown[0].version, 6);
+    }
+    EXPECT_EQ(pulled[0], pulled[1]);
+  }
 }
 
 TEST_F(ShardStoreTest, AMissingWorkerFailsTheJobAfterThePeerTimeout) {

@@ -60,6 +60,9 @@ ABSL_FLAG(int, warmup, 3, "Untimed steps before the runs.");
 ABSL_FLAG(double, compute_ms, 0, "Overlap mode: simulated backward time per tensor (ms).");
 ABSL_FLAG(bool, deterministic, false, "Servers in deterministic mode.");
 ABSL_FLAG(double, momentum, 0.9, "The servers' SGD momentum (0: plain SGD, no momentum buffer).");
+ABSL_FLAG(bool, checkpoints, false,
+          "Give the servers a checkpoint directory (a shutdown checkpoint only): they then keep "
+          "the previous version's optimizer state, for peak RSS with checkpoints.");
 ABSL_FLAG(std::string, wire_dtype, "float32",
           "How the clients send gradients and ask for weights: float32, bf16 or fp16.");
 ABSL_FLAG(std::string, tcp_congestion, "auto",
@@ -332,6 +335,7 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
         absl::StrCat("--port=", ports[i]), "--host=" + absl::GetFlag(FLAGS_server_host),
         "--servers=" + absl::StrJoin(addresses, ","),
         "--tcp_congestion=" + absl::GetFlag(FLAGS_tcp_congestion)};
+    if (absl::GetFlag(FLAGS_checkpoints)) argv.push_back("--checkpoint_dir=" + dir + "/checkpoints");
     if (!tls_dir.empty()) {
       const proto::SecurityConfig s = ThrowawayPkiIn(tls_dir);
       argv.insert(argv.end(), {"--tls_cert=" + s.tls_cert(), "--tls_key=" + s.tls_key(),

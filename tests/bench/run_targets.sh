@@ -36,13 +36,16 @@ run --label="64 MiB, 2w x 2s" --model_mb=64 --tensors=8 --num_workers=2 --num_se
 run --label="16 MiB push-pull, bf16 on the wire" --model_mb=16 --tensors=4 --steps=10 --wire_dtype=bf16
 # Memory: one server holding a 64 MiB model for 4 workers (peak RSS against
 # its share), plain SGD (also with every request in flight at once instead
-# of the default push window) and with momentum, and deterministic mode.
+# of the default push window) and with momentum (also with a checkpoint
+# directory, which keeps the previous version's momentum for the shutdown
+# checkpoint), and deterministic mode.
 mem() { run --model_mb=64 --tensors=8 --num_workers=4 --num_servers=1 --steps=3 --runs=3 \
   --baselines=false "$@"; }
 mem --label="memory, 64 MiB, 4w x 1s, plain SGD" --momentum=0
 mem --label="memory, 64 MiB, 4w x 1s, plain SGD, no push window" --momentum=0 \
   --push_window_kb=1048576
 mem --label="memory, 64 MiB, 4w x 1s, momentum 0.9" --momentum=0.9
+mem --label="memory, 64 MiB, 4w x 1s, momentum 0.9, checkpoints" --momentum=0.9 --checkpoints
 mem --label="memory, 64 MiB, 4w x 1s, deterministic" --momentum=0 --deterministic
 run --label="overlap, 16 MiB in 8 layers, 4 ms each" --model_mb=16 --tensors=8 --compute_ms=4 \
   --steps=10 --baselines=false

@@ -157,9 +157,10 @@ class GrpcPsClient final : public PsClient {
       }
       request = std::max({request, CeilDiv(share, kMaxRequestsPerServer), int64_t{1}});
       request_bytes_.push_back(request);
+      const int64_t n = options_.num_workers;
       const int64_t limit = options_.push_window_bytes > 0
                                 ? options_.push_window_bytes
-                                : std::max(2 * request, share / (2 * options_.num_workers));
+                                : std::max(CeilDiv(2, n) * request, share / (2 * n * n));
       window_limit_.push_back(limit < share ? limit : 0);
       if (limit < share) {
         LOG(INFO) << "worker " << options_.worker_rank << ": at most " << (limit >> 10)

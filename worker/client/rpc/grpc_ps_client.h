@@ -53,8 +53,12 @@ struct GrpcPsClientOptions {
   // least) of a push-pull are in flight to it; with more than one worker
   // each request goes as a Push followed by a Pull of its chunks once the
   // server holds them. Otherwise all requests are in flight at once. 0
-  // means max(2 requests, share / (2 * num_workers)): all workers together
-  // send a server at most about half its share at a time.
+  // means max(ceil(2 / num_workers) requests, share / (2 * num_workers^2)):
+  // all workers together send a server at most share / (2 * num_workers)
+  // at a time, two requests at least. The more workers, the less each
+  // needs in flight to keep the server busy (measured, 64 MiB, 4 workers x
+  // 1 server, momentum 0.9: a 2 MiB window per worker peaked at 229 MiB
+  // server RSS against 281 MiB with 8 MiB, the step no slower).
   int64_t push_window_bytes = 0;
   // How gradients and weights travel (--wire_dtype): a 2-byte dtype halves
   // the bytes of a step; the servers keep float32 master weights.

@@ -72,10 +72,13 @@ struct OptimizerBuffers {
 };
 
 // Whether a server whose share of the model is `share_bytes` should stream
-// its optimizer state. Measured here (SGD with momentum, 64 Ki-float
-// chunks, three versions rotating): streaming made the pass 20-35 % slower
-// for shares of 256 KiB to 8 MiB, whose state stays in the cache between
-// steps, and 15-25 % faster for 12 and 16 MiB.
+// its optimizer state into a separate buffer. Measured here (SGD with
+// momentum, 64 Ki-float chunks, three versions rotating): streaming made
+// the pass 20-35 % slower for shares of 256 KiB to 8 MiB, whose state stays
+// in the cache between steps, and 15-25 % faster for 12 and 16 MiB. Never
+// for a state updated in place: streaming over the lines just read made a
+// 16 MiB pass 2-2.5x slower (8-10 ms against 3.7-6.4 with plain stores,
+// which matched a separate streamed state, psync_bench's pass, 5 pairs).
 inline bool StreamStateFor(int64_t share_bytes) { return share_bytes >= (10 << 20); }
 
 // Applies step `step` (0-based: the version being left) to `n` elements,

@@ -495,7 +495,7 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
   const OptimizerBuffers buffers{c.current->weights.data(), data(state_in.momentum),
                                  next->weights.data(),      data(next->momentum),
                                  data(state_in.second),     data(next->second),
-                                 shard.stream_state};
+                                 shard.stream_state && !state_in_place};
   OptimizerOptions step_options = options_.optimizer;
   if (!options_.lr_policy.IsConstant()) {
     step_options.learning_rate = static_cast<float>(LearningRate(shard, c.version));

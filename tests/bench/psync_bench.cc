@@ -463,10 +463,13 @@ PassTimes PrintOptimizerBandwidth(int64_t floats) {
   const bool momentum = o.KeepsMomentum();
   const double step_s = median_s([&] {
     // In place, as the store runs it: the sum's buffer becomes the weights.
+    // The momentum in place too unless the servers keep version t-1's
+    // (--checkpoints), and then streamed where the store streams it.
+    const bool kept = absl::GetFlag(FLAGS_checkpoints);
     OptimizerStep(o, 0, sum.data(), 4.0f,
                   {w.data(), momentum ? m.data() : nullptr, sum.data(),
-                   momentum ? m_out.data() : nullptr, nullptr, nullptr,
-                   StreamStateFor(4 * floats)},
+                   momentum ? (kept ? m_out.data() : m.data()) : nullptr, nullptr, nullptr,
+                   kept && StreamStateFor(4 * floats)},
                   floats);
   });
   const double copy_s = median_s([&] { std::memcpy(dst.data(), src.data(), 4 * floats); });

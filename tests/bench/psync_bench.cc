@@ -335,7 +335,9 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
         absl::StrCat("--port=", ports[i]), "--host=" + absl::GetFlag(FLAGS_server_host),
         "--servers=" + absl::StrJoin(addresses, ","),
         "--tcp_congestion=" + absl::GetFlag(FLAGS_tcp_congestion)};
-    if (absl::GetFlag(FLAGS_checkpoints)) argv.push_back("--checkpoint_dir=" + dir + "/checkpoints");
+    if (absl::GetFlag(FLAGS_checkpoints)) {
+      argv.push_back("--checkpoint_dir=" + dir + "/checkpoints");
+    }
     if (!tls_dir.empty()) {
       const proto::SecurityConfig s = ThrowawayPkiIn(tls_dir);
       argv.insert(argv.end(), {"--tls_cert=" + s.tls_cert(), "--tls_key=" + s.tls_key(),
@@ -461,11 +463,11 @@ PassTimes PrintOptimizerBandwidth(int64_t floats) {
     return Percentile(t, 0.5);
   };
   const bool momentum = o.KeepsMomentum();
+  // The momentum in place too unless the servers keep version t-1's
+  // (--checkpoints), and then streamed where the store streams it.
+  const bool kept = absl::GetFlag(FLAGS_checkpoints);
   const double step_s = median_s([&] {
     // In place, as the store runs it: the sum's buffer becomes the weights.
-    // The momentum in place too unless the servers keep version t-1's
-    // (--checkpoints), and then streamed where the store streams it.
-    const bool kept = absl::GetFlag(FLAGS_checkpoints);
     OptimizerStep(o, 0, sum.data(), 4.0f,
                   {w.data(), momentum ? m.data() : nullptr, sum.data(),
                    momentum ? (kept ? m_out.data() : m.data()) : nullptr, nullptr, nullptr,

@@ -562,8 +562,8 @@ absl::Status RunDriver() {
               "wire %s, TCP %s, %d runs x %d steps ==\n",
               label.c_str(), n, k, mb, absl::GetFlag(FLAGS_tensors),
               static_cast<long long>(absl::GetFlag(FLAGS_chunk_kb)),
-              absl::GetFlag(FLAGS_wire_dtype).c_str(), DescribeTcpCongestion(congestion).c_str(), runs,
-              absl::GetFlag(FLAGS_steps));
+              absl::GetFlag(FLAGS_wire_dtype).c_str(), DescribeTcpCongestion(congestion).c_str(),
+              runs, absl::GetFlag(FLAGS_steps));
   const std::string host = absl::GetFlag(FLAGS_server_host);
   const std::string netns = absl::GetFlag(FLAGS_server_netns);
   if (host != "127.0.0.1" || !netns.empty()) {

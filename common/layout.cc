@@ -31,8 +31,8 @@ class Fnv1a {
 };
 
 constexpr int64_t kMaxElements = int64_t{1} << 40;
-constexpr int64_t kMaxChunks = int64_t{1} << 22;
-constexpr size_t kMaxTensors = 1 << 16;
+constexpr int64_t kMaxChunks = Layout::kMaxChunks;
+constexpr size_t kMaxTensors = Layout::kMaxTensors;
 constexpr size_t kMaxNameBytes = 1024;
 
 }  // namespace

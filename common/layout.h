@@ -34,6 +34,8 @@ struct ChunkInfo {
 class Layout {
  public:
   static constexpr int64_t kMaxChunkBytes = int64_t{1} << 30;
+  static constexpr int64_t kMaxChunks = int64_t{1} << 22;
+  static constexpr size_t kMaxTensors = 1 << 16;
 
   static absl::StatusOr<Layout> Create(std::vector<TensorSpec> tensors,
                                        int64_t chunk_bytes, int num_servers,

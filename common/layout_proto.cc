@@ -18,6 +18,11 @@ void LayoutToProto(const Layout& layout, proto::LayoutSpec* spec) {
 }
 
 absl::StatusOr<Layout> LayoutFromProto(const proto::LayoutSpec& spec) {
+  if (static_cast<size_t>(spec.tensors_size()) > Layout::kMaxTensors) {  // before copying them
+    return absl::InvalidArgumentError(absl::StrCat("Layout: the model has ", spec.tensors_size(),
+                                                   " tensors, expected at most ",
+                                                   Layout::kMaxTensors));
+  }
   std::vector<TensorSpec> tensors;
   tensors.reserve(spec.tensors_size());
   for (const proto::TensorSpec& t : spec.tensors()) {

@@ -45,22 +45,21 @@ int64_t Coordinator::CommonVersionLocked() const {
   return 0;
 }
 
+namespace {
+
+constexpr int64_t kMaxGeneration = int64_t{1} << 62;
+
+}  // namespace
+
 absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
   if (info.server_rank < 0 || info.server_rank >= num_servers_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Join: server rank ", info.server_rank, " is out of range 0..", num_servers_ - 1,
         " (do the servers agree on --num_servers?)"));
   }
-  // Bounds on what another process sends: generations are incremented, and
-  // every member's list is kept and merged at each round.
+  // Bounds on what another process sends: every member's list is kept and
+  // merged at each round (below), and generations are incremented.
   constexpr size_t kMaxCheckpoints = 4096;
-  for (int64_t g : {info.generation, info.failed_generation}) {
-    if (g < 0 || g == INT64_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Join: server ", info.server_rank, " reports generation ", g, ", expected 0..",
-          INT64_MAX - 1));
-    }
-  }
   if (info.checkpoints.size() > kMaxCheckpoints) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Join: server ", info.server_rank, " lists ", info.checkpoints.size(),
@@ -74,6 +73,18 @@ absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
     }
   }
   absl::MutexLock lock(&mu_);
+  // A round's generation is one more than the highest reported, and a
+  // server reports the one it restored (this coordinator's target) or, to a
+  // restarted coordinator, an earlier one's. Up to 2^62, or the target if
+  // higher: no job rolls back 2^62 times, so no round overflows.
+  const int64_t max_generation = std::max(kMaxGeneration, target_generation_);
+  for (int64_t g : {info.generation, info.failed_generation}) {
+    if (g < 0 || g > max_generation) {
+      return absl::InvalidArgumentError(absl::StrCat("Join: server ", info.server_rank,
+                                                     " reports generation ", g, ", expected 0..",
+                                                     max_generation));
+    }
+  }
   std::optional<Member>& member = members_[info.server_rank];
   bool new_round = false;
   if (member.has_value() && member->incarnation != info.incarnation) {

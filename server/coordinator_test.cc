@@ -111,6 +111,30 @@ TEST(CoordinatorTest, ImplausibleReportsAreRefused) {
   EXPECT_EQ(c.Join(Info(0, 1, 0, many)).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A report of a generation near INT64_MAX is refused, and one at the bound
+// still leaves the servers' later reports of the rounds' generations taken,
+// with no overflow.
+TEST(CoordinatorTest, GenerationsNearTheLimitNeitherOverflowNorStopTheRounds) {
+  Coordinator c(1);
+  auto r = c.Join(Info(0, 1, INT64_MAX - 1));
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find(
+                "generation 9223372036854775806, expected 0..4611686018427387904"),
+            std::string::npos)
+      << r.status();
+  const int64_t bound = int64_t{1} << 62;
+  r = c.Join(Info(0, 1, bound));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->target_generation, bound + 1);
+  r = c.Join(Info(0, 1, bound + 1));  // the server restored the target
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->ready);
+  r = c.Join(Info(0, 2, bound + 1));  // and restarted: a new round
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->target_generation, bound + 2);
+  EXPECT_EQ(c.Join(Info(0, 2, bound + 3)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(CoordinatorTest, BadRankIsRefused) {
   Coordinator c(2);
   auto r = c.Join(Info(2, 1, 0));

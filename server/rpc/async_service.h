@@ -20,9 +20,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/impl/codegen/rpc_service_method.h"
 #include "grpcpp/support/async_unary_call.h"
 
@@ -83,12 +85,23 @@ class ServerCall {
   std::atomic<bool> over_{false};
 };
 
+// A unary call of a method whose request is Req: a grpc::ByteBuffer (a
+// payload the method decodes itself, bounded by the server's message size
+// limit alone), or a protobuf message. A protobuf request arrives as bytes
+// and is parsed here, only if it is within the method's own bound: parsed
+// messages can take far more memory than their bytes (an empty repeated
+// submessage is 2 bytes on the wire and some 70 in memory), so the methods
+// that carry no payload are not given the limit sized for payloads.
 template <typename Req, typename Resp>
 class UnaryCall final : public ServerCall {
  public:
+  static constexpr bool kProtobufRequest = !std::is_same_v<Req, grpc::ByteBuffer>;
+
   // A method as served: runs a call that arrived (which answers through
   // Finish, now or later), and asks gRPC for the next call of the method.
   struct Served {
+    std::string name;                // the method's own name, for errors
+    int64_t max_request_bytes = 0;   // of a protobuf request
     std::function<void(UnaryCall*)> run;
     std::function<void(UnaryCall*, grpc::ServerCompletionQueue*)> request;
   };
@@ -119,11 +132,32 @@ class UnaryCall final : public ServerCall {
 
   void Start() override {
     Post(method_, cq_);
+    if constexpr (kProtobufRequest) {
+      const grpc::Status parsed = Parse();
+      if (!parsed.ok()) return Finish(parsed);
+    }
     method_->run(this);
+  }
+
+  // Parses the received bytes into request_, within the method's bound.
+  grpc::Status Parse() {
+    const size_t bytes = received_.Length();
+    if (bytes > static_cast<size_t>(method_->max_request_bytes)) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat(method_->name, ": the request has ", bytes,
+                                       " bytes, expected at most ", method_->max_request_bytes));
+    }
+    if (!grpc::SerializationTraits<Req>::Deserialize(&received_, &request_).ok()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat(method_->name, ": the request (", bytes,
+                                       " bytes) is not a valid ", request_.GetTypeName()));
+    }
+    return grpc::Status::OK;
   }
 
   const Served* const method_;
   grpc::ServerCompletionQueue* const cq_;
+  grpc::ByteBuffer received_;  // a protobuf request's bytes, until Parse
   Req request_;
   Resp response_;
   grpc::ServerAsyncResponseWriter<Resp> writer_{&ctx_};
@@ -134,6 +168,9 @@ class UnaryCall final : public ServerCall {
 // queues once the server has started.
 class AsyncService : public grpc::Service {
  public:
+  // A protobuf request's bound unless its method names another.
+  static constexpr int64_t kMaxControlRequestBytes = int64_t{1} << 20;
+
   // Asks for calls of every method on `cq`, a few of each at a time: each
   // call that arrives asks for the next.
   void Serve(grpc::ServerCompletionQueue* cq) {
@@ -144,24 +181,30 @@ class AsyncService : public grpc::Service {
 
  protected:
   // Adds the method `name` ("/package.Service/Method"); `run` handles each
-  // call of it, on the thread of the queue it arrived on.
+  // call of it, on the thread of the queue it arrived on. A protobuf
+  // request of more than `max_request_bytes` is refused with
+  // INVALID_ARGUMENT, as is one that does not parse, before `run`.
   template <typename Req, typename Resp>
-  void AddUnary(std::string name, std::function<void(UnaryCall<Req, Resp>*)> run) {
+  void AddUnary(std::string name, std::function<void(UnaryCall<Req, Resp>*)> run,
+                int64_t max_request_bytes = kMaxControlRequestBytes) {
     using Call = UnaryCall<Req, Resp>;
     names_.push_back(std::move(name));
     const int index = static_cast<int>(names_.size()) - 1;  // this method's, in order added
     AddMethod(new grpc::internal::RpcServiceMethod(
         names_.back().c_str(), grpc::internal::RpcMethod::NORMAL_RPC, nullptr));
-    if constexpr (std::is_same_v<Req, grpc::ByteBuffer> || std::is_same_v<Resp, grpc::ByteBuffer>) {
-      MarkMethodRaw(index);
-    } else {
-      MarkMethodAsync(index);
-    }
+    MarkMethodRaw(index);  // every request arrives as bytes
     auto method = std::make_shared<typename Call::Served>();
+    method->name = names_.back().substr(names_.back().rfind('/') + 1);
+    method->max_request_bytes = max_request_bytes;
     method->run = std::move(run);
     method->request = [this, index](Call* call, grpc::ServerCompletionQueue* cq) {
-      RequestAsyncUnary(index, &call->ctx_, &call->request_, &call->writer_, cq, cq,
-                        &call->arrived_);
+      grpc::ByteBuffer* bytes;
+      if constexpr (Call::kProtobufRequest) {
+        bytes = &call->received_;
+      } else {
+        bytes = &call->request_;
+      }
+      RequestAsyncUnary(index, &call->ctx_, bytes, &call->writer_, cq, cq, &call->arrived_);
     };
     // Owns the method's entry, which its calls point at.
     posts_.push_back([method](grpc::ServerCompletionQueue* cq) { Call::Post(method.get(), cq); });

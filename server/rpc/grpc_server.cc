@@ -83,6 +83,11 @@ class MethodMetrics {
   std::array<std::atomic<Counter*>, kCodes> by_code_{};
 };
 
+// The bound on a Register request (see ParameterService): 65,536 tensors of
+// about 100-byte names. Parsed, a hostile one of 2-byte empty tensors takes
+// some 35 times its bytes.
+constexpr int64_t kMaxRegisterBytes = int64_t{8} << 20;
+
 size_t WireSize(const grpc::ByteBuffer& b) { return b.Length(); }
 size_t WireSize(const grpc::protobuf::MessageLite& m) { return m.ByteSizeLong(); }
 
@@ -120,9 +125,14 @@ class ParameterService final : public AsyncService {
       pulls_waiting_ = metrics_->GetGauge(
           "psync_server_pulls_waiting", "Pulls and push-pulls waiting for their version.");
     }
-    Add<proto::RegisterRequest, proto::RegisterResponse>("Register", &ParameterService::Register);
+    // Register: a layout of the most tensors a layout may have, their names
+    // some 100 bytes on average. Pull: as many chunk ids as a layout may
+    // have, each at most 4 bytes on the wire.
+    Add<proto::RegisterRequest, proto::RegisterResponse>("Register", &ParameterService::Register,
+                                                         kMaxRegisterBytes);
     Add<grpc::ByteBuffer, grpc::ByteBuffer>("Push", &ParameterService::Push);
-    Add<proto::PullRequest, grpc::ByteBuffer>("Pull", &ParameterService::Pull);
+    Add<proto::PullRequest, grpc::ByteBuffer>("Pull", &ParameterService::Pull,
+                                              4 * Layout::kMaxChunks + 4096);
     Add<grpc::ByteBuffer, grpc::ByteBuffer>("PushPull", &ParameterService::PushPull);
     Add<proto::StatusRequest, proto::StatusResponse>("GetStatus", &ParameterService::GetStatus);
     Add<proto::HeartbeatRequest, proto::HeartbeatResponse>("Heartbeat",
@@ -138,23 +148,30 @@ class ParameterService final : public AsyncService {
   template <typename Req, typename Resp>
   using WaitingMethod = void (ParameterService::*)(UnaryCall<Req, Resp>*, Reply);
 
+  // `max_request_bytes` bounds a protobuf request (AsyncService::AddUnary).
   template <typename Req, typename Resp>
-  void Add(const char* name, Method<Req, Resp> method) {
-    AddWaiting<Req, Resp>(name, [method](ParameterService* service, UnaryCall<Req, Resp>* call,
-                                         Reply reply) {
-      reply((service->*method)(&call->request(), call->response()));
-    });
+  void Add(const char* name, Method<Req, Resp> method,
+           int64_t max_request_bytes = kMaxControlRequestBytes) {
+    AddWaiting<Req, Resp>(
+        name,
+        [method](ParameterService* service, UnaryCall<Req, Resp>* call, Reply reply) {
+          reply((service->*method)(&call->request(), call->response()));
+        },
+        max_request_bytes);
   }
   template <typename Req, typename Resp>
-  void Add(const char* name, WaitingMethod<Req, Resp> method) {
-    AddWaiting<Req, Resp>(name, [method](ParameterService* service, UnaryCall<Req, Resp>* call,
-                                         Reply reply) {
-      (service->*method)(call, std::move(reply));
-    });
+  void Add(const char* name, WaitingMethod<Req, Resp> method,
+           int64_t max_request_bytes = kMaxControlRequestBytes) {
+    AddWaiting<Req, Resp>(
+        name,
+        [method](ParameterService* service, UnaryCall<Req, Resp>* call, Reply reply) {
+          (service->*method)(call, std::move(reply));
+        },
+        max_request_bytes);
   }
 
   template <typename Req, typename Resp, typename Run>
-  void AddWaiting(const char* name, Run run) {
+  void AddWaiting(const char* name, Run run, int64_t max_request_bytes) {
     MethodMetrics* m = nullptr;
     if (metrics_ != nullptr) m = &method_metrics_.emplace_back(metrics_, name);
     AddUnary<Req, Resp>(absl::StrCat("/psync.proto.ParameterServer/", name),
@@ -175,7 +192,7 @@ class ParameterService final : public AsyncService {
       } else {
         run(this, call, std::move(reply));
       }
-    });
+    }, max_request_bytes);
   }
 
   // Whether the call carries the job's token (always, without one).
@@ -409,8 +426,12 @@ class ParameterService final : public AsyncService {
     }
     if (pull_dtype != nullptr && !payloads.empty()) *pull_dtype = payloads[0].dtype;
     const int64_t rank = push->Int(kWireWorkerRank);
-    return store_->Push(push->scalars[kWireSession],
-                        rank < INT32_MIN || rank > INT32_MAX ? -1 : static_cast<int>(rank),
+    if (rank < 0 || rank >= store_->options().num_workers) {  // the store's check, for any int64
+      return absl::InvalidArgumentError(absl::StrCat(op, ": worker rank ", rank,
+                                                     " is out of range 0..",
+                                                     store_->options().num_workers - 1));
+    }
+    return store_->Push(push->scalars[kWireSession], static_cast<int>(rank),
                         push->scalars[kWireFingerprint], push->Int(kWireStep),
                         push->Int(kWireSampleCount), payloads);
   }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -280,9 +281,9 @@ TEST_F(GrpcServerTest, SeveralRpcThreadsServeEveryConnection) {
   }
 }
 
-// Bytes that are no protobuf, to each method with a typed request: gRPC
-// refuses them before any method runs and asks for the next call with the
-// same request slot; the server goes on serving every method.
+// Bytes that are no protobuf, to each method with a typed request: refused
+// before the method runs, naming the method and the message expected; the
+// call's slot asks for the next call, and the server goes on serving.
 TEST_F(GrpcServerTest, UnparsableRequestsAreRefusedAndServingGoesOn) {
   StartServer();
   const std::string garbage("\xff\xff\xff\xff\x0f not a protobuf", 20);
@@ -290,10 +291,14 @@ TEST_F(GrpcServerTest, UnparsableRequestsAreRefusedAndServingGoesOn) {
     for (const char* method : {"Register", "Pull", "GetStatus", "Heartbeat", "Join"}) {
       const auto [status, unused] =
           RawCall(absl::StrCat("/psync.proto.ParameterServer/", method), garbage);
-      EXPECT_FALSE(status.ok()) << method;
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+      EXPECT_THAT(status.error_message(),
+                  HasSubstr(absl::StrCat(method, ": the request (20 bytes) is not a valid "
+                                                 "psync.proto.")));
     }
     const auto [health, unused] = RawCall("/grpc.health.v1.Health/Check", garbage);
-    EXPECT_FALSE(health.ok());
+    EXPECT_EQ(health.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(health.error_message(), HasSubstr("grpc.health.v1.HealthCheckRequest"));
   }
   const uint64_t session = Register(0);
   EXPECT_NE(session, 0u);
@@ -445,6 +450,51 @@ TEST_F(GrpcServerTest, OversizedRequestIsRefusedByTheTransport) {
   proto::PushResponse pushed;
   grpc::Status st = Call(&proto::ParameterServer::Stub::Push, push, &pushed);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+}
+
+// The methods without a payload have bounds of their own, far below the
+// message limit for payloads: a parsed request can take many times its
+// bytes (2-byte empty tensors), so a large one is refused unparsed.
+TEST_F(GrpcServerTest, OversizedControlRequestsAreRefusedUnparsed) {
+  StartServer(0, 1, /*max_message_bytes=*/64 << 20);
+  proto::RegisterRequest reg;
+  for (int i = 0; i < (9 << 20) / 2; ++i) reg.mutable_layout()->add_tensors();
+  auto [st, unused] = RawCall("/psync.proto.ParameterServer/Register", reg.SerializeAsString());
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr(absl::StrCat("Register: the request has ",
+                                                        reg.ByteSizeLong(),
+                                                        " bytes, expected at most 8388608")));
+  proto::PullRequest pull;
+  for (int i = 0; i < (17 << 20); ++i) pull.add_chunk_ids(1);
+  std::tie(st, unused) = RawCall("/psync.proto.ParameterServer/Pull", pull.SerializeAsString());
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("expected at most 16781312"));
+  for (const char* method : {"GetStatus", "Heartbeat", "Join"}) {
+    std::tie(st, unused) =
+        RawCall(absl::StrCat("/psync.proto.ParameterServer/", method), std::string(2 << 20, 'x'));
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+    EXPECT_THAT(st.error_message(),
+                HasSubstr(absl::StrCat(method, ": the request has 2097152 bytes, expected at most "
+                                               "1048576")));
+  }
+  // A Register within the bound, of more tensors than a layout may have, is
+  // refused before its tensors are copied; the server serves on.
+  reg.mutable_layout()->mutable_tensors()->DeleteSubrange(70000, reg.layout().tensors_size() - 70000);
+  std::tie(st, unused) = RawCall("/psync.proto.ParameterServer/Register", reg.SerializeAsString());
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("70000 tensors, expected at most 65536"));
+  EXPECT_NE(Register(0), 0u);
+}
+
+// A worker rank beyond int32 (the wire's varint is 64 bits) is named as sent.
+TEST_F(GrpcServerTest, AWorkerRankBeyondInt32IsNamedAsSent) {
+  StartServer();
+  const uint64_t s0 = Register(0);
+  std::string bytes = PushOf(0, s0, 0, 1.0f).SerializeAsString();
+  bytes += std::string("\x08\x80\x80\x80\x80\x20", 6);  // field 1, 2^33
+  const auto [st, unused] = RawCall("/psync.proto.ParameterServer/Push", bytes);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("Push: worker rank 8589934592 is out of range 0..1"));
 }
 
 TEST_F(GrpcServerTest, HeartbeatSaysWhomAStepWaitsFor) {

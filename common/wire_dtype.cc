@@ -1,7 +1,10 @@
 #include "common/wire_dtype.h"
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "common/wire_dtype_internal.h"
 
@@ -286,6 +289,38 @@ void EncodeWire(WireDType dtype, const float* in, int64_t n, char* out) {
     case WireDType::kFp16:
       return wi::EncodeFp16F16c(in, n, out);  // portable where the CPU lacks F16C
   }
+}
+
+absl::Status CheckNarrowable(WireDType dtype, const float* in, int64_t n,
+                             absl::string_view tensor, int64_t first) {
+  // The least magnitude that rounds past the largest finite value (half an
+  // ulp above it; the tie goes up, as the largest's last bit is odd).
+  float limit;
+  switch (dtype) {
+    case WireDType::kFloat32:
+      return absl::OkStatus();
+    case WireDType::kBf16:
+      limit = absl::bit_cast<float>(uint32_t{0x7F7F8000});
+      break;
+    case WireDType::kFp16:
+      limit = 65520.0f;
+      break;
+  }
+  constexpr float kMax = std::numeric_limits<float>::max();
+  auto overflows = [&](float x) {
+    const float a = std::fabs(x);
+    return (a >= limit) & (a <= kMax);
+  };
+  int any = 0;  // branch-free, so that the common pass (none) vectorises
+  for (int64_t i = 0; i < n; ++i) any |= overflows(in[i]);
+  if (any == 0) return absl::OkStatus();
+  int64_t i = 0;
+  while (!overflows(in[i])) ++i;
+  return absl::OutOfRangeError(absl::StrCat(
+      "the gradient of tensor '", tensor, "' holds ", in[i], " at element ", first + i,
+      ", beyond the range of ", WireDTypeName(dtype), " (--wire_dtype): it would reach the "
+      "servers as inf. Use --wire_dtype=bf16 (float32's range) or float32; a gradient is a sum "
+      "over a device's batch, so larger batches hold larger values"));
 }
 
 void DecodeWire(WireDType dtype, const char* in, int64_t n, float* out) {

@@ -57,6 +57,14 @@ std::string ExpectedWireBytes(int64_t num_elements, WireDType dtype);
 // Writes in[0..n) as n * WireBytes(dtype) bytes at `out`. REQUIRES: n >= 0.
 void EncodeWire(WireDType dtype, const float* in, int64_t n, char* out);
 
+// OK unless a finite value of in[0..n), elements first.. of the gradient
+// of tensor `tensor`, would narrow to +-Inf in `dtype` (fp16: magnitude
+// 65520 and above; bf16: near float32's largest): OUT_OF_RANGE naming the
+// tensor, the element and its value, and the dtypes that hold it. Values
+// already infinite or NaN pass (the model's own, as in float32).
+absl::Status CheckNarrowable(WireDType dtype, const float* in, int64_t n,
+                             absl::string_view tensor, int64_t first);
+
 // Reads n values (n * WireBytes(dtype) bytes at `in`) into out[0..n).
 void DecodeWire(WireDType dtype, const char* in, int64_t n, float* out);
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "common/wire_dtype_internal.h"
 #include "gmock/gmock.h"
@@ -404,6 +405,38 @@ TEST(WireDTypeTest, AnyAlignmentAndLength) {
             ASSERT_EQ(Bits(got), Bits(decoded[i] + decoded[i])) << i;
           }
         }
+      }
+    }
+  }
+}
+
+// CheckNarrowable refuses exactly the finite values EncodeWire turns into
+// +-Inf, at the rounding boundary of each dtype, and names the first.
+TEST(WireDTypeTest, CheckNarrowableRefusesWhatWouldBecomeInf) {
+  const float fp16_limit = 65520.0f, bf16_limit = absl::bit_cast<float>(uint32_t{0x7F7F8000});
+  const float inf = std::numeric_limits<float>::infinity();
+  for (WireDType dtype : {WireDType::kFloat32, WireDType::kBf16, WireDType::kFp16}) {
+    SCOPED_TRACE(WireDTypeName(dtype));
+    const float limit = dtype == WireDType::kFp16 ? fp16_limit : bf16_limit;
+    for (float v : {1.0f, std::nextafter(limit, 0.0f), limit, -limit, std::nextafter(limit, inf),
+                    std::numeric_limits<float>::max(), inf, -inf,
+                    std::numeric_limits<float>::quiet_NaN()}) {
+      std::vector<float> in(37, 0.5f);
+      in[29] = v;
+      std::vector<char> out(in.size() * WireBytes(dtype));
+      EncodeWire(dtype, in.data(), static_cast<int64_t>(in.size()), out.data());
+      float back;
+      DecodeWire(dtype, out.data() + 29 * WireBytes(dtype), 1, &back);
+      const bool became_inf = std::isfinite(v) && std::isinf(back);
+      const absl::Status s =
+          CheckNarrowable(dtype, in.data(), static_cast<int64_t>(in.size()), "fc1.weight", 100);
+      EXPECT_EQ(!s.ok(), became_inf) << v << ": " << s;
+      if (!s.ok()) {
+        EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+        EXPECT_THAT(std::string(s.message()),
+                    ::testing::HasSubstr(absl::StrCat("tensor 'fc1.weight' holds ", v,
+                                                      " at element 129, beyond the range of ",
+                                                      WireDTypeName(dtype))));
       }
     }
   }

@@ -853,8 +853,19 @@ bool ShardStore::LowestVersionWaits(const Shard& shard, int64_t* version,
 
 absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t session,
                                                       int64_t done_version) {
-  PSYNC_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard,
-                         CheckCaller("Heartbeat", session, worker_rank, std::nullopt));
+  absl::StatusOr<std::shared_ptr<Shard>> caller =
+      CheckCaller("Heartbeat", session, worker_rank, std::nullopt);
+  if (!caller.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (done_version > 0 && done_version == finished_version_) {
+      HeartbeatResult done;
+      done.version = done_version;
+      done.all_done = true;
+      return done;
+    }
+    return caller.status();
+  }
+  const std::shared_ptr<Shard>& shard = *caller;
   HeartbeatResult result;
   const bool found = LowestVersionWaits(*shard, &result.version, &result.waiting_for,
                                         &result.waiting_since);
@@ -864,6 +875,7 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
   for (int w = 0; w < options_.num_workers; ++w) {
     if (done_[w] == 0 || (found && done_[w] != result.version)) result.all_done = false;
   }
+  if (result.all_done && found) finished_version_ = result.version;
   if (options_.checkpoint_every > 0 && found && checkpoint_done_ < result.version) {
     result.all_done = false;
   }

@@ -225,6 +225,10 @@ class ShardStore {
                  PullDone done, std::function<bool()> cancelled = nullptr);
 
   // Marks the worker alive; `done_version` > 0 says it has trained every step.
+  // Once every worker has said so of one version here, each holds that
+  // version's weights and the job is complete: a worker that says it again
+  // is answered all_done even from a session a later rollback ended (its
+  // Finish must not take it back to train a done job; see FinishedVersion).
   absl::StatusOr<HeartbeatResult> Heartbeat(int worker_rank, uint64_t session,
                                             int64_t done_version);
 
@@ -355,6 +359,9 @@ class ShardStore {
   std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(mu_);      // 0: none
   std::vector<uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // holder of each rank
   std::vector<int64_t> done_ ABSL_GUARDED_BY(mu_);           // version, 0: not done
+  // The version every worker reported done at (0: none), kept across
+  // rollbacks: the job's end, whatever the servers hold since.
+  int64_t finished_version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t checkpoint_done_ ABSL_GUARDED_BY(mu_) = -1;  // newest version
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   // Set with failed_, for waiting pulls, which cannot take mu_.

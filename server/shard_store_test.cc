@@ -671,6 +671,40 @@ TEST_F(ShardStoreTest, HeartbeatNamesWhomAnyLowestChunkWaitsFor) {
   EXPECT_FALSE(beat->all_done);
 }
 
+// Once every worker has reported done at a version, each holds its weights
+// and the job is complete: a rollback after that (a server restarted
+// without them) does not take it back. A worker saying so from a session
+// the rollback ended is answered all_done; any other claim, ABORTED.
+TEST_F(ShardStoreTest, AJobEveryWorkerFinishedStaysFinishedAcrossARollback) {
+  Make(2, false);
+  for (int w = 0; w < 2; ++w) {
+    for (int32_t id : layout_.ChunksOnServer(0)) ASSERT_TRUE(Push(w, 0, 1, id, {1.0f, 1.0f}).ok());
+  }
+  auto beat = store_->Heartbeat(0, S(0), 1);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  EXPECT_FALSE(beat->all_done);  // worker 1 has not said it is done
+  store_->Restore(2, std::nullopt);  // before anyone knew: not complete
+  EXPECT_EQ(store_->Heartbeat(0, S(0), 1).status().code(), StatusCode::kAborted);
+
+  Make(2, false);
+  for (int w = 0; w < 2; ++w) {
+    for (int32_t id : layout_.ChunksOnServer(0)) ASSERT_TRUE(Push(w, 0, 1, id, {1.0f, 1.0f}).ok());
+  }
+  ASSERT_TRUE(store_->Heartbeat(0, S(0), 1).ok());
+  beat = store_->Heartbeat(1, S(1), 1);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  EXPECT_TRUE(beat->all_done);
+  store_->Restore(2, std::nullopt);
+  for (int w = 0; w < 2; ++w) {
+    beat = store_->Heartbeat(w, S(w), 1);
+    ASSERT_TRUE(beat.ok()) << beat.status();
+    EXPECT_TRUE(beat->all_done);
+    EXPECT_EQ(beat->version, 1);
+    EXPECT_EQ(store_->Heartbeat(w, S(w), 0).status().code(), StatusCode::kAborted);
+    EXPECT_EQ(store_->Heartbeat(w, S(w), 2).status().code(), StatusCode::kAborted);
+  }
+}
+
 TEST(ShardStoreOptionsTest, Validate) {
   ShardStoreOptions o;
   EXPECT_TRUE(o.Validate().ok());

@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 
@@ -147,20 +148,27 @@ absl::StatusOr<Data> LoadData(int64_t synthetic, const std::string& dir, int64_t
   return d;
 }
 
+// A JSON number, or null for a figure that is not one: NaN or infinite (a
+// diverged run), or not measured.
+std::string JsonNumber(double v, int precision, bool measured = true) {
+  return measured && std::isfinite(v) ? absl::StrFormat("%.*f", precision, v) : "null";
+}
+
 std::string Json(const proto::JobConfig& c, const TrainResult& r, int64_t global_batch,
                  int64_t train_samples, int servers, const std::string& sha256) {
   // The servers' learning rates, computed the same way (common/lr_policy.h).
   const LrPolicy lr = LrPolicyOf(c);
   const int64_t per_epoch = (train_samples + global_batch - 1) / global_batch;
+  const bool tested = r.last.test_loss != -1;
   return absl::StrFormat(
-      "{\"test_accuracy\": %.6f, \"test_loss\": %.6f, \"final_loss\": %.6f, \"steps\": %d, "
-      "\"global_batch\": %d, \"samples_per_sec\": %.1f, \"weights_sha256\": \"%s\", "
+      "{\"test_accuracy\": %s, \"test_loss\": %s, \"final_loss\": %s, \"steps\": %d, "
+      "\"global_batch\": %d, \"samples_per_sec\": %s, \"weights_sha256\": \"%s\", "
       "\"model\": \"%s\", \"servers\": %d, \"workers\": %d, \"devices_per_worker\": %d, "
       "\"batch_per_device\": %d, \"accumulation_steps\": %d, \"seed\": %d, "
       "\"lr_policy\": \"%s\", "
       "\"learning_rate_first\": %.9g, \"learning_rate_last\": %.9g}\n",
-      r.last.test_accuracy, r.last.test_loss, r.last.loss, r.steps, global_batch,
-      r.samples_per_sec, sha256, c.training().model(), servers, c.cluster().num_workers(),
+      JsonNumber(r.last.test_accuracy, 6, tested), JsonNumber(r.last.test_loss, 6, tested),
+      JsonNumber(r.last.loss, 6), r.steps, global_batch, JsonNumber(r.samples_per_sec, 1), sha256, c.training().model(), servers, c.cluster().num_workers(),
       c.training().devices(), c.training().batch_per_device(),
       c.training().accumulation_steps(), c.training().seed(),
       lr.Describe(), lr.Rate(0, global_batch, r.steps, per_epoch),
@@ -411,11 +419,17 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
         if (curves != nullptr) curves->AddEpoch(r);
         worker_metrics.OnEpoch(r);
         if (!rank0) return;
-        const std::string line = absl::StrFormat(
+        std::string line = absl::StrFormat(
             "epoch %d step %lld loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f "
             "samples/s %.0f",
             r.epoch, static_cast<long long>(r.step), r.loss, r.train_accuracy, r.test_loss,
             r.test_accuracy, r.samples_per_sec);
+        if (r.trained_steps < r.epoch_steps) {
+          absl::StrAppendFormat(&line, " (loss, train_acc and samples/s over the last %lld of "
+                                "the epoch's %lld steps: this worker restarted or rolled back)",
+                                static_cast<long long>(r.trained_steps),
+                                static_cast<long long>(r.epoch_steps));
+        }
         if (json_logs) {  // collectors read stderr; stdout would be a line of another format
           LOG(INFO) << line;
           return;

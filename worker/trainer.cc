@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -385,6 +386,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
   TrainResult result;
   BatchStats epoch_stats;
   int64_t epoch_samples = 0;  // global
+  int64_t epoch_steps = 0;    // trained by this process
   absl::Duration epoch_time, total_time;
   int64_t total_samples = 0;
   std::vector<int64_t> permutation;
@@ -396,6 +398,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
     permutation.clear();
     epoch_stats = BatchStats{};
     epoch_samples = 0;
+    epoch_steps = 0;
     epoch_time = absl::ZeroDuration();
     return absl::OkStatus();
   };
@@ -424,6 +427,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
       const int64_t global = std::min(sharding_.global_batch(),
                                       train_->size - in_epoch * sharding_.global_batch());
       epoch_samples += global;
+      ++epoch_steps;
       total_samples += global;
       if (on_step) {
         StepReport s;
@@ -446,6 +450,8 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
         r.loss = epoch_stats.count > 0 ? epoch_stats.loss_sum / epoch_stats.count : 0;
         r.train_accuracy =
             epoch_stats.count > 0 ? static_cast<double>(epoch_stats.correct) / epoch_stats.count : 0;
+        r.trained_steps = epoch_steps;
+        r.epoch_steps = in_epoch + 1;
         r.samples_per_sec = epoch_samples / std::max(1e-9, absl::ToDoubleSeconds(epoch_time));
         if (options_.evaluate) {
           PSYNC_ASSIGN_OR_RETURN(BatchStats test, Evaluate());
@@ -456,6 +462,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
         result.last = r;
         epoch_stats = BatchStats{};
         epoch_samples = 0;
+        epoch_steps = 0;
         epoch_time = absl::ZeroDuration();
       }
       ++step;
@@ -470,8 +477,27 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
     PSYNC_RETURN_IF_ERROR(rejoin(finished));
   }
   result.steps = total_steps;
-  result.samples_per_sec = total_samples / std::max(1e-9, absl::ToDoubleSeconds(total_time));
   result.weights.assign(host_weights_.get(), host_weights_.get() + num_params_);
+  if (total_samples == 0) {
+    // This process trained no step: it joined once every step was done (a
+    // restart at the very end). The final weights' test figures are its to
+    // give; the training figures were the previous process's (NaN: none).
+    const double none = std::numeric_limits<double>::quiet_NaN();
+    result.samples_per_sec = none;
+    result.last = EpochReport{};
+    result.last.epoch = static_cast<int>((total_steps + per_epoch - 1) / per_epoch);
+    result.last.step = total_steps;
+    result.last.loss = result.last.train_accuracy = result.last.samples_per_sec = none;
+    if (options_.evaluate) {
+      PSYNC_ASSIGN_OR_RETURN(BatchStats test, Evaluate());
+      result.last.test_loss = test.count > 0 ? test.loss_sum / test.count : 0;
+      result.last.test_accuracy = test.count > 0 ? static_cast<double>(test.correct) / test.count : 0;
+    }
+    LOG(INFO) << "worker " << options_.worker_rank << " joined after the last step (" << total_steps
+              << "): it reports the final weights' test figures and no training figures";
+    return result;
+  }
+  result.samples_per_sec = total_samples / std::max(1e-9, absl::ToDoubleSeconds(total_time));
   return result;
 }
 

@@ -56,8 +56,13 @@ struct TrainerOptions {
 struct EpochReport {
   int epoch = 0;          // 1-based
   int64_t step = 0;       // global steps done
-  double loss = 0;        // this worker's mean training loss over the epoch
+  // This worker's mean training loss and accuracy over the epoch's steps
+  // it trained: `trained_steps` of `epoch_steps`, fewer when this process
+  // started (a restart) or the cluster rolled back within the epoch.
+  double loss = 0;
   double train_accuracy = 0;
+  int64_t trained_steps = 0;
+  int64_t epoch_steps = 0;
   double test_loss = -1;  // -1 when not evaluated
   double test_accuracy = -1;
   double samples_per_sec = 0;  // global samples (all workers) per second of training

@@ -19,6 +19,7 @@
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/tcp_congestion.h"
+#include "common/status_macros.h"
 #include "common/wire_dtype_proto.h"
 #include "glog/logging.h"
 #include "grpcpp/alarm.h"
@@ -269,17 +270,24 @@ class GrpcPsClient final : public PsClient {
     }
     const absl::Time deadline = absl::Now() + options_.finish_timeout;
     absl::Time last_log = absl::Now();
+    // Whether a server has said that every worker finished `version`: each
+    // then holds the final weights, and a rollback after that (a server
+    // restarted without the final version) needs no worker's steps again.
+    // A server that rolled back still says so (ShardStore::Heartbeat).
+    bool everyone_holds_it = false;
     while (true) {
       bool all_done = true;
-      absl::Status why;
+      absl::Status why, ended;
       for (size_t server = 0; server < stubs_.size(); ++server) {
         absl::StatusOr<proto::HeartbeatResponse> beat = Beat(static_cast<int>(server));
         // A beat past its deadline or failing with a Retryable() code is no
         // answer yet; ABORTED (a rollback) or another code (a failed job) is.
         const auto code = static_cast<grpc::StatusCode>(beat.status().code());
         if (!beat.ok() && code != grpc::StatusCode::DEADLINE_EXCEEDED && !Retryable(code)) {
-          return beat.status();
+          if (ended.ok()) ended = beat.status();
+          continue;
         }
+        if (beat.ok() && beat->all_done()) everyone_holds_it = true;
         if (!beat.ok() || !beat->all_done()) {
           all_done = false;
           if (why.ok()) {
@@ -288,6 +296,13 @@ class GrpcPsClient final : public PsClient {
                             : beat.status();
           }
         }
+      }
+      if (!ended.ok()) {
+        if (!absl::IsAborted(ended) || !everyone_holds_it) return ended;
+        LOG(INFO) << "worker " << options_.worker_rank << ": every worker had finished step "
+                  << version << " when the cluster rolled back (" << ended.message()
+                  << "); the job is complete";
+        return absl::OkStatus();
       }
       if (all_done) return absl::OkStatus();
       if (cancelled_.load()) return absl::CancelledError("Finish: cancelled");
@@ -372,7 +387,8 @@ class GrpcPsClient final : public PsClient {
         push.SetScalar(kWireStep, step);
         push.SetScalar(kWireSampleCount, sample_count);
         push.SetScalar(kWireSession, session);
-        AddGradients(push, absl::MakeConstSpan(ids).subspan(begin, end - begin), bytes, grads);
+        PSYNC_RETURN_IF_ERROR(
+            AddGradients(push, absl::MakeConstSpan(ids).subspan(begin, end - begin), bytes, grads));
         auto call = std::make_unique<ChunkCall>();
         call->server = server;
         call->op = split ? "Push" : "PushPull";
@@ -692,25 +708,32 @@ class GrpcPsClient final : public PsClient {
   // Adds the gradients of `ids` (`bytes` on the wire together) to `push`:
   // float32 straight from `grads`, which the caller keeps until Wait();
   // a 2-byte dtype narrowed into one buffer that the request owns (and
-  // keeps for its retries).
-  void AddGradients(WireMessageBuilder& push, absl::Span<const int32_t> ids, int64_t bytes,
-                    const float* grads) const {
-    const proto::DType dtype = WireDTypeToProto(options_.wire_dtype);
-    if (options_.wire_dtype == WireDType::kFloat32) {
+  // keeps for its retries). A finite gradient the dtype cannot hold is an
+  // error: it would reach the servers as Inf, and the weights as NaN.
+  absl::Status AddGradients(WireMessageBuilder& push, absl::Span<const int32_t> ids,
+                            int64_t bytes, const float* grads) const {
+    const WireDType wire = options_.wire_dtype;
+    const proto::DType dtype = WireDTypeToProto(wire);
+    if (wire == WireDType::kFloat32) {
       for (int32_t id : ids) {
         const ChunkInfo& info = layout_.chunks()[id];
         push.AddChunk(id, dtype, 0, grads + info.flat_offset, info.bytes());
       }
-      return;
+      return absl::OkStatus();
     }
     auto narrowed = std::make_shared<std::vector<char>>(static_cast<size_t>(bytes));
     char* out = narrowed->data();
     for (int32_t id : ids) {
       const ChunkInfo& info = layout_.chunks()[id];
-      EncodeWire(options_.wire_dtype, grads + info.flat_offset, info.num_elements, out);
+      const float* in = grads + info.flat_offset;
+      PSYNC_RETURN_IF_ERROR(CheckNarrowable(wire, in, info.num_elements,
+                                            layout_.tensors()[info.tensor].name,
+                                            info.tensor_offset));
+      EncodeWire(wire, in, info.num_elements, out);
       push.AddChunk(id, dtype, 0, out, WireSize(id), narrowed);
       out += WireSize(id);
     }
+    return absl::OkStatus();
   }
 
   // Checks that the server returned exactly the chunks asked for, at the

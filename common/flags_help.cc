@@ -1,11 +1,15 @@
 #include "common/flags_help.h"
 
+#include <stdlib.h>  // on_exit
+
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
 
 #include "absl/flags/commandlineflag.h"
+#include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
@@ -72,6 +76,22 @@ bool PrintHelpIfRequested(int argc, char** argv, absl::string_view main_file) {
     return true;
   }
   return false;
+}
+
+std::vector<char*> ParseFlagsOrExit(int argc, char** argv) {
+  // Abseil reports a flag it cannot parse and calls exit(1); glibc's
+  // on_exit sees that status, and turns it into 2 while parsing. (Help is
+  // PrintHelpIfRequested's, before this; no other exit(1) happens here.)
+  static std::atomic<bool> parsing{false};
+  on_exit(
+      +[](int status, void*) {
+        if (status == 1 && parsing.load()) _Exit(2);
+      },
+      nullptr);
+  parsing.store(true);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  parsing.store(false);
+  return args;
 }
 
 }  // namespace psync

@@ -5,6 +5,7 @@
 #define PSYNC_COMMON_FLAGS_HELP_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 
@@ -20,6 +21,12 @@ std::string FlagsHelp(absl::string_view main_file);
 // returns true: the caller then exits 0. Call before absl::ParseCommandLine
 // and after absl::SetProgramUsageMessage.
 bool PrintHelpIfRequested(int argc, char** argv, absl::string_view main_file);
+
+// absl::ParseCommandLine, except that a flag it cannot parse (unknown, or a
+// value of the wrong type) exits 2, our code for bad flags, which
+// supervisors (psync_launch, Kubernetes) take as final, rather than
+// Abseil's 1, which they restart. Abseil's message comes first, as before.
+std::vector<char*> ParseFlagsOrExit(int argc, char** argv);
 
 }  // namespace psync
 

@@ -2,9 +2,8 @@
 // server/checkpoint.h).
 //   psync_ckpt list   --checkpoint_dir=D[,D2...]
 //   psync_ckpt export --checkpoint_dir=D[,D2...] [--version=N] --out=FILE
-// Exit status: 0 done, 1 failed, 2 bad arguments (a flag that Abseil cannot
-// parse, unknown or with a bad value, is reported by absl::ParseCommandLine,
-// which exits 1).
+// Exit status: 0 done, 1 failed, 2 bad arguments (also a flag that Abseil
+// cannot parse, unknown or with a bad value: ParseFlagsOrExit).
 #include <cstdio>
 #include <map>
 #include <string>
@@ -105,7 +104,7 @@ int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   if (PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
   // The positional arguments, after argv[0]: the command.
-  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> args = psync::ParseFlagsOrExit(argc, argv);
   if (args.size() > 2) return BadArguments(std::string("more than one command: ") + args[2]);
   const std::string command = args.size() == 2 ? args[1] : "";
   if (command == "help") {

@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
       "psync_ctl status --servers=h:p,... | --config=FILE: every server's state, exit 0 if "
       "healthy, 1 if not (with the reason), 2 for bad flags.");
   if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = psync::ParseFlagsOrExit(argc, argv);
   if (args.size() != 2 || std::string(args[1]) != "status") {
     std::fprintf(stderr, "psync_ctl: expected the command 'status', got '%s'\n",
                  args.size() < 2 ? "" : absl::StrJoin(args.begin() + 1, args.end(), " ").c_str());

@@ -320,7 +320,7 @@ int Run() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("psync parameter server: owns a shard of the model's chunks.");
   if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
-  absl::ParseCommandLine(argc, argv);
+  psync::ParseFlagsOrExit(argc, argv);
   psync::KeepLargeAllocationsInHeap();
   psync::SkipMutexDeadlockDetection();
   psync::OneHeapArena();

@@ -64,6 +64,21 @@ TEST(CliTest, HelpListsEachBinarysOwnFlags) {
   }
 }
 
+// A flag Abseil cannot parse (unknown, or a value of the wrong type) exits
+// 2, the code for bad flags that supervisors do not restart, from every
+// binary, after Abseil's message naming the flag.
+TEST(CliTest, UnparsableFlagsExit2) {
+  for (const char* binary : {"server/psync_server", "worker/psync_worker",
+                             "deploy/local/psync_launch", "server/psync_ctl", "server/psync_ckpt"}) {
+    for (const char* flag : {"--num_workers=abc", "--no_such_flag=1"}) {
+      SCOPED_TRACE(absl::StrCat(binary, " ", flag));
+      const Ended run = RunToEnd({Runfile(binary), flag});
+      EXPECT_EQ(run.exit_code, 2) << run.output;
+      EXPECT_TRUE(Contains(run.output, std::string(flag).substr(2, 8))) << run.output;
+    }
+  }
+}
+
 TEST(CliTest, NegativeSyntheticSamplesFailsAtStart) {
   const Ended run = RunToEnd(Worker({"--synthetic_samples=-5"}));
   EXPECT_NE(run.exit_code, 0);

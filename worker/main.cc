@@ -494,7 +494,7 @@ extern "C" void openblas_set_num_threads(int);
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("psync worker: trains on its devices against the parameter servers.");
   if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
-  absl::ParseCommandLine(argc, argv);
+  psync::ParseFlagsOrExit(argc, argv);
   psync::KeepLargeAllocationsInHeap();
   psync::SkipMutexDeadlockDetection();
   psync::InitLogging(argv[0], "worker");

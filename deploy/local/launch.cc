@@ -276,8 +276,9 @@ class Launcher {
   // allows and the job has restarts left; otherwise the job fails.
   absl::Status RestartOrFail(Daemon& d, int code) {
     const std::string exited = absl::StrCat(d.name, " exited with ", DescribeExit(code));
-    if (code == 2) {
-      return absl::AbortedError(absl::StrCat(exited, ": bad flags (never restarted; see its log)"));
+    if (code == 2) {  // what only a daemon checks: a missing --data_dir, say
+      return absl::InvalidArgumentError(
+          absl::StrCat(exited, ": bad flags (never restarted; see its log)"));
     }
     if (code == 3) {
       return absl::AbortedError(absl::StrCat(
@@ -404,7 +405,7 @@ class Launcher {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Runs a psync cluster (servers and workers) on 127.0.0.1.");
   if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
-  absl::ParseCommandLine(argc, argv);
+  psync::ParseFlagsOrExit(argc, argv);
   struct sigaction sa = {};
   sa.sa_handler = psync::OnStopSignal;
   sigaction(SIGTERM, &sa, nullptr);
@@ -430,7 +431,7 @@ int main(int argc, char** argv) {
   absl::Status s = launcher.Run(std::move(loaded->config));
   if (!s.ok()) {
     std::printf("[launch] FAILED: %s\n", std::string(s.message()).c_str());
-    return 1;
+    return absl::IsInvalidArgument(s) ? 2 : 1;  // a daemon's bad flags are ours
   }
   const int restarts = launcher.restarts();
   std::printf("[launch] done in %.1f s (%d restart%s)\n",

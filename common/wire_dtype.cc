@@ -309,18 +309,55 @@ absl::Status CheckNarrowable(WireDType dtype, const float* in, int64_t n,
   constexpr float kMax = std::numeric_limits<float>::max();
   auto overflows = [&](float x) {
     const float a = std::fabs(x);
-    return (a >= limit) & (a <= kMax);
+    return (a >= limit) & (a <= kMax);  // false for NaN
   };
-  int any = 0;  // branch-free, so that the common pass (none) vectorises
-  for (int64_t i = 0; i < n; ++i) any |= overflows(in[i]);
-  if (any == 0) return absl::OkStatus();
+  // The common pass (none) branch-free, four at a time: GCC at -O2 leaves a
+  // loop of unknown length scalar, which cost a 16 MiB bf16 push-pull 4 ms.
   int64_t i = 0;
+  int any = 0;
+#if defined(__SSE2__)
+  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF));
+  const __m128 limit4 = _mm_set1_ps(limit), max4 = _mm_set1_ps(kMax);
+  __m128 any4 = _mm_setzero_ps();
+  for (; i + 4 <= n; i += 4) {
+    const __m128 a = _mm_and_ps(_mm_loadu_ps(in + i), abs_mask);
+    any4 = _mm_or_ps(any4, _mm_and_ps(_mm_cmpge_ps(a, limit4), _mm_cmple_ps(a, max4)));
+  }
+  any = _mm_movemask_ps(any4);
+#endif
+  for (; i < n; ++i) any |= overflows(in[i]);
+  if (any == 0) return absl::OkStatus();
+  i = 0;
   while (!overflows(in[i])) ++i;
   return absl::OutOfRangeError(absl::StrCat(
       "the gradient of tensor '", tensor, "' holds ", in[i], " at element ", first + i,
       ", beyond the range of ", WireDTypeName(dtype), " (--wire_dtype): it would reach the "
       "servers as inf. Use --wire_dtype=bf16 (float32's range) or float32; a gradient is a sum "
       "over a device's batch, so larger batches hold larger values"));
+}
+
+absl::Status EncodeWireChecked(WireDType dtype, const float* in, int64_t n, char* out,
+                               absl::string_view tensor, int64_t first) {
+  EncodeWire(dtype, in, n, out);
+  if (dtype == WireDType::kFloat32 || n <= 0) return absl::OkStatus();
+  // A 2-byte value whose exponent bits are all ones is infinite or NaN.
+  const uint16_t exponent = dtype == WireDType::kBf16 ? 0x7F80 : 0x7C00;
+  int64_t i = 0;
+  int any = 0;
+#if defined(__SSE2__)
+  const __m128i mask = _mm_set1_epi16(static_cast<int16_t>(exponent));
+  __m128i hit = _mm_setzero_si128();
+  for (; i + 8 <= n; i += 8) {  // little-endian, as the wire
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(out + 2 * i));
+    hit = _mm_or_si128(hit, _mm_cmpeq_epi16(_mm_and_si128(v, mask), mask));
+  }
+  any = _mm_movemask_epi8(hit);
+#endif
+  for (; i < n; ++i) {
+    const auto* b = reinterpret_cast<const unsigned char*>(out + 2 * i);
+    any |= ((b[0] | b[1] << 8) & exponent) == exponent;
+  }
+  return any == 0 ? absl::OkStatus() : CheckNarrowable(dtype, in, n, tensor, first);
 }
 
 void DecodeWire(WireDType dtype, const char* in, int64_t n, float* out) {

@@ -65,6 +65,12 @@ void EncodeWire(WireDType dtype, const float* in, int64_t n, char* out);
 absl::Status CheckNarrowable(WireDType dtype, const float* in, int64_t n,
                              absl::string_view tensor, int64_t first);
 
+// EncodeWire, then CheckNarrowable's verdict: the encoded values are looked
+// at (half the bytes, just written), and the input only where one of them
+// is infinite or NaN.
+absl::Status EncodeWireChecked(WireDType dtype, const float* in, int64_t n, char* out,
+                               absl::string_view tensor, int64_t first);
+
 // Reads n values (n * WireBytes(dtype) bytes at `in`) into out[0..n).
 void DecodeWire(WireDType dtype, const char* in, int64_t n, float* out);
 

@@ -421,22 +421,30 @@ TEST(WireDTypeTest, CheckNarrowableRefusesWhatWouldBecomeInf) {
     for (float v : {1.0f, std::nextafter(limit, 0.0f), limit, -limit, std::nextafter(limit, inf),
                     std::numeric_limits<float>::max(), inf, -inf,
                     std::numeric_limits<float>::quiet_NaN()}) {
-      std::vector<float> in(37, 0.5f);
-      in[29] = v;
-      std::vector<char> out(in.size() * WireBytes(dtype));
-      EncodeWire(dtype, in.data(), static_cast<int64_t>(in.size()), out.data());
-      float back;
-      DecodeWire(dtype, out.data() + 29 * WireBytes(dtype), 1, &back);
-      const bool became_inf = std::isfinite(v) && std::isinf(back);
-      const absl::Status s =
-          CheckNarrowable(dtype, in.data(), static_cast<int64_t>(in.size()), "fc1.weight", 100);
-      EXPECT_EQ(!s.ok(), became_inf) << v << ": " << s;
-      if (!s.ok()) {
-        EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
-        EXPECT_THAT(std::string(s.message()),
-                    ::testing::HasSubstr(absl::StrCat("tensor 'fc1.weight' holds ", v,
-                                                      " at element 129, beyond the range of ",
-                                                      WireDTypeName(dtype))));
+      for (int at : {29, 36}) {  // in a group of four, and in the tail after them
+        std::vector<float> in(37, 0.5f);
+        in[at] = v;
+        std::vector<char> out(in.size() * WireBytes(dtype));
+        EncodeWire(dtype, in.data(), static_cast<int64_t>(in.size()), out.data());
+        float back;
+        DecodeWire(dtype, out.data() + at * WireBytes(dtype), 1, &back);
+        const bool became_inf = std::isfinite(v) && std::isinf(back);
+        const absl::Status s =
+            CheckNarrowable(dtype, in.data(), static_cast<int64_t>(in.size()), "fc1.weight", 100);
+        EXPECT_EQ(!s.ok(), became_inf) << v << " at " << at << ": " << s;
+        std::vector<char> checked(out.size());
+        EXPECT_EQ(EncodeWireChecked(dtype, in.data(), static_cast<int64_t>(in.size()),
+                                    checked.data(), "fc1.weight", 100),
+                  s);
+        EXPECT_EQ(checked, out);
+        if (!s.ok()) {
+          EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+          EXPECT_THAT(std::string(s.message()),
+                      ::testing::HasSubstr(absl::StrCat("tensor 'fc1.weight' holds ", v,
+                                                        " at element ", 100 + at,
+                                                        ", beyond the range of ",
+                                                        WireDTypeName(dtype))));
+        }
       }
     }
   }

@@ -70,11 +70,11 @@ class LocalPsClient final : public PsClient {
         ids.push_back(id);
         absl::string_view bytes(reinterpret_cast<const char*>(grads + c.flat_offset), c.bytes());
         if (wire_dtype_ != WireDType::kFloat32) {
-          PSYNC_RETURN_IF_ERROR(CheckNarrowable(wire_dtype_, grads + c.flat_offset,
-                                                c.num_elements, layout_.tensors()[c.tensor].name,
-                                                c.tensor_offset));
           std::vector<char>& out = narrowed.emplace_back(c.num_elements * width);
-          EncodeWire(wire_dtype_, grads + c.flat_offset, c.num_elements, out.data());
+          PSYNC_RETURN_IF_ERROR(EncodeWireChecked(wire_dtype_, grads + c.flat_offset,
+                                                  c.num_elements, out.data(),
+                                                  layout_.tensors()[c.tensor].name,
+                                                  c.tensor_offset));
           bytes = absl::string_view(out.data(), out.size());
         }
         payloads.push_back({id, wire_dtype_, {bytes}});

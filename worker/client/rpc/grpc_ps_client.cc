@@ -726,10 +726,9 @@ class GrpcPsClient final : public PsClient {
     for (int32_t id : ids) {
       const ChunkInfo& info = layout_.chunks()[id];
       const float* in = grads + info.flat_offset;
-      PSYNC_RETURN_IF_ERROR(CheckNarrowable(wire, in, info.num_elements,
-                                            layout_.tensors()[info.tensor].name,
-                                            info.tensor_offset));
-      EncodeWire(wire, in, info.num_elements, out);
+      PSYNC_RETURN_IF_ERROR(EncodeWireChecked(wire, in, info.num_elements, out,
+                                              layout_.tensors()[info.tensor].name,
+                                              info.tensor_offset));
       push.AddChunk(id, dtype, 0, out, WireSize(id), narrowed);
       out += WireSize(id);
     }

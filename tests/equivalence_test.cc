@@ -37,6 +37,7 @@ LaunchResult Launch(const std::string& name, std::vector<std::string> flags) {
     return run;
   }
   run.exit_code = (*p)->Wait(absl::Now() + absl::Seconds(300)).value_or(-1);
+  run.output = (*p)->DrainedOutput(absl::Now() + absl::Seconds(5));
   p->reset();  // joins the output relay
   std::stringstream s;
   s << std::ifstream(summary_path).rdbuf();
@@ -204,13 +205,19 @@ TEST(EquivalenceTest, DistributedOnGpusMatchesSingleDevice) {
 }
 
 // A flag only the workers check (their data): they exit 2, bad flags, which
-// the launcher does not restart and passes on.
+// the launcher does not restart and passes on, with the worker's own error.
 TEST(EquivalenceTest, AFailingWorkerFailsTheRun) {
   std::vector<std::string> flags = Shape(2, 2, 1, 8);
   flags.push_back("--data_dir=/nonexistent/fashion-mnist");
   const absl::Time start = absl::Now();
   const LaunchResult run = Launch("failing", flags);
   EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.output.find("exited with code 2: bad flags (never restarted); its last error: "
+                            "worker "),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("cannot open /nonexistent/fashion-mnist/"), std::string::npos)
+      << run.output;
   EXPECT_LT(absl::Now() - start, absl::Seconds(60));
 }
 

@@ -27,8 +27,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "common/flags_help.h"
 #include "common/job_config.h"
 #include "common/job_flags.h"
@@ -58,6 +62,8 @@ namespace {
 
 // Longest a server may take from its (re)start to listening.
 constexpr absl::Duration kListenTimeout = absl::Seconds(30);
+// How long a failed daemon's last lines may take to reach us.
+constexpr absl::Duration kDrainWait = absl::Milliseconds(500);
 
 std::atomic<int> g_stop_signal{0};
 
@@ -72,6 +78,27 @@ std::string DescribeExit(int code) {
     if (name != nullptr) absl::StrAppend(&text, " (killed by SIG", name, ")");
   }
   return text;
+}
+
+// The text of the last error a daemon logged (a glog line of severity E or
+// F, after our "[name] " prefix), at most 400 characters; empty if none.
+// It usually names the cause where the exit code does not: a worker that
+// exits after a peer fell silent says which peer.
+std::string LastError(absl::string_view output) {
+  std::vector<absl::string_view> lines = absl::StrSplit(output, '\n', absl::SkipEmpty());
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+    absl::string_view line = *it;
+    if (const size_t prefix = line.find("] "); absl::StartsWith(line, "[") && prefix != line.npos) {
+      line.remove_prefix(prefix + 2);
+    }
+    // glog: "E1124 10:22:35.300575 <thread> file.cc:529] message"
+    const bool error = line.size() > 5 && (line[0] == 'E' || line[0] == 'F') &&
+                       absl::ascii_isdigit(line[1]) && absl::ascii_isdigit(line[4]);
+    const size_t text = line.find("] ");
+    if (!error || text == absl::string_view::npos) continue;
+    return std::string(line.substr(text + 2, 400));
+  }
+  return "";
 }
 
 // Fails if `path` exists and is not a directory.
@@ -276,22 +303,26 @@ class Launcher {
   // allows and the job has restarts left; otherwise the job fails.
   absl::Status RestartOrFail(Daemon& d, int code) {
     const std::string exited = absl::StrCat(d.name, " exited with ", DescribeExit(code));
+    // A failure of the job ends with what the daemon last logged as an error.
+    auto fail = [&](absl::StatusCode status, absl::string_view why) {
+      const std::string error = LastError(d.process->DrainedOutput(absl::Now() + kDrainWait));
+      return absl::Status(status, absl::StrCat(exited, why,
+                                               error.empty() ? "" : "; its last error: ", error));
+    };
     if (code == 2) {  // what only a daemon checks: a missing --data_dir, say
-      return absl::InvalidArgumentError(
-          absl::StrCat(exited, ": bad flags (never restarted; see its log)"));
+      return fail(absl::StatusCode::kInvalidArgument, ": bad flags (never restarted)");
     }
     if (code == 3) {
-      return absl::AbortedError(absl::StrCat(
-          exited, ": the job cannot continue (never restarted; see its log)"));
+      return fail(absl::StatusCode::kAborted, ": the job cannot continue (never restarted)");
     }
     const int max_restarts = absl::GetFlag(FLAGS_max_restarts);
     if (max_restarts == 0) {
-      return absl::AbortedError(
-          absl::StrCat(exited, " and restarts are off (--max_restarts=0)"));
+      return fail(absl::StatusCode::kAborted, " and restarts are off (--max_restarts=0)");
     }
     if (restarts_ >= max_restarts) {
-      return absl::AbortedError(absl::StrCat(exited, " and the job has used all ", max_restarts,
-                                             " restarts (--max_restarts)"));
+      return fail(absl::StatusCode::kAborted,
+                  absl::StrCat(" and the job has used all ", max_restarts,
+                               " restarts (--max_restarts)"));
     }
     ++restarts_;
     std::printf("[launch] %s; restarting it (restart %d of %d)\n", exited.c_str(), restarts_,

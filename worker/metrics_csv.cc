@@ -22,7 +22,7 @@ absl::StatusOr<std::unique_ptr<MetricsCsv>> MetricsCsv::Open(const std::string& 
 }
 
 MetricsCsv::MetricsCsv(std::string path, FILE* file, int every)
-    : path_(std::move(path)), file_(file), every_(every), start_(absl::Now()) {}
+    : path_(std::move(path)), file_(file), every_(every), start_(absl::Now()), last_flush_(start_) {}
 
 MetricsCsv::~MetricsCsv() { Close().IgnoreError(); }
 
@@ -34,6 +34,11 @@ void MetricsCsv::AddStep(const StepReport& r) {
   if (std::fprintf(file_, "step,%d,%lld,%.3f,%.6f,%.6f,,,%.1f\n", r.epoch,
                    static_cast<long long>(r.step), WallSeconds(), r.loss, r.accuracy, rate) < 0) {
     if (write_errno_ == 0) write_errno_ = errno != 0 ? errno : EIO;
+  }
+  // At most a second of rows in the buffer: a killed worker loses no more.
+  if (absl::Now() - last_flush_ >= kFlushEvery) {
+    last_flush_ = absl::Now();
+    if (std::fflush(file_) != 0 && write_errno_ == 0) write_errno_ = errno != 0 ? errno : EIO;
   }
 }
 

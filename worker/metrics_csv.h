@@ -25,6 +25,8 @@ class MetricsCsv {
   static absl::StatusOr<std::unique_ptr<MetricsCsv>> Open(const std::string& path, int every);
   ~MetricsCsv();
 
+  // Flushes a second after the last flush at most, so that a killed worker
+  // loses no more than that.
   void AddStep(const StepReport& r);
   // Flushes, so that a plot of a running job sees every epoch.
   void AddEpoch(const EpochReport& r);
@@ -39,6 +41,8 @@ class MetricsCsv {
   FILE* file_;  // null once closed
   const int every_;
   const absl::Time start_;
+  absl::Time last_flush_;
+  static constexpr absl::Duration kFlushEvery = absl::Seconds(1);
   int write_errno_ = 0;  // the first failed write's errno; 0: none
 };
 

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace psync {
@@ -65,6 +66,24 @@ TEST(MetricsCsvTest, RowsEveryNStepsAndPerEpoch) {
   EXPECT_EQ(appended.rfind(text, 0), 0u) << appended;
   EXPECT_EQ(appended.find("kind,", 1), std::string::npos) << appended;
   EXPECT_EQ(appended.size() > text.size(), true);
+}
+
+// Step rows reach the file within about a second, before any epoch ends:
+// a killed worker 0 loses no more than that.
+TEST(MetricsCsvTest, StepRowsAreFlushedWithinASecond) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/steps.csv";
+  auto csv = MetricsCsv::Open(path, 1);
+  ASSERT_TRUE(csv.ok()) << csv.status();
+  StepReport r;
+  r.epoch = 1;
+  r.step = 1;
+  (*csv)->AddStep(r);
+  absl::SleepFor(absl::Milliseconds(1100));
+  r.step = 2;
+  (*csv)->AddStep(r);
+  const std::string rows = Read(path);  // still open
+  EXPECT_NE(rows.find("step,1,1,"), std::string::npos) << rows;
+  EXPECT_NE(rows.find("step,1,2,"), std::string::npos) << rows;
 }
 
 TEST(MetricsCsvTest, AnUnwritablePathFailsAtOpenNamingIt) {

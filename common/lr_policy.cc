@@ -116,7 +116,8 @@ double LrPolicy::Rate(int64_t t, int64_t global_batch, int64_t total_steps,
   }
   if (schedule == "cosine") {
     const int64_t span = total_steps - warmup_steps;
-    if (span <= 1) return peak;
+    if (span == 1) return final_lr;  // the one step left is the last
+    if (span < 1) return peak;       // no step left (or no known end)
     const double progress =
         static_cast<double>(t - warmup_steps) / static_cast<double>(span - 1);
     return final_lr + (peak - final_lr) * (1 + std::cos(kPi * std::min(1.0, progress))) / 2;

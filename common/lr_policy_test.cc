@@ -76,6 +76,13 @@ TEST(LrPolicyTest, CosineFromThePeakToTheFinalValueAfterWarmup) {
   EXPECT_DOUBLE_EQ(p.Rate(110, 8, 111, 5), 0.1);  // last step
   EXPECT_EQ(p.Phase(10, 111, 5), 1);
   EXPECT_EQ(p.Phase(110, 111, 5), 10);
+  // One step after warmup is the last: it uses the final value too.
+  EXPECT_DOUBLE_EQ(p.Rate(9, 8, 11, 5), 1.0);
+  EXPECT_DOUBLE_EQ(p.Rate(10, 8, 11, 5), 0.1);
+  p.warmup_steps = 0;
+  EXPECT_DOUBLE_EQ(p.Rate(0, 8, 1, 5), 0.1);
+  EXPECT_DOUBLE_EQ(p.Rate(0, 8, 2, 5), 1.0);
+  EXPECT_DOUBLE_EQ(p.Rate(1, 8, 2, 5), 0.1);
 }
 
 TEST(LrPolicyTest, BadSettingsNameTheFlagAndTheValue) {

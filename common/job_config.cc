@@ -459,6 +459,10 @@ LrPolicy LrPolicyOf(const proto::JobConfig& config) {
   return p;
 }
 
+std::string UpdateRuleOf(const proto::JobConfig& config) {
+  return config.optimizer().ShortDebugString();
+}
+
 std::string JobConfigToText(const proto::JobConfig& config) {
   std::string text;
   TextFormat::PrintToString(config, &text);

@@ -62,6 +62,12 @@ std::vector<std::string> ServerAddresses(const proto::JobConfig& config);
 // The learning-rate policy of optimizer.* . REQUIRES: a validated config.
 LrPolicy LrPolicyOf(const proto::JobConfig& config);
 
+// The job's optimizer and learning-rate settings as one line (its optimizer
+// section as text), which every server and worker of a job must share: a
+// server refuses a worker with others (so servers that disagree refuse the
+// same worker, and a worker's summary reports what the servers apply).
+std::string UpdateRuleOf(const proto::JobConfig& config);
+
 // The rank given by `flag` (e.g. "--worker_rank") as `value`: a number, or
 // "auto": a server takes the ordinal its StatefulSet pod name ends in
 // ($HOSTNAME "psync-server-2" -> 2), a worker its Indexed Job's

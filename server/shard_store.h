@@ -49,6 +49,9 @@ struct ShardStoreOptions {
   // The learning rate of each step. When it is not constant it replaces
   // optimizer.learning_rate, step by step, from the registered training shape.
   LrPolicy lr_policy;
+  // UpdateRuleOf the job (optimizer and lr_policy as configured): a worker
+  // registering with another is refused. Empty: not checked.
+  std::string update_rule;
   // A worker not heard from (any request or heartbeat) for this long is
   // missing: its rank may be taken by a restarted process.
   absl::Duration worker_lease = absl::Seconds(1);
@@ -101,6 +104,8 @@ struct RegisterArgs {
   // New at every start of the worker process.
   uint64_t incarnation = 0;
   TrainingShape shape;
+  // UpdateRuleOf the worker's job; empty: not checked.
+  std::string update_rule;
 };
 
 struct RegisterResult {

@@ -705,6 +705,34 @@ TEST_F(ShardStoreTest, AJobEveryWorkerFinishedStaysFinishedAcrossARollback) {
   }
 }
 
+// A worker whose optimizer settings differ from the server's is refused,
+// naming both; one that sends none (a tool) is not checked.
+TEST(ShardStoreUpdateRuleTest, AWorkerWithOtherOptimizerSettingsIsRefused) {
+  ShardStoreOptions o;
+  o.num_workers = 2;
+  o.update_rule = "lr: 0.1 lr_schedule: \"cosine\"";
+  std::unique_ptr<ShardStore> store = ReadyStore(o);
+  const Layout layout = SmallLayout();
+  RegisterArgs args;
+  args.num_workers = 2;
+  args.layout = &layout;
+  args.claimed_fingerprint = layout.fingerprint();
+  args.incarnation = 3;
+  args.update_rule = "lr: 0.1";
+  auto refused = store->Register(args);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find(
+                "worker 0's optimizer settings are {lr: 0.1}, server 0's are {lr: 0.1 "
+                "lr_schedule: \"cosine\"}"),
+            std::string::npos)
+      << refused.status();
+  args.update_rule = o.update_rule;
+  EXPECT_TRUE(store->Register(args).ok());
+  args.worker_rank = 1;
+  args.update_rule.clear();
+  EXPECT_TRUE(store->Register(args).ok());
+}
+
 TEST(ShardStoreOptionsTest, Validate) {
   ShardStoreOptions o;
   EXPECT_TRUE(o.Validate().ok());

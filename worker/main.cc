@@ -379,6 +379,7 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   if (!wire_dtype.ok()) return BadConfig(wire_dtype.status());
   client_options.wire_dtype = *wire_dtype;
   client_options.push_window_bytes = c.training().push_window_kb() << 10;
+  client_options.update_rule = UpdateRuleOf(c);
   absl::StatusOr<TcpCongestion> tcp_congestion =
       ParseTcpCongestion(c.cluster().tcp_congestion());
   if (!tcp_congestion.ok()) return BadConfig(tcp_congestion.status());

@@ -245,6 +245,7 @@ class ParameterService final : public AsyncService {
     args.claimed_fingerprint = req->layout_fingerprint();
     args.incarnation = req->worker_incarnation();
     args.shape = TrainingShapeFromProto(req->shape());
+    args.update_rule = req->update_rule();
     auto result = store_->Register(args);
     if (!result.ok()) return result.status();
     LOG(INFO) << "server " << store_->options().server_rank << ": worker "

@@ -199,6 +199,7 @@ class GrpcPsClient final : public PsClient {
     req.set_layout_fingerprint(layout_.fingerprint());
     req.set_worker_incarnation(incarnation_);
     TrainingShapeToProto(options_.shape, req.mutable_shape());
+    req.set_update_rule(options_.update_rule);
     {
       absl::MutexLock lock(&session_mu_);
       std::fill(sessions_.begin(), sessions_.end(), 0);

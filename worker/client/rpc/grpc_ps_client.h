@@ -35,6 +35,9 @@ struct GrpcPsClientOptions {
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   // Every worker of a job has the same; the servers refuse another.
   TrainingShape shape;
+  // UpdateRuleOf the job; a server with other settings refuses it. Empty:
+  // not checked.
+  std::string update_rule;
   // A push-pull to one server is split into requests of about this many
   // payload bytes (whole chunks; a chunk larger than this goes alone), all
   // in flight at once: the server applies each request's chunks as soon as

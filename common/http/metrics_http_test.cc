@@ -33,6 +33,24 @@ TEST(MetricsHttpTest, ServesTheRegistryOnSlashMetrics) {
   EXPECT_EQ(res->status, 404);
 }
 
+// A Range header gets the whole page, not one part per range listed.
+TEST(MetricsHttpTest, RangesAreIgnored) {
+  MetricRegistry registry;
+  registry.GetCounter("psync_test_steps_total", "Steps.")->Add(5);
+  auto server = MetricsHttpServer::Start(&registry, "127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client("127.0.0.1", (*server)->port());
+  client.set_read_timeout(5, 0);
+  const auto whole = client.Get("/metrics");
+  ASSERT_TRUE(whole);
+  std::string many = "bytes=0-";
+  for (int i = 0; i < 300; ++i) many += ",0-";
+  const auto ranged = client.Get("/metrics", {{"Range", many}});
+  ASSERT_TRUE(ranged) << httplib::to_string(ranged.error());
+  EXPECT_EQ(ranged->status, 200);
+  EXPECT_EQ(ranged->body, whole->body);
+}
+
 TEST(MetricsHttpTest, APortInUseIsAnErrorNamingTheAddress) {
   MetricRegistry registry;
   auto first = MetricsHttpServer::Start(&registry, "127.0.0.1", 0);

@@ -45,6 +45,15 @@ absl::StatusOr<PeerSecurity> LoadPeerSecurity(const proto::SecurityConfig& confi
                                                    config.auth_token_file(),
                                                    " is empty, expected a token"));
   }
+  // It travels in a header of every call, and gRPC refuses a call whose
+  // headers pass 8 KiB in all (with the method's own and the deadline).
+  constexpr size_t kMaxTokenBytes = 4096;
+  if (s.token.size() > kMaxTokenBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "security.auth_token_file ", config.auth_token_file(), " holds ", s.token.size(),
+        " bytes, expected a token of at most ", kMaxTokenBytes, " (it travels in every call's "
+        "headers, which gRPC bounds at 8 KiB)"));
+  }
   for (char c : s.token) {
     // It travels in an HTTP/2 header value.
     if (c < 0x21 || c > 0x7e) {

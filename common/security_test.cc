@@ -43,6 +43,8 @@ TEST(SecurityTest, BadFilesAreRefusedByFieldAndPathNeverShowingTheToken) {
       {"auth_token_file", Write("empty", " \n"), "is empty, expected a token"},
       {"auth_token_file", Write("spaced", "secret token\n"), "not printable ASCII"},
       {"auth_token_file", Write("control", "secret\001token\n"), "not printable ASCII"},
+      {"auth_token_file", Write("long", std::string(4097, 'x') + "\n"),
+       "holds 4097 bytes, expected a token of at most 4096"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.field);

@@ -1,13 +1,14 @@
 #include "server/checkpoint_manager.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/output_path.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -25,7 +26,15 @@ absl::Status CheckWritable(const std::string& dir) {
     return absl::FailedPreconditionError(
         absl::StrCat("--checkpoint_dir is '", dir, "', which exists and is not a directory"));
   }
-  return CheckOutputPath("--checkpoint_dir", dir + "/.write-check");
+  const std::string probe = dir + "/.write-check";
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--checkpoint_dir is '", dir, "', where no file can be created: ", strerror(errno)));
+  }
+  close(fd);
+  unlink(probe.c_str());
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -460,7 +460,9 @@ LrPolicy LrPolicyOf(const proto::JobConfig& config) {
 }
 
 std::string UpdateRuleOf(const proto::JobConfig& config) {
-  return config.optimizer().ShortDebugString();
+  // Never empty (the defaults print as nothing), as empty means unchecked.
+  const std::string text = config.optimizer().ShortDebugString();
+  return text.empty() ? "optimizer { }" : absl::StrCat("optimizer { ", text, " }");
 }
 
 std::string JobConfigToText(const proto::JobConfig& config) {

@@ -31,6 +31,18 @@ TEST(JobConfigTest, DefaultsAreValid) {
   EXPECT_EQ(loaded->config.training().batch_per_device(), 32);
 }
 
+// The optimizer section as one line, never empty (empty is "unchecked"), and
+// different whenever a setting is.
+TEST(JobConfigTest, UpdateRuleIsTheOptimizerSection) {
+  proto::JobConfig a;
+  EXPECT_EQ(UpdateRuleOf(a), "optimizer { }");
+  proto::JobConfig b = a;
+  b.mutable_optimizer()->set_lr_schedule("cosine");
+  EXPECT_EQ(UpdateRuleOf(b), "optimizer { lr_schedule: \"cosine\" }");
+  b.mutable_training()->set_steps(7);  // not an optimizer setting
+  EXPECT_EQ(UpdateRuleOf(b), "optimizer { lr_schedule: \"cosine\" }");
+}
+
 TEST(JobConfigTest, ErrorsNameTheFileLineFieldValueAndExpectation) {
   auto loaded = Load("cluster { num_workers: 2 }\ntraining {\n  batch_per_device: 0\n}\n");
   EXPECT_EQ(loaded.status().message(),

@@ -251,9 +251,9 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   if (!args.update_rule.empty() && !options_.update_rule.empty() &&
       args.update_rule != options_.update_rule) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "Register: worker ", rank, "'s optimizer settings are {", args.update_rule, "}, server ",
-        options_.server_rank, "'s are {", options_.update_rule,
-        "}: every server and worker of a job needs the same (--config or the optimizer flags)"));
+        "Register: worker ", rank, "'s optimizer settings are '", args.update_rule, "', server ",
+        options_.server_rank, "'s are '", options_.update_rule,
+        "': every server and worker of a job needs the same (--config or the optimizer flags)"));
   }
   if (shard_ != nullptr) {
     absl::Status same = args.shape.CheckSame(shard_->shape);

@@ -710,7 +710,7 @@ TEST_F(ShardStoreTest, AJobEveryWorkerFinishedStaysFinishedAcrossARollback) {
 TEST(ShardStoreUpdateRuleTest, AWorkerWithOtherOptimizerSettingsIsRefused) {
   ShardStoreOptions o;
   o.num_workers = 2;
-  o.update_rule = "lr: 0.1 lr_schedule: \"cosine\"";
+  o.update_rule = "optimizer { lr: 0.1 lr_schedule: \"cosine\" }";
   std::unique_ptr<ShardStore> store = ReadyStore(o);
   const Layout layout = SmallLayout();
   RegisterArgs args;
@@ -718,12 +718,12 @@ TEST(ShardStoreUpdateRuleTest, AWorkerWithOtherOptimizerSettingsIsRefused) {
   args.layout = &layout;
   args.claimed_fingerprint = layout.fingerprint();
   args.incarnation = 3;
-  args.update_rule = "lr: 0.1";
+  args.update_rule = "optimizer { }";
   auto refused = store->Register(args);
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find(
-                "worker 0's optimizer settings are {lr: 0.1}, server 0's are {lr: 0.1 "
-                "lr_schedule: \"cosine\"}"),
+                "worker 0's optimizer settings are 'optimizer { }', server 0's are "
+                "'optimizer { lr: 0.1 lr_schedule: \"cosine\" }'"),
             std::string::npos)
       << refused.status();
   args.update_rule = o.update_rule;

@@ -239,7 +239,12 @@ class Launcher {
     config.mutable_cluster()->set_servers(server_list);
     config.mutable_server()->set_host("127.0.0.1");
     config.mutable_server()->set_port(0);         // each server's comes by flag
-    config.mutable_server()->set_health_port(0);  // one host: ports would clash
+    if (config.server().health_port() != 0) {  // one host: the servers' would clash
+      std::printf("[launch] --health_port=%d is for Kubernetes' probes, one per pod; the "
+                  "servers here answer the health check on their own ports\n",
+                  config.server().health_port());
+    }
+    config.mutable_server()->set_health_port(0);
     const std::string config_path = absl::StrCat(dir_, "/job.pbtxt");
     PSYNC_RETURN_IF_ERROR(WriteFileAtomically("job configuration", config_path,
                                               JobConfigToText(config)));

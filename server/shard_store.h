@@ -233,7 +233,7 @@ class ShardStore {
   // Once every worker has said so of one version here, each holds that
   // version's weights and the job is complete: a worker that says it again
   // is answered all_done even from a session a later rollback ended (its
-  // Finish must not take it back to train a done job; see FinishedVersion).
+  // Finish must not take it back to train a done job; see finished_version_).
   absl::StatusOr<HeartbeatResult> Heartbeat(int worker_rank, uint64_t session,
                                             int64_t done_version);
 

@@ -65,7 +65,8 @@ namespace {
 // N (SIGTERM, SIGINT) before the last step, to be run again.
 constexpr int kExitFailed = 1;
 constexpr int kExitBadConfig = 2;         // bad configuration, rank or options
-constexpr int kExitCannotContinue = 3;    // the servers refuse this worker for good
+constexpr int kExitCannotContinue = 3;    // the servers refuse this worker for good, or
+                                          // its gradients overflow --wire_dtype
 
 // A failure's exit code travels to main() in its Status, as this payload;
 // a failure without one exits kExitFailed.
@@ -168,7 +169,8 @@ std::string Json(const proto::JobConfig& c, const TrainResult& r, int64_t global
       "\"lr_policy\": \"%s\", "
       "\"learning_rate_first\": %.9g, \"learning_rate_last\": %.9g}\n",
       JsonNumber(r.last.test_accuracy, 6, tested), JsonNumber(r.last.test_loss, 6, tested),
-      JsonNumber(r.last.loss, 6), r.steps, global_batch, JsonNumber(r.samples_per_sec, 1), sha256, c.training().model(), servers, c.cluster().num_workers(),
+      JsonNumber(r.last.loss, 6), r.steps, global_batch, JsonNumber(r.samples_per_sec, 1), sha256,
+      c.training().model(), servers, c.cluster().num_workers(),
       c.training().devices(), c.training().batch_per_device(),
       c.training().accumulation_steps(), c.training().seed(),
       lr.Describe(), lr.Rate(0, global_batch, r.steps, per_epoch),
@@ -451,7 +453,9 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
                             "stopped by a signal before the last step (",
                             trained.status().message(), "); the job can be resumed")));
   }
-  if (!trained.ok() && client.refused()) {
+  // A gradient that overflows the wire's dtype (OUT_OF_RANGE, only from
+  // EncodeWireChecked) comes back at the same step after a restart.
+  if (!trained.ok() && (client.refused() || absl::IsOutOfRange(trained.status()))) {
     return WithExitCode(kExitCannotContinue, trained.status());
   }
   PSYNC_RETURN_IF_ERROR(trained.status());

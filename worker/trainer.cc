@@ -321,6 +321,14 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
   return total;
 }
 
+absl::Status Trainer::AddTestFigures(EpochReport& r) {
+  if (!options_.evaluate) return absl::OkStatus();
+  PSYNC_ASSIGN_OR_RETURN(BatchStats test, Evaluate());
+  r.test_loss = test.count > 0 ? test.loss_sum / test.count : 0;
+  r.test_accuracy = test.count > 0 ? static_cast<double>(test.correct) / test.count : 0;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<BatchStats> Trainer::Evaluate() {
   const int devices = static_cast<int>(replicas_.size());
   const int64_t per_device = (test_->size + devices - 1) / devices;
@@ -386,7 +394,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
   TrainResult result;
   BatchStats epoch_stats;
   int64_t epoch_samples = 0;  // global
-  int64_t epoch_steps = 0;    // trained by this process
+  int64_t trained_in_epoch = 0;  // steps of the epoch this process trained
   absl::Duration epoch_time, total_time;
   int64_t total_samples = 0;
   std::vector<int64_t> permutation;
@@ -398,7 +406,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
     permutation.clear();
     epoch_stats = BatchStats{};
     epoch_samples = 0;
-    epoch_steps = 0;
+    trained_in_epoch = 0;
     epoch_time = absl::ZeroDuration();
     return absl::OkStatus();
   };
@@ -427,7 +435,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
       const int64_t global = std::min(sharding_.global_batch(),
                                       train_->size - in_epoch * sharding_.global_batch());
       epoch_samples += global;
-      ++epoch_steps;
+      ++trained_in_epoch;
       total_samples += global;
       if (on_step) {
         StepReport s;
@@ -450,19 +458,15 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
         r.loss = epoch_stats.count > 0 ? epoch_stats.loss_sum / epoch_stats.count : 0;
         r.train_accuracy =
             epoch_stats.count > 0 ? static_cast<double>(epoch_stats.correct) / epoch_stats.count : 0;
-        r.trained_steps = epoch_steps;
+        r.trained_steps = trained_in_epoch;
         r.epoch_steps = in_epoch + 1;
         r.samples_per_sec = epoch_samples / std::max(1e-9, absl::ToDoubleSeconds(epoch_time));
-        if (options_.evaluate) {
-          PSYNC_ASSIGN_OR_RETURN(BatchStats test, Evaluate());
-          r.test_loss = test.count > 0 ? test.loss_sum / test.count : 0;
-          r.test_accuracy = test.count > 0 ? static_cast<double>(test.correct) / test.count : 0;
-        }
+        PSYNC_RETURN_IF_ERROR(AddTestFigures(r));
         if (on_epoch) on_epoch(r);
         result.last = r;
         epoch_stats = BatchStats{};
         epoch_samples = 0;
-        epoch_steps = 0;
+        trained_in_epoch = 0;
         epoch_time = absl::ZeroDuration();
       }
       ++step;
@@ -488,11 +492,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
     result.last.epoch = static_cast<int>((total_steps + per_epoch - 1) / per_epoch);
     result.last.step = total_steps;
     result.last.loss = result.last.train_accuracy = result.last.samples_per_sec = none;
-    if (options_.evaluate) {
-      PSYNC_ASSIGN_OR_RETURN(BatchStats test, Evaluate());
-      result.last.test_loss = test.count > 0 ? test.loss_sum / test.count : 0;
-      result.last.test_accuracy = test.count > 0 ? static_cast<double>(test.correct) / test.count : 0;
-    }
+    PSYNC_RETURN_IF_ERROR(AddTestFigures(result.last));
     LOG(INFO) << "worker " << options_.worker_rank << " joined after the last step (" << total_steps
               << "): it reports the final weights' test figures and no training figures";
     return result;

@@ -148,6 +148,8 @@ class Trainer {
   void CommLoop();
   absl::StatusOr<BatchStats> Step(int64_t step, const std::vector<int64_t>& permutation);
   absl::StatusOr<BatchStats> Evaluate();
+  // With options_.evaluate, sets r's test loss and accuracy from Evaluate().
+  absl::Status AddTestFigures(EpochReport& r);
   // Registers, pulls the servers' version and hands it to every device;
   // returns that version (the next step to train). Retries rollbacks that
   // happen meanwhile.

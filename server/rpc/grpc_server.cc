@@ -83,10 +83,13 @@ class MethodMetrics {
   std::array<std::atomic<Counter*>, kCodes> by_code_{};
 };
 
-// The bound on a Register request (see ParameterService): 65,536 tensors of
-// about 100-byte names. Parsed, a hostile one of 2-byte empty tensors takes
-// some 35 times its bytes.
+// Bounds on the requests that carry no payload beyond the others' 1 MiB
+// (AsyncService::kMaxControlRequestBytes). Register: the most tensors a
+// layout may have, with names of about 100 bytes on average (parsed, a
+// hostile one of 2-byte empty tensors takes some 35 times its bytes). Pull:
+// as many chunk ids as a layout may have, each at most 4 bytes.
 constexpr int64_t kMaxRegisterBytes = int64_t{8} << 20;
+constexpr int64_t kMaxPullBytes = 4 * Layout::kMaxChunks + 4096;
 
 size_t WireSize(const grpc::ByteBuffer& b) { return b.Length(); }
 size_t WireSize(const grpc::protobuf::MessageLite& m) { return m.ByteSizeLong(); }
@@ -125,14 +128,10 @@ class ParameterService final : public AsyncService {
       pulls_waiting_ = metrics_->GetGauge(
           "psync_server_pulls_waiting", "Pulls and push-pulls waiting for their version.");
     }
-    // Register: a layout of the most tensors a layout may have, their names
-    // some 100 bytes on average. Pull: as many chunk ids as a layout may
-    // have, each at most 4 bytes on the wire.
     Add<proto::RegisterRequest, proto::RegisterResponse>("Register", &ParameterService::Register,
                                                          kMaxRegisterBytes);
     Add<grpc::ByteBuffer, grpc::ByteBuffer>("Push", &ParameterService::Push);
-    Add<proto::PullRequest, grpc::ByteBuffer>("Pull", &ParameterService::Pull,
-                                              4 * Layout::kMaxChunks + 4096);
+    Add<proto::PullRequest, grpc::ByteBuffer>("Pull", &ParameterService::Pull, kMaxPullBytes);
     Add<grpc::ByteBuffer, grpc::ByteBuffer>("PushPull", &ParameterService::PushPull);
     Add<proto::StatusRequest, proto::StatusResponse>("GetStatus", &ParameterService::GetStatus);
     Add<proto::HeartbeatRequest, proto::HeartbeatResponse>("Heartbeat",

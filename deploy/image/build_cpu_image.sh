@@ -75,7 +75,15 @@ buildah config --user "$uid:$uid" --workingdir / --env PATH=/usr/local/bin:/usr/
   --label org.opencontainers.image.title=psync \
   --label org.opencontainers.image.revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
   "$container"
+previous=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
 buildah commit --quiet --rm "$container" "$image" >/dev/null
 trap - EXIT
+# The image this build replaced keeps its layer, untagged, until removed:
+# one per build (every test run). Remove it unless it has other names or
+# containers (podman refuses those; that is fine).
+current=$(podman image inspect --format '{{.Id}}' "$image")
+if [[ -n "$previous" && "$previous" != "$current" ]]; then
+  podman image rm "$previous" >/dev/null 2>&1 || true
+fi
 size=$(podman image inspect --format '{{.Size}}' "$image")
 say "built $image ($((size / 1000000)) MB)"

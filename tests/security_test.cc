@@ -110,23 +110,35 @@ TEST_F(SecurityTest, EveryWrongCredentialIsRefusedWithItsStatus) {
     const char* what;
     std::vector<std::string> flags;
     const char* status;
+    const char* hint;  // what the client is told to check
   };
+  constexpr char kClosedByServer[] = "the server closed the connection during the TLS handshake";
   const std::vector<Case> cases = {
-      {"plaintext", {}, "UNAVAILABLE"},
-      {"another CA", pki_.Flags("client", "other_ca", "token"), "UNAVAILABLE"},
+      {"plaintext", {}, "UNAVAILABLE", "if the server uses TLS, give this process --tls_cert"},
+      {"another CA", pki_.Flags("client", "other_ca", "token"), "UNAVAILABLE",
+       "is --tls_ca the CA that signed the server's certificate"},
       {"a client certificate from another CA", pki_.Flags("stranger", "ca", "token"),
-       "UNAVAILABLE"},
+       "UNAVAILABLE", kClosedByServer},
       {"an expired client certificate", pki_.Flags("expired_client", "ca", "token"),
-       "UNAVAILABLE"},
-      {"no token", pki_.Flags("client", "ca", ""), "UNAUTHENTICATED"},
-      {"wrong token", pki_.Flags("client", "ca", "wrong_token"), "UNAUTHENTICATED"},
+       "UNAVAILABLE", kClosedByServer},
+      {"no token", pki_.Flags("client", "ca", ""), "UNAUTHENTICATED", "token"},
+      {"wrong token", pki_.Flags("client", "ca", "wrong_token"), "UNAUTHENTICATED", "token"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     const Ended run = Ctl(address, c.flags);
     EXPECT_EQ(run.exit_code, 1) << run.output;
     EXPECT_TRUE(Contains(run.output, c.status)) << run.output;
+    EXPECT_TRUE(Contains(run.output, c.hint)) << run.output;
   }
+
+  // A plaintext worker gives up after its connect timeout, saying why.
+  const Ended plaintext = RunToEnd({Runfile("worker/psync_worker"), "--servers=" + address,
+                                    "--synthetic_samples=64", "--steps=2", "--device=cpu",
+                                    "--connect_timeout_s=2"});
+  EXPECT_NE(plaintext.exit_code, 0) << plaintext.output;
+  EXPECT_TRUE(Contains(plaintext.output, "could not be reached")) << plaintext.output;
+  EXPECT_TRUE(Contains(plaintext.output, "give this process --tls_cert")) << plaintext.output;
   const Ended right = Ctl(address, pki_.Flags("client", "ca", "token"));
   EXPECT_EQ(right.exit_code, 0) << right.output;
   EXPECT_TRUE(Contains(right.output, "ready")) << right.output;

@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/client_interceptor.h"
@@ -60,6 +62,28 @@ std::shared_ptr<grpc::Channel> CreatePeerChannel(const std::string& address,
   interceptors.push_back(std::make_unique<TokenInterceptorFactory>(security.token));
   return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, args,
                                                                  std::move(interceptors));
+}
+
+std::string ConnectionErrorMessage(const grpc::Status& st, const PeerSecurity& security) {
+  const std::string& message = st.error_message();
+  if (st.error_code() != grpc::StatusCode::UNAVAILABLE) return message;
+  const bool handshake = absl::StrContains(message, "andshake failed");
+  if (!handshake && !absl::StrContains(message, "Socket closed")) return message;
+  if (security.ca_pem.empty()) {
+    return absl::StrCat(message,
+                        " (the connection closed while it was being set up: if the server "
+                        "uses TLS, give this process --tls_cert, --tls_key and --tls_ca too)");
+  }
+  if (handshake) {
+    return absl::StrCat(message,
+                        " (TLS handshake failed: is --tls_ca the CA that signed the server's "
+                        "certificate, and is the address in that certificate's "
+                        "subjectAltName?)");
+  }
+  return absl::StrCat(message,
+                      " (the server closed the connection during the TLS handshake: does it "
+                      "use TLS, and does its --tls_ca trust this process's certificate, which "
+                      "must not have expired?)");
 }
 
 std::shared_ptr<grpc::ServerCredentials> PeerServerCredentials(const PeerSecurity& security) {

@@ -57,6 +57,12 @@ std::shared_ptr<grpc::Channel> CreatePeerChannel(const std::string& address,
                                                  const PeerSecurity& security,
                                                  const grpc::ChannelArguments& args);
 
+// `st`'s message, with a hint where the connection closed while it was being
+// set up ("Socket closed", a failed TLS handshake): gRPC says no more, and
+// the usual cause is TLS on one end only or a certificate the other end
+// does not trust. Every client's error names its peer with this.
+std::string ConnectionErrorMessage(const grpc::Status& st, const PeerSecurity& security);
+
 // A server's credentials: TLS with its certificate (requiring client
 // certificates signed by ca_pem when there is one: mutual TLS), or
 // plaintext without a certificate. The token is checked by the service.

@@ -24,7 +24,7 @@ absl::StatusOr<proto::StatusResponse> FetchServerStatus(const std::string& addre
     const absl::Status s = FromGrpcStatus(st);
     return absl::Status(s.code(), absl::StrCat("GetStatus to ", address, ": ",
                                                absl::StatusCodeToString(s.code()), ": ",
-                                               s.message()));
+                                               ConnectionErrorMessage(st, security)));
   }
   return resp;
 }

@@ -229,11 +229,7 @@ class GrpcPsClient final : public PsClient {
         if (st.ok()) continue;
         why = ServerError("Register", static_cast<int>(server), st);
         if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-          why = refused[server].ok() ? absl::DeadlineExceededError(absl::StrCat(
-                                           "Register: server ", server, " (",
-                                           options_.server_addresses[server],
-                                           ") did not answer; is it running?"))
-                                     : refused[server];
+          why = refused[server].ok() ? NoAnswer(static_cast<int>(server)) : refused[server];
         } else if (!RegisterMayRetry(st.error_code()) || cancelled_.load()) {
           return why;  // refused for good (another layout or shape, say), or cancelled by us
         } else {
@@ -678,10 +674,29 @@ class GrpcPsClient final : public PsClient {
     }
   }
 
+  // Why `server` did not answer a Register that waited for it: a call that
+  // does not wait (a GetStatus, which changes nothing) fails with the
+  // connection's own error, such as a refused connection or a failed TLS
+  // handshake.
+  absl::Status NoAnswer(int server) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    proto::StatusResponse ignored;
+    const grpc::Status probe = stubs_[server]->GetStatus(&ctx, proto::StatusRequest(), &ignored);
+    const std::string peer =
+        absl::StrCat("Register: server ", server, " (", options_.server_addresses[server], ")");
+    if (probe.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          peer, " could not be reached: ", ConnectionErrorMessage(probe, options_.security)));
+    }
+    return absl::DeadlineExceededError(absl::StrCat(peer, " did not answer; is it running?"));
+  }
+
   absl::Status ServerError(const char* op, int server, const grpc::Status& st) const {
     return absl::Status(FromGrpcStatus(st).code(),
                         absl::StrCat(op, " to server ", server, " (",
-                                     options_.server_addresses[server], "): ", st.error_message()));
+                                     options_.server_addresses[server],
+                                     "): ", ConnectionErrorMessage(st, options_.security)));
   }
 
   // A PullRequest for `ids` of `server` at `version`, in this client's dtype.

@@ -1,7 +1,9 @@
 // psync_server: serves this server's shard of the parameters until SIGTERM.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -301,9 +303,28 @@ int Run() {
   }
   if (checkpoints != nullptr && exit_code == 0) {
     // Within Kubernetes' default grace of 30 s after SIGTERM.
-    absl::Status written =
-        checkpoints->WriteNow((*store)->SnapshotForShutdown(), absl::Now() + absl::Seconds(20));
-    if (!written.ok()) LOG(ERROR) << "final checkpoint: " << written;
+    std::vector<Snapshot> snapshots = (*store)->SnapshotForShutdown();
+    int64_t state_version = 0;
+    for (const Snapshot& s : snapshots) state_version = std::max(state_version, s.version);
+    absl::Status written = checkpoints->WriteNow(std::move(snapshots),
+                                                 absl::Now() + absl::Seconds(20));
+    if (!written.ok()) {
+      // Steps after the newest checkpoint on disk are lost: say so in the
+      // exit code too, not only in the log.
+      const std::vector<CheckpointVersion> on_disk = checkpoints->Versions();
+      const int64_t newest = on_disk.empty() ? 0 : on_disk.front().version;
+      if (newest >= state_version) {
+        LOG(WARNING) << "server " << options->server_rank << ": final checkpoint: " << written
+                     << "; version " << newest << " is already on disk, nothing is lost";
+      } else {
+        LOG(ERROR) << "server " << options->server_rank << ": final checkpoint: " << written
+                   << "; the state at version " << state_version
+                   << " is NOT saved (newest checkpoint on disk: "
+                   << (newest > 0 ? absl::StrCat("version ", newest) : std::string("none"))
+                   << "); exiting 1";
+        exit_code = 1;
+      }
+    }
   }
   (*server)->Shutdown(absl::Now() + absl::Seconds(2));
   server->reset();

@@ -2,7 +2,8 @@
 // checkpoint (corrupt, truncated, another model's, an unknown format version)
 // makes the cluster fall back to the next older version; an unusable
 // --checkpoint_dir fails at start; a full disk (a file size limit) fails
-// checkpoint writes without stopping training or touching older checkpoints.
+// checkpoint writes without stopping training or touching older checkpoints,
+// and a server whose shutdown checkpoint fails with it exits 1.
 // The job is deterministic, so every run that finishes must end with the
 // undisturbed run's weights, bit for bit.
 #include <signal.h>
@@ -277,6 +278,19 @@ TEST_F(CheckpointFailureTest, FullDiskFailsCheckpointWritesButNotTraining) {
     EXPECT_GE(count, 1) << second.output;
     EXPECT_EQ(LinesWith(second.output, absl::StrCat("server ", s, " stopped (checkpoints: 0 "
                                                     "written, ", count, " failed)")).size(), 1u)
+        << second.output;
+    // The final state is lost (the shutdown checkpoint failed too): the
+    // server says so and exits 1, which the launcher reports.
+    const std::vector<std::string> final_lines =
+        LinesWith(second.output, absl::StrCat("server ", s, ": final checkpoint: "));
+    ASSERT_EQ(final_lines.size(), 1u) << second.output;
+    EXPECT_NE(final_lines[0].find(absl::StrCat("is NOT saved (newest checkpoint on disk: version ",
+                                               resumed, "); exiting 1")),
+              std::string::npos)
+        << final_lines[0];
+    EXPECT_EQ(LinesWith(second.output,
+                        absl::StrCat("[launch] server ", s, " exited with code 1 at shutdown"))
+                  .size(), 1u)
         << second.output;
   }
 

@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "common/cluster_spec.h"
 #include "common/file_util.h"
+#include "common/json_keys.h"
 #include "common/lr_policy.h"
 #include "common/model_spec.h"
 #include "common/rpc/tcp_congestion.h"
@@ -297,6 +298,7 @@ std::vector<std::string> JobConfigFieldNames() {
 absl::Status ParseJobConfig(absl::string_view name, const std::string& text,
                             LoadedJobConfig* loaded) {
   if (absl::EndsWith(name, ".json")) {
+    PSYNC_ASSIGN_OR_RETURN(const auto lines, JsonKeyLines(name, text));
     google::protobuf::util::JsonParseOptions options;
     auto s = google::protobuf::util::JsonStringToMessage(text, &loaded->config, options);
     if (!s.ok()) {
@@ -307,7 +309,10 @@ absl::Status ParseJobConfig(absl::string_view name, const std::string& text,
       if (r->HasField(loaded->config, f.section) &&
           r->GetMessage(loaded->config, f.section).GetReflection()->HasField(
               r->GetMessage(loaded->config, f.section), f.field)) {
-        loaded->sources[f.field->name()] = std::string(name);
+        auto line = lines.find(absl::StrCat(JsonFieldKey(f.section->name()), ".",
+                                            JsonFieldKey(f.field->name())));
+        loaded->sources[f.field->name()] =
+            line == lines.end() ? std::string(name) : absl::StrCat(name, ":", line->second);
       }
     }
     return absl::OkStatus();

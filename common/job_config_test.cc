@@ -148,11 +148,20 @@ TEST(JobConfigTest, JsonFilesToo) {
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->config.cluster().num_workers(), 3);
   EXPECT_EQ(loaded->config.training().model(), "cnn");
-  loaded = Load(R"({"training": {"model": "rnn"}})", "job.json");
+  loaded = Load("{\"training\": {\n  \"model\": \"rnn\"}}", "job.json");
   EXPECT_THAT(std::string(loaded.status().message()),
-              ::testing::StartsWith("job.json: training.model is \"rnn\", expected mlp, "));
+              ::testing::StartsWith("job.json:2: training.model is \"rnn\", expected mlp, "));
   loaded = Load(R"({"training": {"modle": "cnn"}})", "job.json");
   EXPECT_THAT(loaded.status().message(), HasSubstr("job.json: "));
+  // One value per field, as in the text format: not the last one silently.
+  loaded = Load("{\"optimizer\": {\"lr\": 0.1,\n  \"lr\": 0.2}}", "job.json");
+  EXPECT_THAT(std::string(loaded.status().message()),
+              ::testing::StartsWith("job.json:2:6: the key \"lr\" appears twice in one object "
+                                    "(first on line 1)"));
+  loaded = Load(R"({"optimizer": {"lr_schedule": "cosine", "lrSchedule": "step"}})", "job.json");
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("\"lrSchedule\" appears twice"));
+  loaded = Load("{\"optimizer\": {\n  \"lr\": 0.1,,\n}}", "job.json");
+  EXPECT_THAT(std::string(loaded.status().message()), ::testing::StartsWith("job.json:2:13: expected a key"));
 }
 
 // A file in a fresh folder of the test's own.

@@ -1,0 +1,95 @@
+#include "common/json_keys.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace psync {
+namespace {
+
+std::string ErrorOf(const std::string& text) {
+  auto lines = JsonKeyLines("f.json", text);
+  return lines.ok() ? "ok" : std::string(lines.status().message());
+}
+
+TEST(JsonKeyLinesTest, KeysAreFoundByPathWithTheirLines) {
+  auto lines = JsonKeyLines("f.json", R"({
+  "cluster": {"num_workers": 2,
+    "servers": ["a:1", "b:2"]},
+  "optimizer": {
+    "lrSchedule": "cosine", "list": [{"x": 1}, {"x": 2}],
+    "empty": {}, "nums": [-0.5e+3, 0, 12, true, false, null, "\"\\\/\b\f\n\r\t\u00e9"]
+  }
+})");
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  EXPECT_EQ(lines->at("cluster"), 2);
+  EXPECT_EQ(lines->at("cluster.numworkers"), 2);
+  EXPECT_EQ(lines->at("cluster.servers"), 3);
+  EXPECT_EQ(lines->at("optimizer.lrschedule"), 5);
+  EXPECT_EQ(lines->at("optimizer.list[].x"), 5);
+  EXPECT_EQ(lines->at("optimizer.nums"), 6);
+  EXPECT_EQ(JsonFieldKey("lr_schedule"), JsonFieldKey("lrSchedule"));
+}
+
+TEST(JsonKeyLinesTest, ARepeatedKeyIsRefusedWhereItRepeats) {
+  EXPECT_EQ(ErrorOf("{\"a\": {\"lr\": 1,\n \"lr\": 2}}"),
+            "f.json:2:5: the key \"lr\" appears twice in one object (first on line 1); give "
+            "each field once");
+  EXPECT_TRUE(absl::StartsWith(ErrorOf(R"({"a": {"warmup_steps": 1, "warmupSteps": 2}})"),
+                               "f.json:1:39: the key \"warmupSteps\" appears twice"));
+  // Equal keys in different objects are not repeats.
+  EXPECT_EQ(ErrorOf(R"({"a": {"lr": 1}, "b": {"lr": 2}, "c": [{"x": 1}, {"x": 2}]})"), "ok");
+}
+
+TEST(JsonKeyLinesTest, SyntaxErrorsNameLineAndColumn) {
+  const struct {
+    const char* text;
+    const char* error;
+  } cases[] = {
+      {"", "f.json:1:1: the document ends where a value was expected"},
+      {"{\"a\": 1,\n}", "f.json:2:1: expected a key"},
+      {"{\"a\" 1}", "f.json:1:6: expected ':' after a key"},
+      {"{\"a\": 1 \"b\": 2}", "f.json:1:9: expected ',' or '}'"},
+      {"[1 2]", "f.json:1:4: expected ',' or ']'"},
+      {"{\"a\": abc}", "f.json:1:7: expected a value"},
+      {"{\"a\": 01}", "f.json:1:8: not a number"},
+      {"{\"a\": 0x10}", "f.json:1:8: not a number"},
+      {"{\"a\": 1.}", "f.json:1:9: expected digits after '.'"},
+      {"{\"a\": 1e}", "f.json:1:9: expected digits in a number's exponent"},
+      {"{\"a\": -}", "f.json:1:8: expected digits in a number"},
+      {"{\"a\": \"x\\q\"}", "f.json:1:10: an unknown escape"},
+      {"{\"a\": \"\\u12g4\"}", "f.json:1:9: \\u must be followed by 4 hexadecimal digits"},
+      {"{\"a\": \"x\ny\"}", "f.json:1:9: a control character in a string"},
+      {"{\"a\": \"abc", "f.json:1:11: the document ends inside a string"},
+      {"{\"a\": 1} {}", "f.json:1:10: unexpected text after the document"},
+      {"{\"a\": 1", "f.json:1:8: expected ',' or '}'"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    EXPECT_TRUE(absl::StartsWith(ErrorOf(c.text), c.error)) << ErrorOf(c.text);
+  }
+}
+
+TEST(JsonKeyLinesTest, NestingIsBounded) {
+  std::string deep(64, '['), deeper(65, '[');
+  deep += std::string(64, ']');
+  deeper += std::string(65, ']');
+  EXPECT_EQ(ErrorOf(deep), "ok");
+  EXPECT_TRUE(absl::StrContains(ErrorOf(deeper), "nested deeper than 64")) << ErrorOf(deeper);
+  // Deeper than any stack would take, refused without recursing that far.
+  EXPECT_TRUE(absl::StrContains(ErrorOf(std::string(1 << 20, '[')), "nested deeper than 64"));
+}
+
+TEST(JsonKeyLinesTest, ManyKeysScanInLinearTime) {
+  std::string text = "{";
+  for (int i = 0; i < 100000; ++i) absl::StrAppend(&text, i ? ",\n" : "", "\"k", i, "\": ", i);
+  text += "}";
+  auto lines = JsonKeyLines("f.json", text);
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  EXPECT_EQ(lines->at("k99999"), 100000);
+}
+
+}  // namespace
+}  // namespace psync

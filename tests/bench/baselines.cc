@@ -7,9 +7,11 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -110,17 +112,26 @@ absl::Status ServeTcpEcho(const std::string& host, const std::string& port_file,
     ApplyTcpCongestion(fd, congestion, loopback);
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    int64_t n = 0;
-    while (ReadAll(fd, reinterpret_cast<char*>(&n), sizeof(n)) && n >= 0 && n < (int64_t{1} << 32)) {
+    // Each round trip: its size and piece (0: the whole), then the bytes.
+    int64_t header[2] = {0, 0};
+    while (ReadAll(fd, reinterpret_cast<char*>(header), sizeof(header))) {
+      const auto [n, piece] = header;
+      if (n < 0 || n >= (int64_t{1} << 32) || piece < 0) break;
       buf.resize(n);
-      if (!ReadAll(fd, buf.data(), n) || !WriteAll(fd, buf.data(), n)) break;
+      const int64_t step = piece == 0 ? std::max<int64_t>(n, 1) : piece;
+      bool ok = true;
+      for (int64_t off = 0; off < n && ok; off += step) {
+        const int64_t len = std::min(step, n - off);
+        ok = ReadAll(fd, buf.data() + off, len) && WriteAll(fd, buf.data() + off, len);
+      }
+      if (!ok) break;
     }
     close(fd);
   }
 }
 
 absl::StatusOr<EchoTimes> TimeTcpEcho(const std::string& host, int port, int server_pid,
-                                      int64_t bytes, int warmup, int count,
+                                      int64_t bytes, int64_t piece, int warmup, int count,
                                       const TcpCongestion& congestion) {
   PSYNC_ASSIGN_OR_RETURN(const sockaddr_in addr, Ipv4Address(host, port));
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -137,14 +148,27 @@ absl::StatusOr<EchoTimes> TimeTcpEcho(const std::string& host, int port, int ser
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
   std::vector<char> out(bytes, 1), in(bytes);
-  auto times = TimeRoundTrips(server_pid, warmup, count, [&] {
-    // The echo reads everything before it writes back, as a server must
-    // receive a whole gradient before it can answer.
-    if (!WriteAll(fd, reinterpret_cast<const char*>(&bytes), sizeof(bytes)) ||
-        !WriteAll(fd, out.data(), bytes) || !ReadAll(fd, in.data(), bytes)) {
-      return Errno("tcp echo");
+  const int64_t header[2] = {bytes, piece};
+  auto times = TimeRoundTrips(server_pid, warmup, count, [&]() -> absl::Status {
+    if (piece == 0) {
+      // The echo reads everything before it writes back, as a server must
+      // receive a whole gradient before it can answer.
+      if (!WriteAll(fd, reinterpret_cast<const char*>(header), sizeof(header)) ||
+          !WriteAll(fd, out.data(), bytes) || !ReadAll(fd, in.data(), bytes)) {
+        return Errno("tcp echo");
+      }
+      return absl::OkStatus();
     }
-    return absl::OkStatus();
+    // Cut-through: the pieces come back while later ones are still sent.
+    bool sent = false;
+    std::thread sender([&] {
+      sent = WriteAll(fd, reinterpret_cast<const char*>(header), sizeof(header)) &&
+             WriteAll(fd, out.data(), bytes);
+    });
+    const bool received = ReadAll(fd, in.data(), bytes);
+    if (!received) shutdown(fd, SHUT_RDWR);  // the sender's write fails, if it waits
+    sender.join();
+    return sent && received ? absl::OkStatus() : Errno("tcp cut-through echo");
   });
   close(fd);
   return times;

@@ -34,8 +34,13 @@ struct EchoTimes {
 
 // Sends `bytes` and reads them back, `warmup` times untimed, then `count`
 // times timed, to the echo server at `host`:`port`, process `server_pid`.
+// TCP: with `piece` 0 the echo reads all the bytes before it writes them
+// back (store-and-forward); otherwise it writes back each `piece` bytes as
+// soon as it has read them, while this process sends on from a second
+// thread (cut-through: what pipelining alone gains, with no RPC layer and
+// no work on the bytes).
 absl::StatusOr<EchoTimes> TimeTcpEcho(const std::string& host, int port, int server_pid,
-                                      int64_t bytes, int warmup, int count,
+                                      int64_t bytes, int64_t piece, int warmup, int count,
                                       const TcpCongestion& congestion);
 absl::StatusOr<EchoTimes> TimeGrpcEcho(const std::string& host, int port, int server_pid,
                                        int64_t bytes, int warmup, int count,

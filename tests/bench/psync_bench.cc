@@ -423,14 +423,16 @@ absl::StatusOr<Baseline> StartBaseline(const std::string& dir, const std::string
 
 // Warm-up and timed round trips of the model's bytes, recorded in
 // `figures` as `name` (times) and "cpu_<name>" (CPU ms per round trip).
-absl::Status TimeBaseline(const Baseline& b, bool tcp, const std::string& name,
+// TCP in pieces of `piece` bytes (0: store-and-forward; see TimeTcpEcho).
+absl::Status TimeBaseline(const Baseline& b, bool tcp, int64_t piece, const std::string& name,
                           std::map<std::string, Runs>& figures) {
   const int warmup = absl::GetFlag(FLAGS_warmup), count = absl::GetFlag(FLAGS_steps);
   const int pid = b.process->pid();
   PSYNC_ASSIGN_OR_RETURN(const TcpCongestion congestion, BenchCongestion());
   const std::string host = absl::GetFlag(FLAGS_server_host);
-  auto times = tcp ? TimeTcpEcho(host, b.port, pid, ModelBytes(), warmup, count, congestion)
-                   : TimeGrpcEcho(host, b.port, pid, ModelBytes(), warmup, count, congestion);
+  auto times =
+      tcp ? TimeTcpEcho(host, b.port, pid, ModelBytes(), piece, warmup, count, congestion)
+          : TimeGrpcEcho(host, b.port, pid, ModelBytes(), warmup, count, congestion);
   if (!times.ok()) return times.status();
   figures[name].push_back(times->ms);
   figures["cpu_" + name].push_back({times->cpu_ms});
@@ -545,8 +547,12 @@ absl::Status RunDriver() {
       figures["cpu_servers_comm_tls"].push_back((*secure)["cpu_servers_comm"]);
     }
     if (!baselines) continue;
-    status = TimeBaseline(tcp, /*tcp=*/true, "tcp", figures);
-    if (status.ok()) status = TimeBaseline(echo, /*tcp=*/false, "grpc_echo", figures);
+    status = TimeBaseline(tcp, /*tcp=*/true, /*piece=*/0, "tcp", figures);
+    if (status.ok()) {
+      status = TimeBaseline(tcp, /*tcp=*/true, absl::GetFlag(FLAGS_request_kb) << 10, "tcp_cut",
+                            figures);
+    }
+    if (status.ok()) status = TimeBaseline(echo, /*tcp=*/false, 0, "grpc_echo", figures);
   }
   tcp.process.reset();
   echo.process.reset();
@@ -636,8 +642,15 @@ absl::Status RunDriver() {
   }
   if (baselines) {
     row("plain TCP round trip", "tcp");
+    row(absl::StrFormat("TCP cut-through, %lld KiB", absl::GetFlag(FLAGS_request_kb)),
+        "tcp_cut");
     row("plain gRPC unary echo", "grpc_echo");
     ratio("psync / plain TCP", "ratio_tcp", "comm", "tcp");
+    // What pipelining alone gains over these sockets: the echo writes each
+    // request-sized piece back as it arrives, with no RPC layer and no work.
+    ratio("TCP cut-through / plain TCP (pipelining's own gain)", "ratio_cut_tcp", "tcp_cut",
+          "tcp");
+    ratio("psync / TCP cut-through", "ratio_tcp_cut", "comm", "tcp_cut");
     if (pass && n == 1 && k == 1 && absl::GetFlag(FLAGS_wire_dtype) == "float32" &&
         IsLoopbackHost(host) && netns.empty()) {
       // What any transport over the kernel's TCP must spend per step: the

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace psync {
@@ -25,6 +26,11 @@ class Scanner {
   }
 
   absl::StatusOr<absl::flat_hash_map<std::string, int>> Run() {
+    if (absl::StartsWith(text_, "\xEF\xBB\xBF")) {
+      Fail("the file starts with a UTF-8 byte order mark, which JSON does not allow; save it "
+           "without one");
+      return error_;
+    }
     SkipSpace();
     if (!Value(/*depth=*/0, /*path=*/"")) return error_;
     SkipSpace();

@@ -49,6 +49,7 @@ TEST(JsonKeyLinesTest, SyntaxErrorsNameLineAndColumn) {
     const char* error;
   } cases[] = {
       {"", "f.json:1:1: the document ends where a value was expected"},
+      {"\xEF\xBB\xBF{}", "f.json:1:1: the file starts with a UTF-8 byte order mark"},
       {"{\"a\": 1,\n}", "f.json:2:1: expected a key"},
       {"{\"a\" 1}", "f.json:1:6: expected ':' after a key"},
       {"{\"a\": 1 \"b\": 2}", "f.json:1:9: expected ',' or '}'"},

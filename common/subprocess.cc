@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,7 +27,8 @@ absl::Mutex& StdoutMutex() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(std::vector<std::string> argv,
-                                                              std::string prefix, bool echo) {
+                                                              std::string prefix, bool echo,
+                                                              int nice) {
   if (argv.empty()) return absl::InvalidArgumentError("Subprocess: empty argv");
   if (access(argv[0].c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("Subprocess: '", argv[0], "' is not an executable file"));
@@ -57,6 +59,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(std::vector<std::s
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (nice > 0) setpriority(PRIO_PROCESS, 0, nice);
     execv(args[0], args.data());
     _exit(127);
   }

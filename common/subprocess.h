@@ -24,9 +24,11 @@ class Subprocess {
  public:
   // Starts argv (argv[0] is a path). Each line the child writes to stdout or
   // stderr is kept (the last 1 MiB) and, if `echo`, written to our stdout
-  // as "<prefix>line".
+  // as "<prefix>line". A positive `nice` lowers the child's CPU priority
+  // (its nice value, before it runs anything).
   static absl::StatusOr<std::unique_ptr<Subprocess>> Start(std::vector<std::string> argv,
-                                                           std::string prefix, bool echo = true);
+                                                           std::string prefix, bool echo = true,
+                                                           int nice = 0);
   // Kills the child if it still runs, reaps it and joins the reader thread.
   ~Subprocess();
 

@@ -1,7 +1,11 @@
 #include "common/subprocess.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace psync {
@@ -28,6 +32,17 @@ TEST(SubprocessTest, StopEndsAStubbornChild) {
   ASSERT_TRUE(p.ok());
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_EQ((*p)->Stop(absl::Milliseconds(200)), 128 + SIGKILL);
+}
+
+TEST(SubprocessTest, NiceLowersTheChildsPriority) {
+  for (int nice : {0, 10}) {
+    // coreutils' nice with no command prints the niceness it runs at.
+    auto p = Subprocess::Start({"/usr/bin/nice"}, "", false, nice);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ((*p)->Wait(absl::Now() + absl::Seconds(10)), 0);
+    EXPECT_EQ((*p)->DrainedOutput(absl::Now() + absl::Seconds(10)),
+              absl::StrCat(std::max(nice, getpriority(PRIO_PROCESS, 0)), "\n"));
+  }
 }
 
 TEST(SubprocessTest, MissingBinaryIsNotFound) {

@@ -86,6 +86,16 @@ TEST(CliTest, NegativeSyntheticSamplesFailsAtStart) {
   EXPECT_FALSE(Contains(run.output, kPastStartChecks)) << run.output;
 }
 
+TEST(CliTest, LauncherBoundsItsProcessesOnOneHost) {
+  for (const char* flag : {"--num_workers=257", "--num_servers=257"}) {
+    const Ended run = RunToEnd(Launch({flag}));
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_TRUE(Contains(run.output, absl::StrCat(std::string(flag).substr(2, 11),
+                                                  " is 257, expected 1..256 on one host")))
+        << run.output;
+  }
+}
+
 TEST(CliTest, UnknownWireDTypeFailsAtStart) {
   const Ended run = RunToEnd(Worker({"--wire_dtype=fp8"}));
   EXPECT_NE(run.exit_code, 0);

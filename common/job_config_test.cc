@@ -14,6 +14,7 @@ namespace psync {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Parses, then finishes (fills in and validates) a text configuration.
 absl::StatusOr<LoadedJobConfig> Load(const std::string& text, const std::string& name = "job.pbtxt") {
@@ -156,10 +157,16 @@ TEST(JobConfigTest, JsonFilesToo) {
   // One value per field, as in the text format: not the last one silently.
   loaded = Load("{\"optimizer\": {\"lr\": 0.1,\n  \"lr\": 0.2}}", "job.json");
   EXPECT_THAT(std::string(loaded.status().message()),
-              ::testing::StartsWith("job.json:2:6: the key \"lr\" appears twice in one object "
+              ::testing::StartsWith("job.json:2:3: the key \"lr\" appears twice in one object "
                                     "(first on line 1)"));
   loaded = Load(R"({"optimizer": {"lr_schedule": "cosine", "lrSchedule": "step"}})", "job.json");
-  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("\"lrSchedule\" appears twice"));
+  EXPECT_THAT(std::string(loaded.status().message()),
+              HasSubstr("the keys \"lr_schedule\" (line 1) and \"lrSchedule\" name the same "
+                        "field"));
+  // protobuf matches field names with their case: "LR" is no spelling of lr.
+  loaded = Load(R"({"optimizer": {"lr": 0.1, "LR": 0.2}})", "job.json");
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("LR"));
+  EXPECT_THAT(std::string(loaded.status().message()), Not(HasSubstr("twice")));
   loaded = Load("{\"optimizer\": {\n  \"lr\": 0.1,,\n}}", "job.json");
   EXPECT_THAT(std::string(loaded.status().message()), ::testing::StartsWith("job.json:2:13: expected a key"));
 }

@@ -1,12 +1,14 @@
 #include "common/json_keys.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -14,6 +16,66 @@ namespace psync {
 namespace {
 
 constexpr int kMaxDepth = 64;
+// Keys are recorded this many levels deep (a section and its fields), and
+// only keys this short (no field's name is longer), so that recording stays
+// linear in the input whatever its shape.
+constexpr int kRecordedLevels = 2;
+constexpr size_t kMaxRecordedKey = 256;
+
+// `key` for a message: escaped, and at most 64 bytes of it.
+std::string Shown(absl::string_view key) {
+  constexpr size_t kShown = 64;
+  return key.size() <= kShown ? absl::StrCat("\"", absl::CHexEscape(key), "\"")
+                              : absl::StrCat("\"", absl::CHexEscape(key.substr(0, kShown)),
+                                             "...\" (", key.size(), " bytes)");
+}
+
+// Appends code point `c` as UTF-8 (surrogates too, as 3 bytes: they only
+// need to compare equal to themselves).
+void AppendUtf8(uint32_t c, std::string* out) {
+  if (c < 0x80) {
+    out->push_back(static_cast<char>(c));
+  } else if (c < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (c >> 6)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else if (c < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (c >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (c >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  }
+}
+
+// The length of the well-formed UTF-8 sequence at the start of `s` (RFC
+// 3629: no overlong forms, no surrogates, at most U+10FFFF), or 0.
+size_t Utf8Length(absl::string_view s) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char lead = byte(0);
+  size_t n = 0;
+  unsigned char low = 0x80, high = 0xBF;  // the second byte's range
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    n = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    n = 3;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    n = 4;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return 0;
+  }
+  if (s.size() < n || byte(1) < low || byte(1) > high) return 0;
+  for (size_t i = 2; i < n; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xBF) return 0;
+  }
+  return n;
+}
 
 // A recursive-descent reader of one JSON document that records where each
 // key is. Every method returns false after setting error_.
@@ -32,7 +94,8 @@ class Scanner {
       return error_;
     }
     SkipSpace();
-    if (!Value(/*depth=*/0, /*path=*/"")) return error_;
+    const std::string top;
+    if (!Value(/*depth=*/0, &top, /*levels=*/0)) return error_;
     SkipSpace();
     if (pos_ < text_.size()) {
       Fail("unexpected text after the document");
@@ -69,16 +132,18 @@ class Scanner {
     return true;
   }
 
-  bool Value(int depth, const std::string& path) {
+  // A value `depth` containers deep. Keys of an object here are recorded
+  // under `path` (`levels` keys long), unless `path` is null.
+  bool Value(int depth, const std::string* path, int levels) {
     SkipSpace();
     if ((Peek() == '{' || Peek() == '[') && depth >= kMaxDepth) {
       return Fail(absl::StrCat("nested deeper than ", kMaxDepth));
     }
     switch (Peek()) {
       case '{':
-        return Object(depth, path);
+        return Object(depth, path, levels);
       case '[':
-        return Array(depth, path);
+        return Array(depth);
       case '"': {
         std::string ignored;
         return String(&ignored);
@@ -98,9 +163,13 @@ class Scanner {
                           "or null)");
   }
 
-  bool Object(int depth, const std::string& path) {
+  bool Object(int depth, const std::string* path, int levels) {
     ++pos_;  // '{'
-    absl::flat_hash_map<std::string, int> here;  // key -> line, in this object
+    struct Seen {
+      int line;
+      std::string key;  // as written
+    };
+    absl::flat_hash_map<std::string, Seen> here;  // by JsonFieldKey, in this object
     SkipSpace();
     if (Peek() == '}') {
       ++pos_;
@@ -109,20 +178,32 @@ class Scanner {
     while (true) {
       SkipSpace();
       if (Peek() != '"') return Fail("expected a key (a string in double quotes)");
+      const size_t start = pos_;
       const int line = Line();
       std::string key;
       if (!String(&key)) return false;
-      const std::string field = JsonFieldKey(key);
-      auto [it, fresh] = here.emplace(field, line);
+      std::string field = JsonFieldKey(key);
+      auto [it, fresh] = here.try_emplace(field, Seen{line, key});
       if (!fresh) {
-        pos_ -= 1;  // point at the key's closing quote
-        return Fail(absl::StrCat("the key \"", key, "\" appears twice in one object (first on "
-                                 "line ", it->second, "); give each field once"));
+        pos_ = start;
+        const Seen& first = it->second;
+        return Fail(first.key == key
+                        ? absl::StrCat("the key ", Shown(key),
+                                       " appears twice in one object (first on line ",
+                                       first.line, "); give each field once")
+                        : absl::StrCat("the keys ", Shown(first.key), " (line ", first.line,
+                                       ") and ", Shown(key),
+                                       " name the same field; give each field once"));
       }
-      const std::string child = path.empty() ? field : absl::StrCat(path, ".", field);
-      lines_[child] = line;
+      std::string child;
+      const bool recorded =
+          path != nullptr && levels < kRecordedLevels && field.size() <= kMaxRecordedKey;
+      if (recorded) {
+        child = path->empty() ? std::move(field) : absl::StrCat(*path, ".", field);
+        lines_[child] = line;
+      }
       if (!Expect(':', "after a key")) return false;
-      if (!Value(depth + 1, child)) return false;
+      if (!Value(depth + 1, recorded ? &child : nullptr, levels + 1)) return false;
       SkipSpace();
       if (Peek() == ',') {
         ++pos_;
@@ -136,16 +217,15 @@ class Scanner {
     }
   }
 
-  bool Array(int depth, const std::string& path) {
+  bool Array(int depth) {
     ++pos_;  // '['
     SkipSpace();
     if (Peek() == ']') {
       ++pos_;
       return true;
     }
-    const std::string element = absl::StrCat(path, "[]");
     while (true) {
-      if (!Value(depth + 1, element)) return false;
+      if (!Value(depth + 1, /*path=*/nullptr, 0)) return false;
       SkipSpace();
       if (Peek() == ',') {
         ++pos_;
@@ -159,8 +239,9 @@ class Scanner {
     }
   }
 
-  // A string; its text (escapes other than \uXXXX decoded) into `out`.
+  // A string; its text, escapes decoded (as UTF-8), into `out`.
   bool String(std::string* out) {
+    const size_t start = pos_;
     ++pos_;  // '"'
     while (!AtEnd()) {
       const char c = text_[pos_];
@@ -168,8 +249,19 @@ class Scanner {
         ++pos_;
         return true;
       }
+      if (c == '\n') {
+        return Fail("a line break in a string: is its closing quote missing? (a line break in a "
+                    "string is written \\n)");
+      }
       if (static_cast<unsigned char>(c) < 0x20) {
-        return Fail("a control character in a string (write it as an escape such as \\n)");
+        return Fail("a control character in a string (write it as an escape such as \\t)");
+      }
+      if (static_cast<unsigned char>(c) >= 0x80) {
+        const size_t n = Utf8Length(text_.substr(pos_));
+        if (n == 0) return Fail("a string that is not UTF-8 (JSON text is UTF-8)");
+        absl::StrAppend(out, text_.substr(pos_, n));
+        pos_ += n;
+        continue;
       }
       if (c != '\\') {
         out->push_back(c);
@@ -186,15 +278,37 @@ class Scanner {
         continue;
       }
       if (e != 'u') return Fail("an unknown escape in a string");
-      for (int i = 1; i <= 4; ++i) {
-        if (pos_ + i >= text_.size() || !absl::ascii_isxdigit(text_[pos_ + i])) {
-          return Fail("\\u must be followed by 4 hexadecimal digits");
+      uint32_t unit;
+      if (!Hex4(&unit)) return false;
+      // A surrogate pair is one code point; a lone surrogate stays as it is.
+      uint32_t low;
+      if (unit >= 0xD800 && unit <= 0xDBFF && text_.substr(pos_, 2) == "\\u") {
+        const size_t at = pos_;
+        ++pos_;
+        if (!Hex4(&low)) return false;
+        if (low >= 0xDC00 && low <= 0xDFFF) {
+          unit = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+        } else {
+          pos_ = at;  // not a pair: the next escape on its own
         }
       }
-      absl::StrAppend(out, text_.substr(pos_ - 1, 6));
-      pos_ += 5;
+      AppendUtf8(unit, out);
     }
-    return Fail("the document ends inside a string");
+    pos_ = start;
+    return Fail("this string has no closing quote before the end of the document");
+  }
+
+  // At the 'u' of "\\uXXXX": reads the 4 hexadecimal digits into `unit`
+  // and moves past them.
+  bool Hex4(uint32_t* unit) {
+    *unit = 0;
+    for (int i = 1; i <= 4; ++i) {
+      const char h = pos_ + i < text_.size() ? text_[pos_ + i] : '\0';
+      if (!absl::ascii_isxdigit(h)) return Fail("\\u must be followed by 4 hexadecimal digits");
+      *unit = *unit * 16 + (absl::ascii_isdigit(h) ? h - '0' : absl::ascii_tolower(h) - 'a' + 10);
+    }
+    pos_ += 5;
+    return true;
   }
 
   bool Number() {
@@ -236,8 +350,14 @@ class Scanner {
 
 std::string JsonFieldKey(absl::string_view key) {
   std::string out;
+  bool upper = false;  // after '_'
   for (char c : key) {
-    if (c != '_') out.push_back(absl::ascii_tolower(c));
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    out.push_back(upper ? absl::ascii_toupper(c) : c);
+    upper = false;
   }
   return out;
 }

@@ -13,15 +13,18 @@
 
 namespace psync {
 
-// The key as protobuf's JSON parser matches it to a field: lrSchedule and
-// lr_schedule are the same key ("lrschedule").
+// The key as protobuf's JSON parser matches it to a field: a snake_case
+// name and its lowerCamelCase JSON name are one key (lr_schedule and
+// lrSchedule are "lrSchedule"); case is kept otherwise.
 std::string JsonFieldKey(absl::string_view key);
 
-// Checks `text` (the file `name`) as JSON (RFC 8259, nesting at most 64
-// deep) and that no object holds a key twice (as JsonFieldKey compares
-// them), and returns the 1-based line of every key by its path of
-// JsonFieldKeys joined with '.' ("optimizer.lr"; "[]" for an array's
-// elements). Errors read "<name>:<line>:<column>: <what>".
+// Checks `text` (the file `name`) as JSON (RFC 8259: UTF-8, no BOM,
+// nesting at most 64 containers deep) and that no object holds a key twice
+// (escapes decoded, compared as JsonFieldKey), and returns the 1-based line
+// of each key of the top object and of the objects in it, by path:
+// "optimizer" and "optimizer.lrSchedule" (JsonFieldKeys joined with '.';
+// keys over 256 bytes, which name no field, are not recorded).
+// Errors read "<name>:<line>:<column>: <what>", the column in bytes.
 absl::StatusOr<absl::flat_hash_map<std::string, int>> JsonKeyLines(absl::string_view name,
                                                                    absl::string_view text);
 

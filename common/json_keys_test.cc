@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -25,20 +26,71 @@ TEST(JsonKeyLinesTest, KeysAreFoundByPathWithTheirLines) {
 })");
   ASSERT_TRUE(lines.ok()) << lines.status();
   EXPECT_EQ(lines->at("cluster"), 2);
-  EXPECT_EQ(lines->at("cluster.numworkers"), 2);
+  EXPECT_EQ(lines->at("cluster.numWorkers"), 2);
   EXPECT_EQ(lines->at("cluster.servers"), 3);
-  EXPECT_EQ(lines->at("optimizer.lrschedule"), 5);
-  EXPECT_EQ(lines->at("optimizer.list[].x"), 5);
+  EXPECT_EQ(lines->at("optimizer.lrSchedule"), 5);
   EXPECT_EQ(lines->at("optimizer.nums"), 6);
-  EXPECT_EQ(JsonFieldKey("lr_schedule"), JsonFieldKey("lrSchedule"));
+  // Two levels only: a section and its fields.
+  EXPECT_FALSE(lines->contains("optimizer.empty.x"));
+  EXPECT_EQ(lines->size(), 8u);
+  EXPECT_EQ(JsonFieldKey("lr_schedule"), "lrSchedule");
+  EXPECT_EQ(JsonFieldKey("lrSchedule"), "lrSchedule");
+  EXPECT_NE(JsonFieldKey("LR"), JsonFieldKey("lr"));  // protobuf keeps case
+}
+
+TEST(JsonKeyLinesTest, EscapedKeysAreComparedDecoded) {
+  EXPECT_EQ(ErrorOf(R"({"lr": 1, "l\u0072": 2})"),
+            "f.json:1:11: the key \"lr\" appears twice in one object (first on line 1); give "
+            "each field once");
+  // A surrogate pair is one character: U+1F600 written raw and escaped.
+  EXPECT_TRUE(absl::StrContains(ErrorOf("{\"\xF0\x9F\x98\x80\": 1, \"\\ud83d\\ude00\": 2}"),
+                                "appears twice"));
+  EXPECT_EQ(ErrorOf(R"({"\ud83d": 1, "\ude00": 2, "\ud83d\u0041": 3})"), "ok");
+  auto lines = JsonKeyLines("f.json", "{\"\\u006fptimizer\": {\n\"lr\": 1}}");
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  EXPECT_EQ(lines->at("optimizer.lr"), 2);
+}
+
+TEST(JsonKeyLinesTest, TextMustBeUtf8) {
+  EXPECT_EQ(ErrorOf("{\"a\": \"caf\xC3\xA9 \xE2\x82\xAC \xF4\x8F\xBF\xBF\"}"), "ok");
+  for (const char* bad : {"\xFF", "\xC3", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80",
+                          "\xE2\x82"}) {
+    SCOPED_TRACE(absl::CHexEscape(bad));
+    EXPECT_EQ(ErrorOf(absl::StrCat("{\"a\": \"x", bad, "\"}")),
+              "f.json:1:9: a string that is not UTF-8 (JSON text is UTF-8)");
+  }
+}
+
+TEST(JsonKeyLinesTest, LongKeysStayLinear) {
+  // 50,000 children of one long key: recording whole paths of a 0.5 MB key
+  // would take 25 GB. Keys no field could have are not recorded.
+  for (const size_t length : {size_t{256}, size_t{500000}}) {
+    SCOPED_TRACE(length);
+    std::string text = absl::StrCat("{\"", std::string(length, 'p'), "\": {");
+    for (int i = 0; i < 50000; ++i) {
+      absl::StrAppend(&text, i ? "," : "", "\"k", i, "\": {\"x\": 0}");
+    }
+    text += "}}";
+    auto lines = JsonKeyLines("f.json", text);
+    ASSERT_TRUE(lines.ok()) << lines.status();
+    EXPECT_EQ(lines->size(), length == 256 ? 50001u : 0u);
+  }
 }
 
 TEST(JsonKeyLinesTest, ARepeatedKeyIsRefusedWhereItRepeats) {
   EXPECT_EQ(ErrorOf("{\"a\": {\"lr\": 1,\n \"lr\": 2}}"),
-            "f.json:2:5: the key \"lr\" appears twice in one object (first on line 1); give "
+            "f.json:2:2: the key \"lr\" appears twice in one object (first on line 1); give "
             "each field once");
-  EXPECT_TRUE(absl::StartsWith(ErrorOf(R"({"a": {"warmup_steps": 1, "warmupSteps": 2}})"),
-                               "f.json:1:39: the key \"warmupSteps\" appears twice"));
+  EXPECT_EQ(ErrorOf(R"({"a": {"warmup_steps": 1, "warmupSteps": 2}})"),
+            "f.json:1:27: the keys \"warmup_steps\" (line 1) and \"warmupSteps\" name the same "
+            "field; give each field once");
+  // Keys in messages are escaped and cut short.
+  EXPECT_TRUE(absl::StrContains(ErrorOf("{\"a\\\"b\": 1, \"a\\\"b\": 2}"),
+                                R"(the key "a\"b" appears twice)"));
+  const std::string long_key(100, 'k');
+  EXPECT_TRUE(absl::StrContains(
+      ErrorOf(absl::StrCat("{\"", long_key, "\": 1, \"", long_key, "\": 2}")),
+      absl::StrCat("\"", std::string(64, 'k'), "...\" (100 bytes) appears twice")));
   // Equal keys in different objects are not repeats.
   EXPECT_EQ(ErrorOf(R"({"a": {"lr": 1}, "b": {"lr": 2}, "c": [{"x": 1}, {"x": 2}]})"), "ok");
 }
@@ -62,8 +114,9 @@ TEST(JsonKeyLinesTest, SyntaxErrorsNameLineAndColumn) {
       {"{\"a\": -}", "f.json:1:8: expected digits in a number"},
       {"{\"a\": \"x\\q\"}", "f.json:1:10: an unknown escape"},
       {"{\"a\": \"\\u12g4\"}", "f.json:1:9: \\u must be followed by 4 hexadecimal digits"},
-      {"{\"a\": \"x\ny\"}", "f.json:1:9: a control character in a string"},
-      {"{\"a\": \"abc", "f.json:1:11: the document ends inside a string"},
+      {"{\"a\": \"x\ny\"}", "f.json:1:9: a line break in a string: is its closing quote missing?"},
+      {"{\"a\": \"x\ty\"}", "f.json:1:9: a control character in a string"},
+      {"{\"a\": \"abc", "f.json:1:7: this string has no closing quote"},
       {"{\"a\": 1} {}", "f.json:1:10: unexpected text after the document"},
       {"{\"a\": 1", "f.json:1:8: expected ',' or '}'"},
   };

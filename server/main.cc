@@ -309,13 +309,17 @@ int Run() {
     absl::Status written = checkpoints->WriteNow(std::move(snapshots),
                                                  absl::Now() + absl::Seconds(20));
     if (!written.ok()) {
-      // Steps after the newest checkpoint on disk are lost: say so in the
-      // exit code too, not only in the log.
+      // Unless a checkpoint on disk holds this state, the steps since the
+      // newest one are lost: say so in the exit code too, not only in the
+      // log. (A newer version on disk is of a run the cluster rolled back.)
       const std::vector<CheckpointVersion> on_disk = checkpoints->Versions();
       const int64_t newest = on_disk.empty() ? 0 : on_disk.front().version;
-      if (newest >= state_version) {
+      const bool saved =
+          std::any_of(on_disk.begin(), on_disk.end(),
+                      [&](const CheckpointVersion& v) { return v.version == state_version; });
+      if (saved) {
         LOG(WARNING) << "server " << options->server_rank << ": final checkpoint: " << written
-                     << "; version " << newest << " is already on disk, nothing is lost";
+                     << "; version " << state_version << " is already on disk, nothing is lost";
       } else {
         LOG(ERROR) << "server " << options->server_rank << ": final checkpoint: " << written
                    << "; the state at version " << state_version

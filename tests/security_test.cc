@@ -112,9 +112,9 @@ TEST_F(SecurityTest, EveryWrongCredentialIsRefusedWithItsStatus) {
     const char* status;
     const char* hint;  // what the client is told to check
   };
-  constexpr char kClosedByServer[] = "the server closed the connection during the TLS handshake";
+  constexpr char kClosedByServer[] = "the server closes the connection during the TLS handshake";
   const std::vector<Case> cases = {
-      {"plaintext", {}, "UNAVAILABLE", "if the server uses TLS, give this process --tls_cert"},
+      {"plaintext", {}, "UNAVAILABLE", "the server may use TLS: give this process --tls_cert"},
       {"another CA", pki_.Flags("client", "other_ca", "token"), "UNAVAILABLE",
        "is --tls_ca the CA that signed the server's certificate"},
       {"a client certificate from another CA", pki_.Flags("stranger", "ca", "token"),
@@ -138,7 +138,8 @@ TEST_F(SecurityTest, EveryWrongCredentialIsRefusedWithItsStatus) {
                                     "--connect_timeout_s=2"});
   EXPECT_NE(plaintext.exit_code, 0) << plaintext.output;
   EXPECT_TRUE(Contains(plaintext.output, "could not be reached")) << plaintext.output;
-  EXPECT_TRUE(Contains(plaintext.output, "give this process --tls_cert")) << plaintext.output;
+  EXPECT_TRUE(Contains(plaintext.output, "the server may use TLS: give this process --tls_cert"))
+      << plaintext.output;
   const Ended right = Ctl(address, pki_.Flags("client", "ca", "token"));
   EXPECT_EQ(right.exit_code, 0) << right.output;
   EXPECT_TRUE(Contains(right.output, "ready")) << right.output;

@@ -64,15 +64,17 @@ std::shared_ptr<grpc::Channel> CreatePeerChannel(const std::string& address,
                                                                  std::move(interceptors));
 }
 
-std::string ConnectionErrorMessage(const grpc::Status& st, const PeerSecurity& security) {
+std::string ConnectionErrorMessage(const grpc::Status& st, bool tls) {
   const std::string& message = st.error_message();
   if (st.error_code() != grpc::StatusCode::UNAVAILABLE) return message;
   const bool handshake = absl::StrContains(message, "andshake failed");
   if (!handshake && !absl::StrContains(message, "Socket closed")) return message;
-  if (security.ca_pem.empty()) {
+  // "Socket closed" also ends a call whose server died: the hints say when
+  // they apply.
+  if (!tls) {
     return absl::StrCat(message,
-                        " (the connection closed while it was being set up: if the server "
-                        "uses TLS, give this process --tls_cert, --tls_key and --tls_ca too)");
+                        " (if every attempt ends so, the server may use TLS: give this process "
+                        "--tls_cert, --tls_key and --tls_ca too)");
   }
   if (handshake) {
     return absl::StrCat(message,
@@ -81,9 +83,9 @@ std::string ConnectionErrorMessage(const grpc::Status& st, const PeerSecurity& s
                         "subjectAltName?)");
   }
   return absl::StrCat(message,
-                      " (the server closed the connection during the TLS handshake: does it "
-                      "use TLS, and does its --tls_ca trust this process's certificate, which "
-                      "must not have expired?)");
+                      " (if every attempt ends so, the server closes the connection during the "
+                      "TLS handshake: does it use TLS, and does its --tls_ca trust this "
+                      "process's certificate, which must not have expired?)");
 }
 
 std::shared_ptr<grpc::ServerCredentials> PeerServerCredentials(const PeerSecurity& security) {

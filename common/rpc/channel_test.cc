@@ -8,40 +8,32 @@
 namespace psync {
 namespace {
 
-PeerSecurity Tls() {
-  PeerSecurity security;
-  security.ca_pem = "ca";
-  security.cert_pem = "cert";
-  security.key_pem = "key";
-  return security;
-}
-
 TEST(ConnectionErrorMessageTest, OtherErrorsAreLeftAsTheyAre) {
   for (const grpc::Status& st :
        {grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Socket closed"),
         grpc::Status(grpc::StatusCode::UNAVAILABLE, "Connection refused"),
         grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong token")}) {
-    EXPECT_EQ(ConnectionErrorMessage(st, PeerSecurity()), st.error_message());
-    EXPECT_EQ(ConnectionErrorMessage(st, Tls()), st.error_message());
+    EXPECT_EQ(ConnectionErrorMessage(st, /*tls=*/false), st.error_message());
+    EXPECT_EQ(ConnectionErrorMessage(st, /*tls=*/true), st.error_message());
   }
 }
 
 TEST(ConnectionErrorMessageTest, AClosedConnectionPointsAtTls) {
   const grpc::Status closed(grpc::StatusCode::UNAVAILABLE,
                             "last error: UNAVAILABLE: ipv4:127.0.0.1:1: Socket closed");
-  const std::string plaintext = ConnectionErrorMessage(closed, PeerSecurity());
+  const std::string plaintext = ConnectionErrorMessage(closed, /*tls=*/false);
   EXPECT_TRUE(absl::StartsWith(plaintext, closed.error_message())) << plaintext;
-  EXPECT_TRUE(absl::StrContains(plaintext, "if the server uses TLS, give this process --tls_cert"))
+  EXPECT_TRUE(absl::StrContains(plaintext, "the server may use TLS: give this process --tls_cert"))
       << plaintext;
-  const std::string tls = ConnectionErrorMessage(closed, Tls());
-  EXPECT_TRUE(absl::StrContains(tls, "closed the connection during the TLS handshake")) << tls;
+  const std::string tls = ConnectionErrorMessage(closed, /*tls=*/true);
+  EXPECT_TRUE(absl::StrContains(tls, "closes the connection during the TLS handshake")) << tls;
   EXPECT_TRUE(absl::StrContains(tls, "trust this process's certificate")) << tls;
 }
 
 TEST(ConnectionErrorMessageTest, AFailedHandshakePointsAtTheCa) {
   const grpc::Status failed(grpc::StatusCode::UNAVAILABLE,
                             "Ssl handshake failed: SSL_ERROR_SSL: certificate verify failed");
-  const std::string tls = ConnectionErrorMessage(failed, Tls());
+  const std::string tls = ConnectionErrorMessage(failed, /*tls=*/true);
   EXPECT_TRUE(absl::StrContains(tls, "is --tls_ca the CA that signed the server's certificate"))
       << tls;
 }

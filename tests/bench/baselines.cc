@@ -23,13 +23,16 @@
 namespace psync {
 namespace {
 
-absl::Status Errno(const char* what) {
-  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+// `what` failed with `error` (an errno; 0: the peer closed the connection).
+absl::Status Errno(const char* what, int error = errno) {
+  return absl::InternalError(absl::StrCat(
+      what, ": ", error == 0 ? "the peer closed the connection" : std::strerror(error)));
 }
 
+// No SIGPIPE: a peer that went away is an error to report, not a signal.
 bool WriteAll(int fd, const char* p, int64_t n) {
   while (n > 0) {
-    const ssize_t w = write(fd, p, n);
+    const ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return false;
     p += w;
@@ -42,6 +45,7 @@ bool ReadAll(int fd, char* p, int64_t n) {
   while (n > 0) {
     const ssize_t r = read(fd, p, n);
     if (r < 0 && errno == EINTR) continue;
+    if (r == 0) errno = 0;  // closed
     if (r <= 0) return false;
     p += r;
     n -= r;
@@ -161,14 +165,19 @@ absl::StatusOr<EchoTimes> TimeTcpEcho(const std::string& host, int port, int ser
     }
     // Cut-through: the pieces come back while later ones are still sent.
     bool sent = false;
+    int send_error = 0;
     std::thread sender([&] {
       sent = WriteAll(fd, reinterpret_cast<const char*>(header), sizeof(header)) &&
              WriteAll(fd, out.data(), bytes);
+      if (!sent) send_error = errno;
     });
     const bool received = ReadAll(fd, in.data(), bytes);
+    const int receive_error = errno;
     if (!received) shutdown(fd, SHUT_RDWR);  // the sender's write fails, if it waits
     sender.join();
-    return sent && received ? absl::OkStatus() : Errno("tcp cut-through echo");
+    if (!received) return Errno("tcp cut-through echo: receive", receive_error);
+    if (!sent) return Errno("tcp cut-through echo: send", send_error);
+    return absl::OkStatus();
   });
   close(fd);
   return times;

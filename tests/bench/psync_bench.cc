@@ -510,8 +510,8 @@ absl::Status RunDriver() {
   const bool baselines = absl::GetFlag(FLAGS_baselines);
   // Pieces only where the model takes more than one request (one piece is
   // store-and-forward, plus a thread).
-  const int64_t request_bytes = absl::GetFlag(FLAGS_request_kb) << 10;
-  const bool cut_through = ModelBytes() > request_bytes;
+  const int64_t request_bytes = absl::GetFlag(FLAGS_request_kb) * 1024;
+  const bool cut_through = request_bytes > 0 && ModelBytes() > request_bytes;
 
   // Each run times psync, then plain TCP, then plain gRPC, back to back, so
   // that the machine's slow phases hit all three alike.

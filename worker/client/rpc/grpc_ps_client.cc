@@ -687,16 +687,23 @@ class GrpcPsClient final : public PsClient {
         absl::StrCat("Register: server ", server, " (", options_.server_addresses[server], ")");
     if (probe.error_code() == grpc::StatusCode::UNAVAILABLE) {
       return absl::DeadlineExceededError(absl::StrCat(
-          peer, " could not be reached: ", ConnectionErrorMessage(probe, options_.security)));
+          peer, " could not be reached: ",
+          ConnectionErrorMessage(probe, !options_.security.ca_pem.empty())));
+    }
+    if (probe.ok()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          peer, " is running but did not answer Register within ",
+          absl::FormatDuration(kRegisterAttempt), "; is it overloaded?"));
     }
     return absl::DeadlineExceededError(absl::StrCat(peer, " did not answer; is it running?"));
   }
 
   absl::Status ServerError(const char* op, int server, const grpc::Status& st) const {
+    const bool tls = !options_.security.ca_pem.empty();
     return absl::Status(FromGrpcStatus(st).code(),
                         absl::StrCat(op, " to server ", server, " (",
                                      options_.server_addresses[server],
-                                     "): ", ConnectionErrorMessage(st, options_.security)));
+                                     "): ", ConnectionErrorMessage(st, tls)));
   }
 
   // A PullRequest for `ids` of `server` at `version`, in this client's dtype.

@@ -169,8 +169,6 @@ absl::Status WritePidFile(const std::string& path, pid_t pid) {
   return WriteFileAtomically("--pid_dir", path, absl::StrCat(pid, "\n"));
 }
 
-// One supervised daemon. Every (re)start runs the same argv: same rank,
-// port and checkpoint directory.
 // Every step waits for the servers, and on one host CPU-bound workers
 // would take the cores from them: with 256 workers loading their data on 2
 // cores, the server did not finish the workers' connection handshakes
@@ -178,6 +176,8 @@ absl::Status WritePidFile(const std::string& path, pid_t pid) {
 // the launcher's. (The demo's samples/s: no difference measured.)
 constexpr int kWorkerNice = 10;
 
+// One supervised daemon. Every (re)start runs the same argv: same rank,
+// port and checkpoint directory.
 struct Daemon {
   std::string name;  // "server 0", "worker 1": in logs and errors
   std::vector<std::string> argv;

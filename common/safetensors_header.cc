@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 
 namespace psync {
 namespace safetensors_internal {
@@ -156,21 +157,7 @@ class HeaderParser {
     } else if (cp >= 0xdc00 && cp < 0xe000) {
       return Error("lone surrogate in \\u escape");
     }
-    if (cp < 0x80) {
-      s->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      s->push_back(static_cast<char>(0xc0 | (cp >> 6)));
-      s->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else if (cp < 0x10000) {
-      s->push_back(static_cast<char>(0xe0 | (cp >> 12)));
-      s->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      s->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else {
-      s->push_back(static_cast<char>(0xf0 | (cp >> 18)));
-      s->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
-      s->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      s->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    }
+    AppendUtf8(cp, s);
     return absl::OkStatus();
   }
   absl::StatusOr<uint32_t> Hex4() {

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -260,6 +261,29 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
 }
 
 // Records the file line of every field set in the file.
+// The line of the key that an error of protobuf's JSON parser names
+// ("(optimizer.lr): invalid value ...", "(optimizer) lrr: Cannot find
+// field.", "optimizerr: Cannot find field."), or 0. `lines` as JsonKeyLines.
+int LineOfJsonError(absl::string_view message,
+                    const absl::flat_hash_map<std::string, int>& lines) {
+  std::string path;
+  if (absl::ConsumePrefix(&message, "(")) {
+    const size_t close = message.find(')');
+    if (close == absl::string_view::npos) return 0;
+    path = std::string(message.substr(0, close));
+    message.remove_prefix(close + 1);
+    if (absl::ConsumePrefix(&message, " ")) {
+      absl::StrAppend(&path, ".", message.substr(0, message.find(':')));
+    }
+  } else {
+    path = std::string(message.substr(0, message.find(':')));
+  }
+  std::vector<std::string> keys = absl::StrSplit(path, '.');
+  for (std::string& key : keys) key = JsonFieldKey(key);
+  auto line = lines.find(absl::StrJoin(keys, "."));
+  return line == lines.end() ? 0 : line->second;
+}
+
 void RecordLines(absl::string_view name, const TextFormat::ParseInfoTree& tree,
                  const proto::JobConfig& config, ConfigSources* sources) {
   for (const FieldRef& f : AllFields()) {
@@ -302,7 +326,10 @@ absl::Status ParseJobConfig(absl::string_view name, const std::string& text,
     google::protobuf::util::JsonParseOptions options;
     auto s = google::protobuf::util::JsonStringToMessage(text, &loaded->config, options);
     if (!s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": ", s.message().ToString()));
+      const std::string message = s.message().ToString();
+      const int line = LineOfJsonError(message, lines);
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, line > 0 ? absl::StrCat(":", line) : "", ": ", message));
     }
     for (const FieldRef& f : AllFields()) {
       const Reflection* r = loaded->config.GetReflection();

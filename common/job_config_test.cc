@@ -152,8 +152,17 @@ TEST(JobConfigTest, JsonFilesToo) {
   loaded = Load("{\"training\": {\n  \"model\": \"rnn\"}}", "job.json");
   EXPECT_THAT(std::string(loaded.status().message()),
               ::testing::StartsWith("job.json:2: training.model is \"rnn\", expected mlp, "));
-  loaded = Load(R"({"training": {"modle": "cnn"}})", "job.json");
-  EXPECT_THAT(loaded.status().message(), HasSubstr("job.json: "));
+  // protobuf's own errors get the line of the key they name.
+  loaded = Load("{\"training\":\n {\"modle\": \"cnn\"}}", "job.json");
+  EXPECT_EQ(loaded.status().message(), "job.json:2: (training) modle: Cannot find field.");
+  loaded = Load("{\"cluster\": {\n\n \"numWorkers\": 1.5}}", "job.json");
+  EXPECT_THAT(std::string(loaded.status().message()),
+              ::testing::StartsWith("job.json:3: (cluster.num_workers): invalid value 1.5"));
+  loaded = Load("{\n\"trainingg\": {}}", "job.json");
+  EXPECT_EQ(loaded.status().message(), "job.json:2: trainingg: Cannot find field.");
+  loaded = Load(R"({"optimizer": {"lr": 1e400}})", "job.json");  // no key named: no line
+  EXPECT_THAT(std::string(loaded.status().message()),
+              ::testing::StartsWith("job.json: Number exceeds the range of double"));
   // One value per field, as in the text format: not the last one silently.
   loaded = Load("{\"optimizer\": {\"lr\": 0.1,\n  \"lr\": 0.2}}", "job.json");
   EXPECT_THAT(std::string(loaded.status().message()),

@@ -157,16 +157,9 @@ class Scanner {
       }
       if (!Expect(':', "after a key")) return false;
       if (!Value(depth + 1, recorded ? &child : nullptr, levels + 1)) return false;
-      SkipSpace();
-      if (Peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      if (Peek() == '}') {
-        ++pos_;
-        return true;
-      }
-      return Fail("expected ',' or '}' after a value in an object");
+      bool more;
+      if (!Separator('}', "an object", &more)) return false;
+      if (!more) return true;
     }
   }
 
@@ -177,19 +170,25 @@ class Scanner {
       ++pos_;
       return true;
     }
-    while (true) {
+    bool more = true;
+    while (more) {
       if (!Value(depth + 1, /*path=*/nullptr, 0)) return false;
-      SkipSpace();
-      if (Peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      if (Peek() == ']') {
-        ++pos_;
-        return true;
-      }
-      return Fail("expected ',' or ']' after a value in an array");
+      if (!Separator(']', "an array", &more)) return false;
     }
+    return true;
+  }
+
+  // After a value in `container`, which ends with `close`: moves past ','
+  // (*more) or `close` (!*more).
+  bool Separator(char close, absl::string_view container, bool* more) {
+    SkipSpace();
+    if (Peek() != ',' && Peek() != close) {
+      return Fail(absl::StrCat("expected ',' or '", std::string(1, close), "' after a value in ",
+                               container));
+    }
+    *more = Peek() == ',';
+    ++pos_;
+    return true;
   }
 
   // A string; its text, escapes decoded (as UTF-8), into `out`.

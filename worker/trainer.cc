@@ -392,10 +392,14 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
             << sharding_.global_batch() << ")";
 
   TrainResult result;
-  BatchStats epoch_stats;
-  int64_t epoch_samples = 0;  // global
-  int64_t trained_in_epoch = 0;  // steps of the epoch this process trained
-  absl::Duration epoch_time, total_time;
+  // What this process trained of the current epoch.
+  struct EpochFigures {
+    BatchStats stats;
+    int64_t samples = 0;  // global
+    int64_t steps = 0;
+    absl::Duration time;
+  } trained;
+  absl::Duration total_time;
   int64_t total_samples = 0;
   std::vector<int64_t> permutation;
   auto rejoin = [&](const absl::Status& why) -> absl::Status {
@@ -404,10 +408,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
     LOG(INFO) << "worker " << options_.worker_rank << ": the cluster rolled back (" << why.message()
               << "); resuming at step " << step << " (was at step " << was << ")";
     permutation.clear();
-    epoch_stats = BatchStats{};
-    epoch_samples = 0;
-    trained_in_epoch = 0;
-    epoch_time = absl::ZeroDuration();
+    trained = EpochFigures{};
     return absl::OkStatus();
   };
   while (true) {
@@ -429,13 +430,13 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
       }
       PSYNC_RETURN_IF_ERROR(stats.status());
       const absl::Duration dt = absl::Now() - t0;
-      epoch_time += dt;
-      total_time += dt;
-      epoch_stats.Add(*stats);
       const int64_t global = std::min(sharding_.global_batch(),
                                       train_->size - in_epoch * sharding_.global_batch());
-      epoch_samples += global;
-      ++trained_in_epoch;
+      trained.stats.Add(*stats);
+      trained.samples += global;
+      ++trained.steps;
+      trained.time += dt;
+      total_time += dt;
       total_samples += global;
       if (on_step) {
         StepReport s;
@@ -455,19 +456,16 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
         EpochReport r;
         r.epoch = static_cast<int>(epoch + 1);
         r.step = step + 1;
-        r.loss = epoch_stats.count > 0 ? epoch_stats.loss_sum / epoch_stats.count : 0;
-        r.train_accuracy =
-            epoch_stats.count > 0 ? static_cast<double>(epoch_stats.correct) / epoch_stats.count : 0;
-        r.trained_steps = trained_in_epoch;
+        const BatchStats& s = trained.stats;
+        r.loss = s.count > 0 ? s.loss_sum / s.count : 0;
+        r.train_accuracy = s.count > 0 ? static_cast<double>(s.correct) / s.count : 0;
+        r.trained_steps = trained.steps;
         r.epoch_steps = in_epoch + 1;
-        r.samples_per_sec = epoch_samples / std::max(1e-9, absl::ToDoubleSeconds(epoch_time));
+        r.samples_per_sec = trained.samples / std::max(1e-9, absl::ToDoubleSeconds(trained.time));
         PSYNC_RETURN_IF_ERROR(AddTestFigures(r));
         if (on_epoch) on_epoch(r);
         result.last = r;
-        epoch_stats = BatchStats{};
-        epoch_samples = 0;
-        trained_in_epoch = 0;
-        epoch_time = absl::ZeroDuration();
+        trained = EpochFigures{};
       }
       ++step;
     }

@@ -1,6 +1,9 @@
 #include "common/json_keys.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -264,6 +267,7 @@ class Scanner {
   }
 
   bool Number() {
+    const size_t start = pos_;
     auto digits = [this] {
       const size_t start = pos_;
       while (absl::ascii_isdigit(Peek())) ++pos_;
@@ -286,6 +290,15 @@ class Scanner {
     }
     if (absl::ascii_isalnum(Peek()) || Peek() == '.') {
       return Fail("not a number (JSON numbers have no leading zeros, hex or trailing letters)");
+    }
+    // Every JSON number becomes a double (or a narrower type) in the
+    // configuration: one too large for a double is an error here, where its
+    // line is known.
+    const std::string number(text_.substr(start, pos_ - start));
+    if (std::isinf(std::strtod(number.c_str(), nullptr))) {
+      pos_ = start;
+      return Fail(absl::StrCat("the number ", number,
+                               " is out of the range of a double (at most about 1.8e308)"));
     }
     return true;
   }

@@ -112,6 +112,7 @@ TEST(JsonKeyLinesTest, SyntaxErrorsNameLineAndColumn) {
       {"{\"a\": 1.}", "f.json:1:9: expected digits after '.'"},
       {"{\"a\": 1e}", "f.json:1:9: expected digits in a number's exponent"},
       {"{\"a\": -}", "f.json:1:8: expected digits in a number"},
+      {"{\"a\":\n  -1e400}", "f.json:2:3: the number -1e400 is out of the range of a double"},
       {"{\"a\": \"x\\q\"}", "f.json:1:10: an unknown escape"},
       {"{\"a\": \"\\u12g4\"}", "f.json:1:9: \\u must be followed by 4 hexadecimal digits"},
       {"{\"a\": \"x\ny\"}", "f.json:1:9: a line break in a string: is its closing quote missing?"},
@@ -134,6 +135,14 @@ TEST(JsonKeyLinesTest, NestingIsBounded) {
   EXPECT_TRUE(absl::StrContains(ErrorOf(deeper), "nested deeper than 64")) << ErrorOf(deeper);
   // Deeper than any stack would take, refused without recursing that far.
   EXPECT_TRUE(absl::StrContains(ErrorOf(std::string(1 << 20, '[')), "nested deeper than 64"));
+}
+
+TEST(JsonKeyLinesTest, NumbersInADoublesRangePass) {
+  for (const char* text : {"[1.7e308, -1.7e308, 1e-400, 0, -0.0]",
+                           "[1000000000000000000000000000000000000000000000000000000000]"}) {
+    SCOPED_TRACE(text);
+    EXPECT_TRUE(JsonKeyLines("f.json", text).ok());
+  }
 }
 
 TEST(JsonKeyLinesTest, ManyKeysScanInLinearTime) {

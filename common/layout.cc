@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace psync {
 namespace {
@@ -160,6 +161,37 @@ int64_t Layout::ServerBytes(int server) const {
   int64_t bytes = 0;
   for (int32_t id : server_chunks_[server]) bytes += chunks_[id].bytes();
   return bytes;
+}
+
+std::string LayoutDifference(const Layout& a, absl::string_view a_name, const Layout& b,
+                             absl::string_view b_name) {
+  auto differ = [&](absl::string_view what, const auto& x, const auto& y) {
+    return absl::StrCat(what, ": ", x, " in ", a_name, ", ", y, " in ", b_name);
+  };
+  auto tensor = [](const TensorSpec& t) {
+    return absl::StrCat(t.name, " [", absl::StrJoin(t.shape, ", "), "]",
+                        t.dtype == DType::kFloat32 ? "" : " (not float32)");
+  };
+  if (a.chunk_bytes() != b.chunk_bytes()) {
+    return differ("the chunk size (--chunk_kb)", absl::StrCat(a.chunk_bytes(), " bytes"),
+                  b.chunk_bytes());
+  }
+  if (a.num_servers() != b.num_servers()) {
+    return differ("the server count", a.num_servers(), b.num_servers());
+  }
+  if (a.init_seed() != b.init_seed()) return differ("the seed", a.init_seed(), b.init_seed());
+  const size_t n = std::min(a.tensors().size(), b.tensors().size());
+  for (size_t i = 0; i < n; ++i) {
+    const TensorSpec& x = a.tensors()[i];
+    const TensorSpec& y = b.tensors()[i];
+    if (x.name != y.name || x.shape != y.shape || x.dtype != y.dtype) {
+      return differ(absl::StrCat("tensor ", i), tensor(x), tensor(y));
+    }
+  }
+  if (a.tensors().size() != b.tensors().size()) {
+    return differ("the tensor count", a.tensors().size(), b.tensors().size());
+  }
+  return "";
 }
 
 }  // namespace psync

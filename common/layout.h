@@ -5,9 +5,11 @@
 #define PSYNC_COMMON_LAYOUT_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/tensor.h"
 
 namespace psync {
@@ -72,6 +74,12 @@ class Layout {
   int64_t total_elements_ = 0;
   uint64_t fingerprint_ = 0;
 };
+
+// What first tells layout `a` from `b`, in words naming `a_name` and
+// `b_name` ("the chunk size: 262144 bytes in the worker's, 131072 in the
+// server's"); "" when nothing does.
+std::string LayoutDifference(const Layout& a, absl::string_view a_name, const Layout& b,
+                             absl::string_view b_name);
 
 }  // namespace psync
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 
 namespace psync {
@@ -79,6 +81,27 @@ TEST(LayoutTest, FingerprintIsStableAndSensitive) {
   auto reshaped = Mlp();
   reshaped[0].shape = {784, 256};
   EXPECT_NE(a->fingerprint(), Layout::Create(reshaped, 64 << 10, 2, 7)->fingerprint());
+}
+
+TEST(LayoutTest, DifferenceNamesWhatDiffersFirst) {
+  const Layout a = *Layout::Create(Mlp(), 64 << 10, 2, 7);
+  EXPECT_EQ(LayoutDifference(a, "a", *Layout::Create(Mlp(), 64 << 10, 2, 7), "b"), "");
+  EXPECT_EQ(LayoutDifference(a, "a", *Layout::Create(Mlp(), 32 << 10, 2, 7), "b"),
+            "the chunk size (--chunk_kb): 65536 bytes in a, 32768 in b");
+  EXPECT_EQ(LayoutDifference(a, "a", *Layout::Create(Mlp(), 64 << 10, 3, 7), "b"),
+            "the server count: 2 in a, 3 in b");
+  EXPECT_EQ(LayoutDifference(a, "a", *Layout::Create(Mlp(), 64 << 10, 2, 8), "b"),
+            "the seed: 7 in a, 8 in b");
+  auto reshaped = Mlp();
+  reshaped[2].shape[0] += 1;
+  EXPECT_EQ(LayoutDifference(a, "a", *Layout::Create(reshaped, 64 << 10, 2, 7), "b"),
+            absl::StrCat("tensor 2: ", Mlp()[2].name, " [", absl::StrJoin(Mlp()[2].shape, ", "),
+                         "] in a, ", Mlp()[2].name, " [",
+                         absl::StrJoin(reshaped[2].shape, ", "), "] in b"));
+  auto fewer = Mlp();
+  fewer.pop_back();
+  EXPECT_EQ(LayoutDifference(a, "a", *Layout::Create(fewer, 64 << 10, 2, 7), "b"),
+            absl::StrCat("the tensor count: ", Mlp().size(), " in a, ", fewer.size(), " in b"));
 }
 
 TEST(LayoutTest, RejectsBadInput) {

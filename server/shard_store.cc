@@ -97,6 +97,9 @@ struct ShardStore::Shard {
   std::vector<std::unique_ptr<Chunk>> chunks;
   std::vector<int32_t> owned;
   bool stream_state = false;  // StreamStateFor() this server's share
+  // Where the layout came from, for errors: "restored from checkpoint
+  // version 5", "set by worker 0's registration". Set before it is shared.
+  std::string origin;
   // Set when a Restore replaced this shard: its waiters stop.
   std::atomic<bool> retired{false};
 };
@@ -238,11 +241,14 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
         absl::FormatDuration(options_.worker_lease), " (check --worker_rank)"));
   }
   if (shard_ != nullptr && shard_->layout->fingerprint() != layout.fingerprint()) {
+    const std::string difference =
+        LayoutDifference(layout, "the worker's", *shard_->layout, "the server's");
     return absl::FailedPreconditionError(absl::StrCat(
-        "Register: worker ", rank, " has layout fingerprint ", layout.fingerprint(),
-        ", but this server's layout (fixed by the first registration or a checkpoint) has "
-        "fingerprint ", shard_->layout->fingerprint(),
-        ": the model, --chunk_kb, --seed or the server count differ"));
+        "Register: worker ", rank, "'s layout (fingerprint ", layout.fingerprint(),
+        ") is not this server's (fingerprint ", shard_->layout->fingerprint(), ", ",
+        shard_->origin, "): ",
+        difference.empty() ? "the chunks are placed differently" : difference,
+        "; the model, --chunk_kb, --seed and the server count must be the job's"));
   }
   absl::Status valid = args.shape.Validate();
   if (!valid.ok()) {
@@ -264,6 +270,7 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   }
   if (shard_ == nullptr) {
     shard_ = NewShard(layout, args.shape, generation_);
+    shard_->origin = absl::StrCat("set by worker ", rank, "'s registration");
     owned_chunks_ = static_cast<int>(shard_->owned.size());
     for (int32_t id : shard_->owned) {
       Chunk& c = *shard_->chunks[id];
@@ -894,6 +901,7 @@ void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state)
   std::shared_ptr<Shard> fresh;
   if (state.has_value()) {
     fresh = NewShard(state->layout, state->shape, generation);
+    fresh->origin = absl::StrCat("restored from checkpoint version ", state->version);
     for (auto& [id, restored] : state->chunks) {
       Chunk& c = *fresh->chunks[id];
       absl::MutexLock chunk_lock(&c.mu);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
 #include "common/init.h"
 #include "common/wire_dtype.h"
 #include "gtest/gtest.h"
@@ -276,7 +277,11 @@ TEST_F(ShardStoreTest, RegistrationIsChecked) {
   const Layout other = SmallLayout(1, 6);
   auto s = Reg(*store_, 1, 2, other, other.fingerprint()).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("worker 1"), std::string::npos) << s;
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::AllOf(::testing::HasSubstr("worker 1's layout"),
+                               ::testing::HasSubstr("set by worker 0's registration"),
+                               ::testing::HasSubstr("the seed: 6 in the worker's, 5 in the "
+                                                    "server's")));
   EXPECT_EQ(Reg(*store_, 2, 2, layout_, layout_.fingerprint()).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(Reg(*store_, 0, 3, layout_, layout_.fingerprint()).status().code(),
@@ -541,6 +546,9 @@ TEST_F(ShardStoreTest, RestoreWakesWaitersAndStartsANewGeneration) {
   EXPECT_EQ(Reg(*store_, 0, 2, layout_, layout_.fingerprint()).status().code(),
             StatusCode::kUnavailable);  // not ready yet
   store_->SetReady(true);
+  const Layout other = SmallLayout(1, 6);
+  EXPECT_THAT(std::string(Reg(*store_, 0, 2, other, other.fingerprint()).status().message()),
+              ::testing::HasSubstr("restored from checkpoint version 5"));
   for (int w = 0; w < 2; ++w) {
     auto r = Reg(*store_, w, 2, layout_, layout_.fingerprint());
     ASSERT_TRUE(r.ok()) << r.status();

@@ -11,8 +11,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <fstream>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -64,12 +64,17 @@ bool ReadAll(int fd, char* p, int64_t n) {
 // baseline got; this placement keeps it at the fast one.
 class PlacedBuffer {
  public:
-  explicit PlacedBuffer(int64_t bytes = 0) { Resize(bytes); }
-  void Resize(int64_t bytes) {
-    if (bytes <= capacity_) return;
+  // False (and no buffer) when memory runs out.
+  bool Resize(int64_t bytes) {
+    if (bytes <= capacity_) return true;
     storage_.reset(static_cast<char*>(std::aligned_alloc(kPage, RoundUp(bytes + kOffset))));
+    if (storage_ == nullptr) {
+      capacity_ = -1;
+      return false;
+    }
     std::memset(storage_.get(), 1, RoundUp(bytes + kOffset));  // fault the pages in now
     capacity_ = bytes;
+    return true;
   }
   char* data() const { return storage_.get() + kOffset; }
 
@@ -151,7 +156,7 @@ absl::Status ServeTcpEcho(const std::string& host, const std::string& port_file,
     while (ReadAll(fd, reinterpret_cast<char*>(header), sizeof(header))) {
       const auto [n, piece] = header;
       if (n < 0 || n >= (int64_t{1} << 32) || piece < 0) break;
-      buf.Resize(n);
+      if (!buf.Resize(n)) break;
       const int64_t step = piece == 0 ? std::max<int64_t>(n, 1) : piece;
       bool ok = true;
       for (int64_t off = 0; off < n && ok; off += step) {
@@ -181,7 +186,12 @@ absl::StatusOr<EchoTimes> TimeTcpEcho(const std::string& host, int port, int ser
   const timeval timeout = {60, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  PlacedBuffer out(bytes), in(bytes);
+  PlacedBuffer out, in;
+  if (!out.Resize(bytes) || !in.Resize(bytes)) {
+    close(fd);
+    return absl::ResourceExhaustedError(absl::StrCat("tcp echo: no memory for 2 x ", bytes,
+                                                     " bytes"));
+  }
   const int64_t header[2] = {bytes, piece};
   auto times = TimeRoundTrips(server_pid, warmup, count, [&]() -> absl::Status {
     if (piece == 0) {

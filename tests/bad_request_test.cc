@@ -213,7 +213,10 @@ TEST_F(BadRequestTest, StepFromTheFuture) {
 
 TEST_F(BadRequestTest, SecondRegistrationWithAnotherLayout) {
   auto other = Layout::Create({{"w", {64, 65}}, {"b", {64}}}, 4096, 2, 9);
-  ExpectError(Register(1, *other), grpc::StatusCode::FAILED_PRECONDITION, "worker 1 has layout");
+  ExpectError(Register(1, *other), grpc::StatusCode::FAILED_PRECONDITION,
+              "worker 1's layout (fingerprint ");
+  ExpectError(Register(1, *other), grpc::StatusCode::FAILED_PRECONDITION,
+              "tensor 0: w [64, 65] in the worker's, w [64, 64] in the server's");
   auto bad_dtype = Layout::Create({{"w", {4}}}, 4096, 2, 9);
   proto::RegisterRequest req;
   req.set_worker_rank(0);

@@ -6,8 +6,10 @@ nest in and order within it:
   * every event of step N lies within the span "step N" (lane "step");
   * each device's "forward + backward" ends before "wait for the servers"
     ends, and "broadcast weights" starts after it ends;
-  * every step has at least one reduce, and a push-pull on each server
-    lane, each within the step;
+  * every step starts at least one push-pull, with a reduce before it when
+    there are several (CPU) devices and none with one, whose gradients go
+    out as computed; and has a push-pull on each server lane, each within
+    the step;
   * steps do not overlap, and come in order.
 
   check_trace.py TRACE.json STEPS SERVERS DEVICES   (exit 0, or 1 with the reason)
@@ -63,8 +65,12 @@ def main():
                 fail(f"step {step}: device {d}'s forward + backward ends after the wait")
         if broadcast["ts"] < wait_end:
             fail(f"step {step}: the broadcast starts before the wait ends")
-        if not any(e["lane"] == "reduce" and e["name"].startswith("reduce ") for e in events):
-            fail(f"step {step}: no reduce")
+        def on_reduce_lane(prefix):
+            return any(e["lane"] == "reduce" and e["name"].startswith(prefix) for e in events)
+        if not on_reduce_lane("start push-pull "):
+            fail(f"step {step}: no push-pull started")
+        if on_reduce_lane("reduce ") != (devices > 1):
+            fail(f"step {step}: {'a' if devices == 1 else 'no'} reduce with {devices} device(s)")
         for s in range(servers):
             pushes = [e for e in events if e["lane"] == f"server {s}"]
             if not pushes:

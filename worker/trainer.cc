@@ -128,7 +128,12 @@ absl::Status Trainer::AllocateBuffers() {
     device_grads_.push_back(std::move(g));
   }
   PSYNC_ASSIGN_OR_RETURN(host_weights_, reducer_->AllocateHost(num_params_));
-  PSYNC_ASSIGN_OR_RETURN(host_grads_, reducer_->AllocateHost(num_params_));
+  if (replicas_.size() == 1 && reducer_->devices_in_host_memory()) {
+    push_grads_ = device_grads_[0].get();  // nothing to reduce: sent as computed
+  } else {
+    PSYNC_ASSIGN_OR_RETURN(host_grads_, reducer_->AllocateHost(num_params_));
+    push_grads_ = host_grads_.get();
+  }
   return absl::OkStatus();
 }
 
@@ -156,16 +161,16 @@ absl::Status Trainer::RunPush(const PushJob& job) {
   std::vector<float*> grads(devices);
   for (int d = 0; d < devices; ++d) grads[d] = device_grads_[d].get() + offset;
   const std::string tensors = absl::StrCat("tensors ", job.first, "..", job.end - 1);
-  {
+  if (push_grads_ != device_grads_[0].get()) {
     TraceSpan span(options_.tracer, job.step, "reduce", "reduce " + tensors);
     const absl::Time start = absl::Now();
     absl::Status reduced =
-        reducer_->Reduce(job.first, job.end, grads, count, host_grads_.get() + offset);
+        reducer_->Reduce(job.first, job.end, grads, count, push_grads_ + offset);
     reduce_ns_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start));
     PSYNC_RETURN_IF_ERROR(reduced);
   }
   TraceSpan span(options_.tracer, job.step, "reduce", "start push-pull " + tensors);
-  return client_->StartPushPull(job.step, job.samples, job.first, job.end, host_grads_.get(),
+  return client_->StartPushPull(job.step, job.samples, job.first, job.end, push_grads_,
                                 host_weights_.get());
 }
 

@@ -15,6 +15,7 @@ class CpuReducer final : public Reducer {
   static absl::StatusOr<std::unique_ptr<Reducer>> Create(int num_devices);
 
   int num_devices() const override { return num_devices_; }
+  bool devices_in_host_memory() const override { return true; }
   absl::StatusOr<Buffer> AllocateDevice(int device, int64_t n) override;
   absl::StatusOr<Buffer> AllocateHost(int64_t n) override;
   absl::Status Reduce(int first_tensor, int end_tensor, absl::Span<float* const> device_in,

@@ -43,6 +43,11 @@ class Reducer {
   // and the reporting thread reduces it directly.
   virtual bool asynchronous() const { return false; }
 
+  // Whether device buffers are host memory the PsClient can send from (CPU
+  // devices): then a lone device's gradients go out as they are, with no
+  // Reduce into a host buffer.
+  virtual bool devices_in_host_memory() const { return false; }
+
   // Notes, on device `device`'s own thread right after its model reported
   // tensors [first_tensor, end_tensor) ready, the point in that device's
   // queued work after which those gradients are final; a later Reduce of

@@ -155,13 +155,12 @@ void Trainer::Push(const PushJob& job) {
 }
 
 absl::Status Trainer::RunPush(const PushJob& job) {
-  const int devices = static_cast<int>(replicas_.size());
-  const int64_t offset = tensor_offsets_[job.first];
-  const int64_t count = tensor_offsets_[job.end] - offset;
-  std::vector<float*> grads(devices);
-  for (int d = 0; d < devices; ++d) grads[d] = device_grads_[d].get() + offset;
   const std::string tensors = absl::StrCat("tensors ", job.first, "..", job.end - 1);
   if (push_grads_ != device_grads_[0].get()) {
+    const int64_t offset = tensor_offsets_[job.first];
+    const int64_t count = tensor_offsets_[job.end] - offset;
+    std::vector<float*> grads;
+    for (const Reducer::Buffer& g : device_grads_) grads.push_back(g.get() + offset);
     TraceSpan span(options_.tracer, job.step, "reduce", "reduce " + tensors);
     const absl::Time start = absl::Now();
     absl::Status reduced =

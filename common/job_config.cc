@@ -260,7 +260,6 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   return check.status();
 }
 
-// Records the file line of every field set in the file.
 // The line of the key that an error of protobuf's JSON parser names
 // ("(optimizer.lr): invalid value ...", "(optimizer) lrr: Cannot find
 // field.", "optimizerr: Cannot find field."), or 0. `lines` as JsonKeyLines.
@@ -284,6 +283,7 @@ int LineOfJsonError(absl::string_view message,
   return line == lines.end() ? 0 : line->second;
 }
 
+// Records the file line of every field set in the file.
 void RecordLines(absl::string_view name, const TextFormat::ParseInfoTree& tree,
                  const proto::JobConfig& config, ConfigSources* sources) {
   for (const FieldRef& f : AllFields()) {

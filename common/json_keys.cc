@@ -269,9 +269,9 @@ class Scanner {
   bool Number() {
     const size_t start = pos_;
     auto digits = [this] {
-      const size_t start = pos_;
+      const size_t first = pos_;
       while (absl::ascii_isdigit(Peek())) ++pos_;
-      return pos_ > start;
+      return pos_ > first;
     };
     if (Peek() == '-') ++pos_;
     if (Peek() == '0') {

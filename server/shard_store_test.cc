@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "gmock/gmock.h"
 #include "common/init.h"
 #include "common/wire_dtype.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace psync {

@@ -128,11 +128,10 @@ absl::Status Trainer::AllocateBuffers() {
     device_grads_.push_back(std::move(g));
   }
   PSYNC_ASSIGN_OR_RETURN(host_weights_, reducer_->AllocateHost(num_params_));
-  if (replicas_.size() == 1 && reducer_->devices_in_host_memory()) {
-    push_grads_ = device_grads_[0].get();  // nothing to reduce: sent as computed
-  } else {
+  // A lone device in host memory has nothing to reduce: its gradients are
+  // sent as computed, and host_grads_ stays empty.
+  if (replicas_.size() > 1 || !reducer_->devices_in_host_memory()) {
     PSYNC_ASSIGN_OR_RETURN(host_grads_, reducer_->AllocateHost(num_params_));
-    push_grads_ = host_grads_.get();
   }
   return absl::OkStatus();
 }
@@ -156,7 +155,8 @@ void Trainer::Push(const PushJob& job) {
 
 absl::Status Trainer::RunPush(const PushJob& job) {
   const std::string tensors = absl::StrCat("tensors ", job.first, "..", job.end - 1);
-  if (push_grads_ != device_grads_[0].get()) {
+  float* const push_grads = host_grads_ ? host_grads_.get() : device_grads_[0].get();
+  if (host_grads_) {
     const int64_t offset = tensor_offsets_[job.first];
     const int64_t count = tensor_offsets_[job.end] - offset;
     std::vector<float*> grads;
@@ -164,12 +164,12 @@ absl::Status Trainer::RunPush(const PushJob& job) {
     TraceSpan span(options_.tracer, job.step, "reduce", "reduce " + tensors);
     const absl::Time start = absl::Now();
     absl::Status reduced =
-        reducer_->Reduce(job.first, job.end, grads, count, push_grads_ + offset);
+        reducer_->Reduce(job.first, job.end, grads, count, push_grads + offset);
     reduce_ns_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start));
     PSYNC_RETURN_IF_ERROR(reduced);
   }
   TraceSpan span(options_.tracer, job.step, "reduce", "start push-pull " + tensors);
-  return client_->StartPushPull(job.step, job.samples, job.first, job.end, push_grads_,
+  return client_->StartPushPull(job.step, job.samples, job.first, job.end, push_grads,
                                 host_weights_.get());
 }
 
@@ -328,8 +328,8 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
 absl::Status Trainer::AddTestFigures(EpochReport& r) {
   if (!options_.evaluate) return absl::OkStatus();
   PSYNC_ASSIGN_OR_RETURN(BatchStats test, Evaluate());
-  r.test_loss = test.count > 0 ? test.loss_sum / test.count : 0;
-  r.test_accuracy = test.count > 0 ? static_cast<double>(test.correct) / test.count : 0;
+  r.test_loss = test.MeanLoss();
+  r.test_accuracy = test.Accuracy();
   return absl::OkStatus();
 }
 
@@ -446,8 +446,8 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
         StepReport s;
         s.epoch = static_cast<int>(epoch + 1);
         s.step = step + 1;
-        s.loss = stats->count > 0 ? stats->loss_sum / stats->count : 0;
-        s.accuracy = stats->count > 0 ? static_cast<double>(stats->correct) / stats->count : 0;
+        s.loss = stats->MeanLoss();
+        s.accuracy = stats->Accuracy();
         s.seconds = absl::ToDoubleSeconds(dt);
         s.samples = global;
         s.compute_seconds = absl::ToDoubleSeconds(compute_time_);
@@ -460,9 +460,8 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
         EpochReport r;
         r.epoch = static_cast<int>(epoch + 1);
         r.step = step + 1;
-        const BatchStats& s = trained.stats;
-        r.loss = s.count > 0 ? s.loss_sum / s.count : 0;
-        r.train_accuracy = s.count > 0 ? static_cast<double>(s.correct) / s.count : 0;
+        r.loss = trained.stats.MeanLoss();
+        r.train_accuracy = trained.stats.Accuracy();
         r.trained_steps = trained.steps;
         r.epoch_steps = in_epoch + 1;
         r.samples_per_sec = trained.samples / std::max(1e-9, absl::ToDoubleSeconds(trained.time));

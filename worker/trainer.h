@@ -173,9 +173,8 @@ class Trainer {
   std::vector<std::vector<uint8_t>> device_labels_;
   // Host buffers from the Reducer (pinned where possible): what the PsClient
   // sends and receives. The gradients it sends are host_grads_, or a lone
-  // CPU device's own (host_grads_ then stays empty).
+  // CPU device's own when host_grads_ is empty.
   Reducer::Buffer host_weights_, host_grads_;
-  float* push_grads_ = nullptr;
 
   absl::Mutex comm_mu_;
   std::deque<PushJob> comm_queue_ ABSL_GUARDED_BY(comm_mu_);

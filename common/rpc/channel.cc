@@ -44,13 +44,16 @@ class TokenInterceptorFactory final
   const std::string value_;
 };
 
+// A client speaks TLS when it has a CA to verify servers with.
+bool SpeaksTls(const PeerSecurity& security) { return !security.ca_pem.empty(); }
+
 }  // namespace
 
 std::shared_ptr<grpc::Channel> CreatePeerChannel(const std::string& address,
                                                  const PeerSecurity& security,
                                                  const grpc::ChannelArguments& args) {
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (!security.ca_pem.empty()) {
+  if (SpeaksTls(security)) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = security.ca_pem;
     ssl.pem_private_key = security.key_pem;
@@ -64,7 +67,8 @@ std::shared_ptr<grpc::Channel> CreatePeerChannel(const std::string& address,
                                                                  std::move(interceptors));
 }
 
-std::string ConnectionErrorMessage(const grpc::Status& st, bool tls) {
+std::string ConnectionErrorMessage(const grpc::Status& st, const PeerSecurity& security) {
+  const bool tls = SpeaksTls(security);
   const std::string& message = st.error_message();
   if (st.error_code() != grpc::StatusCode::UNAVAILABLE) return message;
   const bool handshake = absl::StrContains(message, "andshake failed");

@@ -61,8 +61,8 @@ std::shared_ptr<grpc::Channel> CreatePeerChannel(const std::string& address,
 // set up ("Socket closed", a failed TLS handshake): gRPC says no more, and
 // the usual cause is TLS on one end only or a certificate the other end
 // does not trust. Every client's error names its peer with this.
-// `tls`: whether this process speaks TLS to its peers.
-std::string ConnectionErrorMessage(const grpc::Status& st, bool tls);
+// `security`: what this process's channels use (CreatePeerChannel's).
+std::string ConnectionErrorMessage(const grpc::Status& st, const PeerSecurity& security);
 
 // A server's credentials: TLS with its certificate (requiring client
 // certificates signed by ca_pem when there is one: mutual TLS), or

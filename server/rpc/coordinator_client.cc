@@ -14,9 +14,8 @@ JoinFunction CreateGrpcJoinFn(const std::string& address, int num_servers, absl:
                               const PeerSecurity& security) {
   std::shared_ptr<proto::ParameterServer::Stub> stub = proto::ParameterServer::NewStub(
       CreatePeerChannel(address, security, PeerChannelArguments()));
-  const bool tls = !security.ca_pem.empty();
   return [stub, address, num_servers, timeout,
-          tls](const JoinInfo& info) -> absl::StatusOr<JoinReply> {
+          security](const JoinInfo& info) -> absl::StatusOr<JoinReply> {
     proto::JoinRequest req;
     req.set_server_rank(info.server_rank);
     req.set_num_servers(num_servers);
@@ -35,7 +34,7 @@ JoinFunction CreateGrpcJoinFn(const std::string& address, int num_servers, absl:
     if (!st.ok()) {
       absl::Status s = FromGrpcStatus(st);
       return absl::Status(s.code(), absl::StrCat("Join to the coordinator (server 0, ", address,
-                                                 "): ", ConnectionErrorMessage(st, tls)));
+                                                 "): ", ConnectionErrorMessage(st, security)));
     }
     return JoinReply{resp.target_generation(), resp.target_version(), resp.ready()};
   };

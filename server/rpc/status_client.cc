@@ -22,10 +22,9 @@ absl::StatusOr<proto::StatusResponse> FetchServerStatus(const std::string& addre
   const grpc::Status st = stub->GetStatus(&ctx, proto::StatusRequest(), &resp);
   if (!st.ok()) {
     const absl::Status s = FromGrpcStatus(st);
-    const bool tls = !security.ca_pem.empty();
     return absl::Status(s.code(), absl::StrCat("GetStatus to ", address, ": ",
                                                absl::StatusCodeToString(s.code()), ": ",
-                                               ConnectionErrorMessage(st, tls)));
+                                               ConnectionErrorMessage(st, security)));
   }
   return resp;
 }

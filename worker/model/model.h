@@ -30,6 +30,9 @@ struct BatchStats {
     correct += o.correct;
     count += o.count;
   }
+  // Per sample; 0 without samples.
+  double MeanLoss() const { return count > 0 ? loss_sum / count : 0; }
+  double Accuracy() const { return count > 0 ? static_cast<double>(correct) / count : 0; }
 };
 
 // A model replica. Weights and gradients are flat float vectors holding the

@@ -688,7 +688,7 @@ class GrpcPsClient final : public PsClient {
     if (probe.error_code() == grpc::StatusCode::UNAVAILABLE) {
       return absl::DeadlineExceededError(absl::StrCat(
           peer, " could not be reached: ",
-          ConnectionErrorMessage(probe, !options_.security.ca_pem.empty())));
+          ConnectionErrorMessage(probe, options_.security)));
     }
     if (probe.ok()) {
       return absl::DeadlineExceededError(absl::StrCat(
@@ -699,11 +699,10 @@ class GrpcPsClient final : public PsClient {
   }
 
   absl::Status ServerError(const char* op, int server, const grpc::Status& st) const {
-    const bool tls = !options_.security.ca_pem.empty();
     return absl::Status(FromGrpcStatus(st).code(),
                         absl::StrCat(op, " to server ", server, " (",
                                      options_.server_addresses[server],
-                                     "): ", ConnectionErrorMessage(st, tls)));
+                                     "): ", ConnectionErrorMessage(st, options_.security)));
   }
 
   // A PullRequest for `ids` of `server` at `version`, in this client's dtype.

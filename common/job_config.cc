@@ -1,9 +1,15 @@
 #include "common/job_config.h"
 
+#include <limits.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
@@ -76,11 +82,33 @@ class FirstError : public google::protobuf::io::ErrorCollector {
   std::string error_;
 };
 
-// What an error is about: "--flag" for a value from a flag, else where the
-// value came from and the field.
+// What an error is about: "--flag" for a value from a flag, where the value
+// came from and the field for one from a file, and the flag for a default
+// (a field that another one's value needs set).
 std::string Subject(absl::string_view source, const FieldRef& f) {
   if (absl::StartsWith(source, "--")) return std::string(source);
-  return absl::StrCat(source.empty() ? "default" : source, ": ", f.path());
+  if (source.empty()) return absl::StrCat("--", f.field->name(), " (not set)");
+  return absl::StrCat(source, ": ", f.path());
+}
+
+// `path` made absolute, without "." and ".." parts and repeated slashes (no
+// links followed): two spellings of one file compare equal.
+std::string NormalPath(const std::string& path) {
+  std::string full = path;
+  char cwd[PATH_MAX];
+  if (!absl::StartsWith(path, "/") && getcwd(cwd, sizeof(cwd)) != nullptr) {
+    full = absl::StrCat(cwd, "/", path);
+  }
+  std::vector<absl::string_view> parts;
+  for (absl::string_view part : absl::StrSplit(full, '/', absl::SkipEmpty())) {
+    if (part == ".") continue;
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+      continue;
+    }
+    parts.push_back(part);
+  }
+  return absl::StrCat("/", absl::StrJoin(parts, "/"));
 }
 
 // The value of a leaf field in text form, for messages.
@@ -156,6 +184,8 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   check.Expect("wire_dtype", ParseWireDType(t.wire_dtype()).ok(), kWireDTypeChoices);
   check.Expect("push_window_kb", t.push_window_kb() >= 0 && t.push_window_kb() <= (1 << 30),
                "0..1073741824 (0: automatic)");
+  check.Expect("overlap_min_kb", t.overlap_min_kb() >= 0 && t.overlap_min_kb() <= (1 << 30),
+               "0..1073741824 (0: push each layer as soon as it is ready)");
   check.Expect("epochs", t.epochs() >= 1, ">= 1");
   check.Expect("steps", t.steps() >= 0, ">= 0 (0: train --epochs)");
   check.Expect("chunk_kb", t.chunk_kb() >= 1 && t.chunk_kb() <= (1 << 20), "1..1048576");
@@ -225,6 +255,22 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   check.Expect("metrics_csv_every", c.output().metrics_csv_every() >= 1, ">= 1");
   check.Expect("trace_steps", c.output().trace_steps() >= 1 && c.output().trace_steps() <= 10000,
                "1..10000 (a trace is kept in memory until the end)");
+  // Output files written over each other would keep only the last one.
+  const std::pair<const char*, std::string> outputs[] = {
+      {"export_path", c.output().export_path()},
+      {"summary", c.output().summary()},
+      {"metrics_csv", c.output().metrics_csv()},
+      {"trace", absl::StrReplaceAll(c.output().trace(), {{"{rank}", "0"}})},  // worker 0's
+  };
+  for (size_t i = 0; i < std::size(outputs); ++i) {
+    for (size_t j = i + 1; j < std::size(outputs) && !outputs[i].second.empty(); ++j) {
+      const std::string path = NormalPath(outputs[i].second);
+      check.Expect(outputs[j].first,
+                   outputs[j].second.empty() || NormalPath(outputs[j].second) != path,
+                   absl::StrCat("another file than output.", outputs[i].first, " (both are ",
+                                path, ")"));
+    }
+  }
   const proto::ServerConfig& s = c.server();
   check.Expect("port", s.port() >= 0 && s.port() <= 65535, "0..65535 (0: a free one)");
   check.Expect("host", !s.host().empty(), "an address to listen on");

@@ -57,11 +57,29 @@ TEST(JobConfigTest, ErrorsNameTheFileLineFieldValueAndExpectation) {
             "checkpoint.checkpoint_dir is empty");
 }
 
+// Two output files that are one would keep only the one written last.
+TEST(JobConfigTest, OutputFilesMustDiffer) {
+  EXPECT_TRUE(Load("output { export_path: \"w.st\" summary: \"s.json\" trace: \"t.json\" }").ok());
+  EXPECT_THAT(
+      Load("output { export_path: \"/tmp/out/w\" summary: \"/tmp//out/./x/../w\" }")
+          .status()
+          .message(),
+      HasSubstr("job.pbtxt:1: output.summary is \"/tmp//out/./x/../w\", expected another file than "
+                "output.export_path (both are /tmp/out/w)"));
+  EXPECT_THAT(Load("output { metrics_csv: \"run/m\" trace: \"./run/m\" }").status().message(),
+              HasSubstr("output.trace is \"./run/m\", expected another file than "
+                        "output.metrics_csv (both are /"));
+  // A per-rank trace is worker 0's with {rank} 0.
+  EXPECT_THAT(Load("output { summary: \"t0\" trace: \"t{rank}\" }").status().message(),
+              HasSubstr("output.trace is \"t{rank}\", expected another file than output.summary"));
+  EXPECT_TRUE(Load("output { summary: \"t1\" trace: \"t{rank}\" }").ok());
+}
+
 TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
   EXPECT_THAT(Load("security { tls_cert: \"c.pem\" tls_ca: \"ca.pem\" }").status().message(),
-              HasSubstr("security.tls_key is \"\", expected a key exactly when"));
+              HasSubstr("--tls_key (not set) is \"\", expected a key exactly when"));
   EXPECT_THAT(Load("security { tls_cert: \"c.pem\" tls_key: \"k.pem\" }").status().message(),
-              HasSubstr("security.tls_ca is \"\", expected a CA exactly when"));
+              HasSubstr("--tls_ca (not set) is \"\", expected a CA exactly when"));
   EXPECT_THAT(Load("security { tls_ca: \"ca.pem\" }").status().message(),
               HasSubstr("security.tls_ca is \"ca.pem\", expected a CA exactly when"));
   EXPECT_TRUE(Load("security { auth_token_file: \"t\" }").ok());  // token alone: allowed
@@ -81,7 +99,7 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
   EXPECT_EQ(Load("optimizer { lr_schedule: \"exp\" }").status().message(),
             "job.pbtxt:1: optimizer.lr_schedule is \"exp\", expected constant, step or cosine");
   EXPECT_THAT(Load("optimizer { lr_scaling: \"linear\" }").status().message(),
-              HasSubstr("optimizer.base_batch is 0, expected the global batch"));
+              HasSubstr("--base_batch (not set) is 0, expected the global batch"));
   EXPECT_THAT(Load("optimizer { warmup_steps: -1 }").status().message(),
               HasSubstr("optimizer.warmup_steps is -1, expected >= 0"));
   EXPECT_THAT(Load("optimizer { lr_schedule: \"step\" lr_decay_steps: \"9,3\" }")
@@ -89,7 +107,8 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
                   .message(),
               HasSubstr("optimizer.lr_decay_steps is \"9,3\", expected ascending whole numbers"));
   EXPECT_THAT(Load("optimizer { lr_schedule: \"step\" }").status().message(),
-              HasSubstr("expected milestones in exactly one of lr_decay_steps and lr_decay_epochs"));
+              HasSubstr("--lr_decay_steps (not set) is \"\", expected milestones in exactly one "
+                        "of lr_decay_steps and lr_decay_epochs"));
   EXPECT_THAT(Load("training { model: \"mlp:784-0-10\" }").status().message(),
               HasSubstr("job.pbtxt:1: training.model is \"mlp:784-0-10\", expected mlp, "));
   EXPECT_THAT(Load("training { model: \"mlp:784-0-10\" }").status().message(),
@@ -106,6 +125,10 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
   EXPECT_TRUE(Load("cluster { tcp_congestion: \"system\" }").ok());
   EXPECT_EQ(Load("training { push_window_kb: -1 }").status().message(),
             "job.pbtxt:1: training.push_window_kb is -1, expected 0..1073741824 (0: automatic)");
+  EXPECT_EQ(Load("training { overlap_min_kb: -2 }").status().message(),
+            "job.pbtxt:1: training.overlap_min_kb is -2, expected 0..1073741824 (0: push each "
+            "layer as soon as it is ready)");
+  EXPECT_TRUE(Load("training { overlap_min_kb: 0 }").ok());
   EXPECT_THAT(Load("timeouts { idle_timeout_s: 0 }").status().message(),
               HasSubstr("timeouts.idle_timeout_s is 0, expected 1..86400"));
   EXPECT_THAT(Load("output { metrics_csv_every: 0 }").status().message(),

@@ -267,6 +267,7 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   options.seed = c.training().seed();
   options.evaluate = options.worker_rank == 0;
   options.overlap = c.training().overlap();
+  options.overlap_min_bytes = c.training().overlap_min_kb() << 10;
   for (absl::string_view w : absl::StrSplit(c.training().device_weights(), ',',
                                             absl::SkipEmpty())) {
     double weight;

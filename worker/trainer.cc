@@ -48,6 +48,10 @@ absl::Status TrainerOptions::Validate() const {
           "--device_weights has ", w, ", expected positive finite weights"));
     }
   }
+  if (overlap_min_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--overlap_min_kb is ", overlap_min_bytes >> 10, ", expected >= 0"));
+  }
   if (max_steps == 0 && epochs < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--epochs is ", epochs, ", expected >= 1 (or set --steps)"));
@@ -234,6 +238,25 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
   absl::Mutex mu;
   std::vector<int> finished(num_tensors, 0);  // devices done with each tensor
   absl::Status mark_status;
+  // Complete tensors not pushed yet (with mu): [held_first, held_end), grown
+  // by adjoining runs until it reaches options_.overlap_min_bytes; a run
+  // that does not adjoin it sends it on first.
+  int held_first = 0, held_end = 0;
+  auto hold = [&](int first, int end) {
+    if (held_first == held_end || (end != held_first && first != held_end)) {
+      if (held_first != held_end) Push({step, samples, held_first, held_end});
+      held_first = first;
+      held_end = end;
+    } else {
+      held_first = std::min(held_first, first);
+      held_end = std::max(held_end, end);
+    }
+    const int64_t floats = tensor_offsets_[held_end] - tensor_offsets_[held_first];
+    if (floats * static_cast<int64_t>(sizeof(float)) >= options_.overlap_min_bytes) {
+      Push({step, samples, held_first, held_end});
+      held_first = held_end = 0;
+    }
+  };
   auto ready = [&](int d, int a, int b) {
     absl::Status marked = reducer_->MarkReady(d, a, b);
     absl::MutexLock lock(&mu);
@@ -243,7 +266,7 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
       const bool complete = t < b && ++finished[t] == devices;
       if (complete && run_start < 0) run_start = t;
       if (!complete && run_start >= 0) {
-        Push({step, samples, run_start, t});
+        hold(run_start, t);
         run_start = -1;
       }
     }
@@ -305,6 +328,7 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
         break;
       }
     }
+    if (status.ok() && held_first != held_end) Push({step, samples, held_first, held_end});
   }
   // Drain and wait even after an error: calls in flight still read our
   // buffers.

@@ -40,6 +40,13 @@ struct TrainerOptions {
   // backward goes on; otherwise push once backward has finished. Both give
   // the same weights bit for bit.
   bool overlap = true;
+  // With overlap, the least gradient payload (float32 bytes) a push during
+  // backward carries: tensors that are ready wait until they add up to
+  // this, and whatever is left goes when backward ends. One push per
+  // layer costs each layer a request's fixed costs, and on a host whose
+  // cores also run the devices' compute those costs are taken from
+  // backward; 0 pushes each run of ready tensors at once.
+  int64_t overlap_min_bytes = 1 << 20;
   // Relative speeds of this worker's devices (one per device); empty means
   // equal. Faster devices take proportionally more of each step's samples.
   std::vector<double> device_weights;

@@ -59,6 +59,31 @@ struct Shape {
   std::vector<double> device_weights = {};
 };
 
+// Forwards to another client, recording the tensor runs of step 0's
+// push-pulls in the order they start.
+class RecordingPsClient final : public PsClient {
+ public:
+  explicit RecordingPsClient(std::unique_ptr<PsClient> inner) : inner_(std::move(inner)) {}
+  absl::StatusOr<int64_t> Register() override { return inner_->Register(); }
+  absl::Status Finish(int64_t version) override { return inner_->Finish(version); }
+  void Cancel() override { inner_->Cancel(); }
+  absl::Status Pull(int64_t version, float* weights) override {
+    return inner_->Pull(version, weights);
+  }
+  absl::Status StartPushPull(int64_t step, int64_t sample_count, int first_tensor, int end_tensor,
+                             const float* grads, float* weights) override {
+    if (step == 0) step0_runs.emplace_back(first_tensor, end_tensor);
+    return inner_->StartPushPull(step, sample_count, first_tensor, end_tensor, grads, weights);
+  }
+  absl::Status Wait() override { return inner_->Wait(); }
+  int num_tensors() const override { return inner_->num_tensors(); }
+
+  std::vector<std::pair<int, int>> step0_runs;
+
+ private:
+  std::unique_ptr<PsClient> inner_;
+};
+
 // A whole cluster in one process: ShardStores as servers, workers as threads.
 class Cluster {
  public:
@@ -89,8 +114,8 @@ class Cluster {
     for (auto& s : stores_) stores.push_back(s.get());
     for (int w = 0; w < shape_.workers; ++w) {
       threads.emplace_back([&, w] {
-        auto client = CreateLocalPsClient(*layout_, stores, w, shape_.workers,
-                                          absl::Seconds(30), wire_dtype_);
+        auto client = std::make_unique<RecordingPsClient>(CreateLocalPsClient(
+            *layout_, stores, w, shape_.workers, absl::Seconds(30), wire_dtype_));
         std::vector<std::unique_ptr<Model>> replicas;
         for (int d = 0; d < shape_.devices; ++d) replicas.push_back(std::make_unique<CpuMlp>(kSizes));
         TrainerOptions o;
@@ -100,6 +125,7 @@ class Cluster {
         o.max_steps = steps;
         o.seed = 11;
         o.overlap = overlap_;
+        o.overlap_min_bytes = overlap_min_bytes;
         o.device_weights = shape_.device_weights;
         std::unique_ptr<Reducer> reducer =
             async_reducer_ ? std::make_unique<AsyncCpuReducer>(shape_.devices)
@@ -111,12 +137,19 @@ class Cluster {
         ASSERT_TRUE(result.ok()) << result.status();
         EXPECT_EQ(result->steps, steps);
         weights[w] = result->weights;
+        if (w == 0) worker0_step0_runs = client->step0_runs;
       });
     }
     for (auto& t : threads) t.join();
     for (int w = 1; w < shape_.workers; ++w) EXPECT_EQ(weights[w], weights[0]) << "worker " << w;
     return weights[0];
   }
+
+  // TrainerOptions::overlap_min_bytes of every worker: by default each
+  // layer goes as soon as it is ready.
+  int64_t overlap_min_bytes = 0;
+  // The tensor runs of worker 0's push-pulls of step 0, in order.
+  std::vector<std::pair<int, int>> worker0_step0_runs;
 
  private:
   Shape shape_;
@@ -157,6 +190,31 @@ TEST(TrainerTest, OverlapDoesNotChangeTheResult) {
   const Dataset data = SyntheticDataset(90, kSizes[0], 10, 8);
   EXPECT_EQ(Cluster({2, 2, 3, 4}, true, &data, 64, /*overlap=*/true).Train(12),
             Cluster({2, 2, 3, 4}, true, &data, 64, /*overlap=*/false).Train(12));
+}
+
+// Ready layers wait until they add up to overlap_min_bytes. kSizes' backward
+// reports the last layer (tensors 4 and 5, 360 bytes), then the middle one
+// (2 and 3, 544 bytes), then the first (0 and 1, 832 bytes).
+TEST(TrainerTest, OverlapHoldsLayersUntilTheyAddUpToItsMinimum) {
+  const Dataset data = SyntheticDataset(90, kSizes[0], 10, 8);
+  using Runs = std::vector<std::pair<int, int>>;
+  const std::vector<std::pair<int64_t, Runs>> cases = {
+      {0, {{4, 6}, {2, 4}, {0, 2}}},
+      {360, {{4, 6}, {2, 4}, {0, 2}}},
+      {361, {{2, 6}, {0, 2}}},
+      {905, {{0, 6}}},
+      {1 << 20, {{0, 6}}},
+  };
+  std::vector<float> first;
+  for (const auto& [min_bytes, runs] : cases) {
+    SCOPED_TRACE(min_bytes);
+    Cluster cluster({2, 2, 1, 4}, true, &data);
+    cluster.overlap_min_bytes = min_bytes;
+    const std::vector<float> weights = cluster.Train(6);
+    EXPECT_EQ(cluster.worker0_step0_runs, runs);
+    if (first.empty()) first = weights;
+    EXPECT_EQ(weights, first);
+  }
 }
 
 TEST(TrainerTest, AsynchronousReducersGoThroughTheCommunicationThread) {
@@ -246,6 +304,9 @@ TEST(TrainerTest, BadOptionsAreRefused) {
   EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
   o.device_weights = {-1.0};
   EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
+  o = {};
+  o.overlap_min_bytes = -1024;
+  EXPECT_EQ(make(o, 1, 1).message(), "--overlap_min_kb is -1, expected >= 0");
   o = {};
   o.evaluate = true;  // without a test set
   EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);

@@ -3,11 +3,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -37,6 +40,40 @@ absl::Status CheckWritable(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// Holds `dir`/.lock-server-<rank> (flock, which the kernel drops when the
+// process ends however it ends) and returns its descriptor: two jobs
+// writing one directory would overwrite and prune each other's checkpoints,
+// and restore from them. The file holds the holder's process id, for the
+// error.
+absl::StatusOr<int> LockRank(const std::string& dir, int rank) {
+  const std::string path = absl::StrCat(dir, "/.lock-server-", rank);
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--checkpoint_dir: cannot open ", path, ": ", strerror(errno)));
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    char holder[32] = {};
+    const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+    close(fd);
+    if (error != EWOULDBLOCK) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--checkpoint_dir: cannot lock ", path, ": ", strerror(error)));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--checkpoint_dir is '", dir, "', where a running server ", rank, " (process ",
+        n > 0 ? absl::StripAsciiWhitespace(holder) : "unknown", ", holding ", path,
+        ") writes its checkpoints; expected a directory no other job uses"));
+  }
+  const std::string pid = absl::StrCat(getpid(), "\n");
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    LOG(WARNING) << "server " << rank << ": cannot write the process id to " << path << ": "
+                 << strerror(errno);
+  }
+  return fd;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
@@ -46,6 +83,8 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
         "--keep_checkpoints is ", options.keep, ", expected >= 1"));
   }
   PSYNC_RETURN_IF_ERROR(CheckWritable(options.dir));
+  PSYNC_ASSIGN_OR_RETURN(const int lock_fd, LockRank(options.dir, options.server_rank));
+  auto unlock = absl::MakeCleanup([lock_fd] { close(lock_fd); });
   PSYNC_ASSIGN_OR_RETURN(CheckpointScan scan,
                          ScanCheckpoints(options.dir, options.server_rank, options.num_servers));
   for (const std::string& refused : scan.refused) {
@@ -60,6 +99,8 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     }
   }
   std::unique_ptr<CheckpointManager> manager(new CheckpointManager(std::move(options)));
+  manager->lock_fd_ = lock_fd;
+  std::move(unlock).Cancel();
   {
     absl::MutexLock lock(&manager->mu_);
     manager->candidates_ = std::move(scan.candidates);
@@ -77,6 +118,7 @@ CheckpointManager::~CheckpointManager() {
     stopping_ = true;
   }
   if (writer_.joinable()) writer_.join();
+  if (lock_fd_ >= 0) close(lock_fd_);
 }
 
 std::vector<CheckpointVersion> CheckpointManager::Versions() const {

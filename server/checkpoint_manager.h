@@ -36,9 +36,12 @@ struct CheckpointManagerOptions {
 // queued snapshots are written.
 class CheckpointManager {
  public:
-  // Creates `dir` if missing and checks that it is writable; scans it,
-  // logging every refused file by name with the reason. Fails when a valid
-  // checkpoint was written with other optimizer options.
+  // Creates `dir` if missing and checks that it is writable; takes the
+  // directory's lock for this server rank (FailedPrecondition naming the
+  // holder's process while another manager, of this process or another,
+  // holds it); scans it, logging every refused file by name with the
+  // reason. Fails when a valid checkpoint was written with other optimizer
+  // options.
   static absl::StatusOr<std::unique_ptr<CheckpointManager>> Open(
       CheckpointManagerOptions options);
   ~CheckpointManager();
@@ -86,6 +89,9 @@ class CheckpointManager {
   int64_t failed_ ABSL_GUARDED_BY(mu_) = 0;
   std::function<void(int64_t, const absl::Status&)> on_done_ ABSL_GUARDED_BY(mu_);
   std::thread writer_;
+  // The directory's lock for this server rank (LockRank), held until the
+  // manager is gone.
+  int lock_fd_ = -1;
 };
 
 }  // namespace psync

@@ -1,4 +1,5 @@
 #include "server/checkpoint.h"
+#include "server/checkpoint_manager.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -18,10 +19,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/safetensors.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace psync {
 namespace {
+
+using ::testing::HasSubstr;
 
 std::vector<TensorSpec> Model() {
   return {{"fc1.weight", {6, 5}}, {"fc1.bias", {6}}, {"fc2.weight", {3, 6}}, {"fc2.bias", {3}}};
@@ -472,6 +476,27 @@ TEST_F(CheckpointTest, FifoIsRefusedWithoutBlocking) {
   EXPECT_EQ((*files)[0].path, fifo);
   EXPECT_EQ((*files)[0].status.code(), absl::StatusCode::kInvalidArgument) << (*files)[0].status;
   EXPECT_TRUE((*files)[1].status.ok()) << (*files)[1].status;
+}
+
+// Two jobs writing one directory would prune and restore each other's
+// checkpoints: a server rank's lock is held while its manager lives.
+TEST_F(CheckpointTest, ARankOfADirectoryHasOneManagerAtATime) {
+  CheckpointManagerOptions o;
+  o.dir = dir_;
+  o.num_servers = 2;
+  auto first = CheckpointManager::Open(o);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const absl::Status second = CheckpointManager::Open(o).status();
+  EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.message(),
+              HasSubstr(absl::StrCat("where a running server 0 (process ", getpid(), ", holding ",
+                                     dir_, "/.lock-server-0) writes its checkpoints; expected a "
+                                     "directory no other job uses")));
+  o.server_rank = 1;  // the job's other server
+  EXPECT_TRUE(CheckpointManager::Open(o).ok());
+  first->reset();
+  o.server_rank = 0;  // a restarted server 0
+  EXPECT_TRUE(CheckpointManager::Open(o).ok());
 }
 
 TEST_F(CheckpointTest, ExportRefusesASetOfTwoModels) {

@@ -88,6 +88,8 @@ struct ChunkCall {
   absl::Time deadline;
   absl::Time launched;  // for the trace
   bool push_pull = false;  // records into the trace
+  // Whether a lost connection to the server was logged (once a call).
+  bool unavailable_logged = false;
   grpc::CompletionQueue* cq = nullptr;  // whose thread drives this call
   // Built once; for a push its payload slices point at the caller's
   // gradients, which stay valid until Wait() returns.
@@ -556,10 +558,26 @@ class GrpcPsClient final : public PsClient {
                                           call.chunk_ids.back()),
                              call.launched, absl::Now());
       }
+      if (call.unavailable_logged) {
+        LOG(INFO) << "worker " << options_.worker_rank << ": " << call.op << " to server "
+                  << call.server << " went through after all";
+      }
       return CopyWeights(call);
     }
     if (cancelled_.load()) return absl::CancelledError(absl::StrCat(call.op, ": cancelled"));
     if (RetryLater(call)) {
+      // A lost connection is retried silently otherwise, and a server that
+      // stopped (frozen, its host gone) holds the job until the deadline.
+      if (call.status.error_code() == grpc::StatusCode::UNAVAILABLE && !call.unavailable_logged) {
+        call.unavailable_logged = true;
+        LOG(WARNING) << "worker " << options_.worker_rank << ": " << call.op << " to server "
+                     << call.server << ": "
+                     << ConnectionErrorMessage(call.status, options_.security)
+                     << "; retrying until its deadline, "
+                     << absl::FormatDuration(absl::Trunc(call.deadline - absl::Now(),
+                                                         absl::Seconds(1)))
+                     << " from now (--rpc_timeout_s)";
+      }
       call.issue_alarm.Set(call.cq, absl::ToChronoTime(absl::Now() + kRetryBackoff),
                            &call.issue_tag);
       return std::nullopt;

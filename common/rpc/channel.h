@@ -35,7 +35,6 @@ inline grpc::ChannelArguments PeerChannelArguments() {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  args.SetInt(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, kKeepaliveTimeMs);
   // A peer restarted elsewhere (a rescheduled pod) has a new address under
   // the same name: look the name up again at most every 500 ms, not every
   // 30 s (gRPC's default), while reconnecting.

@@ -41,6 +41,11 @@ absl::StatusOr<std::string> FindBinary(const std::string& package, const std::st
   for (const std::string& c : candidates) {
     if (access(c.c_str(), X_OK) == 0) return c;
   }
+  if (!bin_dir.empty()) {  // a bad flag
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--bin_dir is '", bin_dir, "', which holds no executable ", name, "; expected the "
+        "folder of the built binaries"));
+  }
   return absl::NotFoundError(absl::StrCat("cannot find ", name, "; looked at ",
                                           absl::StrJoin(candidates, ", "),
                                           " (build it with bazel, or pass --bin_dir)"));

@@ -13,7 +13,8 @@ namespace psync {
 // Path of //<package>:<name>: `bin_dir`/<name> if `bin_dir` is not empty;
 // otherwise the first executable among this binary's runfiles, the runfiles
 // of RUNFILES_DIR / TEST_SRCDIR, and the Bazel output tree this binary sits
-// in. NotFound lists every place looked at.
+// in. NotFound lists every place looked at; InvalidArgument names a
+// `bin_dir` without it.
 absl::StatusOr<std::string> FindBinary(const std::string& package, const std::string& name,
                                        const std::string& bin_dir = "");
 

@@ -1,13 +1,19 @@
 // psync_server: serves this server's shard of the parameters until SIGTERM.
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/flags_help.h"
@@ -72,6 +78,39 @@ absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c) {
   return o;
 }
 
+// The form of --host that goes before ":port" (an IPv6 literal in
+// brackets), once a socket could be bound to it: a name that does not
+// resolve, or an address of another host, stops the server at start
+// instead of failing inside gRPC.
+absl::StatusOr<std::string> ListenHost(const std::string& host) {
+  const std::string bare = absl::StartsWith(host, "[") && absl::EndsWith(host, "]")
+                               ? host.substr(1, host.size() - 2)
+                               : host;
+  constexpr char kExpected[] =
+      "expected an address of this host (IPv4, IPv6, in brackets or not, or a name), 0.0.0.0 "
+      "or [::]";
+  addrinfo hints = {};
+  hints.ai_flags = AI_PASSIVE;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int error = getaddrinfo(bare.c_str(), nullptr, &hints, &found);
+  if (error != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--host is '", host, "', which does not resolve (",
+                                                   gai_strerror(error), "); ", kExpected));
+  }
+  const int fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, 0);
+  const bool bound = fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0;
+  const int bind_error = errno;
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  if (!bound) {
+    return absl::InvalidArgumentError(absl::StrCat("--host is '", host,
+                                                   "', where nothing can listen (",
+                                                   strerror(bind_error), "); ", kExpected));
+  }
+  return absl::StrContains(bare, ':') ? absl::StrCat("[", bare, "]") : bare;
+}
+
 int Run() {
   absl::StatusOr<LoadedJobConfig> loaded = LoadJobConfig();
   if (!loaded.ok()) {
@@ -118,6 +157,11 @@ int Run() {
   if (options->num_servers > 1 && static_cast<int>(addresses.size()) != options->num_servers) {
     LOG(ERROR) << "bad flags: --servers lists " << addresses.size() << " addresses, expected "
                << options->num_servers << " (--num_servers): every server must reach server 0";
+    return 2;
+  }
+  const absl::StatusOr<std::string> listen_host = ListenHost(config.server().host());
+  if (!listen_host.ok()) {
+    LOG(ERROR) << "bad flags: " << listen_host.status().message();
     return 2;
   }
   std::unique_ptr<CheckpointManager> checkpoints;
@@ -189,7 +233,7 @@ int Run() {
   server_options.metrics = &metrics;
   server_options.handshake_timeout = absl::Seconds(config.timeouts().handshake_timeout_s());
   server_options.idle_timeout = absl::Seconds(config.timeouts().idle_timeout_s());
-  server_options.address = absl::StrCat(config.server().host(), ":", config.server().port());
+  server_options.address = absl::StrCat(*listen_host, ":", config.server().port());
   server_options.max_pull_wait = absl::Seconds(config.timeouts().pull_timeout_s());
   server_options.max_waiting_calls = config.server().max_waiting_calls();
   server_options.max_waiting_per_connection = config.server().max_waiting_per_connection();
@@ -199,7 +243,7 @@ int Run() {
   server_options.tcp_congestion = *tcp_congestion;
   if (config.server().health_port() > 0) {
     server_options.health_address =
-        absl::StrCat(config.server().host(), ":", config.server().health_port());
+        absl::StrCat(*listen_host, ":", config.server().health_port());
   }
   const uint64_t incarnation = NewIncarnation();
   server_options.incarnation = incarnation;
@@ -215,7 +259,7 @@ int Run() {
     return 1;
   }
   LOG(INFO) << "server " << options->server_rank << "/" << options->num_servers
-            << " listening on " << config.server().host() << ":" << (*server)->port()
+            << " listening on " << *listen_host << ":" << (*server)->port()
             << " for " << options->num_workers << " workers (" << options->optimizer.Describe()
             << ", " << options->lr_policy.Describe() << ", deterministic "
             << (options->deterministic ? "on" : "off") << ", checkpoints "

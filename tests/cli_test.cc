@@ -96,6 +96,21 @@ TEST(CliTest, LauncherBoundsItsProcessesOnOneHost) {
   }
 }
 
+// A --host gRPC could not listen on is refused by name, before anything
+// starts; a bare IPv6 literal is taken as if in brackets.
+TEST(CliTest, ServerHostIsCheckedAtStart) {
+  const std::string server = Runfile("server/psync_server");
+  Ended run = RunToEnd({server, "--host=no-such-host.invalid"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(Contains(run.output, "--host is 'no-such-host.invalid', which does not resolve ("))
+      << run.output;
+  // TEST-NET-1 (RFC 5737): never an address of this host.
+  run = RunToEnd({server, "--host=192.0.2.1"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(Contains(run.output, "--host is '192.0.2.1', where nothing can listen ("))
+      << run.output;
+}
+
 TEST(CliTest, UnknownWireDTypeFailsAtStart) {
   const Ended run = RunToEnd(Worker({"--wire_dtype=fp8"}));
   EXPECT_NE(run.exit_code, 0);

@@ -115,8 +115,8 @@ absl::Status CheckDirFlag(const char* flag, const std::string& path) {
 absl::Status CreateDirFlag(const char* flag, const std::string& path) {
   std::error_code error;
   std::filesystem::create_directories(path, error);
-  if (error) {
-    return absl::FailedPreconditionError(
+  if (error) {  // a bad flag
+    return absl::InvalidArgumentError(
         absl::StrCat("cannot create ", flag, " '", path, "': ", error.message()));
   }
   return absl::OkStatus();

@@ -16,6 +16,7 @@
 #include <map>
 #include <regex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -55,11 +56,14 @@ std::vector<int64_t> CompleteVersions(const std::string& dir) {
   return out;
 }
 
-// Every regular file below `dir`, by relative path, with its bytes.
+// Every regular file below `dir` (but the servers' locks), by relative path,
+// with its bytes.
 std::map<std::string, std::string> Files(const std::string& dir) {
   std::map<std::string, std::string> out;
   for (const fs::directory_entry& e : fs::recursive_directory_iterator(dir)) {
-    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = ReadFile(e.path());
+    if (e.is_regular_file() && !absl::StartsWith(e.path().filename().string(), ".lock-server-")) {
+      out[fs::relative(e.path(), dir).string()] = ReadFile(e.path());
+    }
   }
   return out;
 }
@@ -328,7 +332,7 @@ TEST(CheckpointDirTest, UnusableCheckpointDirFailsAtStart) {
       {{server, "--port=0", "--checkpoint_dir=" + file}, 2,
        "server 0: FAILED_PRECONDITION: --checkpoint_dir is '" + file +
            "', which exists and is not a directory"},
-      {{launch, "--checkpoint_dir=" + file + "/ckpt"}, 1,
+      {{launch, "--checkpoint_dir=" + file + "/ckpt"}, 2,
        "[launch] FAILED: cannot create --checkpoint_dir '" + file + "/ckpt': Not a directory"},
       {{launch, "--checkpoint_dir=" + file}, 2,
        "[launch] bad configuration: --checkpoint_dir is '" + file + "', which exists and is not a "

@@ -95,8 +95,8 @@ absl::StatusOr<std::string> ListenHost(const std::string& host) {
   addrinfo* found = nullptr;
   const int error = getaddrinfo(bare.c_str(), nullptr, &hints, &found);
   if (error != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--host is '", host, "', which does not resolve (",
-                                                   gai_strerror(error), "); ", kExpected));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--host is '", host, "', which does not resolve (", gai_strerror(error), "); ", kExpected));
   }
   const int fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, 0);
   const bool bound = fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0;
@@ -104,9 +104,9 @@ absl::StatusOr<std::string> ListenHost(const std::string& host) {
   if (fd >= 0) close(fd);
   freeaddrinfo(found);
   if (!bound) {
-    return absl::InvalidArgumentError(absl::StrCat("--host is '", host,
-                                                   "', where nothing can listen (",
-                                                   strerror(bind_error), "); ", kExpected));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--host is '", host, "', where nothing can listen (", strerror(bind_error), "); ",
+        kExpected));
   }
   return absl::StrContains(bare, ':') ? absl::StrCat("[", bare, "]") : bare;
 }

@@ -1,15 +1,13 @@
 #include "common/job_config.h"
 
-#include <limits.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <iterator>
 #include <optional>
+#include <system_error>
 #include <utility>
-#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
@@ -94,21 +92,9 @@ std::string Subject(absl::string_view source, const FieldRef& f) {
 // `path` made absolute, without "." and ".." parts and repeated slashes (no
 // links followed): two spellings of one file compare equal.
 std::string NormalPath(const std::string& path) {
-  std::string full = path;
-  char cwd[PATH_MAX];
-  if (!absl::StartsWith(path, "/") && getcwd(cwd, sizeof(cwd)) != nullptr) {
-    full = absl::StrCat(cwd, "/", path);
-  }
-  std::vector<absl::string_view> parts;
-  for (absl::string_view part : absl::StrSplit(full, '/', absl::SkipEmpty())) {
-    if (part == ".") continue;
-    if (part == "..") {
-      if (!parts.empty()) parts.pop_back();
-      continue;
-    }
-    parts.push_back(part);
-  }
-  return absl::StrCat("/", absl::StrJoin(parts, "/"));
+  std::error_code error;  // no working directory: compared as given
+  const std::filesystem::path absolute = std::filesystem::absolute(path, error);
+  return (error ? std::filesystem::path(path) : absolute).lexically_normal().string();
 }
 
 // The value of a leaf field in text form, for messages.
@@ -263,8 +249,9 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
       {"trace", absl::StrReplaceAll(c.output().trace(), {{"{rank}", "0"}})},  // worker 0's
   };
   for (size_t i = 0; i < std::size(outputs); ++i) {
-    for (size_t j = i + 1; j < std::size(outputs) && !outputs[i].second.empty(); ++j) {
-      const std::string path = NormalPath(outputs[i].second);
+    if (outputs[i].second.empty()) continue;
+    const std::string path = NormalPath(outputs[i].second);
+    for (size_t j = i + 1; j < std::size(outputs); ++j) {
       check.Expect(outputs[j].first,
                    outputs[j].second.empty() || NormalPath(outputs[j].second) != path,
                    absl::StrCat("another file than output.", outputs[i].first, " (both are ",

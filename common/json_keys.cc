@@ -242,7 +242,7 @@ class Scanner {
         ++pos_;
         if (!Hex4(&low)) return false;
         if (low >= 0xDC00 && low <= 0xDFFF) {
-          unit = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+          unit = CombineSurrogates(unit, low);
         } else {
           pos_ = at;  // not a pair: the next escape on its own
         }
@@ -256,11 +256,8 @@ class Scanner {
   // At the 'u' of "\\uXXXX": reads the 4 hexadecimal digits into `unit`
   // and moves past them.
   bool Hex4(uint32_t* unit) {
-    *unit = 0;
-    for (int i = 1; i <= 4; ++i) {
-      const char h = pos_ + i < text_.size() ? text_[pos_ + i] : '\0';
-      if (!absl::ascii_isxdigit(h)) return Fail("\\u must be followed by 4 hexadecimal digits");
-      *unit = *unit * 16 + (absl::ascii_isdigit(h) ? h - '0' : absl::ascii_tolower(h) - 'a' + 10);
+    if (!ParseHex4(text_.substr(pos_ + 1), unit)) {
+      return Fail("\\u must be followed by 4 hexadecimal digits");
     }
     pos_ += 5;
     return true;

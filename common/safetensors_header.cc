@@ -153,7 +153,7 @@ class HeaderParser {
       pos_ += 2;
       PSYNC_ASSIGN_OR_RETURN(uint32_t low, Hex4());
       if (low < 0xdc00 || low >= 0xe000) return Error("bad surrogate pair in \\u escape");
-      cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
+      cp = CombineSurrogates(cp, low);
     } else if (cp >= 0xdc00 && cp < 0xe000) {
       return Error("lone surrogate in \\u escape");
     }
@@ -162,15 +162,9 @@ class HeaderParser {
   }
   absl::StatusOr<uint32_t> Hex4() {
     if (pos_ + 4 > text_.size()) return Error("short \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = text_[pos_++];
-      const int d = c >= '0' && c <= '9' ? c - '0'
-                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                    : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-      if (d < 0) return Error("bad hex digit in \\u escape");
-      v = v * 16 + d;
-    }
+    uint32_t v;
+    if (!ParseHex4(text_.substr(pos_, 4), &v)) return Error("bad hex digit in \\u escape");
+    pos_ += 4;
     return v;
   }
 

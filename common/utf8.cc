@@ -20,6 +20,21 @@ void AppendUtf8(uint32_t c, std::string* out) {
   }
 }
 
+bool ParseHex4(absl::string_view digits, uint32_t* unit) {
+  if (digits.size() < 4) return false;
+  *unit = 0;
+  for (int i = 0; i < 4; ++i) {
+    const char c = digits[i];
+    const int d = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                         : -1;
+    if (d < 0) return false;
+    *unit = *unit * 16 + d;
+  }
+  return true;
+}
+
 size_t Utf8Length(absl::string_view s) {
   const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
   const unsigned char lead = byte(0);

@@ -80,7 +80,7 @@ absl::StatusOr<std::vector<float>> Train(const std::string& address, int rank, i
   if (!version.ok()) return version.status();
   const int64_t n = layout.total_elements();
   std::vector<float> weights(n), grads(n, static_cast<float>(rank + 1));
-  absl::Status s = (*client)->Pull(0, weights.data());
+  absl::Status s = (*client)->Pull(0, PullPrecision::kWire, weights.data());
   if (!s.ok()) return s;
   *initial = weights;
   for (int step = 0; step < steps; ++step) {

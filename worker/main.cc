@@ -110,8 +110,8 @@ class RegisterWatch final : public PsClient {
   }
   absl::Status Finish(int64_t version) override { return client_->Finish(version); }
   void Cancel() override { client_->Cancel(); }
-  absl::Status Pull(int64_t version, float* weights) override {
-    return client_->Pull(version, weights);
+  absl::Status Pull(int64_t version, PullPrecision precision, float* weights) override {
+    return client_->Pull(version, precision, weights);
   }
   absl::Status StartPushPull(int64_t step, int64_t sample_count, int first_tensor,
                              int end_tensor, const float* grads, float* weights) override {

@@ -400,7 +400,7 @@ absl::StatusOr<int64_t> Trainer::Join(int64_t total_steps) {
           " steps of this run"));
     }
     last = start.status();
-    if (start.ok()) last = client_->Pull(*start, host_weights_.get());
+    if (start.ok()) last = client_->Pull(*start, PullPrecision::kWire, host_weights_.get());
     if (last.ok()) {
       PSYNC_RETURN_IF_ERROR(reducer_->Broadcast(host_weights_.get(), num_params_, DeviceWeights()));
       return *start;
@@ -496,9 +496,13 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
       }
       ++step;
     }
-    // Every worker must reach the end before any leaves: a rollback until
-    // then would need this worker's steps again.
-    absl::Status finished = client_->Finish(total_steps);
+    // The weights a run ends with are the servers' float32 master weights,
+    // not the copy rounded to the wire dtype that training pulled. Every
+    // worker must reach the end before any leaves: a rollback until then
+    // would need this worker's steps again.
+    absl::Status finished =
+        client_->Pull(total_steps, PullPrecision::kMaster, host_weights_.get());
+    if (finished.ok()) finished = client_->Finish(total_steps);
     if (!absl::IsAborted(finished)) {
       PSYNC_RETURN_IF_ERROR(finished);
       break;

@@ -91,7 +91,7 @@ struct StepReport {
 };
 
 struct TrainResult {
-  std::vector<float> weights;  // final weights, flat
+  std::vector<float> weights;  // final weights, flat: the servers' float32 master weights
   int64_t steps = 0;
   EpochReport last;
   double samples_per_sec = 0;  // over the whole run

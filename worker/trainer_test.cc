@@ -67,8 +67,8 @@ class RecordingPsClient final : public PsClient {
   absl::StatusOr<int64_t> Register() override { return inner_->Register(); }
   absl::Status Finish(int64_t version) override { return inner_->Finish(version); }
   void Cancel() override { inner_->Cancel(); }
-  absl::Status Pull(int64_t version, float* weights) override {
-    return inner_->Pull(version, weights);
+  absl::Status Pull(int64_t version, PullPrecision precision, float* weights) override {
+    return inner_->Pull(version, precision, weights);
   }
   absl::Status StartPushPull(int64_t step, int64_t sample_count, int first_tensor, int end_tensor,
                              const float* grads, float* weights) override {
@@ -143,6 +143,18 @@ class Cluster {
     for (auto& t : threads) t.join();
     for (int w = 1; w < shape_.workers; ++w) EXPECT_EQ(weights[w], weights[0]) << "worker " << w;
     return weights[0];
+  }
+
+  // The servers' weights at `version`, as a restarted worker 0 pulls them.
+  std::vector<float> Pulled(int64_t version, PullPrecision precision) {
+    std::vector<ShardStore*> stores;
+    for (auto& s : stores_) stores.push_back(s.get());
+    auto client = CreateLocalPsClient(*layout_, stores, 0, shape_.workers, absl::Seconds(30),
+                                      wire_dtype_);
+    EXPECT_TRUE(client->Register().ok());
+    std::vector<float> weights(layout_->total_elements());
+    EXPECT_TRUE(client->Pull(version, precision, weights.data()).ok());
+    return weights;
   }
 
   // TrainerOptions::overlap_min_bytes of every worker: by default each
@@ -245,6 +257,24 @@ TEST(TrainerTest, DeterministicModeIsBitwiseReproducibleInEachWireDType) {
     EXPECT_EQ(a, Cluster({2, 3, 2, 3}, true, &data, 64, true, false, dtype).Train(15));
     EXPECT_EQ(a, Cluster({2, 3, 2, 3}, true, &data, 64, false, false, dtype).Train(15));
     EXPECT_NE(a, float32);
+  }
+}
+
+// Workers train with the weights rounded to the wire dtype, but a run ends
+// with the servers' float32 master weights (what worker 0 exports).
+TEST(TrainerTest, FinalWeightsAreTheMasterWeightsInEachWireDType) {
+  const Dataset data = SyntheticDataset(100, kSizes[0], 10, 4);
+  for (WireDType dtype : {WireDType::kFloat32, WireDType::kBf16, WireDType::kFp16}) {
+    SCOPED_TRACE(WireDTypeName(dtype));
+    Cluster cluster({2, 2, 2, 3}, false, &data, 64, true, false, dtype);
+    const std::vector<float> final_weights = cluster.Train(6);
+    EXPECT_EQ(final_weights, cluster.Pulled(6, PullPrecision::kMaster));
+    const std::vector<float> rounded = cluster.Pulled(6, PullPrecision::kWire);
+    if (dtype == WireDType::kFloat32) {
+      EXPECT_EQ(rounded, final_weights);
+    } else {
+      EXPECT_NE(rounded, final_weights);
+    }
   }
 }
 

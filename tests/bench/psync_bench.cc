@@ -183,7 +183,7 @@ absl::Status RunClient() {
   PSYNC_ASSIGN_OR_RETURN(auto client, CreateGrpcPsClient(layout, o));
   PSYNC_ASSIGN_OR_RETURN(int64_t step, client->Register());
   std::vector<float> weights(layout.total_elements()), grads(layout.total_elements(), 1e-7f);
-  PSYNC_RETURN_IF_ERROR(client->Pull(step, weights.data()));
+  PSYNC_RETURN_IF_ERROR(client->Pull(step, PullPrecision::kWire, weights.data()));
 
   const int timed = absl::GetFlag(FLAGS_steps);
   const int total = absl::GetFlag(FLAGS_warmup) + timed;

@@ -47,9 +47,11 @@ class LocalPsClient final : public PsClient {
 
   void Cancel() override {}
 
-  absl::Status Pull(int64_t version, float* weights) override {
+  absl::Status Pull(int64_t version, PullPrecision precision, float* weights) override {
+    const WireDType dtype =
+        precision == PullPrecision::kMaster ? WireDType::kFloat32 : wire_dtype_;
     for (int s = 0; s < static_cast<int>(stores_.size()); ++s) {
-      PSYNC_RETURN_IF_ERROR(PullChunks(s, version, layout_.ChunksOnServer(s), weights));
+      PSYNC_RETURN_IF_ERROR(PullChunks(s, version, layout_.ChunksOnServer(s), dtype, weights));
     }
     return absl::OkStatus();
   }
@@ -91,7 +93,7 @@ class LocalPsClient final : public PsClient {
   absl::Status Wait() override {
     absl::Status first;
     for (const PendingPull& p : pending_) {
-      absl::Status s = PullChunks(p.server, p.version, p.ids, p.weights);
+      absl::Status s = PullChunks(p.server, p.version, p.ids, wire_dtype_, p.weights);
       if (first.ok()) first = s;
     }
     pending_.clear();
@@ -107,22 +109,22 @@ class LocalPsClient final : public PsClient {
   };
 
   absl::Status PullChunks(int s, int64_t version, const std::vector<int32_t>& ids,
-                          float* weights) {
+                          WireDType dtype, float* weights) {
     absl::Status refused;  // a chunk at another version or of the wrong size
     PSYNC_RETURN_IF_ERROR(stores_[s]->Pull(
-        sessions_[s], rank_, layout_.fingerprint(), version, ids, wire_dtype_,
+        sessions_[s], rank_, layout_.fingerprint(), version, ids, dtype,
         absl::Now() + timeout_, [&](int32_t id, int64_t v, const WireWeights& w) {
           const ChunkInfo& c = layout_.chunks()[id];
           if (v != version) {
             refused = absl::FailedPreconditionError(
                 absl::StrCat("Pull: chunk ", id, " is at version ", v, ", expected ", version));
           } else if (static_cast<int64_t>(w.bytes.size()) !=
-                     c.num_elements * WireBytes(wire_dtype_)) {
+                     c.num_elements * WireBytes(dtype)) {
             refused = absl::DataLossError(
                 absl::StrCat("Pull: chunk ", id, " has ", w.bytes.size(), " bytes, layout says ",
-                             ExpectedWireBytes(c.num_elements, wire_dtype_)));
+                             ExpectedWireBytes(c.num_elements, dtype)));
           } else {
-            DecodeWire(wire_dtype_, w.bytes.data(), c.num_elements, weights + c.flat_offset);
+            DecodeWire(dtype, w.bytes.data(), c.num_elements, weights + c.flat_offset);
           }
         }));
     return refused;

@@ -9,6 +9,12 @@
 
 namespace psync {
 
+// What a Pull fills the weights with.
+enum class PullPrecision {
+  kWire,    // the weights as they travel, rounded to the wire dtype: what training uses
+  kMaster,  // the servers' float32 master weights, whatever the wire dtype
+};
+
 // A client knows the layout, so callers pass whole flat vectors (the
 // layout's flat parameter order) and the client splits them by chunk and
 // server. Every call talks to all servers in parallel and fails with a
@@ -36,7 +42,7 @@ class PsClient {
   virtual void Cancel() = 0;
 
   // Fills `weights` with every chunk at `version`.
-  virtual absl::Status Pull(int64_t version, float* weights) = 0;
+  virtual absl::Status Pull(int64_t version, PullPrecision precision, float* weights) = 0;
 
   // Pushes the gradient sums of `step` (over `sample_count` samples) and
   // fills `weights` with version step + 1.

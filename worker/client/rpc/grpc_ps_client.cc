@@ -327,7 +327,9 @@ class GrpcPsClient final : public PsClient {
     }
   }
 
-  absl::Status Pull(int64_t version, float* weights) override {
+  absl::Status Pull(int64_t version, PullPrecision precision, float* weights) override {
+    const WireDType dtype =
+        precision == PullPrecision::kMaster ? WireDType::kFloat32 : options_.wire_dtype;
     for (int server = 0; server < layout_.num_servers(); ++server) {
       const auto& ids = layout_.ChunksOnServer(server);
       if (ids.empty()) continue;
@@ -338,7 +340,7 @@ class GrpcPsClient final : public PsClient {
       call->version = version;
       call->chunk_ids = ids;
       call->weights = weights;
-      call->request = PullRequestBytes(server, version, ids);
+      call->request = PullRequestBytes(server, version, ids, dtype);
       Launch(std::move(call), /*defer=*/false);
     }
     return Wait();
@@ -398,7 +400,10 @@ class GrpcPsClient final : public PsClient {
         call->push_pull = true;
         call->request = push.Build();
         if (windowed) call->window_bytes = bytes;
-        if (split) call->then_pull = PullRequestBytes(server, step + 1, call->chunk_ids);
+        if (split) {
+          call->then_pull =
+              PullRequestBytes(server, step + 1, call->chunk_ids, options_.wire_dtype);
+        }
         Launch(std::move(call), defer);
         begin = end;
       }
@@ -723,9 +728,9 @@ class GrpcPsClient final : public PsClient {
                                      "): ", ConnectionErrorMessage(st, options_.security)));
   }
 
-  // A PullRequest for `ids` of `server` at `version`, in this client's dtype.
+  // A PullRequest for `ids` of `server` at `version`, in `dtype`.
   grpc::ByteBuffer PullRequestBytes(int server, int64_t version,
-                                    const std::vector<int32_t>& ids) {
+                                    const std::vector<int32_t>& ids, WireDType dtype) {
     proto::PullRequest req;
     req.set_worker_rank(options_.worker_rank);
     req.set_layout_fingerprint(layout_.fingerprint());
@@ -733,9 +738,7 @@ class GrpcPsClient final : public PsClient {
     req.set_session(Session(server));
     for (int32_t id : ids) req.add_chunk_ids(id);
     // Unset (float32) unless narrowed: the same bytes as before the field.
-    if (options_.wire_dtype != WireDType::kFloat32) {
-      req.set_dtype(WireDTypeToProto(options_.wire_dtype));
-    }
+    if (dtype != WireDType::kFloat32) req.set_dtype(WireDTypeToProto(dtype));
     grpc::Slice slice(req.SerializeAsString());
     return grpc::ByteBuffer(&slice, 1);
   }

@@ -248,7 +248,7 @@ TEST(GrpcPsClientTest, TrainsStepsAgainstTwoServers) {
   ExpectVersion(client->Register(), 0);
   const std::vector<float> w0 = InitialWeights(layout);
   std::vector<float> w(w0.size());
-  ASSERT_TRUE(client->Pull(0, w.data()).ok());
+  ASSERT_TRUE(client->Pull(0, PullPrecision::kWire, w.data()).ok());
   EXPECT_EQ(w, w0);
 
   const std::vector<float> grads(w0.size(), 2.0f);  // over 2 samples: mean 1
@@ -282,7 +282,7 @@ TEST(GrpcPsClientTest, TrainsStepsInEachNarrowDType) {
     };
     std::vector<float> expected = InitialWeights(layout);
     std::vector<float> w(expected.size());
-    ASSERT_TRUE(client->Pull(0, w.data()).ok());
+    ASSERT_TRUE(client->Pull(0, PullPrecision::kWire, w.data()).ok());
     EXPECT_EQ(w, rounded(expected));
 
     // 2 and 6 are exact in both dtypes: the servers subtract exactly 1 and 3.
@@ -641,7 +641,7 @@ TEST(GrpcPsClientTest, AfterARollbackCallsAreAbortedAndRegisteringAgainResumes) 
   absl::Status s = client->PushPull(3, 1, grads.data(), w.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
   ExpectVersion(client->Register(), 1);
-  ASSERT_TRUE(client->Pull(1, w.data()).ok());
+  ASSERT_TRUE(client->Pull(1, PullPrecision::kWire, w.data()).ok());
   EXPECT_EQ(w, at1);
   ASSERT_TRUE(client->PushPull(1, 1, grads.data(), w.data()).ok());
   for (size_t i = 0; i < w.size(); ++i) EXPECT_FLOAT_EQ(w[i], at1[i] - 1.0f) << i;

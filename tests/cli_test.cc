@@ -96,6 +96,31 @@ TEST(CliTest, LauncherBoundsItsProcessesOnOneHost) {
   }
 }
 
+// psync_bench names a bad flag, its value and what it expected, and exits 2
+// before it starts any process.
+TEST(CliTest, BenchRefusesBadFlagsByName) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--model_mb=nan"}, "--model_mb is nan, expected one float (4 bytes) to 4096 MiB"},
+      {{"--model_mb=1e9"}, "--model_mb is 1e+09, expected one float (4 bytes) to 4096 MiB"},
+      {{"--model_mb=0.00002", "--tensors=6"},
+       "--tensors is 6, expected 1 to 5, the floats of --model_mb=2e-05"},
+      {{"--warmup=-1"}, "--warmup is -1, expected 0 or more"},
+      {{"--request_kb=-3"}, "--request_kb is -3, expected 1 to 1073741824"},
+      {{"--push_window_kb=-2"}, "--push_window_kb is -2, expected 0 (automatic) to 1073741824"},
+      {{"--num_workers=1000"}, "--num_workers is 1000, expected 1 to 256"},
+      {{"--momentum=-0.5"}, "--momentum is -0.5, expected at least 0, below 1"},
+      {{"--server_host=::1"}, "--server_host is '::1', expected an IPv4 address"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> argv = {Runfile("tests/bench/psync_bench")};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    SCOPED_TRACE(flags[0]);
+    const Ended run = RunToEnd(argv);
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_TRUE(Contains(run.output, message)) << run.output;
+  }
+}
+
 // A --host gRPC could not listen on is refused by name, before anything
 // starts; a bare IPv6 literal is taken as if in brackets.
 TEST(CliTest, ServerHostIsCheckedAtStart) {

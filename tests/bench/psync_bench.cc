@@ -489,21 +489,60 @@ PassTimes PrintOptimizerBandwidth(int64_t floats) {
   return {step_s * 1e3, copy_s * 1e3};
 }
 
+// InvalidArgument naming `flag`, its value and `expected` unless `ok`.
+template <typename T>
+absl::Status CheckFlag(bool ok, absl::string_view flag, T value, absl::string_view expected) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " is ", value, ", expected ",
+                                                 expected));
+}
+
+// The driver's flags. The bounds keep a typo from asking for more memory,
+// processes or time than a machine has.
+absl::Status CheckDriverFlags() {
+  constexpr int64_t kMaxKb = int64_t{1} << 30;  // 1 TiB: far past any model, no overflow
+  const int servers = absl::GetFlag(FLAGS_num_servers), workers = absl::GetFlag(FLAGS_num_workers);
+  const int tensors = absl::GetFlag(FLAGS_tensors), steps = absl::GetFlag(FLAGS_steps);
+  const int runs = absl::GetFlag(FLAGS_runs), warmup = absl::GetFlag(FLAGS_warmup);
+  const double model_mb = absl::GetFlag(FLAGS_model_mb);
+  const double compute_ms = absl::GetFlag(FLAGS_compute_ms);
+  const double momentum = absl::GetFlag(FLAGS_momentum);
+  const int64_t chunk_kb = absl::GetFlag(FLAGS_chunk_kb);
+  const int64_t request_kb = absl::GetFlag(FLAGS_request_kb);
+  const int64_t window_kb = absl::GetFlag(FLAGS_push_window_kb);
+  const std::string host = absl::GetFlag(FLAGS_server_host);
+  PSYNC_RETURN_IF_ERROR(
+      CheckFlag(servers >= 1 && servers <= 64, "num_servers", servers, "1 to 64"));
+  PSYNC_RETURN_IF_ERROR(
+      CheckFlag(workers >= 1 && workers <= 256, "num_workers", workers, "1 to 256"));
+  PSYNC_RETURN_IF_ERROR(CheckFlag(model_mb * (1 << 20) >= 4 && model_mb <= 4096, "model_mb",
+                                  model_mb, "one float (4 bytes) to 4096 MiB"));
+  const int64_t floats = static_cast<int64_t>(model_mb * (1 << 20) / 4);
+  PSYNC_RETURN_IF_ERROR(CheckFlag(tensors >= 1 && tensors <= floats, "tensors", tensors,
+                                  absl::StrCat("1 to ", floats, ", the floats of --model_mb=",
+                                               model_mb, " (a tensor holds one at least)")));
+  PSYNC_RETURN_IF_ERROR(CheckFlag(chunk_kb >= 1 && chunk_kb <= kMaxKb, "chunk_kb", chunk_kb,
+                                  absl::StrCat("1 to ", kMaxKb)));
+  PSYNC_RETURN_IF_ERROR(CheckFlag(request_kb >= 1 && request_kb <= kMaxKb, "request_kb",
+                                  request_kb, absl::StrCat("1 to ", kMaxKb)));
+  PSYNC_RETURN_IF_ERROR(CheckFlag(window_kb >= 0 && window_kb <= kMaxKb, "push_window_kb",
+                                  window_kb, absl::StrCat("0 (automatic) to ", kMaxKb)));
+  PSYNC_RETURN_IF_ERROR(CheckFlag(steps >= 1, "steps", steps, "at least 1"));
+  PSYNC_RETURN_IF_ERROR(CheckFlag(runs >= 1, "runs", runs, "at least 1"));
+  PSYNC_RETURN_IF_ERROR(CheckFlag(warmup >= 0, "warmup", warmup, "0 or more"));
+  PSYNC_RETURN_IF_ERROR(CheckFlag(compute_ms >= 0 && compute_ms <= 60000, "compute_ms",
+                                  compute_ms, "0 to 60000 (ms per tensor)"));
+  PSYNC_RETURN_IF_ERROR(
+      CheckFlag(momentum >= 0 && momentum < 1, "momentum", momentum, "at least 0, below 1"));
+  PSYNC_RETURN_IF_ERROR(CheckFlag(IsIpv4Address(host), "server_host", absl::StrCat("'", host, "'"),
+                                  "an IPv4 address (e.g. 127.0.0.1)"));
+  PSYNC_RETURN_IF_ERROR(BenchCongestion().status());
+  return ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)).status();
+}
+
 absl::Status RunDriver() {
   const int k = absl::GetFlag(FLAGS_num_servers), n = absl::GetFlag(FLAGS_num_workers);
   const int runs = absl::GetFlag(FLAGS_runs);
-  if (k < 1 || n < 1 || absl::GetFlag(FLAGS_tensors) < 1 || absl::GetFlag(FLAGS_steps) < 1 ||
-      runs < 1 || absl::GetFlag(FLAGS_model_mb) <= 0 || absl::GetFlag(FLAGS_warmup) < 0) {
-    return absl::InvalidArgumentError(
-        "--num_servers, --num_workers, --tensors, --steps, --runs and --model_mb must be positive");
-  }
-  PSYNC_RETURN_IF_ERROR(BenchCongestion().status());
-  if (!IsIpv4Address(absl::GetFlag(FLAGS_server_host))) {
-    return absl::InvalidArgumentError(absl::StrCat("--server_host is '",
-                                                   absl::GetFlag(FLAGS_server_host),
-                                                   "', expected an IPv4 address (e.g. 127.0.0.1)"));
-  }
-  PSYNC_RETURN_IF_ERROR(ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)).status());
   char dir_template[] = "/tmp/psync_bench.XXXXXX";
   if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
   const std::string dir = dir_template;
@@ -714,8 +753,11 @@ int main(int argc, char** argv) {
   psync::SkipMutexDeadlockDetection();
   const std::string role = absl::GetFlag(FLAGS_role);
   absl::Status s;
+  bool bad_flags = false;  // exit 2, as the daemons do
   if (role == "driver") {
-    s = psync::RunDriver();
+    s = psync::CheckDriverFlags();
+    bad_flags = !s.ok();
+    if (s.ok()) s = psync::RunDriver();
   } else if (role == "client") {
     s = psync::RunClient();
   } else if (role == "tcp_echo" || role == "grpc_echo") {
@@ -729,10 +771,11 @@ int main(int argc, char** argv) {
   } else {
     s = absl::InvalidArgumentError("--role is '" + role +
                                    "', expected driver, client, tcp_echo or grpc_echo");
+    bad_flags = true;
   }
   if (!s.ok()) {
     std::fprintf(stderr, "psync_bench (%s): %s\n", role.c_str(), s.ToString().c_str());
-    return 1;
+    return bad_flags ? 2 : 1;
   }
   return 0;
 }

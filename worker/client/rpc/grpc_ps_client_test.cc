@@ -265,7 +265,8 @@ TEST(GrpcPsClientTest, TrainsStepsAgainstTwoServers) {
 }
 
 // With a 2-byte wire dtype the client narrows gradients and widens weights:
-// it ends with the servers' float32 weights rounded through the dtype.
+// it trains with the servers' float32 weights rounded through the dtype, and
+// a kMaster pull gives them exactly.
 TEST(GrpcPsClientTest, TrainsStepsInEachNarrowDType) {
   for (WireDType dtype : {WireDType::kBf16, WireDType::kFp16}) {
     SCOPED_TRACE(WireDTypeName(dtype));
@@ -296,6 +297,9 @@ TEST(GrpcPsClientTest, TrainsStepsInEachNarrowDType) {
     ASSERT_TRUE(client->Wait().ok());
     for (float& v : expected) v -= 3.0f;
     EXPECT_EQ(w, rounded(expected));
+    ASSERT_NE(rounded(expected), expected);
+    ASSERT_TRUE(client->Pull(2, PullPrecision::kMaster, w.data()).ok());
+    EXPECT_EQ(w, expected);
     EXPECT_EQ(client->Finish(2), absl::OkStatus());
   }
 }

@@ -100,11 +100,15 @@ TEST(CliTest, LauncherBoundsItsProcessesOnOneHost) {
 // before it starts any process.
 TEST(CliTest, BenchRefusesBadFlagsByName) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"--model_mb=nan"}, "--model_mb is nan, expected one float (4 bytes) to 4096 MiB"},
-      {{"--model_mb=1e9"}, "--model_mb is 1e+09, expected one float (4 bytes) to 4096 MiB"},
+      {{"--model_mb=nan"}, "--model_mb is nan, expected one float (4 bytes) to 1000 MiB"},
+      {{"--model_mb=1e9"}, "--model_mb is 1000000000, expected one float (4 bytes) to 1000 MiB"},
+      {{"--model_mb=2500", "--num_servers=2"},
+       "--model_mb is 2500, expected one float (4 bytes) to 2000 MiB"},
+      {{"--warmup=2147483647"}, "--warmup is 2147483647, expected 0 to 1000000"},
+      {{"--tensors=65537"}, "--tensors is 65537, expected 1 to 65536"},
       {{"--model_mb=0.00002", "--tensors=6"},
-       "--tensors is 6, expected 1 to 5, the floats of --model_mb=2e-05"},
-      {{"--warmup=-1"}, "--warmup is -1, expected 0 or more"},
+       "--tensors is 6, expected 1 to 5 (a layout's most is 65536; --model_mb=2e-05 holds 5"},
+      {{"--warmup=-1"}, "--warmup is -1, expected 0 to 1000000"},
       {{"--request_kb=-3"}, "--request_kb is -3, expected 1 to 1073741824"},
       {{"--push_window_kb=-2"}, "--push_window_kb is -2, expected 0 (automatic) to 1073741824"},
       {{"--num_workers=1000"}, "--num_workers is 1000, expected 1 to 256"},

@@ -461,8 +461,13 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   }
   PSYNC_RETURN_IF_ERROR(trained.status());
   TrainResult& result = *trained;
-  LOG(INFO) << "worker " << options.worker_rank << " finished " << result.steps << " steps, "
-            << static_cast<int64_t>(result.samples_per_sec) << " samples/s";
+  if (std::isnan(result.samples_per_sec)) {  // it joined after the last step
+    LOG(INFO) << "worker " << options.worker_rank << " finished " << result.steps
+              << " steps (all before this process joined)";
+  } else {
+    LOG(INFO) << "worker " << options.worker_rank << " finished " << result.steps << " steps, "
+              << static_cast<int64_t>(result.samples_per_sec) << " samples/s";
+  }
   if (tracer != nullptr) {
     PSYNC_RETURN_IF_ERROR(tracer->Write(trace_path));
     LOG(INFO) << "worker " << options.worker_rank << ": wrote the trace of the first "

@@ -16,7 +16,9 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <type_traits>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -26,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/cluster_spec.h"
 #include "common/layout.h"
 #include "common/process_tuning.h"
@@ -268,7 +271,12 @@ absl::StatusOr<int> WaitForPort(const std::string& path, Subprocess& p) {
     int port = 0;
     if (std::ifstream(path) >> port && port > 0) return port;
     if (auto code = p.Poll()) {
-      return absl::AbortedError(absl::StrCat(path, ": process exited with code ", *code));
+      // Its own last words say why (a server refusing its flags, say).
+      const std::string said(absl::StripTrailingAsciiWhitespace(
+          p.DrainedOutput(absl::Now() + absl::Seconds(2))));
+      return absl::AbortedError(
+          absl::StrCat(path, ": process exited with code ", *code, "; its last output:\n",
+                       said.size() > 1500 ? said.substr(said.size() - 1500) : said));
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
@@ -493,7 +501,13 @@ PassTimes PrintOptimizerBandwidth(int64_t floats) {
 template <typename T>
 absl::Status CheckFlag(bool ok, absl::string_view flag, T value, absl::string_view expected) {
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("--", flag, " is ", value, ", expected ",
+  std::string text;
+  if constexpr (std::is_floating_point_v<T>) {
+    text = absl::StrFormat("%.12g", value);  // 60000.0001, not 60000
+  } else {
+    text = absl::StrCat(value);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " is ", text, ", expected ",
                                                  expected));
 }
 
@@ -501,6 +515,7 @@ absl::Status CheckFlag(bool ok, absl::string_view flag, T value, absl::string_vi
 // processes or time than a machine has.
 absl::Status CheckDriverFlags() {
   constexpr int64_t kMaxKb = int64_t{1} << 30;  // 1 TiB: far past any model, no overflow
+  constexpr int kMaxSteps = 1000000;              // warmup and timed steps, each
   const int servers = absl::GetFlag(FLAGS_num_servers), workers = absl::GetFlag(FLAGS_num_workers);
   const int tensors = absl::GetFlag(FLAGS_tensors), steps = absl::GetFlag(FLAGS_steps);
   const int runs = absl::GetFlag(FLAGS_runs), warmup = absl::GetFlag(FLAGS_warmup);
@@ -515,21 +530,31 @@ absl::Status CheckDriverFlags() {
       CheckFlag(servers >= 1 && servers <= 64, "num_servers", servers, "1 to 64"));
   PSYNC_RETURN_IF_ERROR(
       CheckFlag(workers >= 1 && workers <= 256, "num_workers", workers, "1 to 256"));
-  PSYNC_RETURN_IF_ERROR(CheckFlag(model_mb * (1 << 20) >= 4 && model_mb <= 4096, "model_mb",
-                                  model_mb, "one float (4 bytes) to 4096 MiB"));
+  // A server's share goes in one message when a client registers, and the
+  // servers take messages of at most 2047 MiB (twice the share is asked for).
+  const double max_mb = std::min(4096.0, 1000.0 * servers);
+  PSYNC_RETURN_IF_ERROR(CheckFlag(
+      model_mb * (1 << 20) >= 4 && model_mb <= max_mb, "model_mb", model_mb,
+      absl::StrCat("one float (4 bytes) to ", max_mb, " MiB (1000 a server, 4096 in all)")));
   const int64_t floats = static_cast<int64_t>(model_mb * (1 << 20) / 4);
-  PSYNC_RETURN_IF_ERROR(CheckFlag(tensors >= 1 && tensors <= floats, "tensors", tensors,
-                                  absl::StrCat("1 to ", floats, ", the floats of --model_mb=",
-                                               model_mb, " (a tensor holds one at least)")));
-  PSYNC_RETURN_IF_ERROR(CheckFlag(chunk_kb >= 1 && chunk_kb <= kMaxKb, "chunk_kb", chunk_kb,
-                                  absl::StrCat("1 to ", kMaxKb)));
+  const int64_t max_tensors = std::min<int64_t>(floats, Layout::kMaxTensors);
+  PSYNC_RETURN_IF_ERROR(CheckFlag(
+      tensors >= 1 && tensors <= max_tensors, "tensors", tensors,
+      absl::StrCat("1 to ", max_tensors, " (a layout's most is ", Layout::kMaxTensors,
+                   "; --model_mb=", model_mb, " holds ", floats,
+                   " floats, one a tensor at least)")));
+  PSYNC_RETURN_IF_ERROR(CheckFlag(chunk_kb >= 1 && chunk_kb <= Layout::kMaxChunkBytes >> 10,
+                                  "chunk_kb", chunk_kb,
+                                  absl::StrCat("1 to ", Layout::kMaxChunkBytes >> 10)));
   PSYNC_RETURN_IF_ERROR(CheckFlag(request_kb >= 1 && request_kb <= kMaxKb, "request_kb",
                                   request_kb, absl::StrCat("1 to ", kMaxKb)));
   PSYNC_RETURN_IF_ERROR(CheckFlag(window_kb >= 0 && window_kb <= kMaxKb, "push_window_kb",
                                   window_kb, absl::StrCat("0 (automatic) to ", kMaxKb)));
-  PSYNC_RETURN_IF_ERROR(CheckFlag(steps >= 1, "steps", steps, "at least 1"));
-  PSYNC_RETURN_IF_ERROR(CheckFlag(runs >= 1, "runs", runs, "at least 1"));
-  PSYNC_RETURN_IF_ERROR(CheckFlag(warmup >= 0, "warmup", warmup, "0 or more"));
+  PSYNC_RETURN_IF_ERROR(CheckFlag(steps >= 1 && steps <= kMaxSteps, "steps", steps,
+                                  absl::StrCat("1 to ", kMaxSteps)));
+  PSYNC_RETURN_IF_ERROR(CheckFlag(runs >= 1 && runs <= 1000, "runs", runs, "1 to 1000"));
+  PSYNC_RETURN_IF_ERROR(CheckFlag(warmup >= 0 && warmup <= kMaxSteps, "warmup", warmup,
+                                  absl::StrCat("0 to ", kMaxSteps)));
   PSYNC_RETURN_IF_ERROR(CheckFlag(compute_ms >= 0 && compute_ms <= 60000, "compute_ms",
                                   compute_ms, "0 to 60000 (ms per tensor)"));
   PSYNC_RETURN_IF_ERROR(
@@ -537,7 +562,15 @@ absl::Status CheckDriverFlags() {
   PSYNC_RETURN_IF_ERROR(CheckFlag(IsIpv4Address(host), "server_host", absl::StrCat("'", host, "'"),
                                   "an IPv4 address (e.g. 127.0.0.1)"));
   PSYNC_RETURN_IF_ERROR(BenchCongestion().status());
-  return ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)).status();
+  PSYNC_RETURN_IF_ERROR(ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)).status());
+  // What is left for the layout to refuse (too many chunks): by its words.
+  absl::StatusOr<Layout> layout = BenchLayout(servers);
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model_mb=", model_mb, ", --tensors=", tensors, " and --chunk_kb=",
+                     chunk_kb, " give no layout: ", layout.status().message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RunDriver() {

@@ -13,8 +13,6 @@
 
 namespace psync {
 
-// Headroom over the payload for message framing and the other fields.
-constexpr int64_t kMessageHeadroomBytes = 1 << 20;
 // Deterministic mode's per-worker gradient buffers, all chunks together.
 constexpr int64_t kMaxDeterministicBytes = int64_t{16} << 30;
 // How often the timer thread looks for waiting pulls whose callers went
@@ -121,9 +119,10 @@ absl::Status ShardStoreOptions::Validate() const {
   if (num_workers < 1 || num_workers > 65536) {
     return absl::InvalidArgumentError(absl::StrCat("num_workers is ", num_workers, ", expected 1..65536"));
   }
-  if (max_message_bytes < kMessageHeadroomBytes) {
+  if (max_message_bytes < ShardStore::kMessageHeadroomBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "max_message_bytes is ", max_message_bytes, ", expected >= ", kMessageHeadroomBytes));
+        "max_message_bytes is ", max_message_bytes, ", expected >= ",
+        ShardStore::kMessageHeadroomBytes));
   }
   if (checkpoint_every < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -211,13 +210,16 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
         "Register: layout is for ", layout.num_servers(), " servers, this cluster has ",
         options_.num_servers));
   }
-  const int64_t bytes = layout.ServerBytes(options_.server_rank);
-  if (bytes + kMessageHeadroomBytes > options_.max_message_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "Register: layout puts ", bytes, " bytes on server ", options_.server_rank,
-        ", more than the message limit of ", options_.max_message_bytes,
-        " bytes less 1 MiB headroom allows; raise --max_message_mb"));
+  for (int32_t id : layout.ChunksOnServer(options_.server_rank)) {
+    const ChunkInfo& chunk = layout.chunks()[id];
+    if (chunk.bytes() + kMessageHeadroomBytes > options_.max_message_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "Register: chunk ", id, " of tensor '", layout.tensors()[chunk.tensor].name, "' has ",
+          chunk.bytes(), " bytes, more than the message limit of ", options_.max_message_bytes,
+          " bytes less 1 MiB headroom allows; raise --max_message_mb or lower --chunk_kb"));
+    }
   }
+  const int64_t bytes = layout.ServerBytes(options_.server_rank);
   if (options_.deterministic && bytes * options_.num_workers > kMaxDeterministicBytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "Register: deterministic mode keeps one gradient per worker: ", options_.num_workers,
@@ -630,6 +632,18 @@ void ShardStore::PullAsync(uint64_t session, int worker_rank, uint64_t fingerpri
     valid = absl::InvalidArgumentError(absl::StrCat("Pull: version is ", version, ", expected >= 0"));
   }
   if (valid.ok()) valid = ValidateChunkIds("Pull", **shard, chunk_ids);
+  if (valid.ok()) {
+    int64_t bytes = 0;
+    for (int32_t id : chunk_ids) {
+      bytes += (*shard)->chunks[id]->info.num_elements * WireBytes(dtype);
+    }
+    if (bytes + kMessageHeadroomBytes > options_.max_message_bytes) {
+      valid = absl::InvalidArgumentError(absl::StrCat(
+          "Pull: worker ", worker_rank, " asks for ", chunk_ids.size(), " chunks of ", bytes,
+          " bytes together, more than the message limit of ", options_.max_message_bytes,
+          " bytes less 1 MiB headroom allows; ask for fewer chunks a call"));
+    }
+  }
   if (!valid.ok()) return done(std::move(valid), {});
 
   auto waiter = std::make_shared<PullWaiter>();

@@ -39,8 +39,10 @@ struct ShardStoreOptions {
   // two runs with the same seed give identical weights. Costs one buffer per
   // worker per chunk.
   bool deterministic = false;
-  // Largest payload one request may carry; a layout that would need more on
-  // this server is refused at registration.
+  // Largest message this server accepts or sends. Workers cut their pushes
+  // and pulls into requests that fit, less ShardStore::kMessageHeadroomBytes;
+  // a layout with a chunk that would not is refused at registration, and a
+  // pull asking for more is refused.
   int64_t max_message_bytes = 64 << 20;
   // Threads that add gradients and apply updates of the chunks in one
   // request in parallel; 0 means one per hardware thread.
@@ -196,6 +198,9 @@ using PullDone = std::function<void(absl::Status status, std::vector<WireWeights
 // generation, ends every session and wakes waiting pulls with Aborted.
 class ShardStore {
  public:
+  // Headroom over a message's payload for its framing and other fields.
+  static constexpr int64_t kMessageHeadroomBytes = 1 << 20;
+
   static absl::StatusOr<std::unique_ptr<ShardStore>> Create(ShardStoreOptions options);
   ~ShardStore();
 

@@ -754,15 +754,49 @@ TEST(ShardStoreOptionsTest, Validate) {
   EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(ShardStoreLimitTest, LayoutTooLargeForTheMessageLimitIsRefused) {
+// A share larger than one message is served a request at a time: only a
+// chunk that could not travel alone refuses the layout, and a pull that
+// asks for more than one message holds is refused by its bytes.
+TEST(ShardStoreLimitTest, MessageLimitBoundsChunksAndPullsNotTheShare) {
   ShardStoreOptions o;
   o.max_message_bytes = 2 << 20;
-  auto store = ShardStore::Create(o);
-  ASSERT_TRUE(store.ok());
-  auto big = Layout::Create({{"w", {1 << 20}}}, 1 << 20, 1, 0);
-  auto s = Reg(**store, 0, 1, *big, big->fingerprint()).status();
+  auto store = ReadyStore(o);
+  auto chunky = Layout::Create({{"w", {1 << 20}}}, 2 << 20, 1, 0);
+  auto s = Reg(*store, 0, 1, *chunky, chunky->fingerprint()).status();
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(s.message().find("4194304 bytes"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("chunk 0 of tensor 'w' has 2097152 bytes, more than the message "
+                             "limit of 2097152 bytes less 1 MiB headroom allows"),
+            std::string::npos)
+      << s;
+  // 4 MiB in 1 MiB chunks: twice the message limit.
+  auto big = Layout::Create({{"w", {1 << 20}}}, 1 << 20, 1, 0);
+  auto r = Reg(*store, 0, 1, *big, big->fingerprint());
+  ASSERT_TRUE(r.ok()) << r.status();
+  const int32_t all[] = {0, 1, 2, 3};
+  std::vector<size_t> sizes;
+  auto sink = [&](int32_t, int64_t, const WireWeights& w) { sizes.push_back(w.bytes.size()); };
+  s = store->Pull(r->session, 0, big->fingerprint(), 0, all, WireDType::kFloat32, absl::Now(),
+                  sink);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("asks for 4 chunks of 4194304 bytes together, more than the "
+                             "message limit of 2097152"),
+            std::string::npos)
+      << s;
+  // Two chunks fit in bf16, not in float32.
+  const auto pair = absl::MakeConstSpan(all, 2);
+  s = store->Pull(r->session, 0, big->fingerprint(), 0, pair, WireDType::kFloat32, absl::Now(),
+                  sink);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  ASSERT_TRUE(
+      store->Pull(r->session, 0, big->fingerprint(), 0, pair, WireDType::kBf16, absl::Now(), sink)
+          .ok());
+  for (int32_t id : all) {
+    ASSERT_TRUE(store->Pull(r->session, 0, big->fingerprint(), 0, absl::MakeConstSpan(&id, 1),
+                            WireDType::kFloat32, absl::Now(), sink)
+                    .ok());
+  }
+  const size_t mib = size_t{1} << 20;
+  EXPECT_EQ(sizes, std::vector<size_t>({mib / 2, mib / 2, mib, mib, mib, mib}));
 }
 
 // A narrow gradient is widened exactly and summed in float32: a run fed

@@ -100,10 +100,10 @@ TEST(CliTest, LauncherBoundsItsProcessesOnOneHost) {
 // before it starts any process.
 TEST(CliTest, BenchRefusesBadFlagsByName) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"--model_mb=nan"}, "--model_mb is nan, expected one float (4 bytes) to 1000 MiB"},
-      {{"--model_mb=1e9"}, "--model_mb is 1000000000, expected one float (4 bytes) to 1000 MiB"},
-      {{"--model_mb=2500", "--num_servers=2"},
-       "--model_mb is 2500, expected one float (4 bytes) to 2000 MiB"},
+      {{"--model_mb=nan"}, "--model_mb is nan, expected one float (4 bytes) to 4096 MiB"},
+      {{"--model_mb=1e9"}, "--model_mb is 1000000000, expected one float (4 bytes) to 4096 MiB"},
+      {{"--model_mb=4097", "--num_servers=2"},
+       "--model_mb is 4097, expected one float (4 bytes) to 4096 MiB"},
       {{"--warmup=2147483647"}, "--warmup is 2147483647, expected 0 to 1000000"},
       {{"--tensors=65537"}, "--tensors is 65537, expected 1 to 65536"},
       {{"--model_mb=0.00002", "--tensors=6"},

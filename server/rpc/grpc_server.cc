@@ -261,6 +261,7 @@ class ParameterService final : public AsyncService {
     resp->set_session(result->session);
     resp->set_generation(result->generation);
     resp->set_has_chunks(result->has_chunks);
+    resp->set_max_message_bytes(store_->options().max_message_bytes);
     for (int32_t id : result->chunk_ids) resp->add_chunk_ids(id);
     return absl::OkStatus();
   }
@@ -294,6 +295,14 @@ class ParameterService final : public AsyncService {
   void PushPull(UnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>* call, Reply reply) {
     const grpc::ByteBuffer* req = &call->request();
     // Admitted before the push, so that a refusal changes nothing.
+    // Its answer is as large as its payload: refused before it changes
+    // anything when that could not go back (ShardStore::PullAsync).
+    const int64_t limit = store_->options().max_message_bytes;
+    if (static_cast<int64_t>(req->Length()) + ShardStore::kMessageHeadroomBytes > limit) {
+      return reply(absl::InvalidArgumentError(absl::StrCat(
+          "PushPull: the request has ", req->Length(), " bytes, more than the message limit of ",
+          limit, " bytes less 1 MiB headroom allows for its answer; push fewer chunks a call")));
+    }
     std::string peer = call->peer();
     absl::Status admitted = AdmitWaiting("PushPull", peer);
     if (!admitted.ok()) return reply(admitted);

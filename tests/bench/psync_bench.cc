@@ -319,7 +319,10 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
   const int k = absl::GetFlag(FLAGS_num_servers), n = absl::GetFlag(FLAGS_num_workers);
   PSYNC_ASSIGN_OR_RETURN(std::string server_bin,
                          FindBinary("server", "psync_server", absl::GetFlag(FLAGS_bin_dir)));
-  const int64_t message_mb = std::max<int64_t>(64, 2 * (ModelBytes() / k >> 20) + 2);
+  // Room for a chunk of up to 1 GiB (--chunk_kb); clients cut larger
+  // shares into requests that fit.
+  const int64_t message_mb =
+      std::min<int64_t>(2047, std::max<int64_t>(64, 2 * (ModelBytes() / k >> 20) + 2));
   std::vector<std::unique_ptr<Subprocess>> servers, clients;
   // Every server is told every address (the others join server 0).
   std::vector<std::string> addresses;
@@ -530,12 +533,9 @@ absl::Status CheckDriverFlags() {
       CheckFlag(servers >= 1 && servers <= 64, "num_servers", servers, "1 to 64"));
   PSYNC_RETURN_IF_ERROR(
       CheckFlag(workers >= 1 && workers <= 256, "num_workers", workers, "1 to 256"));
-  // A server's share goes in one message when a client registers, and the
-  // servers take messages of at most 2047 MiB (twice the share is asked for).
-  const double max_mb = std::min(4096.0, 1000.0 * servers);
-  PSYNC_RETURN_IF_ERROR(CheckFlag(
-      model_mb * (1 << 20) >= 4 && model_mb <= max_mb, "model_mb", model_mb,
-      absl::StrCat("one float (4 bytes) to ", max_mb, " MiB (1000 a server, 4096 in all)")));
+  constexpr double kMaxMb = 4096;
+  PSYNC_RETURN_IF_ERROR(CheckFlag(model_mb * (1 << 20) >= 4 && model_mb <= kMaxMb, "model_mb",
+                                  model_mb, absl::StrCat("one float (4 bytes) to ", kMaxMb, " MiB")));
   const int64_t floats = static_cast<int64_t>(model_mb * (1 << 20) / 4);
   const int64_t max_tensors = std::min<int64_t>(floats, Layout::kMaxTensors);
   PSYNC_RETURN_IF_ERROR(CheckFlag(

@@ -148,29 +148,7 @@ class GrpcPsClient final : public PsClient {
     }
     absl::MutexLock lock(&mu_);
     windows_.resize(layout_.num_servers());
-    for (int s = 0; s < layout_.num_servers(); ++s) {
-      int64_t share = 0;  // on the wire
-      for (int32_t id : layout_.ChunksOnServer(s)) share += WireSize(id);
-      // About max_request_bytes, smaller across a network where that would
-      // leave the share fewer than kMinRequestsAcrossNetwork requests,
-      // larger where it would cut it into more than kMaxRequestsPerServer.
-      int64_t request = options_.max_request_bytes;
-      if (!IsLoopbackAddress(options_.server_addresses[s])) {
-        request = std::min(request, CeilDiv(share, kMinRequestsAcrossNetwork));
-      }
-      request = std::max({request, CeilDiv(share, kMaxRequestsPerServer), int64_t{1}});
-      request_bytes_.push_back(request);
-      const int64_t n = options_.num_workers;
-      const int64_t limit = options_.push_window_bytes > 0
-                                ? options_.push_window_bytes
-                                : std::max(CeilDiv(2, n) * request, share / (2 * n * n));
-      window_limit_.push_back(limit < share ? limit : 0);
-      if (limit < share) {
-        LOG(INFO) << "worker " << options_.worker_rank << ": at most " << (limit >> 10)
-                  << " KiB of pushes in flight to server " << s << " (of its "
-                  << (share >> 10) << " KiB share)";
-      }
-    }
+    PlanRequests(std::vector<int64_t>(layout_.num_servers(), 0));
   }
 
   ~GrpcPsClient() override {
@@ -331,17 +309,18 @@ class GrpcPsClient final : public PsClient {
     const WireDType dtype =
         precision == PullPrecision::kMaster ? WireDType::kFloat32 : options_.wire_dtype;
     for (int server = 0; server < layout_.num_servers(); ++server) {
-      const auto& ids = layout_.ChunksOnServer(server);
-      if (ids.empty()) continue;
-      auto call = std::make_unique<ChunkCall>();
-      call->server = server;
-      call->op = "Pull";
-      call->method = kPullMethod;
-      call->version = version;
-      call->chunk_ids = ids;
-      call->weights = weights;
-      call->request = PullRequestBytes(server, version, ids, dtype);
-      Launch(std::move(call), /*defer=*/false);
+      const auto& all = layout_.ChunksOnServer(server);
+      for (absl::Span<const int32_t> ids : Requests(server, all, dtype)) {
+        auto call = std::make_unique<ChunkCall>();
+        call->server = server;
+        call->op = "Pull";
+        call->method = kPullMethod;
+        call->version = version;
+        call->chunk_ids.assign(ids.begin(), ids.end());
+        call->weights = weights;
+        call->request = PullRequestBytes(server, version, call->chunk_ids, dtype);
+        Launch(std::move(call), /*defer=*/false);
+      }
     }
     return Wait();
   }
@@ -361,11 +340,11 @@ class GrpcPsClient final : public PsClient {
     const bool defer = first_tensor > 0 || end_tensor < num_tensors();
     for (int server = 0; server < layout_.num_servers(); ++server) {
       const auto& all = layout_.ChunksOnServer(server);
-      std::vector<int32_t> ids(std::lower_bound(all.begin(), all.end(), lo),
-                               std::lower_bound(all.begin(), all.end(), hi));
-      if (ids.empty()) continue;
+      const size_t begin = std::lower_bound(all.begin(), all.end(), lo) - all.begin();
+      const size_t end = std::lower_bound(all.begin(), all.end(), hi) - all.begin();
+      if (begin == end) continue;
+      const absl::Span<const int32_t> ids = absl::MakeConstSpan(all).subspan(begin, end - begin);
       const int64_t session = static_cast<int64_t>(Session(server));
-      const int64_t request_bytes = request_bytes_[server];
       // A PushPull answers once every worker's copy of its chunks is in:
       // windows of them could wait on each other when workers send chunks in
       // different orders (overlap on in one, off in another). A Push is
@@ -374,28 +353,20 @@ class GrpcPsClient final : public PsClient {
       // and windows PushPull calls.
       const bool windowed = window_limit_[server] > 0;
       const bool split = windowed && options_.num_workers > 1;
-      // Consecutive chunks, up to request_bytes per request.
-      for (size_t begin = 0; begin < ids.size();) {
-        size_t end = begin;
-        int64_t bytes = 0;
-        while (end < ids.size() &&
-               (end == begin || bytes + WireSize(ids[end]) <= request_bytes)) {
-          bytes += WireSize(ids[end++]);
-        }
+      for (absl::Span<const int32_t> request : Requests(server, ids, options_.wire_dtype)) {
         WireMessageBuilder push;
         push.SetScalar(kWireWorkerRank, options_.worker_rank);
         push.SetScalar(kWireFingerprint, static_cast<int64_t>(layout_.fingerprint()));
         push.SetScalar(kWireStep, step);
         push.SetScalar(kWireSampleCount, sample_count);
         push.SetScalar(kWireSession, session);
-        PSYNC_RETURN_IF_ERROR(
-            AddGradients(push, absl::MakeConstSpan(ids).subspan(begin, end - begin), bytes, grads));
+        PSYNC_ASSIGN_OR_RETURN(const int64_t bytes, AddGradients(push, request, grads));
         auto call = std::make_unique<ChunkCall>();
         call->server = server;
         call->op = split ? "Push" : "PushPull";
         call->method = split ? kPushMethod : kPushPullMethod;
         call->version = step + 1;
-        call->chunk_ids.assign(ids.begin() + begin, ids.begin() + end);
+        call->chunk_ids.assign(request.begin(), request.end());
         call->weights = weights;
         call->push_pull = true;
         call->request = push.Build();
@@ -405,7 +376,6 @@ class GrpcPsClient final : public PsClient {
               PullRequestBytes(server, step + 1, call->chunk_ids, options_.wire_dtype);
         }
         Launch(std::move(call), defer);
-        begin = end;
       }
     }
     return absl::OkStatus();
@@ -626,6 +596,64 @@ class GrpcPsClient final : public PsClient {
     return sessions_[server];
   }
 
+  // Sets request_bytes_ and window_limit_ for servers that take messages of
+  // at most message_limits[s] bytes (0: not known yet, as before Register).
+  // Logs a window when it is new or changed.
+  void PlanRequests(const std::vector<int64_t>& message_limits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    request_bytes_.resize(layout_.num_servers(), 0);
+    window_limit_.resize(layout_.num_servers(), -1);
+    for (int s = 0; s < layout_.num_servers(); ++s) {
+      int64_t share = 0;  // on the wire
+      for (int32_t id : layout_.ChunksOnServer(s)) share += WireSize(id);
+      // About max_request_bytes, smaller across a network where that would
+      // leave the share fewer than kMinRequestsAcrossNetwork requests,
+      // larger where it would cut it into more than kMaxRequestsPerServer,
+      // and always within the server's message limit (a chunk goes whole:
+      // the server refuses at Register a chunk that would not fit).
+      int64_t request = options_.max_request_bytes;
+      if (!IsLoopbackAddress(options_.server_addresses[s])) {
+        request = std::min(request, CeilDiv(share, kMinRequestsAcrossNetwork));
+      }
+      request = std::max({request, CeilDiv(share, kMaxRequestsPerServer), int64_t{1}});
+      if (message_limits[s] > kMessageHeadroomBytes) {
+        request = std::min(request, message_limits[s] - kMessageHeadroomBytes);
+      }
+      request_bytes_[s] = request;
+      const int64_t n = options_.num_workers;
+      const int64_t limit = options_.push_window_bytes > 0
+                                ? options_.push_window_bytes
+                                : std::max(CeilDiv(2, n) * request, share / (2 * n * n));
+      const int64_t window = limit < share ? limit : 0;
+      if (window > 0 && window != window_limit_[s]) {
+        LOG(INFO) << "worker " << options_.worker_rank << ": at most " << (window >> 10)
+                  << " KiB of pushes in flight to server " << s << " (of its "
+                  << (share >> 10) << " KiB share)";
+      }
+      window_limit_[s] = window;
+    }
+  }
+
+  // `ids` (ascending, of one server) cut into requests of consecutive
+  // chunks of about request_bytes_[server] bytes each in `dtype`; a larger
+  // chunk goes alone.
+  std::vector<absl::Span<const int32_t>> Requests(int server, absl::Span<const int32_t> ids,
+                                                  WireDType dtype) const {
+    std::vector<absl::Span<const int32_t>> requests;
+    for (size_t begin = 0; begin < ids.size();) {
+      size_t end = begin;
+      int64_t bytes = 0;
+      while (end < ids.size()) {
+        const int64_t size = layout_.chunks()[ids[end]].num_elements * WireBytes(dtype);
+        if (end > begin && bytes + size > request_bytes_[server]) break;
+        bytes += size;
+        ++end;
+      }
+      requests.push_back(ids.subspan(begin, end - begin));
+      begin = end;
+    }
+    return requests;
+  }
+
   // Takes the sessions and the version to resume from.
   absl::StatusOr<int64_t> Registered(const std::vector<proto::RegisterResponse>& responses) {
     bool any = false;
@@ -649,6 +677,13 @@ class GrpcPsClient final : public PsClient {
       return absl::FailedPreconditionError(absl::StrCat(
           "Register: the servers' chunks are at versions ", version, " to ", max_version,
           ", more than one step apart"));
+    }
+    {
+      // No call is in flight while the caller registers.
+      absl::MutexLock lock(&mu_);
+      std::vector<int64_t> limits;
+      for (const proto::RegisterResponse& r : responses) limits.push_back(r.max_message_bytes());
+      PlanRequests(limits);
     }
     absl::MutexLock lock(&session_mu_);
     for (size_t s = 0; s < responses.size(); ++s) sessions_[s] = responses[s].session();
@@ -748,21 +783,23 @@ class GrpcPsClient final : public PsClient {
     return layout_.chunks()[id].num_elements * WireBytes(options_.wire_dtype);
   }
 
-  // Adds the gradients of `ids` (`bytes` on the wire together) to `push`:
-  // float32 straight from `grads`, which the caller keeps until Wait();
-  // a 2-byte dtype narrowed into one buffer that the request owns (and
-  // keeps for its retries). A finite gradient the dtype cannot hold is an
-  // error: it would reach the servers as Inf, and the weights as NaN.
-  absl::Status AddGradients(WireMessageBuilder& push, absl::Span<const int32_t> ids,
-                            int64_t bytes, const float* grads) const {
+  // Adds the gradients of `ids` to `push` and returns their bytes on the
+  // wire: float32 straight from `grads`, which the caller keeps until
+  // Wait(); a 2-byte dtype narrowed into one buffer that the request owns
+  // (and keeps for its retries). A finite gradient the dtype cannot hold is
+  // an error: it would reach the servers as Inf, and the weights as NaN.
+  absl::StatusOr<int64_t> AddGradients(WireMessageBuilder& push, absl::Span<const int32_t> ids,
+                                       const float* grads) const {
     const WireDType wire = options_.wire_dtype;
     const proto::DType dtype = WireDTypeToProto(wire);
+    int64_t bytes = 0;
+    for (int32_t id : ids) bytes += WireSize(id);
     if (wire == WireDType::kFloat32) {
       for (int32_t id : ids) {
         const ChunkInfo& info = layout_.chunks()[id];
         push.AddChunk(id, dtype, 0, grads + info.flat_offset, info.bytes());
       }
-      return absl::OkStatus();
+      return bytes;
     }
     auto narrowed = std::make_shared<std::vector<char>>(static_cast<size_t>(bytes));
     char* out = narrowed->data();
@@ -775,7 +812,7 @@ class GrpcPsClient final : public PsClient {
       push.AddChunk(id, dtype, 0, out, WireSize(id), narrowed);
       out += WireSize(id);
     }
-    return absl::OkStatus();
+    return bytes;
   }
 
   // Checks that the server returned exactly the chunks asked for, at the
@@ -851,8 +888,10 @@ class GrpcPsClient final : public PsClient {
     std::deque<ChunkCall*> queued;  // waiting for room, in launch order
   };
   std::vector<Window> windows_ ABSL_GUARDED_BY(mu_);
-  // By server, fixed at construction: the payload of one push request, and
-  // the push window (0: the share fits, no window).
+  // By server, planned at construction and again at each Register (which
+  // says the servers' message limits; no call is in flight then): the
+  // payload of one request, and the push window (0: the share fits, no
+  // window). Read without mu_ by the caller's thread, which writes them.
   std::vector<int64_t> request_bytes_, window_limit_;
   absl::Notification stop_heartbeat_;
   // Last: the thread starts once every member it uses is constructed.

@@ -48,8 +48,10 @@ std::vector<float> InitialWeights(const Layout& layout) {
 struct InProcessServer {
   // checkpoint_every > 0 keeps those versions' snapshots, for RollBackTo.
   InProcessServer(int rank, int num_servers, int num_workers, int port = 0,
-                  absl::Duration worker_lease = absl::Seconds(2), int64_t checkpoint_every = 0) {
+                  absl::Duration worker_lease = absl::Seconds(2), int64_t checkpoint_every = 0,
+                  int64_t max_message_bytes = 64 << 20) {
     ShardStoreOptions o;
+    o.max_message_bytes = max_message_bytes;
     o.server_rank = rank;
     o.num_servers = num_servers;
     o.num_workers = num_workers;
@@ -114,8 +116,10 @@ class FakeService final : public proto::ParameterServer::Service {
   int answer_dtype ABSL_GUARDED_BY(mu) = 0;
   // The dtype of the last push-pull's first chunk.
   int pushed_dtype ABSL_GUARDED_BY(mu) = 0;
-  // Register answers these versions, or fails with `register_failure`.
+  // Register answers these versions and message limit, or fails with
+  // `register_failure`.
   int64_t version ABSL_GUARDED_BY(mu) = 0;
+  int64_t max_message_bytes ABSL_GUARDED_BY(mu) = 0;
   int64_t max_version ABSL_GUARDED_BY(mu) = 0;
   grpc::Status register_failure ABSL_GUARDED_BY(mu);
   // The first `heartbeat_failures` heartbeats fail with `heartbeat_failure`;
@@ -138,6 +142,7 @@ class FakeService final : public proto::ParameterServer::Service {
     resp->set_has_chunks(true);
     resp->set_version(version);
     resp->set_max_version(max_version);
+    resp->set_max_message_bytes(max_message_bytes);
     return grpc::Status::OK;
   }
 
@@ -358,6 +363,67 @@ TEST(GrpcPsClientTest, ASmallShareIsCutIntoMoreRequestsAcrossANetwork) {
     EXPECT_EQ(w, grads);
     absl::MutexLock lock(&fake.service.mu);
     EXPECT_EQ(fake.service.push_pull_calls, host == other ? 4 : 1) << host;
+  }
+}
+
+// Requests fit the message limit the server answers at Register: 1 MiB in
+// 64 KiB chunks goes as one request (max_request_bytes) to a server that
+// takes 2 MiB messages or says nothing, in 256 KiB ones to one that takes
+// 1.25 MiB (1 MiB of it is headroom).
+TEST(GrpcPsClientTest, RequestsFitTheServersMessageLimit) {
+  const Layout layout = *Layout::Create({{"w", {1 << 18}}}, 64 << 10, 1, 3);
+  std::vector<float> grads(layout.total_elements(), 0.5f), w(grads.size());
+  for (const auto& [limit, calls] : {std::pair<int64_t, int>{0, 1}, {2 << 20, 1},
+                                     {(1 << 20) + (256 << 10), 4}}) {
+    FakeServer fake;
+    {
+      absl::MutexLock lock(&fake.service.mu);
+      fake.service.max_message_bytes = limit;
+    }
+    auto client = Client(layout, {fake.address()});
+    ASSERT_TRUE(client->Register().ok());
+    ASSERT_TRUE(client->PushPull(0, 1, grads.data(), w.data()).ok());
+    EXPECT_EQ(w, grads);
+    absl::MutexLock lock(&fake.service.mu);
+    EXPECT_EQ(fake.service.push_pull_calls, calls) << limit;
+  }
+}
+
+// A server's share may be several times its message limit: pulls and
+// push-pulls go in requests that fit, in every wire dtype, and two workers'
+// windowed Push-then-Pull requests give the exact mean.
+TEST(GrpcPsClientTest, TrainsAShareLargerThanTheServersMessageLimit) {
+  // 6 MiB in 256 KiB chunks, a server that takes 2 MiB messages.
+  const Layout layout = *Layout::Create({{"w", {1 << 20}}, {"b", {1 << 19}}}, 256 << 10, 1, 3);
+  for (WireDType dtype : {WireDType::kFloat32, WireDType::kBf16, WireDType::kFp16}) {
+    SCOPED_TRACE(WireDTypeName(dtype));
+    InProcessServer server(0, 1, 2, 0, absl::Seconds(2), 0, /*max_message_bytes=*/2 << 20);
+    std::vector<std::unique_ptr<PsClient>> clients;
+    for (int rank : {0, 1}) {
+      clients.push_back(Client(layout, {server.address()}, rank, 2, absl::Seconds(10),
+                               absl::Seconds(20), dtype));
+      ASSERT_TRUE(clients.back()->Register().ok());
+    }
+    std::vector<float> expected = InitialWeights(layout);
+    std::vector<float> w0(expected.size()), w1(expected.size());
+    ASSERT_TRUE(clients[0]->Pull(0, PullPrecision::kMaster, w0.data()).ok());
+    EXPECT_EQ(w0, expected);
+    // Sums of 2 and 4 over one sample each: the mean 3, exact in each dtype.
+    const std::vector<float> twos(w0.size(), 2.0f), fours(w0.size(), 4.0f);
+    for (int64_t step = 0; step < 2; ++step) {
+      Async whole([&] { return clients[0]->PushPull(step, 1, twos.data(), w0.data()); });
+      for (int t = clients[1]->num_tensors() - 1; t >= 0; --t) {
+        ASSERT_TRUE(clients[1]->StartPushPull(step, 1, t, t + 1, fours.data(), w1.data()).ok());
+      }
+      ASSERT_EQ(clients[1]->Wait(), absl::OkStatus());
+      ASSERT_EQ(whole.Get(), absl::OkStatus());
+      for (float& v : expected) v -= 3.0f;
+      EXPECT_EQ(w0, w1) << "step " << step;
+    }
+    ASSERT_TRUE(clients[1]->Pull(2, PullPrecision::kMaster, w1.data()).ok());
+    EXPECT_EQ(w1, expected);
+    ASSERT_TRUE(clients[0]->Pull(2, PullPrecision::kWire, w0.data()).ok());
+    if (dtype == WireDType::kFloat32) EXPECT_EQ(w0, expected);
   }
 }
 

@@ -461,6 +461,39 @@ TEST_F(ShardStoreTest, AWaitingPullWhoseCallerWentAwayEndsCancelled) {
             (std::vector<float>{Initial(0)[0] - 1.0f, Initial(0)[1] - 1.0f}));
 }
 
+// A float32 weight past a narrow dtype's range is not sent as inf: a pull
+// in that dtype, waiting or not, ends OUT_OF_RANGE naming the weight, and
+// the other dtypes carry it.
+TEST_F(ShardStoreTest, WeightsPastTheWireDTypesRangeAreRefusedNotSentAsInf) {
+  Make(1, false);
+  const int32_t ids[] = {0, 1};
+  absl::Notification done;
+  absl::Status waited;
+  store_->PullAsync(S(0), 0, layout_.fingerprint(), 1, ids, WireDType::kFp16,
+                    absl::Now() + absl::Seconds(60), [&](absl::Status s, std::vector<WireWeights>) {
+                      waited = s;
+                      done.Notify();
+                    });
+  ASSERT_TRUE(Push(0, 0, 1, 0, {1.0f, 1.0f}).ok());
+  ASSERT_TRUE(Push(0, 0, 1, 1, {0.0f, -70000.0f}).ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  const float big = Initial(1)[1] + 70000.0f;
+  const std::string why = absl::StrCat(
+      "Pull: version 1 of chunk 1: the weights of tensor 'w' hold ", big,
+      " at element 3, beyond the range of fp16 (--wire_dtype): it would reach the workers as inf");
+  EXPECT_EQ(waited.code(), StatusCode::kOutOfRange) << waited;
+  EXPECT_NE(waited.message().find(why), std::string::npos) << waited;
+  auto again = Pull(1, 1, absl::Seconds(5), 0, WireDType::kFp16);
+  EXPECT_EQ(again.status().code(), StatusCode::kOutOfRange) << again.status();
+  EXPECT_NE(again.status().message().find(why), std::string::npos) << again.status();
+  EXPECT_TRUE(Pull(1, 0, absl::Seconds(5), 0, WireDType::kFp16).ok());
+  for (WireDType dtype : {WireDType::kFloat32, WireDType::kBf16}) {
+    auto pulled = Pull(1, 1, absl::Seconds(5), 0, dtype);
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+    EXPECT_EQ(pulled->second[1], Rounded(dtype, {big})[0]);
+  }
+}
+
 TEST_F(ShardStoreTest, PullOfTheSameChunkTwiceIsRefused) {
   Make(1, false);
   int32_t ids[] = {1, 1};
@@ -773,9 +806,11 @@ TEST(ShardStoreLimitTest, MessageLimitBoundsChunksAndPullsNotTheShare) {
   auto r = Reg(*store, 0, 1, *big, big->fingerprint());
   ASSERT_TRUE(r.ok()) << r.status();
   const int32_t all[] = {0, 1, 2, 3};
+  // Far enough that the store's timer cannot end a pull before it is served.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
   std::vector<size_t> sizes;
   auto sink = [&](int32_t, int64_t, const WireWeights& w) { sizes.push_back(w.bytes.size()); };
-  s = store->Pull(r->session, 0, big->fingerprint(), 0, all, WireDType::kFloat32, absl::Now(),
+  s = store->Pull(r->session, 0, big->fingerprint(), 0, all, WireDType::kFloat32, deadline,
                   sink);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("asks for 4 chunks of 4194304 bytes together, more than the "
@@ -784,15 +819,15 @@ TEST(ShardStoreLimitTest, MessageLimitBoundsChunksAndPullsNotTheShare) {
       << s;
   // Two chunks fit in bf16, not in float32.
   const auto pair = absl::MakeConstSpan(all, 2);
-  s = store->Pull(r->session, 0, big->fingerprint(), 0, pair, WireDType::kFloat32, absl::Now(),
+  s = store->Pull(r->session, 0, big->fingerprint(), 0, pair, WireDType::kFloat32, deadline,
                   sink);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
   ASSERT_TRUE(
-      store->Pull(r->session, 0, big->fingerprint(), 0, pair, WireDType::kBf16, absl::Now(), sink)
+      store->Pull(r->session, 0, big->fingerprint(), 0, pair, WireDType::kBf16, deadline, sink)
           .ok());
   for (int32_t id : all) {
     ASSERT_TRUE(store->Pull(r->session, 0, big->fingerprint(), 0, absl::MakeConstSpan(&id, 1),
-                            WireDType::kFloat32, absl::Now(), sink)
+                            WireDType::kFloat32, deadline, sink)
                     .ok());
   }
   const size_t mib = size_t{1} << 20;

@@ -291,7 +291,7 @@ void EncodeWire(WireDType dtype, const float* in, int64_t n, char* out) {
   }
 }
 
-absl::Status CheckNarrowable(WireDType dtype, const float* in, int64_t n,
+absl::Status CheckNarrowable(WireDType dtype, const float* in, int64_t n, NarrowedValues what,
                              absl::string_view tensor, int64_t first) {
   // The least magnitude that rounds past the largest finite value (half an
   // ulp above it; the tie goes up, as the largest's last bit is odd).
@@ -312,15 +312,19 @@ absl::Status CheckNarrowable(WireDType dtype, const float* in, int64_t n,
   int64_t i = 0;
   while (i < n && !(std::fabs(in[i]) >= limit && std::fabs(in[i]) <= kMax)) ++i;  // NaN: no
   if (i == n) return absl::OkStatus();
+  const bool gradient = what == NarrowedValues::kGradient;
   return absl::OutOfRangeError(absl::StrCat(
-      "the gradient of tensor '", tensor, "' holds ", in[i], " at element ", first + i,
-      ", beyond the range of ", WireDTypeName(dtype), " (--wire_dtype): it would reach the "
-      "servers as inf. Use --wire_dtype=bf16 (float32's range) or float32; a gradient is a sum "
-      "over a device's batch, so larger batches hold larger values"));
+      "the ", gradient ? "gradient" : "weights", " of tensor '", tensor, "' hold",
+      gradient ? "s " : " ", in[i], " at element ", first + i, ", beyond the range of ",
+      WireDTypeName(dtype), " (--wire_dtype): it would reach the ",
+      gradient ? "servers" : "workers", " as inf. Use --wire_dtype=bf16 (float32's range) or "
+      "float32; ",
+      gradient ? "a gradient is a sum over a device's batch, so larger batches hold larger values"
+               : "the servers keep the weights in float32, which holds it"));
 }
 
 absl::Status EncodeWireChecked(WireDType dtype, const float* in, int64_t n, char* out,
-                               absl::string_view tensor, int64_t first) {
+                               NarrowedValues what, absl::string_view tensor, int64_t first) {
   EncodeWire(dtype, in, n, out);
   if (dtype == WireDType::kFloat32 || n <= 0) return absl::OkStatus();
   // A 2-byte value whose exponent bits are all ones is infinite or NaN.
@@ -340,7 +344,7 @@ absl::Status EncodeWireChecked(WireDType dtype, const float* in, int64_t n, char
     const auto* b = reinterpret_cast<const unsigned char*>(out + 2 * i);
     any |= ((b[0] | b[1] << 8) & exponent) == exponent;
   }
-  return any == 0 ? absl::OkStatus() : CheckNarrowable(dtype, in, n, tensor, first);
+  return any == 0 ? absl::OkStatus() : CheckNarrowable(dtype, in, n, what, tensor, first);
 }
 
 void DecodeWire(WireDType dtype, const char* in, int64_t n, float* out) {

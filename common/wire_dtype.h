@@ -57,19 +57,23 @@ std::string ExpectedWireBytes(int64_t num_elements, WireDType dtype);
 // Writes in[0..n) as n * WireBytes(dtype) bytes at `out`. REQUIRES: n >= 0.
 void EncodeWire(WireDType dtype, const float* in, int64_t n, char* out);
 
-// OK unless a finite value of in[0..n), elements first.. of the gradient
-// of tensor `tensor`, would narrow to +-Inf in `dtype` (fp16: magnitude
-// 65520 and above; bf16: near float32's largest): OUT_OF_RANGE naming the
-// tensor, the element and its value, and the dtypes that hold it. Values
-// already infinite or NaN pass (the model's own, as in float32).
-absl::Status CheckNarrowable(WireDType dtype, const float* in, int64_t n,
+// What narrowed values are: a worker's gradients on their way to the
+// servers, or the servers' weights on their way to the workers.
+enum class NarrowedValues { kGradient, kWeights };
+
+// OK unless a finite value of in[0..n), elements first.. of `what` of
+// tensor `tensor`, would narrow to +-Inf in `dtype` (fp16: magnitude 65520
+// and above; bf16: near float32's largest): OUT_OF_RANGE naming the tensor,
+// the element and its value, and the dtypes that hold it. Values already
+// infinite or NaN pass (the model's own, as in float32).
+absl::Status CheckNarrowable(WireDType dtype, const float* in, int64_t n, NarrowedValues what,
                              absl::string_view tensor, int64_t first);
 
 // EncodeWire, then CheckNarrowable's verdict: the encoded values are looked
 // at (half the bytes, just written), and the input only where one of them
 // is infinite or NaN.
 absl::Status EncodeWireChecked(WireDType dtype, const float* in, int64_t n, char* out,
-                               absl::string_view tensor, int64_t first);
+                               NarrowedValues what, absl::string_view tensor, int64_t first);
 
 // Reads n values (n * WireBytes(dtype) bytes at `in`) into out[0..n).
 void DecodeWire(WireDType dtype, const char* in, int64_t n, float* out);

@@ -429,21 +429,26 @@ TEST(WireDTypeTest, CheckNarrowableRefusesWhatWouldBecomeInf) {
         float back;
         DecodeWire(dtype, out.data() + at * WireBytes(dtype), 1, &back);
         const bool became_inf = std::isfinite(v) && std::isinf(back);
-        const absl::Status s =
-            CheckNarrowable(dtype, in.data(), static_cast<int64_t>(in.size()), "fc1.weight", 100);
-        EXPECT_EQ(!s.ok(), became_inf) << v << " at " << at << ": " << s;
-        std::vector<char> checked(out.size());
-        EXPECT_EQ(EncodeWireChecked(dtype, in.data(), static_cast<int64_t>(in.size()),
-                                    checked.data(), "fc1.weight", 100),
-                  s);
-        EXPECT_EQ(checked, out);
-        if (!s.ok()) {
-          EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
-          EXPECT_THAT(std::string(s.message()),
-                      ::testing::HasSubstr(absl::StrCat("tensor 'fc1.weight' holds ", v,
-                                                        " at element ", 100 + at,
-                                                        ", beyond the range of ",
-                                                        WireDTypeName(dtype))));
+        for (NarrowedValues what : {NarrowedValues::kGradient, NarrowedValues::kWeights}) {
+          const bool gradient = what == NarrowedValues::kGradient;
+          const absl::Status s = CheckNarrowable(dtype, in.data(), static_cast<int64_t>(in.size()),
+                                                 what, "fc1.weight", 100);
+          EXPECT_EQ(!s.ok(), became_inf) << v << " at " << at << ": " << s;
+          std::vector<char> checked(out.size());
+          EXPECT_EQ(EncodeWireChecked(dtype, in.data(), static_cast<int64_t>(in.size()),
+                                      checked.data(), what, "fc1.weight", 100),
+                    s);
+          EXPECT_EQ(checked, out);
+          if (!s.ok()) {
+            EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+            EXPECT_THAT(std::string(s.message()),
+                        ::testing::HasSubstr(absl::StrCat(
+                            gradient ? "the gradient of tensor 'fc1.weight' holds "
+                                     : "the weights of tensor 'fc1.weight' hold ",
+                            v, " at element ", 100 + at, ", beyond the range of ",
+                            WireDTypeName(dtype), " (--wire_dtype): it would reach the ",
+                            gradient ? "servers" : "workers", " as inf")));
+          }
         }
       }
     }

@@ -78,6 +78,9 @@ struct ShardStore::PullWaiter {
   // weights[i] is set under chunk ids[i]'s lock when it reaches `version`,
   // before `remaining` counts it; whoever counts the last reads them all.
   std::vector<WireWeights> weights;
+  // Set (first error wins) when a chunk's weights cannot be sent.
+  absl::Mutex error_mu;
+  absl::Status error ABSL_GUARDED_BY(error_mu);
   std::atomic<int64_t> remaining{0};
   std::atomic<bool> finished{false};
 };
@@ -693,9 +696,13 @@ void ShardStore::PullAsync(uint64_t session, int worker_rank, uint64_t fingerpri
         c.waiters.push_back({waiter, i});
         continue;
       } else if (const std::shared_ptr<ChunkState> state = StateAtLocked(c, version)) {
-        waiter->weights[i] = WeightsInLocked(c, state, version, dtype);
-        ++there;
-        continue;
+        absl::StatusOr<WireWeights> weights = WeightsInLocked(s, c, state, version, dtype);
+        if (weights.ok()) {
+          waiter->weights[i] = *std::move(weights);
+          ++there;
+          continue;
+        }
+        refused = std::move(weights).status();
       } else {
         refused = absl::FailedPreconditionError(absl::StrCat(
             "Pull: version ", version, " of chunk ", id,
@@ -708,11 +715,13 @@ void ShardStore::PullAsync(uint64_t session, int worker_rank, uint64_t fingerpri
   if (waiter->remaining.fetch_sub(there + 1) == there + 1) FinishWaiter(waiter, absl::OkStatus());
 }
 
-WireWeights ShardStore::WeightsInLocked(Chunk& c, const std::shared_ptr<ChunkState>& state,
-                                        int64_t version, WireDType dtype) {
+absl::StatusOr<WireWeights> ShardStore::WeightsInLocked(const Shard& shard, Chunk& c,
+                                                        const std::shared_ptr<ChunkState>& state,
+                                                        int64_t version, WireDType dtype) {
   if (dtype == WireDType::kFloat32) {
-    return {state, absl::string_view(reinterpret_cast<const char*>(state->weights.data()),
-                                     state->weights.size() * sizeof(float))};
+    return WireWeights{state,
+                       absl::string_view(reinterpret_cast<const char*>(state->weights.data()),
+                                         state->weights.size() * sizeof(float))};
   }
   auto view = [](const std::shared_ptr<std::vector<char>>& b) {
     return WireWeights{b, absl::string_view(b->data(), b->size())};
@@ -736,7 +745,13 @@ WireWeights ShardStore::WeightsInLocked(Chunk& c, const std::shared_ptr<ChunkSta
     std::atomic_thread_fence(std::memory_order_acquire);
   }
   spare->resize(static_cast<size_t>(n * WireBytes(dtype)));
-  EncodeWire(dtype, state->weights.data(), n, spare->data());
+  const absl::Status narrowed = EncodeWireChecked(
+      dtype, state->weights.data(), n, spare->data(), NarrowedValues::kWeights,
+      shard.layout->tensors()[c.info.tensor].name, c.info.tensor_offset);
+  if (!narrowed.ok()) {
+    return absl::OutOfRangeError(absl::StrCat("Pull: version ", version, " of chunk ", c.info.id,
+                                              ": ", narrowed.message()));
+  }
   c.narrow.push_back({version, dtype, spare});
   return view(spare);
 }
@@ -745,9 +760,14 @@ void ShardStore::FillSlotsLocked(Chunk& c, const std::vector<WaiterSlot>& slots)
   for (const WaiterSlot& slot : slots) {
     // Listed at version + 1, and a chunk moves one version at a time.
     const std::shared_ptr<ChunkState> state = StateAtLocked(c, slot.waiter->version);
-    if (state != nullptr) {
-      slot.waiter->weights[slot.index] =
-          WeightsInLocked(c, state, slot.waiter->version, slot.waiter->dtype);
+    if (state == nullptr) continue;
+    absl::StatusOr<WireWeights> weights = WeightsInLocked(*slot.waiter->shard, c, state,
+                                                          slot.waiter->version, slot.waiter->dtype);
+    if (weights.ok()) {
+      slot.waiter->weights[slot.index] = *std::move(weights);
+    } else {
+      absl::MutexLock lock(&slot.waiter->error_mu);
+      if (slot.waiter->error.ok()) slot.waiter->error = std::move(weights).status();
     }
   }
 }
@@ -763,6 +783,10 @@ void ShardStore::FinishWaiter(const std::shared_ptr<PullWaiter>& waiter, absl::S
   {
     absl::MutexLock lock(&waiters_mu_);
     waiters_.erase(waiter.get());
+  }
+  if (status.ok()) {
+    absl::MutexLock lock(&waiter->error_mu);
+    status = waiter->error;
   }
   if (status.ok()) return waiter->done(absl::OkStatus(), std::move(waiter->weights));
   // Off the lists of the chunks it still waits for, so that a stalled

@@ -332,12 +332,17 @@ class ShardStore {
   absl::Status Interrupted(absl::string_view op, const Shard& shard) const;
   // The weights of `state` (the chunk's at `version`) in `dtype`: the
   // state's own buffer for float32, else the chunk's narrowed copy of that
-  // version, made now if no pull has asked for it yet.
-  static WireWeights WeightsInLocked(Chunk& chunk, const std::shared_ptr<ChunkState>& state,
-                                     int64_t version, WireDType dtype)
+  // version, made now if no pull has asked for it yet. OUT_OF_RANGE, naming
+  // the weight, when one would narrow to inf (the servers' float32 weights
+  // have grown past fp16's range).
+  static absl::StatusOr<WireWeights> WeightsInLocked(const Shard& shard, Chunk& chunk,
+                                                     const std::shared_ptr<ChunkState>& state,
+                                                     int64_t version, WireDType dtype)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
   // Fills the slots' weights from their chunk, now at their version (under
-  // the chunk's lock); the caller then calls Arrived for each, unlocked.
+  // the chunk's lock), or records why a slot's cannot be sent (its waiter
+  // then ends with that error); the caller then calls Arrived for each,
+  // unlocked.
   static void FillSlotsLocked(Chunk& chunk, const std::vector<WaiterSlot>& slots)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
   void Arrived(const std::vector<WaiterSlot>& slots);

@@ -454,8 +454,9 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
                             "stopped by a signal before the last step (",
                             trained.status().message(), "); the job can be resumed")));
   }
-  // A gradient that overflows the wire's dtype (OUT_OF_RANGE, only from
-  // EncodeWireChecked) comes back at the same step after a restart.
+  // A gradient or weight that overflows the wire's dtype (OUT_OF_RANGE, only
+  // from EncodeWireChecked, here or on a server) comes back at the same step
+  // after a restart.
   if (!trained.ok() && (client.refused() || absl::IsOutOfRange(trained.status()))) {
     return WithExitCode(kExitCannotContinue, trained.status());
   }

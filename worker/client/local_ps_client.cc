@@ -75,6 +75,7 @@ class LocalPsClient final : public PsClient {
           std::vector<char>& out = narrowed.emplace_back(c.num_elements * width);
           PSYNC_RETURN_IF_ERROR(EncodeWireChecked(wire_dtype_, grads + c.flat_offset,
                                                   c.num_elements, out.data(),
+                                                  NarrowedValues::kGradient,
                                                   layout_.tensors()[c.tensor].name,
                                                   c.tensor_offset));
           bytes = absl::string_view(out.data(), out.size());

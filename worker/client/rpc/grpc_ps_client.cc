@@ -807,6 +807,7 @@ class GrpcPsClient final : public PsClient {
       const ChunkInfo& info = layout_.chunks()[id];
       const float* in = grads + info.flat_offset;
       PSYNC_RETURN_IF_ERROR(EncodeWireChecked(wire, in, info.num_elements, out,
+                                              NarrowedValues::kGradient,
                                               layout_.tensors()[info.tensor].name,
                                               info.tensor_offset));
       push.AddChunk(id, dtype, 0, out, WireSize(id), narrowed);

@@ -599,7 +599,8 @@ class GrpcPsClient final : public PsClient {
   // Sets request_bytes_ and window_limit_ for servers that take messages of
   // at most message_limits[s] bytes (0: not known yet, as before Register).
   // Logs a window when it is new or changed.
-  void PlanRequests(const std::vector<int64_t>& message_limits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void PlanRequests(const std::vector<int64_t>& message_limits)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     request_bytes_.resize(layout_.num_servers(), 0);
     window_limit_.resize(layout_.num_servers(), -1);
     for (int s = 0; s < layout_.num_servers(); ++s) {

@@ -114,6 +114,9 @@ TEST(CliTest, BenchRefusesBadFlagsByName) {
       {{"--num_workers=1000"}, "--num_workers is 1000, expected 1 to 256"},
       {{"--momentum=-0.5"}, "--momentum is -0.5, expected at least 0, below 1"},
       {{"--server_host=::1"}, "--server_host is '::1', expected an IPv4 address"},
+      // About 3.5 TiB.
+      {{"--model_mb=4096", "--num_workers=256"},
+       "--model_mb=4096 with --num_workers=256 needs about 3616.1 GiB of memory"},
   };
   for (const auto& [flags, message] : cases) {
     std::vector<std::string> argv = {Runfile("tests/bench/psync_bench")};

@@ -103,9 +103,12 @@ class RegisterWatch final : public PsClient {
 
   absl::StatusOr<int64_t> Register() override {
     absl::StatusOr<int64_t> version = client_->Register();
+    // RESOURCE_EXHAUSTED: the layout is over a server's limits (a chunk
+    // over its message limit, deterministic mode's buffers), for good.
     refused_ = absl::IsFailedPrecondition(version.status()) ||
                absl::IsInvalidArgument(version.status()) ||
-               absl::IsUnauthenticated(version.status());
+               absl::IsUnauthenticated(version.status()) ||
+               absl::IsResourceExhausted(version.status());
     return version;
   }
   absl::Status Finish(int64_t version) override { return client_->Finish(version); }

@@ -295,14 +295,6 @@ class ParameterService final : public AsyncService {
   void PushPull(UnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>* call, Reply reply) {
     const grpc::ByteBuffer* req = &call->request();
     // Admitted before the push, so that a refusal changes nothing.
-    // Its answer is as large as its payload: refused before it changes
-    // anything when that could not go back (ShardStore::PullAsync).
-    const int64_t limit = store_->options().max_message_bytes;
-    if (static_cast<int64_t>(req->Length()) + ShardStore::kMessageHeadroomBytes > limit) {
-      return reply(absl::InvalidArgumentError(absl::StrCat(
-          "PushPull: the request has ", req->Length(), " bytes, more than the message limit of ",
-          limit, " bytes less 1 MiB headroom allows for its answer; push fewer chunks a call")));
-    }
     std::string peer = call->peer();
     absl::Status admitted = AdmitWaiting("PushPull", peer);
     if (!admitted.ok()) return reply(admitted);
@@ -416,8 +408,10 @@ class ParameterService final : public AsyncService {
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("Push: ", s.message()));
     std::vector<ChunkPayload> payloads(push->chunks.size());
     const char* op = pull_dtype != nullptr ? "PushPull" : "Push";
+    int64_t bytes = 0;
     for (size_t i = 0; i < payloads.size(); ++i) {
       const WireChunk& c = push->chunks[i];
+      bytes += c.data_size;
       absl::StatusOr<WireDType> dtype = WireDTypeFromProto(c.dtype);
       if (!dtype.ok()) {
         return absl::InvalidArgumentError(
@@ -432,6 +426,15 @@ class ParameterService final : public AsyncService {
       payloads[i].chunk_id = c.id;
       payloads[i].dtype = *dtype;
       payloads[i].pieces = c.data;
+    }
+    // A PushPull's answer carries as many payload bytes: refused before
+    // anything changes when they could not go back (as a Pull asking for
+    // them would be, ShardStore::PullAsync).
+    const int64_t limit = store_->options().max_message_bytes;
+    if (pull_dtype != nullptr && bytes + ShardStore::kMessageHeadroomBytes > limit) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": its chunks hold ", bytes, " bytes, more than the message limit of ", limit,
+          " bytes less 1 MiB headroom allows for its answer; push fewer chunks a call"));
     }
     if (pull_dtype != nullptr && !payloads.empty()) *pull_dtype = payloads[0].dtype;
     const int64_t rank = push->Int(kWireWorkerRank);

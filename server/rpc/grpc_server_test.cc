@@ -451,7 +451,7 @@ TEST_F(GrpcServerTest, OversizedRequestIsRefusedByTheTransport) {
   grpc::Status st = Call(&proto::ParameterServer::Stub::Push, push, &pushed);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
   // A PushPull whose answer (as large as its payload) would not fit in the
-  // limit with its headroom is refused before its push is looked at.
+  // limit with its headroom is refused before its push is applied.
   push = PushOf(0, s0, 0, 1.0f);
   const std::string valid = push.SerializeAsString();
   push.mutable_chunks(0)->set_data(std::string(3 << 19, '\0'));
@@ -459,7 +459,7 @@ TEST_F(GrpcServerTest, OversizedRequestIsRefusedByTheTransport) {
       RawCall("/psync.proto.ParameterServer/PushPull", push.SerializeAsString());
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(refused.error_message(),
-              HasSubstr(absl::StrCat("PushPull: the request has ", push.ByteSizeLong(),
+              HasSubstr(absl::StrCat("PushPull: its chunks hold ", (3 << 19) + 16,  // + 2 chunks
                                      " bytes, more than the message limit of 2097152 bytes less "
                                      "1 MiB headroom allows for its answer")));
   // The server goes on: a valid push is taken.

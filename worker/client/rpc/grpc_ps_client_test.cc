@@ -395,6 +395,18 @@ TEST(GrpcPsClientTest, RequestsFitTheServersMessageLimit) {
 TEST(GrpcPsClientTest, TrainsAShareLargerThanTheServersMessageLimit) {
   // 6 MiB in 256 KiB chunks, a server that takes 2 MiB messages.
   const Layout layout = *Layout::Create({{"w", {1 << 20}}, {"b", {1 << 19}}}, 256 << 10, 1, 3);
+  // A lone worker's PushPull requests of exactly the limit less 1 MiB of
+  // chunks are taken (the server counts their payload, not their framing).
+  {
+    InProcessServer server(0, 1, 1, 0, absl::Seconds(2), 0, /*max_message_bytes=*/2 << 20);
+    auto client = Client(layout, {server.address()});
+    ASSERT_TRUE(client->Register().ok());
+    std::vector<float> expected = InitialWeights(layout), w(expected.size());
+    const std::vector<float> twos(w.size(), 2.0f);
+    ASSERT_EQ(client->PushPull(0, 1, twos.data(), w.data()), absl::OkStatus());
+    for (float& v : expected) v -= 2.0f;
+    EXPECT_EQ(w, expected);
+  }
   for (WireDType dtype : {WireDType::kFloat32, WireDType::kBf16, WireDType::kFp16}) {
     SCOPED_TRACE(WireDTypeName(dtype));
     InProcessServer server(0, 1, 2, 0, absl::Seconds(2), 0, /*max_message_bytes=*/2 << 20);

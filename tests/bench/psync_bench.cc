@@ -600,8 +600,9 @@ absl::Status CheckDriverFlags() {
   if (have > 0 && need > have) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--model_mb=%g with --num_workers=%d needs about %.1f GiB of memory (the servers "
-        "together about 4x the model, each worker about 3.5x), more than the %.1f GiB this "
-        "machine has available (MemAvailable in /proc/meminfo)",
+        "together about 4x the model, 1x more per worker with --deterministic and 1x with "
+        "--checkpoints; each worker about 3.5x), more than the %.1f GiB this machine has "
+        "available (MemAvailable in /proc/meminfo)",
         model_mb, workers, need / double{1 << 30}, have / double{1 << 30}));
   }
   return absl::OkStatus();
@@ -670,7 +671,7 @@ absl::Status RunDriver() {
 
   const double mb = ModelBytes() / double(1 << 20);
   const std::string label = absl::GetFlag(FLAGS_label).empty()
-                                ? absl::StrFormat("%dw x %ds %.3gMiB", n, k, mb)
+                                ? absl::StrFormat("%dw x %ds %gMiB", n, k, mb)
                                 : absl::GetFlag(FLAGS_label);
   PSYNC_ASSIGN_OR_RETURN(const TcpCongestion congestion, BenchCongestion());
   std::printf("\n== %s: %d workers x %d servers, %.3f MiB in %d tensors, chunk %lld KiB, "

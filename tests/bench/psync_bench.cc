@@ -343,8 +343,9 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
   const int k = absl::GetFlag(FLAGS_num_servers), n = absl::GetFlag(FLAGS_num_workers);
   PSYNC_ASSIGN_OR_RETURN(std::string server_bin,
                          FindBinary("server", "psync_server", absl::GetFlag(FLAGS_bin_dir)));
-  // Room for a chunk of up to 1 GiB (--chunk_kb); clients cut larger
-  // shares into requests that fit.
+  // Twice the share, as before, up to the servers' cap of 2047 MiB, which
+  // holds any chunk (1 GiB at most): clients cut a larger share into
+  // requests that fit.
   const int64_t message_mb =
       std::min<int64_t>(2047, std::max<int64_t>(64, 2 * (ModelBytes() / k >> 20) + 2));
   std::vector<std::unique_ptr<Subprocess>> servers, clients;
@@ -558,8 +559,9 @@ absl::Status CheckDriverFlags() {
   PSYNC_RETURN_IF_ERROR(
       CheckFlag(workers >= 1 && workers <= 256, "num_workers", workers, "1 to 256"));
   constexpr double kMaxMb = 4096;
-  PSYNC_RETURN_IF_ERROR(CheckFlag(model_mb * (1 << 20) >= 4 && model_mb <= kMaxMb, "model_mb",
-                                  model_mb, absl::StrCat("one float (4 bytes) to ", kMaxMb, " MiB")));
+  PSYNC_RETURN_IF_ERROR(
+      CheckFlag(model_mb * (1 << 20) >= 4 && model_mb <= kMaxMb, "model_mb", model_mb,
+                absl::StrCat("one float (4 bytes) to ", kMaxMb, " MiB")));
   const int64_t floats = static_cast<int64_t>(model_mb * (1 << 20) / 4);
   const int64_t max_tensors = std::min<int64_t>(floats, Layout::kMaxTensors);
   PSYNC_RETURN_IF_ERROR(CheckFlag(

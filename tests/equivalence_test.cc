@@ -204,6 +204,39 @@ TEST(EquivalenceTest, DistributedOnGpusMatchesSingleDevice) {
   ExpectSameWeights(a, b);
 }
 
+// A server's share several times its message limit travels in requests
+// that fit, with the same bits as in one (1 and 2 workers: a PushPull per
+// request, and a Push then a Pull); a chunk that cannot fit stops the job
+// at registration, the worker not restarted.
+TEST(EquivalenceTest, AShareOverTheMessageLimitTrainsTheSameBits) {
+  for (int workers : {1, 2}) {
+    std::vector<std::string> flags = Shape(1, workers, 1, 32 / workers);
+    flags.push_back("--model=mlp:784-1024-256-10");  // 4.3 MB
+    const std::string name = absl::StrCat("share_", workers, "w");
+    const LaunchResult whole = Launch(name, flags);
+    flags.push_back("--max_message_mb=2");
+    const LaunchResult cut = Launch(name + "_limit2", flags);
+    ASSERT_EQ(whole.exit_code, 0) << whole.output;
+    ASSERT_EQ(cut.exit_code, 0) << cut.output;
+    EXPECT_EQ(JsonField(whole.summary, "weights_sha256").size(), 64u);
+    EXPECT_EQ(JsonField(whole.summary, "weights_sha256"), JsonField(cut.summary, "weights_sha256"))
+        << workers << " worker(s)";
+    if (workers == 2) {
+      flags.push_back("--chunk_kb=2048");
+      const LaunchResult refused = Launch("share_chunk_over_limit", flags);
+      EXPECT_EQ(refused.exit_code, 1);
+      EXPECT_NE(refused.output.find("exited with code 3: the job cannot continue (never "
+                                    "restarted)"),
+                std::string::npos)
+          << refused.output;
+      EXPECT_NE(refused.output.find("chunk 0 of tensor 'fc1.weight' has 2097152 bytes, more than "
+                                    "the message limit of 2097152 bytes"),
+                std::string::npos)
+          << refused.output;
+    }
+  }
+}
+
 // A flag only the workers check (their data): they exit 2, bad flags, which
 // the launcher does not restart and passes on, with the worker's own error.
 TEST(EquivalenceTest, AFailingWorkerFailsTheRun) {

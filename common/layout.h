@@ -25,6 +25,13 @@ struct ChunkInfo {
   int64_t bytes() const { return num_elements * 4; }
 };
 
+// Room a message needs beyond its chunks' payload bytes (framing, the other
+// fields): a chunk must fit in a server's message limit less this, a worker
+// packs its requests to at most that, and a server refuses a request whose
+// answer would not fit. One figure for both ends, or requests that one packs
+// the other refuses.
+constexpr int64_t kMessageHeadroomBytes = 1 << 20;
+
 // Immutable once created; safe to share between threads.
 //
 // The flat parameter vector is every tensor's elements, tensors in the order

@@ -122,10 +122,9 @@ absl::Status ShardStoreOptions::Validate() const {
   if (num_workers < 1 || num_workers > 65536) {
     return absl::InvalidArgumentError(absl::StrCat("num_workers is ", num_workers, ", expected 1..65536"));
   }
-  if (max_message_bytes < ShardStore::kMessageHeadroomBytes) {
+  if (max_message_bytes < kMessageHeadroomBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "max_message_bytes is ", max_message_bytes, ", expected >= ",
-        ShardStore::kMessageHeadroomBytes));
+        "max_message_bytes is ", max_message_bytes, ", expected >= ", kMessageHeadroomBytes));
   }
   if (checkpoint_every < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -40,7 +40,7 @@ struct ShardStoreOptions {
   // worker per chunk.
   bool deterministic = false;
   // Largest message this server accepts or sends. Workers cut their pushes
-  // and pulls into requests that fit, less ShardStore::kMessageHeadroomBytes;
+  // and pulls into requests that fit, less kMessageHeadroomBytes (common/layout.h);
   // a layout with a chunk that would not is refused at registration, and a
   // pull asking for more is refused.
   int64_t max_message_bytes = 64 << 20;
@@ -198,9 +198,6 @@ using PullDone = std::function<void(absl::Status status, std::vector<WireWeights
 // generation, ends every session and wakes waiting pulls with Aborted.
 class ShardStore {
  public:
-  // Headroom over a message's payload for its framing and other fields.
-  static constexpr int64_t kMessageHeadroomBytes = 1 << 20;
-
   static absl::StatusOr<std::unique_ptr<ShardStore>> Create(ShardStoreOptions options);
   ~ShardStore();
 

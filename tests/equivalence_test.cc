@@ -225,13 +225,11 @@ TEST(EquivalenceTest, AShareOverTheMessageLimitTrainsTheSameBits) {
       flags.push_back("--chunk_kb=2048");
       const LaunchResult refused = Launch("share_chunk_over_limit", flags);
       EXPECT_EQ(refused.exit_code, 1);
-      EXPECT_NE(refused.output.find("exited with code 3: the job cannot continue (never "
-                                    "restarted)"),
-                std::string::npos)
+      EXPECT_TRUE(Contains(refused.output,
+                           "exited with code 3: the job cannot continue (never restarted)"))
           << refused.output;
-      EXPECT_NE(refused.output.find("chunk 0 of tensor 'fc1.weight' has 2097152 bytes, more than "
-                                    "the message limit of 2097152 bytes"),
-                std::string::npos)
+      EXPECT_TRUE(Contains(refused.output, "chunk 0 of tensor 'fc1.weight' has 2097152 bytes, "
+                                           "more than the message limit of 2097152 bytes"))
           << refused.output;
     }
   }
@@ -245,12 +243,10 @@ TEST(EquivalenceTest, AFailingWorkerFailsTheRun) {
   const absl::Time start = absl::Now();
   const LaunchResult run = Launch("failing", flags);
   EXPECT_EQ(run.exit_code, 2);
-  EXPECT_NE(run.output.find("exited with code 2: bad flags (never restarted); its last error: "
-                            "worker "),
-            std::string::npos)
+  EXPECT_TRUE(Contains(run.output,
+                       "exited with code 2: bad flags (never restarted); its last error: worker "))
       << run.output;
-  EXPECT_NE(run.output.find("cannot open /nonexistent/fashion-mnist/"), std::string::npos)
-      << run.output;
+  EXPECT_TRUE(Contains(run.output, "cannot open /nonexistent/fashion-mnist/")) << run.output;
   EXPECT_LT(absl::Now() - start, absl::Seconds(60));
 }
 

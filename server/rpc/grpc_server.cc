@@ -431,7 +431,7 @@ class ParameterService final : public AsyncService {
     // anything changes when they could not go back (as a Pull asking for
     // them would be, ShardStore::PullAsync).
     const int64_t limit = store_->options().max_message_bytes;
-    if (pull_dtype != nullptr && bytes + ShardStore::kMessageHeadroomBytes > limit) {
+    if (pull_dtype != nullptr && bytes + kMessageHeadroomBytes > limit) {
       return absl::InvalidArgumentError(absl::StrCat(
           op, ": its chunks hold ", bytes, " bytes, more than the message limit of ", limit,
           " bytes less 1 MiB headroom allows for its answer; push fewer chunks a call"));

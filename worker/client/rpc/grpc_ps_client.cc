@@ -30,7 +30,6 @@
 namespace psync {
 namespace {
 
-constexpr int64_t kMessageHeadroomBytes = 1 << 20;
 // Requests one push-pull of a whole server's share is cut into, at most
 // (see GrpcPsClientOptions::max_request_bytes).
 constexpr int64_t kMaxRequestsPerServer = 32;

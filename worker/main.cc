@@ -271,8 +271,9 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   options.evaluate = options.worker_rank == 0;
   options.overlap = c.training().overlap();
   options.overlap_min_bytes = c.training().overlap_min_kb() << 10;
-  for (absl::string_view w : absl::StrSplit(c.training().device_weights(), ',',
-                                            absl::SkipEmpty())) {
+  const std::string& weights = c.training().device_weights();
+  for (absl::string_view w : absl::StrSplit(weights, ',')) {
+    if (weights.empty()) break;
     double weight;
     if (!absl::SimpleAtod(w, &weight)) {
       return BadConfig(absl::InvalidArgumentError(absl::StrCat(
@@ -509,7 +510,7 @@ extern "C" void openblas_set_num_threads(int);
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("psync worker: trains on its devices against the parameter servers.");
   if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
-  psync::ParseFlagsOrExit(argc, argv);
+  psync::ParseFlagsOnlyOrExit(argc, argv);
   psync::KeepLargeAllocationsInHeap();
   psync::SkipMutexDeadlockDetection();
   psync::InitLogging(argv[0], "worker");

@@ -42,11 +42,18 @@ absl::Status TrainerOptions::Validate() const {
   if (max_steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--steps is ", max_steps, ", expected >= 0"));
   }
+  double total_weight = 0;
   for (double w : device_weights) {
     if (!(w > 0.0) || !std::isfinite(w)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--device_weights has ", w, ", expected positive finite weights"));
     }
+    total_weight += w;
+  }
+  if (!std::isfinite(total_weight)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device_weights sum to ", total_weight,
+        ", expected relative speeds with a finite sum (e.g. 1,3)"));
   }
   if (overlap_min_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -334,6 +334,9 @@ TEST(TrainerTest, BadOptionsAreRefused) {
   EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
   o.device_weights = {-1.0};
   EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
+  o.device_weights = {1e308, 1e308};  // each finite, their sum not
+  EXPECT_EQ(make(o, 2, 2).message(),
+            "--device_weights sum to inf, expected relative speeds with a finite sum (e.g. 1,3)");
   o = {};
   o.overlap_min_bytes = -1024;
   EXPECT_EQ(make(o, 1, 1).message(), "--overlap_min_kb is -1, expected >= 0");

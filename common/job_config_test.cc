@@ -143,7 +143,24 @@ TEST(JobConfigTest, FlagsOverrideTheFileAndAreNamedInErrors) {
   EXPECT_EQ(loaded.config.optimizer().momentum(), 0.8);
   ASSERT_TRUE(SetJobConfigField("momentum", "1.5", "--momentum", &loaded).ok());
   EXPECT_EQ(FinishJobConfig(&loaded).message(),
-            "--momentum is 1.5, expected 0 <= momentum < 1");
+            "--momentum is 1.5, expected 0 <= momentum < 1 in float32 (at most 0.99999994)");
+  // Values are checked as the servers' float32 will hold them, and named as given.
+  ASSERT_TRUE(SetJobConfigField("momentum", "0.99999999999", "--momentum", &loaded).ok());
+  EXPECT_THAT(FinishJobConfig(&loaded).message(), HasSubstr("--momentum is 0.99999999999,"));
+  ASSERT_TRUE(SetJobConfigField("momentum", "0.9", "--momentum", &loaded).ok());
+  for (const char* lr : {"1e-300", "1e+300"}) {
+    ASSERT_TRUE(SetJobConfigField("lr", lr, "--lr", &loaded).ok());
+    EXPECT_EQ(FinishJobConfig(&loaded).message(),
+              absl::StrCat("--lr is ", lr, ", expected a number > 0 that float32 holds (about "
+                           "1.2e-38 to 3.4e38)"));
+  }
+  ASSERT_TRUE(SetJobConfigField("lr", "0.1", "--lr", &loaded).ok());
+  ASSERT_TRUE(SetJobConfigField("lr_schedule", "cosine", "--lr_schedule", &loaded).ok());
+  ASSERT_TRUE(SetJobConfigField("lr_final", "1", "--lr_final", &loaded).ok());
+  EXPECT_THAT(FinishJobConfig(&loaded).message(),
+              HasSubstr("--lr_final is 1, expected at most optimizer.lr"));
+  ASSERT_TRUE(SetJobConfigField("lr_final", "0.01", "--lr_final", &loaded).ok());
+  EXPECT_TRUE(FinishJobConfig(&loaded).ok());
   absl::Status bad = SetJobConfigField("epochs", "many", "--epochs", &loaded);
   EXPECT_EQ(bad.message(), "--epochs is 'many', expected a int32");
   EXPECT_THAT(SetJobConfigField("nonsense", "1", "--nonsense", &loaded).message(),
@@ -273,6 +290,18 @@ TEST(JobConfigTest, ServerAddressesFromAListOrAPattern) {
   EXPECT_EQ(FinishJobConfig(&flagged).message(),
             "--servers is \"ps-{rank}:x\", expected host:port addresses (entry 'ps-0:x' is not "
             "host:port with a port in 1..65535)");
+  // Each server needs an address of its own, and a host that can be dialled.
+  auto twice = Load(R"(cluster { servers: "a:1,b:2,a:1" })");
+  EXPECT_THAT(twice.status().message(),
+              HasSubstr("(entry 'a:1' is given twice (servers 0 and 2), expected one address "
+                        "per server)"));
+  for (const char* host : {"::1", " a", "a b", "h\\xff", "[::1", "[]", "[g::1]"}) {
+    auto bad_host = Load(absl::StrCat(R"(cluster { servers: ")", host, R"(:7070" })"));
+    EXPECT_THAT(bad_host.status().message(), HasSubstr("IPv6 address in brackets")) << host;
+  }
+  for (const char* good : {"[::1]:7070", "ps-0.ps.default.svc:7070", "10.0.0.1:1,my_host:2"}) {
+    EXPECT_TRUE(Load(absl::StrCat(R"(cluster { servers: ")", good, R"(" })")).ok()) << good;
+  }
 }
 
 TEST(JobConfigTest, RanksFromAFlagOrFromThePod) {

@@ -1,6 +1,12 @@
 #include "common/security.h"
 
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include <cstdint>
+#include <memory>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +22,77 @@ absl::Status Read(const char* field, const std::string& path, std::string* out) 
   if (path.empty()) return absl::OkStatus();
   PSYNC_ASSIGN_OR_RETURN(*out, ReadSmallFile(absl::StrCat("security.", field), path,
                                              kMaxSecurityFileBytes));
+  return absl::OkStatus();
+}
+
+// OpenSSL's reason for the last failure on this thread, and the queue cleared.
+std::string OpenSslError() {
+  const unsigned long code = ERR_peek_last_error();
+  ERR_clear_error();
+  if (code == 0) return "no PEM block of that kind";
+  char text[256];
+  ERR_error_string_n(code, text, sizeof(text));
+  return text;
+}
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+using Bio = std::unique_ptr<BIO, BioFree>;
+
+Bio ReadOnlyBio(const std::string& pem) {
+  return Bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+// Never asks for a passphrase (OpenSSL's default would read the terminal).
+int NoPassphrase(char*, int, int, void*) { return 0; }
+
+// gRPC reads the files only when the first connection's handshake needs
+// them, and then says no more than that the port cannot be used or the
+// address cannot be reached: the material is checked here, at start, by
+// the field that names it.
+absl::Status CheckTlsMaterial(const proto::SecurityConfig& config, const PeerSecurity& s) {
+  ERR_clear_error();
+  std::unique_ptr<X509, X509Free> cert;
+  if (!s.cert_pem.empty()) {
+    cert.reset(PEM_read_bio_X509(ReadOnlyBio(s.cert_pem).get(), nullptr, NoPassphrase, nullptr));
+    if (cert == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("security.tls_cert ", config.tls_cert(),
+                                                      " holds no readable certificate (",
+                                                      OpenSslError(), ")"));
+    }
+  }
+  if (!s.key_pem.empty()) {
+    std::unique_ptr<EVP_PKEY, KeyFree> key(
+        PEM_read_bio_PrivateKey(ReadOnlyBio(s.key_pem).get(), nullptr, NoPassphrase, nullptr));
+    if (key == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "security.tls_key ", config.tls_key(),
+          " holds no readable private key, expected an unencrypted PEM key (",
+          OpenSslError(), ")"));
+    }
+    if (cert != nullptr && X509_check_private_key(cert.get(), key.get()) != 1) {
+      ERR_clear_error();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "security.tls_key ", config.tls_key(), " is not the key of the certificate in "
+          "security.tls_cert ", config.tls_cert(), ", expected the pair's own key"));
+    }
+  }
+  if (!s.ca_pem.empty()) {
+    std::unique_ptr<X509, X509Free> ca(
+        PEM_read_bio_X509(ReadOnlyBio(s.ca_pem).get(), nullptr, NoPassphrase, nullptr));
+    if (ca == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("security.tls_ca ", config.tls_ca(),
+                                                     " holds no readable certificate (",
+                                                     OpenSslError(), ")"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -37,6 +114,7 @@ absl::StatusOr<PeerSecurity> LoadPeerSecurity(const proto::SecurityConfig& confi
                                                      " is not PEM, expected -----BEGIN ..."));
     }
   }
+  PSYNC_RETURN_IF_ERROR(CheckTlsMaterial(config, s));
   std::string token;
   PSYNC_RETURN_IF_ERROR(Read("auth_token_file", config.auth_token_file(), &token));
   s.token = std::string(absl::StripAsciiWhitespace(token));

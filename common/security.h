@@ -24,7 +24,9 @@ struct PeerSecurity {
 
 // Reads the files `config` names (each a regular file of at most 1 MiB; a
 // token file's surrounding whitespace is dropped and the token must not be
-// empty). Errors name the field and the path, never the token.
+// empty) and checks the TLS material with OpenSSL: a readable certificate,
+// its own unencrypted key, a readable CA certificate. Errors name the field
+// and the path, never the token.
 absl::StatusOr<PeerSecurity> LoadPeerSecurity(const proto::SecurityConfig& config);
 
 // Compares in time that depends only on the lengths, not on where the

@@ -1,9 +1,12 @@
 #include "common/security.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
+#include "common/throwaway_pki.h"
 #include "gtest/gtest.h"
 
 namespace psync {
@@ -15,20 +18,70 @@ std::string Write(const std::string& name, const std::string& text) {
   return path;
 }
 
-constexpr char kPem[] = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Real material: a CA and a certificate it signed, with its key.
+proto::SecurityConfig Pki(const std::string& name) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  std::filesystem::create_directories(dir);
+  absl::StatusOr<proto::SecurityConfig> pki = MakeThrowawayPki(dir);
+  EXPECT_TRUE(pki.ok()) << pki.status();
+  return pki.ok() ? *pki : proto::SecurityConfig();
+}
 
 TEST(SecurityTest, ReadsTheFilesAndTrimsTheToken) {
-  proto::SecurityConfig c;
-  c.set_tls_cert(Write("cert.pem", kPem));
-  c.set_tls_key(Write("key.pem", kPem));
-  c.set_tls_ca(Write("ca.pem", kPem));
+  proto::SecurityConfig c = Pki("good");
   c.set_auth_token_file(Write("token", "  abc123-XYZ\n"));
   absl::StatusOr<PeerSecurity> s = LoadPeerSecurity(c);
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ(s->cert_pem, kPem);
-  EXPECT_EQ(s->ca_pem, kPem);
+  EXPECT_EQ(s->cert_pem, ReadAll(c.tls_cert()));
+  EXPECT_EQ(s->key_pem, ReadAll(c.tls_key()));
+  EXPECT_EQ(s->ca_pem, ReadAll(c.tls_ca()));
   EXPECT_EQ(s->token, "abc123-XYZ");
   EXPECT_TRUE(LoadPeerSecurity(proto::SecurityConfig()).ok());  // all off
+}
+
+// gRPC would take any of these and fail only at the first handshake, as "cannot
+// listen" on a server and "unreachable" on a client.
+TEST(SecurityTest, UnusableTlsMaterialIsRefusedAtStartByItsField) {
+  const proto::SecurityConfig good = Pki("pair");
+  const proto::SecurityConfig other = Pki("other");
+  const std::string key = ReadAll(good.tls_key());
+  const struct {
+    const char* what;
+    proto::SecurityConfig config;
+    std::string expected;
+  } cases[] = {
+      {"another certificate's key",
+       [&] { auto c = good; c.set_tls_key(other.tls_key()); return c; }(),
+       "security.tls_key " + other.tls_key() + " is not the key of the certificate in "
+       "security.tls_cert " + good.tls_cert()},
+      {"a truncated key",
+       [&] { auto c = good; c.set_tls_key(Write("half.key", key.substr(0, key.size() / 2)));
+             return c; }(),
+       "holds no readable private key"},
+      {"certificate and key swapped",
+       [&] { auto c = good; c.set_tls_cert(good.tls_key()); c.set_tls_key(good.tls_cert());
+             return c; }(),
+       "security.tls_cert " + good.tls_key() + " holds no readable certificate"},
+      {"a key as the CA",
+       [&] { auto c = good; c.set_tls_ca(good.tls_key()); return c; }(),
+       "security.tls_ca " + good.tls_key() + " holds no readable certificate"},
+      {"a PEM block of garbage",
+       [&] { auto c = good; c.set_tls_cert(Write("bogus.pem",
+                 "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"));
+             return c; }(),
+       "holds no readable certificate"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    absl::StatusOr<PeerSecurity> s = LoadPeerSecurity(c.config);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find(c.expected), std::string::npos) << s.status();
+  }
 }
 
 TEST(SecurityTest, BadFilesAreRefusedByFieldAndPathNeverShowingTheToken) {

@@ -18,6 +18,7 @@ _LIBS = {
     "openblas": (["openblas"], []),
     "zlib": (["zlib"], []),
     "httplib": (["cpp-httplib"], ["-lpthread"]),
+    "openssl": (["openssl"], []),
 }
 
 def _pkg_config(ctx, args):

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/layout.h"
 
 namespace psync {
 namespace {
@@ -58,6 +59,13 @@ absl::StatusOr<ModelSpec> ParseModelSpec(const std::string& text) {
   }
   if (spec.kind == "cnn" && spec.widths.size() != 3) {
     return bad("a CNN takes exactly three numbers");
+  }
+  // An MLP layer is two tensors (weight and bias), and a layout holds at most
+  // Layout::kMaxTensors.
+  const int64_t max_layers = static_cast<int64_t>(Layout::kMaxTensors / 2);
+  if (spec.kind == "mlp" && static_cast<int64_t>(spec.widths.size()) - 1 > max_layers) {
+    return bad(absl::StrCat("it has ", spec.widths.size() - 1, " layers, at most ", max_layers,
+                            " fit"));
   }
   if (spec.ParameterCount() > kMaxModelParameters) {
     return bad(absl::StrCat("it has ", spec.ParameterCount(), " parameters, at most ",

@@ -35,6 +35,11 @@ TEST(ModelSpecTest, MalformedSpecsNameTheValue) {
   // Widths each in range, but 2^40 weights in all.
   EXPECT_THAT(error("mlp:1048576-1048576-10"),
               HasSubstr("(it has 1099523162122 parameters, at most 1073741824 fit)"));
+  // Layers each small, but more tensors than a layout holds.
+  std::string deep = "mlp:784";
+  for (int i = 0; i < 32768; ++i) deep += "-1";
+  EXPECT_TRUE(ParseModelSpec(deep).ok());  // 32768 layers: 65536 tensors
+  EXPECT_THAT(error(deep + "-10"), HasSubstr("(it has 32769 layers, at most 32768 fit)"));
   EXPECT_EQ(ParseModelSpec("mlp")->ParameterCount(), 235146);
   EXPECT_EQ(ParseModelSpec("cnn")->ParameterCount(), 215370);
 }

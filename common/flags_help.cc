@@ -94,4 +94,13 @@ std::vector<char*> ParseFlagsOrExit(int argc, char** argv) {
   return args;
 }
 
+void ParseFlagsOnlyOrExit(int argc, char** argv) {
+  const std::vector<char*> args = ParseFlagsOrExit(argc, argv);
+  if (args.size() > 1) {
+    std::fprintf(stderr, "%s: unexpected argument '%s', expected flags only (--name=value)\n",
+                 args[0], args[1]);
+    std::exit(2);
+  }
+}
+
 }  // namespace psync

@@ -28,6 +28,11 @@ bool PrintHelpIfRequested(int argc, char** argv, absl::string_view main_file);
 // Abseil's 1, which they restart. Abseil's message comes first, as before.
 std::vector<char*> ParseFlagsOrExit(int argc, char** argv);
 
+// ParseFlagsOrExit for a program that takes flags only: an argument that is
+// not a flag (a typo such as `-- lr=0.1`, a value after a space) exits 2,
+// naming it, rather than being ignored.
+void ParseFlagsOnlyOrExit(int argc, char** argv);
+
 }  // namespace psync
 
 #endif  // PSYNC_COMMON_FLAGS_HELP_H_

@@ -390,7 +390,7 @@ int Run() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("psync parameter server: owns a shard of the model's chunks.");
   if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
-  psync::ParseFlagsOrExit(argc, argv);
+  psync::ParseFlagsOnlyOrExit(argc, argv);
   psync::KeepLargeAllocationsInHeap();
   psync::SkipMutexDeadlockDetection();
   psync::OneHeapArena();

@@ -79,6 +79,20 @@ TEST(CliTest, UnparsableFlagsExit2) {
   }
 }
 
+// The daemons and the launcher take flags only: a stray word (here a bool
+// flag's value after a space, which Abseil leaves as an argument) is
+// refused by name rather than ignored.
+TEST(CliTest, StrayArgumentsExit2) {
+  for (const char* binary :
+       {"server/psync_server", "worker/psync_worker", "deploy/local/psync_launch"}) {
+    SCOPED_TRACE(binary);
+    const Ended run = RunToEnd({Runfile(binary), "--deterministic", "false"});
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_TRUE(Contains(run.output, "unexpected argument 'false', expected flags only"))
+        << run.output;
+  }
+}
+
 TEST(CliTest, NegativeSyntheticSamplesFailsAtStart) {
   const Ended run = RunToEnd(Worker({"--synthetic_samples=-5"}));
   EXPECT_NE(run.exit_code, 0);

@@ -453,7 +453,7 @@ class Launcher {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Runs a psync cluster (servers and workers) on 127.0.0.1.");
   if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
-  psync::ParseFlagsOrExit(argc, argv);
+  psync::ParseFlagsOnlyOrExit(argc, argv);
   struct sigaction sa = {};
   sa.sa_handler = psync::OnStopSignal;
   sigaction(SIGTERM, &sa, nullptr);

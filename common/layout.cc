@@ -95,7 +95,7 @@ absl::StatusOr<Layout> Layout::Create(std::vector<TensorSpec> tensors,
     if (num_chunks > kMaxChunks) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Layout: more than ", kMaxChunks, " chunks of ", chunk_bytes,
-          " bytes; raise chunk_bytes"));
+          " bytes; raise chunk_bytes (--chunk_kb)"));
     }
   }
 

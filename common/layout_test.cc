@@ -105,6 +105,7 @@ TEST(LayoutTest, DifferenceNamesWhatDiffersFirst) {
 }
 
 TEST(LayoutTest, RejectsBadInput) {
+  absl::Status s;
   EXPECT_EQ(Layout::Create({}, 1024, 1, 0).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Layout::Create(Mlp(), 1023, 1, 0).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Layout::Create(Mlp(), 0, 1, 0).status().code(), absl::StatusCode::kInvalidArgument);
@@ -117,12 +118,18 @@ TEST(LayoutTest, RejectsBadInput) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Layout::Create({{"a", {int64_t{1} << 30, int64_t{1} << 30}}}, 1024, 1, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
-  // A tiny spec asking for 2^40 chunks is refused before any is built.
+  // A tiny spec asking for 2^40 chunks is refused before any is built, and
+  // so is one asking for one chunk more than a layout holds.
   EXPECT_EQ(Layout::Create({{"a", {int64_t{1} << 40}}}, 4, 1, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Layout::Create({{"a", {Layout::kMaxChunks}}}, 4, 1, 0).ok());
+  s = Layout::Create({{"a", {Layout::kMaxChunks + 1}}}, 4, 1, 0).status();
+  EXPECT_NE(s.message().find("more than 262144 chunks of 4 bytes; raise chunk_bytes (--chunk_kb)"),
+            std::string::npos)
+      << s;
   EXPECT_EQ(Layout::Create({{std::string(2000, 'n'), {2}}}, 1024, 1, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
-  auto s = Layout::Create(Mlp(), 6, 1, 0).status();
+  s = Layout::Create(Mlp(), 6, 1, 0).status();
   EXPECT_NE(s.message().find("chunk_bytes is 6"), std::string::npos) << s;
 }
 

@@ -5,9 +5,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -37,7 +39,48 @@ int64_t ResidentBytes() {
   return resident * sysconf(_SC_PAGESIZE);
 }
 
+// The first number in `path` (or -1 when there is none, as in a
+// memory.max of "max").
+int64_t ReadNumber(const std::string& path) {
+  std::ifstream in(path);
+  int64_t v = -1;
+  return in >> v ? v : -1;
+}
+
+// This process's cgroup v2 folder ("0::/path" in /proc/self/cgroup).
+std::string CgroupFolder() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("0::", 0) == 0) return "/sys/fs/cgroup" + line.substr(3);
+  }
+  return "";
+}
+
 }  // namespace
+
+int64_t AvailableMemoryBytes() {
+  int64_t available = -1;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kb = 0;
+  while (meminfo >> key >> kb >> unit) {
+    if (key == "MemAvailable:") {
+      available = kb << 10;
+      break;
+    }
+  }
+  const std::string cgroup = CgroupFolder();
+  if (!cgroup.empty()) {
+    const int64_t limit = ReadNumber(cgroup + "/memory.max");
+    const int64_t used = ReadNumber(cgroup + "/memory.current");
+    if (limit >= 0 && used >= 0) {
+      const int64_t left = std::max<int64_t>(0, limit - used);
+      available = available < 0 ? left : std::min(available, left);
+    }
+  }
+  return available;
+}
 
 int64_t PeakResidentBytes(int pid) {
   std::ifstream status(pid == 0 ? std::string("/proc/self/status")

@@ -20,6 +20,11 @@ std::string RaiseOpenFileLimit();
 // -1 when it cannot be read (the process is gone).
 int64_t PeakResidentBytes(int pid = 0);
 
+// Memory this process can still take, in bytes: /proc/meminfo's
+// MemAvailable, or less where the process's cgroup (v2) has a memory.max
+// (a container's limit); -1 when neither can be read.
+int64_t AvailableMemoryBytes();
+
 // CPU time (user and system, all threads) process `pid` (0: this one) has
 // used, in seconds; -1 when it cannot be read (the process is gone).
 double CpuSeconds(int pid = 0);

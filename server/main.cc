@@ -74,6 +74,7 @@ absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c) {
   o.checkpoint_every = c.checkpoint().checkpoint_every();
   // Only a shutdown checkpoint reads version - 1's optimizer state.
   o.keep_previous_state = !c.checkpoint().checkpoint_dir().empty();
+  o.available_memory = AvailableMemoryBytes;
   PSYNC_RETURN_IF_ERROR(o.Validate());
   return o;
 }

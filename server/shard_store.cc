@@ -190,6 +190,27 @@ std::shared_ptr<ShardStore::Shard> ShardStore::NewShard(const Layout& layout,
   return shard;
 }
 
+absl::Status ShardStore::CheckMemoryFor(int64_t share_bytes) const {
+  if (!options_.available_memory) return absl::OkStatus();
+  // What the store surely allocates, in shares: the weights of the current
+  // and the previous version, the optimizer state (twice when version - 1's
+  // is kept), and deterministic mode's gradient per worker. Measured peaks
+  // are higher (3.6x with momentum, README): a share refused here would not
+  // have fit.
+  const int state = options_.optimizer.KeepsMomentum() + options_.optimizer.KeepsSecondMoment();
+  const int64_t shares = 2 + state + (options_.keep_previous_state ? state : 0) +
+                         (options_.deterministic ? options_.num_workers : 0);
+  const int64_t have = options_.available_memory();
+  if (have < 0 || share_bytes <= have / shares) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "Register: server ", options_.server_rank, "'s share of the model is ", share_bytes,
+      " bytes, and holding it takes at least ", shares, "x that (the weights of two versions",
+      state > 0 ? " and the optimizer state" : "",
+      options_.deterministic ? " and one gradient per worker" : "", "), more than the ", have,
+      " bytes of memory this server can still take; use more servers (--num_servers) or a "
+      "machine with more memory"));
+}
+
 absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   const int rank = args.worker_rank;
   if (args.num_workers != options_.num_workers) {
@@ -273,6 +294,7 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
     }
   }
   if (shard_ == nullptr) {
+    PSYNC_RETURN_IF_ERROR(CheckMemoryFor(bytes));
     shard_ = NewShard(layout, args.shape, generation_);
     shard_->origin = absl::StrCat("set by worker ", rank, "'s registration");
     owned_chunks_ = static_cast<int>(shard_->owned.size());

@@ -69,6 +69,11 @@ struct ShardStoreOptions {
   // the state in place: one copy per chunk instead of two (a 64 MiB share
   // with momentum holds 64 MiB less), the same bits.
   bool keep_previous_state = true;
+  // Memory the server can still take, in bytes (-1: unknown), asked when the
+  // first registration would allocate the share: a layout whose buffers
+  // cannot fit is refused (RESOURCE_EXHAUSTED) rather than left to fail the
+  // allocation or wake the OOM killer. Null: not checked.
+  std::function<int64_t()> available_memory;
 
   absl::Status Validate() const;
 };
@@ -299,6 +304,9 @@ class ShardStore {
                                 absl::Span<const int32_t> ids) const;
   std::shared_ptr<Shard> NewShard(const Layout& layout, const TrainingShape& shape,
                                   int64_t generation) const;
+  // RESOURCE_EXHAUSTED when a share of `share_bytes` cannot fit in the memory
+  // options_.available_memory reports.
+  absl::Status CheckMemoryFor(int64_t share_bytes) const;
   void AddPushLocked(Chunk& chunk, int worker_rank, int64_t sample_count,
                      const ChunkPayload& payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
   // Applies the step; `last`, if not null, is the last worker's gradient,

@@ -834,6 +834,35 @@ TEST(ShardStoreLimitTest, MessageLimitBoundsChunksAndPullsNotTheShare) {
   EXPECT_EQ(sizes, std::vector<size_t>({mib / 2, mib / 2, mib, mib, mib, mib}));
 }
 
+// A share whose buffers cannot fit in the memory the server can still take
+// is refused at the first registration, before anything is allocated;
+// later registrations (with the share's memory taken) are not asked again.
+TEST(ShardStoreLimitTest, AShareBeyondTheServersMemoryIsRefusedAtRegistration) {
+  int64_t available = 0;
+  ShardStoreOptions o;
+  o.num_workers = 2;
+  o.optimizer = {0.1f, 0.9f, 0.0f};  // momentum: weights x2 + momentum, checkpoints: + momentum
+  o.available_memory = [&] { return available; };
+  auto store = ReadyStore(o);
+  const Layout layout = *Layout::Create({{"w", {1 << 20}}}, 1 << 20, 1, 0);  // 4 MiB
+  available = (16 << 20) - 1;
+  auto s = Reg(*store, 0, 2, layout, layout.fingerprint()).status();
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("server 0's share of the model is 4194304 bytes, and holding it "
+                             "takes at least 4x that (the weights of two versions and the "
+                             "optimizer state), more than the 16777215 bytes"),
+            std::string::npos)
+      << s;
+  available = 16 << 20;
+  ASSERT_TRUE(Reg(*store, 0, 2, layout, layout.fingerprint()).ok());
+  available = 0;
+  EXPECT_TRUE(Reg(*store, 1, 2, layout, layout.fingerprint()).ok());
+  // Unknown (-1): not refused.
+  available = -1;
+  o.keep_previous_state = false;
+  EXPECT_TRUE(Reg(*ReadyStore(o), 0, 2, layout, layout.fingerprint()).ok());
+}
+
 // A narrow gradient is widened exactly and summed in float32: a run fed
 // bf16 or fp16 gradients ends with exactly the weights of a float32 run fed
 // the values the wire rounded them to, and a narrow pull is those weights

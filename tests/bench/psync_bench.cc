@@ -98,17 +98,6 @@ int64_t ModelBytes() {
   return floats / t * t * 4;
 }
 
-// MemAvailable of /proc/meminfo in bytes; -1 when it cannot be read.
-int64_t AvailableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  int64_t kb = 0;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb << 10;
-  }
-  return -1;
-}
-
 // About the peak memory of a run's servers and clients together, from
 // their peak RSS measured with momentum (2500 MiB on one server: 3.35x the
 // share and 3.24x the model; 64 MiB, 4 workers: 3.61x a server's share,
@@ -604,7 +593,7 @@ absl::Status CheckDriverFlags() {
         "--model_mb=%g with --num_workers=%d needs about %.1f GiB of memory (the servers "
         "together about 4x the model, 1x more per worker with --deterministic and 1x with "
         "--checkpoints; each worker about 3.5x), more than the %.1f GiB this machine has "
-        "available (MemAvailable in /proc/meminfo)",
+        "available (MemAvailable in /proc/meminfo, or the cgroup's memory.max)",
         model_mb, workers, need / double{1 << 30}, have / double{1 << 30}));
   }
   return absl::OkStatus();

@@ -178,18 +178,26 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   check.Expect("synthetic_samples", c.data().synthetic_samples() >= 0,
                ">= 0 (0: Fashion-MNIST)");
   const proto::OptimizerConfig& o = c.optimizer();
-  check.Expect("lr", std::isfinite(o.lr()) && o.lr() > 0, "a finite number > 0");
-  check.Expect("momentum", o.momentum() >= 0 && o.momentum() < 1, "0 <= momentum < 1");
-  check.Expect("weight_decay", std::isfinite(o.weight_decay()) && o.weight_decay() >= 0,
-               "a finite number >= 0");
+  // The servers step in float32: each value is checked as it will be used.
+  auto f32 = [](double v) { return static_cast<float>(v); };
+  check.Expect("lr", std::isfinite(f32(o.lr())) && f32(o.lr()) > 0,
+               "a number > 0 that float32 holds (about 1.2e-38 to 3.4e38)");
+  check.Expect("momentum", f32(o.momentum()) >= 0 && f32(o.momentum()) < 1,
+               "0 <= momentum < 1 in float32 (at most 0.99999994)");
+  check.Expect("weight_decay",
+               std::isfinite(f32(o.weight_decay())) && f32(o.weight_decay()) >= 0,
+               "a number >= 0 that float32 holds (at most about 3.4e38)");
   check.Expect("optimizer",
                o.optimizer() == "sgd" || o.optimizer() == "adam" || o.optimizer() == "adamw",
                "sgd, adam or adamw");
   check.Expect("nesterov", !o.nesterov() || (o.optimizer() == "sgd" && o.momentum() > 0),
                "false unless optimizer is sgd with momentum > 0");
-  check.Expect("beta1", o.beta1() >= 0 && o.beta1() < 1, "0 <= beta1 < 1");
-  check.Expect("beta2", o.beta2() >= 0 && o.beta2() < 1, "0 <= beta2 < 1");
-  check.Expect("epsilon", std::isfinite(o.epsilon()) && o.epsilon() > 0, "a finite number > 0");
+  check.Expect("beta1", f32(o.beta1()) >= 0 && f32(o.beta1()) < 1,
+               "0 <= beta1 < 1 in float32 (at most 0.99999994)");
+  check.Expect("beta2", f32(o.beta2()) >= 0 && f32(o.beta2()) < 1,
+               "0 <= beta2 < 1 in float32 (at most 0.99999994)");
+  check.Expect("epsilon", std::isfinite(f32(o.epsilon())) && f32(o.epsilon()) > 0,
+               "a number > 0 that float32 holds (about 1.2e-38 to 3.4e38)");
   check.Expect("lr_scaling",
                o.lr_scaling() == "none" || o.lr_scaling() == "linear" || o.lr_scaling() == "sqrt",
                "none, linear or sqrt");
@@ -215,6 +223,8 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                "0 < factor <= 1");
   check.Expect("lr_final", std::isfinite(o.lr_final()) && o.lr_final() >= 0,
                "a finite number >= 0");
+  check.Expect("lr_final", o.lr_schedule() != "cosine" || o.lr_final() <= o.lr(),
+               "at most optimizer.lr (cosine decays from lr to lr_final)");
   const proto::CheckpointConfig& k = c.checkpoint();
   check.Expect("checkpoint_every", k.checkpoint_every() >= 0, ">= 0 (0: only at shutdown)");
   check.Expect("checkpoint_every", k.checkpoint_every() == 0 || !k.checkpoint_dir().empty(),

@@ -153,21 +153,54 @@ inline void FinishStores(const OptimizerBuffers& b) {
 #endif
 }
 
+// Whether every new weight a pass wrote is finite, kept in registers
+// beside the pass: an Inf or NaN gradient (or an update that overflows)
+// shows in the weights it makes, at no cost in memory traffic.
+struct FiniteWeights {
+  bool bad = false;
+  void One(float w) { bad |= !std::isfinite(w); }
+#if defined(__SSE2__)
+  __m128 bad4 = _mm_setzero_ps();
+  // w * 0 is NaN exactly where w is infinite or NaN.
+  void Four(__m128 w) {
+    const __m128 zero = _mm_mul_ps(w, _mm_setzero_ps());
+    bad4 = _mm_or_ps(bad4, _mm_cmpunord_ps(zero, zero));
+  }
+  bool Ok() const { return !bad && _mm_movemask_ps(bad4) == 0; }
+#else
+  bool Ok() const { return !bad; }
+#endif
+};
+
 // One pass over the elements. Memory-bound: each element is read and
-// written once per buffer.
+// written once per buffer. Returns whether every new weight is finite.
 template <typename Grad>
-inline void SgdPass(const OptimizerOptions& o, const Grad& grad, float count,
+inline bool SgdPass(const OptimizerOptions& o, const Grad& grad, float count,
                     const OptimizerBuffers& b, int64_t n) {
   const float lr = o.learning_rate;
   const float mu = o.momentum;
   const float wd = o.weight_decay;
   const float* __restrict w_in = b.weights_in;
   float* __restrict w_out = b.weights_out;
+  FiniteWeights finite;
   if (mu == 0.0f) {
-    for (int64_t i = 0; i < n; ++i) {
+    auto one = [&](int64_t i) {
       w_out[i] = w_in[i] - lr * (grad(i, w_out) / count + wd * w_in[i]);
-    }
-    return;
+      finite.One(w_out[i]);
+    };
+#if defined(__SSE2__)
+    const __m128 lr4 = _mm_set1_ps(lr), wd4 = _mm_set1_ps(wd), count4 = _mm_set1_ps(count);
+    StreamedLoop(n, false, nullptr, nullptr, one, [&](int64_t i) {
+      const __m128 w = _mm_loadu_ps(w_in + i);
+      const __m128 d = _mm_add_ps(_mm_div_ps(grad.Four(i, w_out), count4), _mm_mul_ps(wd4, w));
+      const __m128 w_new = _mm_sub_ps(w, _mm_mul_ps(lr4, d));
+      _mm_storeu_ps(w_out + i, w_new);
+      finite.Four(w_new);
+    });
+#else
+    for (int64_t i = 0; i < n; ++i) one(i);
+#endif
+    return finite.Ok();
   }
   // The state may be updated in place (m_in == m_out): not restrict.
   const float* m_in = b.momentum_in;
@@ -177,6 +210,7 @@ inline void SgdPass(const OptimizerOptions& o, const Grad& grad, float count,
     const float m = mu * m_in[i] + d;
     m_out[i] = m;
     w_out[i] = w_in[i] - lr * (o.nesterov ? d + mu * m : m);
+    finite.One(w_out[i]);
   };
 #if defined(__SSE2__)
   const __m128 lr4 = _mm_set1_ps(lr), mu4 = _mm_set1_ps(mu), wd4 = _mm_set1_ps(wd),
@@ -187,15 +221,18 @@ inline void SgdPass(const OptimizerOptions& o, const Grad& grad, float count,
     const __m128 m = _mm_add_ps(_mm_mul_ps(mu4, _mm_loadu_ps(m_in + i)), d);
     StoreState(b.stream_state, m_out + i, m);
     const __m128 step = o.nesterov ? _mm_add_ps(d, _mm_mul_ps(mu4, m)) : m;
-    _mm_storeu_ps(w_out + i, _mm_sub_ps(w, _mm_mul_ps(lr4, step)));
+    const __m128 w_new = _mm_sub_ps(w, _mm_mul_ps(lr4, step));
+    _mm_storeu_ps(w_out + i, w_new);
+    finite.Four(w_new);
   });
 #else
   for (int64_t i = 0; i < n; ++i) one(i);
 #endif
+  return finite.Ok();
 }
 
 template <typename Grad>
-inline void AdamPass(const OptimizerOptions& o, int64_t step, const Grad& grad, float count,
+inline bool AdamPass(const OptimizerOptions& o, int64_t step, const Grad& grad, float count,
                      const OptimizerBuffers& b, int64_t n) {
   // Scalars as torch computes them: in double, then used as float32.
   const double k = static_cast<double>(step + 1);
@@ -218,6 +255,7 @@ inline void AdamPass(const OptimizerOptions& o, int64_t step, const Grad& grad, 
   const float* v_in = b.second_in;
   float* m_out = b.momentum_out;
   float* v_out = b.second_out;
+  FiniteWeights finite;
   auto one = [&](int64_t i) {
     const float g = grad(i, w_out) / count + l2 * w_in[i];
     const float m = m_in[i] * b1 + g * one_minus_b1;
@@ -226,6 +264,7 @@ inline void AdamPass(const OptimizerOptions& o, int64_t step, const Grad& grad, 
     v_out[i] = v;
     const float denom = std::sqrt(v) / correction2_sqrt + eps;
     w_out[i] = w_in[i] * shrink - step_size * (m / denom);
+    finite.One(w_out[i]);
   };
 #if defined(__SSE2__)
   const __m128 count4 = _mm_set1_ps(count), l24 = _mm_set1_ps(l2), b14 = _mm_set1_ps(b1),
@@ -243,72 +282,73 @@ inline void AdamPass(const OptimizerOptions& o, int64_t step, const Grad& grad, 
     StoreState(b.stream_state, m_out + i, m);
     StoreState(b.stream_state, v_out + i, v);
     const __m128 denom = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(v), correction2_sqrt4), eps4);
-    _mm_storeu_ps(w_out + i, _mm_sub_ps(_mm_mul_ps(w, shrink4),
-                                        _mm_mul_ps(step_size4, _mm_div_ps(m, denom))));
+    const __m128 w_new =
+        _mm_sub_ps(_mm_mul_ps(w, shrink4), _mm_mul_ps(step_size4, _mm_div_ps(m, denom)));
+    _mm_storeu_ps(w_out + i, w_new);
+    finite.Four(w_new);
   });
 #else
   for (int64_t i = 0; i < n; ++i) one(i);
 #endif
+  return finite.Ok();
 }
 
 template <typename Grad>
-inline void Pass(const OptimizerOptions& o, int64_t step, const Grad& grad, float count,
+inline bool Pass(const OptimizerOptions& o, int64_t step, const Grad& grad, float count,
                  const OptimizerBuffers& b, int64_t n) {
-  if (o.kind == "sgd") {
-    SgdPass(o, grad, count, b, n);
-  } else {
-    AdamPass(o, step, grad, count, b, n);
-  }
+  if (o.kind == "sgd") return SgdPass(o, grad, count, b, n);
+  return AdamPass(o, step, grad, count, b, n);
 }
 
 // One run of whole wire values of the last worker's gradient; no fence.
-void StepRun(const OptimizerOptions& options, int64_t step, const float* grad_sum,
+// Returns whether every new weight is finite.
+bool StepRun(const OptimizerOptions& options, int64_t step, const float* grad_sum,
              WireDType dtype, const char* __restrict payload, float count,
              const OptimizerBuffers& b, int64_t n) {
   if (dtype != WireDType::kFloat32) {
     constexpr int64_t kTile = 1024;
     float tile[kTile];
     const int width = WireBytes(dtype);
+    bool finite = true;
     for (int64_t first = 0; first < n; first += kTile) {
       const int64_t len = std::min(kTile, n - first);
       DecodeWire(dtype, payload + first * width, len, tile);
       if (grad_sum != nullptr) {
         for (int64_t i = 0; i < len; ++i) tile[i] = grad_sum[first + i] + tile[i];
       }
-      Pass(options, step, Sum{tile}, count, b.From(first), len);
+      finite &= Pass(options, step, Sum{tile}, count, b.From(first), len);
     }
-    return;
+    return finite;
   }
   const Wire wire{payload};
-  if (grad_sum == nullptr) {
-    Pass(options, step, wire, count, b, n);
-  } else if (grad_sum == b.weights_out) {
-    Pass(options, step, Plus<InPlaceSum, Wire>{{}, wire}, count, b, n);
-  } else {
-    Pass(options, step, Plus<Sum, Wire>{{grad_sum}, wire}, count, b, n);
+  if (grad_sum == nullptr) return Pass(options, step, wire, count, b, n);
+  if (grad_sum == b.weights_out) {
+    return Pass(options, step, Plus<InPlaceSum, Wire>{{}, wire}, count, b, n);
   }
+  return Pass(options, step, Plus<Sum, Wire>{{grad_sum}, wire}, count, b, n);
 }
 
 }  // namespace
 
-void OptimizerStep(const OptimizerOptions& options, int64_t step, const float* grad_sum,
+bool OptimizerStep(const OptimizerOptions& options, int64_t step, const float* grad_sum,
                    float count, OptimizerBuffers b, int64_t n) {
-  if (grad_sum == b.weights_out) {
-    Pass(options, step, InPlaceSum{}, count, b, n);
-  } else {
-    Pass(options, step, Sum{grad_sum}, count, b, n);
-  }
+  const bool finite = grad_sum == b.weights_out
+                          ? Pass(options, step, InPlaceSum{}, count, b, n)
+                          : Pass(options, step, Sum{grad_sum}, count, b, n);
   FinishStores(b);
+  return finite;
 }
 
-void OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
+bool OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
                               const float* grad_sum, WireDType dtype, const BytePieces& payload,
                               float count, OptimizerBuffers b) {
+  bool finite = true;
   ForEachValueRun(payload, WireBytes(dtype), [&](int64_t first, const char* bytes, int64_t n) {
-    StepRun(options, step, grad_sum == nullptr ? nullptr : grad_sum + first, dtype, bytes, count,
-            b.From(first), n);
+    finite &= StepRun(options, step, grad_sum == nullptr ? nullptr : grad_sum + first, dtype,
+                      bytes, count, b.From(first), n);
   });
   FinishStores(b);
+  return finite;
 }
 
 }  // namespace psync

@@ -83,9 +83,11 @@ inline bool StreamStateFor(int64_t share_bytes) { return share_bytes >= (10 << 2
 
 // Applies step `step` (0-based: the version being left) to `n` elements,
 // with g = grad_sum / count (the division is fused into the same pass).
-// grad_sum may equal b.weights_out (and no other buffer).
+// grad_sum may equal b.weights_out (and no other buffer). Returns whether
+// every new weight is finite (false: an Inf or NaN gradient, or an update
+// past float32's range; looked at in registers, as the pass goes).
 // REQUIRES: count > 0.
-void OptimizerStep(const OptimizerOptions& options, int64_t step, const float* grad_sum,
+bool OptimizerStep(const OptimizerOptions& options, int64_t step, const float* grad_sum,
                    float count, OptimizerBuffers b, int64_t n);
 
 // The same step with the last worker's gradient still in its wire bytes:
@@ -95,8 +97,9 @@ void OptimizerStep(const OptimizerOptions& options, int64_t step, const float* g
 // the step covers, as received (a value may straddle two pieces); a 2-byte
 // one is widened a tile at a time, each tile stepped while it is in the L1
 // cache (the same arithmetic as widening it first).
-// grad_sum may equal b.weights_out (and no other buffer).
-void OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
+// grad_sum may equal b.weights_out (and no other buffer). Returns whether
+// every new weight is finite, as OptimizerStep.
+bool OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
                               const float* grad_sum, WireDType dtype, const BytePieces& payload,
                               float count, OptimizerBuffers b);
 

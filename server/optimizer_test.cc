@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/wire_dtype.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -54,6 +55,42 @@ TEST(SgdTest, PlainSgdNeedsNoMomentumBuffer) {
   OptimizerStep(o, 0, g, 3.0f, OptimizerBuffers{w.data(), nullptr, out.data(), nullptr}, 1);
   EXPECT_FLOAT_EQ(out[0], 2.0f);
   EXPECT_FLOAT_EQ(w[0], 3.0f);  // the previous version is left alone
+}
+
+// Each optimizer says whether every new weight is finite, wherever the bad
+// value sits (a four-wide lane or the scalar tail), for a gradient holding
+// Inf or NaN (as a sum or still in its wire bytes) and for an update that
+// overflows float32 from finite values.
+TEST(OptimizerTest, StepsSayWhetherEveryNewWeightIsFinite) {
+  OptimizerOptions sgd{0.1f, 0.0f, 0.0f}, momentum{0.1f, 0.9f, 0.0f}, adam;
+  adam.kind = "adam";
+  constexpr int64_t n = 11;  // two lanes of four and a tail of three
+  for (const OptimizerOptions& o : {sgd, momentum, adam}) {
+    for (int64_t at : {int64_t{0}, int64_t{5}, n - 1}) {
+      for (float bad : {INFINITY, -INFINITY, NAN}) {
+        SCOPED_TRACE(absl::StrCat(o.Describe(), " element ", at, " ", bad));
+        std::vector<float> w(n, 1.0f), m(n, 0.0f), v(n, 0.0f), w_out(n), m_out(n), v_out(n);
+        const OptimizerBuffers b{w.data(), m.data(), w_out.data(), m_out.data(), v.data(),
+                                 v_out.data()};
+        std::vector<float> g(n, 0.5f);
+        EXPECT_TRUE(OptimizerStep(o, 0, g.data(), 1.0f, b, n));
+        g[at] = bad;
+        EXPECT_FALSE(OptimizerStep(o, 0, g.data(), 1.0f, b, n));
+        for (WireDType dtype : {WireDType::kFloat32, WireDType::kBf16, WireDType::kFp16}) {
+          std::string bytes(n * WireBytes(dtype), '\0');
+          EncodeWire(dtype, g.data(), n, bytes.data());
+          EXPECT_FALSE(OptimizerStepWithPayload(o, 0, nullptr, dtype, Payload(bytes.data(), bytes.size()),
+                                                1.0f, b))
+              << WireDTypeName(dtype);
+        }
+      }
+    }
+  }
+  // Finite gradients, weights past float32's range.
+  std::vector<float> w(n, 3e38f), w_out(n);
+  const std::vector<float> g(n, -1e38f);
+  EXPECT_FALSE(OptimizerStep(OptimizerOptions{10.0f, 0.0f, 0.0f}, 0, g.data(), 1.0f,
+                             OptimizerBuffers{w.data(), nullptr, w_out.data(), nullptr}, n));
 }
 
 TEST(SgdTest, PayloadVariantMatchesTheSumVariant) {

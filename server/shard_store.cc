@@ -296,7 +296,8 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   if (shard_ == nullptr) {
     PSYNC_RETURN_IF_ERROR(CheckMemoryFor(bytes));
     shard_ = NewShard(layout, args.shape, generation_);
-    shard_->origin = absl::StrCat("set by worker ", rank, "'s registration");
+    shard_->origin = absl::StrCat("set by worker ", rank, "'s registration",
+                                  args.peer.empty() ? "" : " from ", args.peer);
     owned_chunks_ = static_cast<int>(shard_->owned.size());
     for (int32_t id : shard_->owned) {
       Chunk& c = *shard_->chunks[id];
@@ -423,6 +424,8 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
   // needs this worker's own push for `step`.
   // Chunks are independent: add (and, for the last worker, apply) them in
   // parallel.
+  absl::Mutex diverged_mu;
+  absl::Status diverged;  // the first chunk whose step was not finite
   pool_.ParallelFor(static_cast<int>(chunks.size()), [&](int i) {
     const ChunkPayload& p = chunks[i];
     Chunk& c = *shard->chunks[p.chunk_id];
@@ -432,23 +435,36 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
       if (step < c.version || c.received[worker_rank]) return;  // applied, or a repeat
       const bool last = c.num_received + 1 == options_.num_workers;
       if (c.num_received == 0) c.first_push = absl::Now();
+      absl::Status applied;
       if (last && !options_.deterministic) {
         // The last gradient goes straight from the wire into the update.
         c.received[worker_rank] = true;
         c.counts[worker_rank] = sample_count;
         ++c.num_received;
-        ApplyLocked(*shard, c, &p);
+        applied = ApplyLocked(*shard, c, &p);
       } else {
         AddPushLocked(c, worker_rank, sample_count, p);
         if (!last) return;
-        ApplyLocked(*shard, c, nullptr);
+        applied = ApplyLocked(*shard, c, nullptr);
+      }
+      if (!applied.ok()) {
+        absl::MutexLock lock(&diverged_mu);
+        if (diverged.ok()) diverged = std::move(applied);
+        return;  // its waiters end with the job's failure
       }
       fired.swap(c.waiters);
       FillSlotsLocked(c, fired);
     }
     Arrived(fired);
   });
-  return absl::OkStatus();
+  // The pool is done with it (ParallelFor returns after every call).
+  diverged_mu.Lock();
+  const absl::Status failure = diverged;
+  diverged_mu.Unlock();
+  if (failure.ok()) return absl::OkStatus();
+  // Every later step needs this one: the job cannot go on.
+  FailJob(failure);
+  return absl::OutOfRangeError(absl::StrCat("Push: ", failure.message()));
 }
 
 void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
@@ -475,7 +491,7 @@ void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
   }
 }
 
-void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
+absl::Status ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
   const int64_t n = c.info.num_elements;
   // The next version's state: the retired one, else the previous one unless
   // a transport or a checkpoint still holds it (new references are only
@@ -550,12 +566,28 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
                 << (phase == 0 ? "warmup" : options_.lr_policy.schedule) << ")";
     }
   }
-  if (last == nullptr) {
-    OptimizerStep(step_options, c.version, grad, static_cast<float>(total), buffers, n);
-  } else {
-    // `grad` holds the other workers' gradients, if there are any.
-    OptimizerStepWithPayload(step_options, c.version, grad, last->dtype, last->pieces,
-                             static_cast<float>(total), buffers);
+  const bool finite =
+      last == nullptr
+          ? OptimizerStep(step_options, c.version, grad, static_cast<float>(total), buffers, n)
+          // `grad` holds the other workers' gradients, if there are any.
+          : OptimizerStepWithPayload(step_options, c.version, grad, last->dtype, last->pieces,
+                                     static_cast<float>(total), buffers);
+  if (!finite) {
+    // Never published: workers and checkpoints keep the last finite version.
+    // (An in-place optimizer state is spoilt; the job fails, see Push.)
+    const std::vector<float>& w = next->weights;
+    const int64_t at = std::find_if(w.begin(), w.end(), [](float v) { return !std::isfinite(v); }) -
+                       w.begin();
+    if (state_in_place) {
+      for (int slot : {kMomentumSlot, kSecondSlot}) SlotOf(*c.current, slot).swap(SlotOf(*next, slot));
+    }
+    return absl::OutOfRangeError(absl::StrCat(
+        "step ", c.version, " of chunk ", c.info.id, ": the new weights of tensor '",
+        shard.layout->tensors()[c.info.tensor].name, "' hold ", w[at], " at element ",
+        c.info.tensor_offset + at,
+        ": a worker's gradient held Inf or NaN, or the update went past float32's range; "
+        "training diverged (lower --lr, or warm up with --warmup_steps). The servers keep "
+        "version ", c.version, " and the checkpoints before it"));
   }
   c.previous = std::move(c.current);
   c.current = std::move(next);
@@ -564,6 +596,7 @@ void ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
   std::fill(c.counts.begin(), c.counts.end(), 0);
   c.num_received = 0;
   CollectSnapshotLocked(shard, c);
+  return absl::OkStatus();
 }
 
 void ShardStore::InitOptimizerState(ChunkState& state, int64_t n) const {
@@ -1053,6 +1086,7 @@ std::vector<Snapshot> ShardStore::SnapshotForShutdown() const {
 }
 
 absl::Status ShardStore::CheckPeers() {
+  absl::Status missing_error;
   {
     absl::MutexLock lock(&mu_);
     if (!failed_.ok() || !ready_ || shard_ == nullptr) return failed_;
@@ -1070,16 +1104,26 @@ absl::Status ShardStore::CheckPeers() {
     }
     // Only a missing worker that live peers wait for fails the job.
     if (missing < 0 || freshest > options_.worker_lease) return absl::OkStatus();
-    failed_ = absl::DeadlineExceededError(absl::StrCat(
+    missing_error = absl::DeadlineExceededError(absl::StrCat(
         "worker ", missing, " has not been heard from for ",
         absl::FormatDuration(absl::Trunc(longest, absl::Milliseconds(100))),
         " (--peer_timeout_s is ", absl::FormatDuration(options_.peer_timeout), "); server ",
         options_.server_rank, " gives up on the job"));
-    job_failed_ = true;
   }
-  InterruptWaiters(nullptr);
+  FailJob(missing_error);
   absl::ReaderMutexLock lock(&mu_);
   return failed_;
+}
+
+void ShardStore::FailJob(const absl::Status& error) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failed_.ok()) return;  // the first failure stands
+    failed_ = error;
+    job_failed_ = true;
+  }
+  LOG(ERROR) << "server " << options_.server_rank << ": the job failed: " << error;
+  InterruptWaiters(nullptr);
 }
 
 void ShardStore::Close() {

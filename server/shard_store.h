@@ -113,6 +113,9 @@ struct RegisterArgs {
   TrainingShape shape;
   // UpdateRuleOf the worker's job; empty: not checked.
   std::string update_rule;
+  // Where the registration came from (the transport's peer), for errors
+  // that name the registration that fixed the layout; may be empty.
+  std::string peer;
 };
 
 struct RegisterResult {
@@ -268,7 +271,8 @@ class ShardStore {
 
   // Fails every waiting and later call (DeadlineExceeded naming the worker)
   // once a missing worker has been silent for peer_timeout while a peer was
-  // heard from; returns that error, or OK.
+  // heard from; returns that error, or the job's earlier failure (a step
+  // whose weights would not be finite, OUT_OF_RANGE), or OK.
   absl::Status CheckPeers();
 
   StoreStatus GetStatus() const;
@@ -307,11 +311,15 @@ class ShardStore {
   // RESOURCE_EXHAUSTED when a share of `share_bytes` cannot fit in the memory
   // options_.available_memory reports.
   absl::Status CheckMemoryFor(int64_t share_bytes) const;
+  // Sets failed_ (unless a failure came first), which every later call
+  // gets, and ends every waiting pull with it.
+  void FailJob(const absl::Status& error) ABSL_LOCKS_EXCLUDED(mu_);
   void AddPushLocked(Chunk& chunk, int worker_rank, int64_t sample_count,
                      const ChunkPayload& payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
   // Applies the step; `last`, if not null, is the last worker's gradient,
-  // not yet added to the sum (non-deterministic mode only).
-  void ApplyLocked(Shard& shard, Chunk& chunk, const ChunkPayload* last)
+  // not yet added to the sum (non-deterministic mode only). OUT_OF_RANGE,
+  // and the step not applied, when a new weight would not be finite.
+  absl::Status ApplyLocked(Shard& shard, Chunk& chunk, const ChunkPayload* last)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
   // Zeroes the optimizer's state buffers that `state` lacks (a new chunk,
   // or a checkpoint written by an optimizer that keeps less).

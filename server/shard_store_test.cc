@@ -209,6 +209,44 @@ TEST_F(ShardStoreTest, PushFromTheFutureIsRefusedAndChangesNothing) {
   EXPECT_EQ(Pull(2, 0).status().code(), StatusCode::kFailedPrecondition);
 }
 
+// A step whose new weights would not be finite (an Inf or NaN gradient, in
+// any dtype and mode) is never published: the push that completes it gets
+// OUT_OF_RANGE naming the tensor, the element and the value, a waiting pull
+// and every later call get the job's failure, and the chunk keeps its
+// finite version for a checkpoint.
+TEST_F(ShardStoreTest, AStepWhoseWeightsWouldNotBeFiniteFailsTheJob) {
+  for (bool deterministic : {false, true}) {
+    for (WireDType dtype : {WireDType::kFloat32, WireDType::kBf16, WireDType::kFp16}) {
+      SCOPED_TRACE(absl::StrCat(WireDTypeName(dtype), deterministic ? " deterministic" : ""));
+      Make(2, deterministic);
+      for (int w = 0; w < 2; ++w) {
+        for (int32_t c = 0; c < 3; ++c) ASSERT_TRUE(Push(w, 0, 1, c, {1.0f, 1.0f}, dtype).ok());
+      }
+      const auto good = Pull(1, 2);
+      ASSERT_TRUE(good.ok()) << good.status();
+      absl::Status waited;
+      std::thread waiter([&] { waited = Pull(2, 0, absl::Seconds(20)).status(); });
+      ASSERT_TRUE(Push(0, 1, 1, 2, {1.0f, 1.0f}, dtype).ok());
+      auto s = Push(1, 1, 1, 2, {2.0f, std::nanf("")}, dtype);  // the step's last gradient
+      EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << s;
+      // Chunk 2 is elements 4 and 5 of tensor 'w'.
+      EXPECT_NE(s.message().find("Push: step 1 of chunk 2: the new weights of tensor 'w' hold "
+                                 "nan at element 5"),
+                std::string::npos)
+          << s;
+      waiter.join();
+      EXPECT_EQ(waited.code(), StatusCode::kOutOfRange) << waited;
+      EXPECT_EQ(store_->CheckPeers().code(), StatusCode::kOutOfRange);
+      EXPECT_EQ(Pull(1, 2).status().code(), StatusCode::kOutOfRange);
+      EXPECT_EQ(Push(0, 1, 1, 1, {1.0f, 1.0f}).code(), StatusCode::kOutOfRange);
+      const std::vector<Snapshot> kept = store_->SnapshotForShutdown();
+      ASSERT_FALSE(kept.empty());
+      EXPECT_EQ(kept[0].version, 1);
+      EXPECT_EQ(kept[0].chunks.back().second->weights, good->second);
+    }
+  }
+}
+
 TEST_F(ShardStoreTest, DeterministicModeSumsInRankOrder) {
   // Values whose float sum depends on the order: (1e8 + 1) - 1e8 = 0 but
   // (1e8 - 1e8) + 1 = 1.

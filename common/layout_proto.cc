@@ -28,7 +28,9 @@ absl::StatusOr<Layout> LayoutFromProto(const proto::LayoutSpec& spec) {
   for (const proto::TensorSpec& t : spec.tensors()) {
     if (t.dtype() != proto::DTYPE_FLOAT32) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "Layout: tensor '", t.name(), "' has dtype ", proto::DType_Name(t.dtype()),
+          "Layout: tensor '", t.name(), "' has dtype ",
+          proto::DType_IsValid(t.dtype()) ? proto::DType_Name(t.dtype())
+                                          : absl::StrCat(static_cast<int>(t.dtype())),
           ", expected DTYPE_FLOAT32"));
     }
     tensors.push_back(TensorSpec{t.name(), {t.shape().begin(), t.shape().end()}, DType::kFloat32});

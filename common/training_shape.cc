@@ -1,5 +1,6 @@
 #include "common/training_shape.h"
 
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -71,6 +72,19 @@ absl::Status TrainingShape::Validate() const {
   if (accumulation_steps < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "training shape: accumulation_steps is ", accumulation_steps, ", expected >= 1"));
+  }
+  if (!device_weights.empty()) {
+    const std::vector<absl::string_view> weights = absl::StrSplit(device_weights, ',');
+    bool ok = static_cast<int64_t>(weights.size()) == devices;
+    for (absl::string_view w : weights) {
+      double x = 0;
+      ok = ok && absl::SimpleAtod(w, &x) && x > 0 && std::isfinite(x);
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training shape: device_weights is '", device_weights, "', expected ", devices,
+          " positive finite numbers separated by commas (one per device), or none"));
+    }
   }
   return absl::OkStatus();
 }

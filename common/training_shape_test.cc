@@ -1,6 +1,7 @@
 #include "common/training_shape.h"
 
 #include "gmock/gmock.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace psync {
@@ -42,6 +43,19 @@ TEST(TrainingShapeTest, ValidateRefusesNegativesAndNoMicroBatches) {
   s.accumulation_steps = 0;
   EXPECT_EQ(s.Validate().message(),
             "training shape: accumulation_steps is 0, expected >= 1");
+  // Device weights, as a worker's registration brings them: one positive
+  // finite number per device.
+  s.accumulation_steps = 1;
+  s.devices = 2;
+  s.device_weights = "1,3";
+  EXPECT_TRUE(s.Validate().ok());
+  for (const char* bad : {"abc,\xff", "1", "1,3,5", "1,-3", "1,inf", "1,,3", "1,nan"}) {
+    s.device_weights = bad;
+    EXPECT_EQ(s.Validate().message(),
+              absl::StrCat("training shape: device_weights is '", bad,
+                           "', expected 2 positive finite numbers separated by commas (one per "
+                           "device), or none"));
+  }
 }
 
 }  // namespace

@@ -88,8 +88,9 @@ absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
   std::optional<Member>& member = members_[info.server_rank];
   bool new_round = false;
   if (member.has_value() && member->incarnation != info.incarnation) {
-    LOG(INFO) << "coordinator: server " << info.server_rank
-              << " restarted (new incarnation); the cluster rolls back";
+    LOG(INFO) << "coordinator: server " << info.server_rank << " restarted (new incarnation"
+              << (info.peer.empty() ? std::string() : absl::StrCat(", from ", info.peer))
+              << "); the cluster rolls back";
     new_round = true;
   }
   if (info.failed_generation != 0 && info.failed_generation == target_generation_) {

@@ -29,6 +29,7 @@ struct JoinInfo {
   std::vector<CheckpointVersion> checkpoints;
   // The generation whose target this server failed to restore (0: none).
   int64_t failed_generation = 0;
+  std::string peer;  // the address it came from, for the log ("": a local call)
 };
 
 struct JoinReply {

@@ -231,7 +231,17 @@ class ParameterService final : public AsyncService {
     if (pulls_waiting_ != nullptr) pulls_waiting_->Add(-1);
   }
 
-  absl::Status Register(const proto::RegisterRequest* req, proto::RegisterResponse* resp) {
+  // Register and Join change the cluster for everyone: their logs and
+  // errors name the peer that sent them.
+  void Register(UnaryCall<proto::RegisterRequest, proto::RegisterResponse>* call, Reply reply) {
+    reply(RegisterFrom(call->peer(), &call->request(), call->response()));
+  }
+  void Join(UnaryCall<proto::JoinRequest, proto::JoinResponse>* call, Reply reply) {
+    reply(JoinFrom(call->peer(), &call->request(), call->response()));
+  }
+
+  absl::Status RegisterFrom(const std::string& peer, const proto::RegisterRequest* req,
+                            proto::RegisterResponse* resp) {
     absl::StatusOr<Layout> layout = LayoutFromProto(req->layout());
     if (!layout.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -245,10 +255,12 @@ class ParameterService final : public AsyncService {
     args.incarnation = req->worker_incarnation();
     args.shape = TrainingShapeFromProto(req->shape());
     args.update_rule = req->update_rule();
+    args.peer = peer;
     auto result = store_->Register(args);
     if (!result.ok()) return result.status();
     LOG(INFO) << "server " << store_->options().server_rank << ": worker "
-              << req->worker_rank() << " registered (generation " << result->generation
+              << req->worker_rank() << " registered from " << peer << " (generation "
+              << result->generation
               << ", layout " << result->fingerprint << ", " << result->chunk_ids.size()
               << " chunks here, version " << result->version
               << (result->max_version != result->version
@@ -362,7 +374,8 @@ class ParameterService final : public AsyncService {
     return absl::OkStatus();
   }
 
-  absl::Status Join(const proto::JoinRequest* req, proto::JoinResponse* resp) {
+  absl::Status JoinFrom(const std::string& peer, const proto::JoinRequest* req,
+                        proto::JoinResponse* resp) {
     if (coordinator_ == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "Join: server ", store_->options().server_rank,
@@ -374,6 +387,7 @@ class ParameterService final : public AsyncService {
           " servers, the coordinator was started for ", store_->options().num_servers));
     }
     JoinInfo info;
+    info.peer = peer;
     info.server_rank = req->server_rank();
     info.incarnation = req->incarnation();
     info.generation = req->generation();

@@ -109,6 +109,11 @@ absl::StatusOr<PeerSecurity> LoadPeerSecurity(const proto::SecurityConfig& confi
                          Pem{"tls_key", config.tls_key(), &s.key_pem},
                          Pem{"tls_ca", config.tls_ca(), &s.ca_pem}}) {
     PSYNC_RETURN_IF_ERROR(Read(pem.field, pem.path, pem.text));
+    // An empty file would read as no file: TLS silently off.
+    if (!pem.path.empty() && pem.text->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("security.", pem.field, " ", pem.path,
+                                                     " is empty, expected PEM"));
+    }
     if (!pem.text->empty() && pem.text->find("-----BEGIN ") == std::string::npos) {
       return absl::InvalidArgumentError(absl::StrCat("security.", pem.field, " ", pem.path,
                                                      " is not PEM, expected -----BEGIN ..."));

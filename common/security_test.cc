@@ -91,6 +91,9 @@ TEST(SecurityTest, BadFilesAreRefusedByFieldAndPathNeverShowingTheToken) {
     std::string expected;
   } cases[] = {
       {"tls_cert", Write("plain.txt", "hello\n"), "is not PEM"},
+      {"tls_cert", Write("empty.pem", ""), "is empty, expected PEM"},
+      {"tls_ca", Write("empty.pem", ""), "is empty, expected PEM"},
+      {"tls_key", Write("empty.pem", ""), "is empty, expected PEM"},
       {"tls_ca", "/nonexistent/ca.pem", "cannot open"},
       {"tls_key", std::getenv("TEST_TMPDIR"), "a directory"},
       {"auth_token_file", Write("empty", " \n"), "is empty, expected a token"},

@@ -4,6 +4,7 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/wire_dtype.h"
 #include "gtest/gtest.h"
 #include "server/shard_store.h"
@@ -334,9 +335,14 @@ TEST(TrainerTest, BadOptionsAreRefused) {
   EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
   o.device_weights = {-1.0};
   EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
-  o.device_weights = {1e308, 1e308};  // each finite, their sum not
-  EXPECT_EQ(make(o, 2, 2).message(),
-            "--device_weights sum to inf, expected relative speeds with a finite sum (e.g. 1,3)");
+  for (double huge : {1e308, 1e307, 2e9}) {  // finite, but the sharding's products overflow
+    o.device_weights = {huge, huge};
+    EXPECT_EQ(make(o, 2, 2).message(),
+              absl::StrCat("--device_weights has ", huge,
+                           ", expected relative speeds > 0 and at most 1e+09 (e.g. 1,3)"));
+  }
+  o.device_weights = {1e9, 1e-300};
+  EXPECT_TRUE(make(o, 2, 2).ok());
   o = {};
   o.overlap_min_bytes = -1024;
   EXPECT_EQ(make(o, 1, 1).message(), "--overlap_min_kb is -1, expected >= 0");

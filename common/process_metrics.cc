@@ -70,6 +70,17 @@ int64_t AvailableMemoryBytes() {
       break;
     }
   }
+  // An address-space limit (ulimit -v) bounds what this process can map.
+  rlimit as = {};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+    std::ifstream statm("/proc/self/statm");
+    int64_t mapped_pages = 0;
+    if (statm >> mapped_pages) {
+      const int64_t left = std::max<int64_t>(
+          0, static_cast<int64_t>(as.rlim_cur) - mapped_pages * sysconf(_SC_PAGESIZE));
+      available = available < 0 ? left : std::min(available, left);
+    }
+  }
   const std::string cgroup = CgroupFolder();
   if (!cgroup.empty()) {
     const int64_t limit = ReadNumber(cgroup + "/memory.max");

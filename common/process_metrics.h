@@ -21,8 +21,9 @@ std::string RaiseOpenFileLimit();
 int64_t PeakResidentBytes(int pid = 0);
 
 // Memory this process can still take, in bytes: /proc/meminfo's
-// MemAvailable, or less where the process's cgroup (v2) has a memory.max
-// (a container's limit); -1 when neither can be read.
+// MemAvailable, or less where its address-space limit (ulimit -v) or its
+// cgroup (v2) memory.max (a container's limit) leaves less; -1 when none
+// can be read.
 int64_t AvailableMemoryBytes();
 
 // CPU time (user and system, all threads) process `pid` (0: this one) has

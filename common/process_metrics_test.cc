@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,26 @@ namespace {
 
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
+
+// What the machine has, and less under an address-space limit: at most
+// the limit less what the process has mapped.
+TEST(ProcessMetricsTest, AvailableMemoryHonoursTheAddressSpaceLimit) {
+  const int64_t unlimited = AvailableMemoryBytes();
+  EXPECT_GT(unlimited, int64_t{64} << 20);
+  rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &saved), 0);
+  if (saved.rlim_cur != RLIM_INFINITY) GTEST_SKIP() << "an address-space limit is set already";
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0;
+  ASSERT_TRUE(statm >> pages);
+  rlimit lowered = saved;
+  lowered.rlim_cur = static_cast<rlim_t>(pages * sysconf(_SC_PAGESIZE) + (int64_t{256} << 20));
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &lowered), 0);
+  const int64_t limited = AvailableMemoryBytes();
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &saved), 0);
+  EXPECT_LE(limited, int64_t{256} << 20);
+  EXPECT_GT(limited, int64_t{200} << 20);
+}
 
 TEST(ProcessMetricsTest, RaisesTheSoftOpenFileLimitToTheHardOne) {
   rlimit limit;

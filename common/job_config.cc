@@ -181,7 +181,7 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   // The servers step in float32: each value is checked as it will be used.
   auto f32 = [](double v) { return static_cast<float>(v); };
   check.Expect("lr", std::isfinite(f32(o.lr())) && f32(o.lr()) > 0,
-               "a number > 0 that float32 holds (about 1.2e-38 to 3.4e38)");
+               "a number > 0 that float32 holds (about 1.4e-45 to 3.4e38)");
   check.Expect("momentum", f32(o.momentum()) >= 0 && f32(o.momentum()) < 1,
                "0 <= momentum < 1 in float32 (at most 0.99999994)");
   check.Expect("weight_decay",
@@ -197,7 +197,7 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   check.Expect("beta2", f32(o.beta2()) >= 0 && f32(o.beta2()) < 1,
                "0 <= beta2 < 1 in float32 (at most 0.99999994)");
   check.Expect("epsilon", std::isfinite(f32(o.epsilon())) && f32(o.epsilon()) > 0,
-               "a number > 0 that float32 holds (about 1.2e-38 to 3.4e38)");
+               "a number > 0 that float32 holds (about 1.4e-45 to 3.4e38)");
   check.Expect("lr_scaling",
                o.lr_scaling() == "none" || o.lr_scaling() == "linear" || o.lr_scaling() == "sqrt",
                "none, linear or sqrt");

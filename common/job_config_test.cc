@@ -152,7 +152,7 @@ TEST(JobConfigTest, FlagsOverrideTheFileAndAreNamedInErrors) {
     ASSERT_TRUE(SetJobConfigField("lr", lr, "--lr", &loaded).ok());
     EXPECT_EQ(FinishJobConfig(&loaded).message(),
               absl::StrCat("--lr is ", lr, ", expected a number > 0 that float32 holds (about "
-                           "1.2e-38 to 3.4e38)"));
+                           "1.4e-45 to 3.4e38)"));
   }
   ASSERT_TRUE(SetJobConfigField("lr", "0.1", "--lr", &loaded).ok());
   ASSERT_TRUE(SetJobConfigField("lr_schedule", "cosine", "--lr_schedule", &loaded).ok());

@@ -250,6 +250,7 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   }
 
   absl::MutexLock lock(&mu_);
+  if (!failed_.ok()) return failed_;
   if (!ready_) {
     return absl::UnavailableError(absl::StrCat(
         "Register: server ", options_.server_rank,
@@ -278,6 +279,20 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   absl::Status valid = args.shape.Validate();
   if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("Register: worker ", rank, ": ", valid.message()));
+  }
+  if (!options_.lr_policy.IsConstant()) {
+    // The policy's largest rate (warmup's end) with this shape's global
+    // batch, as the step uses it.
+    const LrPolicy& p = options_.lr_policy;
+    const float peak = static_cast<float>(
+        p.Rate(p.warmup_steps, args.shape.GlobalBatch(options_.num_workers),
+               args.shape.total_steps, args.shape.StepsPerEpoch(options_.num_workers)));
+    if (!std::isfinite(peak)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Register: worker ", rank, ": with a global batch of ",
+          args.shape.GlobalBatch(options_.num_workers), " the learning rate (", p.Describe(),
+          ") reaches ", peak, ", past float32's range; lower --lr or raise --base_batch"));
+    }
   }
   if (!args.update_rule.empty() && !options_.update_rule.empty() &&
       args.update_rule != options_.update_rule) {

@@ -156,6 +156,32 @@ TEST_F(ShardStoreTest, EachStepUsesItsLearningRate) {
   EXPECT_EQ(store_->GetStatus().learning_rate, 0.5);
 }
 
+// A scaled rate past float32's range is refused when a registration
+// brings the global batch, before any step.
+TEST(ShardStoreLrTest, AScaledLearningRatePastFloat32IsRefusedAtRegistration) {
+  ShardStoreOptions o;
+  o.lr_policy.lr = 3e38;
+  o.lr_policy.scaling = "linear";
+  o.lr_policy.base_batch = 1;
+  auto store = ReadyStore(o);
+  const Layout layout = SmallLayout();
+  RegisterArgs args;
+  args.layout = &layout;
+  args.claimed_fingerprint = layout.fingerprint();
+  args.incarnation = 7;
+  args.shape.devices = 1;
+  args.shape.batch_per_device = 2;
+  auto s = store->Register(args).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("with a global batch of 2 the learning rate (lr=3e+38 "
+                             "scaling=linear base_batch=1"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find(") reaches inf, past float32's range"), std::string::npos) << s;
+  args.shape.batch_per_device = 1;
+  EXPECT_TRUE(store->Register(args).ok());
+}
+
 TEST_F(ShardStoreTest, InitialWeightsComeFromTheSeed) {
   Make(1, false);
   auto got = Pull(0, 1);
@@ -239,6 +265,8 @@ TEST_F(ShardStoreTest, AStepWhoseWeightsWouldNotBeFiniteFailsTheJob) {
       EXPECT_EQ(store_->CheckPeers().code(), StatusCode::kOutOfRange);
       EXPECT_EQ(Pull(1, 2).status().code(), StatusCode::kOutOfRange);
       EXPECT_EQ(Push(0, 1, 1, 1, {1.0f, 1.0f}).code(), StatusCode::kOutOfRange);
+      EXPECT_EQ(Reg(*store_, 0, 2, layout_, layout_.fingerprint(), 9).status().code(),
+                StatusCode::kOutOfRange);  // a restarted worker too
       const std::vector<Snapshot> kept = store_->SnapshotForShutdown();
       ASSERT_FALSE(kept.empty());
       EXPECT_EQ(kept[0].version, 1);

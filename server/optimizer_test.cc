@@ -79,8 +79,8 @@ TEST(OptimizerTest, StepsSayWhetherEveryNewWeightIsFinite) {
         for (WireDType dtype : {WireDType::kFloat32, WireDType::kBf16, WireDType::kFp16}) {
           std::string bytes(n * WireBytes(dtype), '\0');
           EncodeWire(dtype, g.data(), n, bytes.data());
-          EXPECT_FALSE(OptimizerStepWithPayload(o, 0, nullptr, dtype, Payload(bytes.data(), bytes.size()),
-                                                1.0f, b))
+          EXPECT_FALSE(OptimizerStepWithPayload(o, 0, nullptr, dtype,
+                                                Payload(bytes.data(), bytes.size()), 1.0f, b))
               << WireDTypeName(dtype);
         }
       }

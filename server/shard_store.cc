@@ -591,10 +591,12 @@ absl::Status ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload*
     // Never published: workers and checkpoints keep the last finite version.
     // (An in-place optimizer state is spoilt; the job fails, see Push.)
     const std::vector<float>& w = next->weights;
-    const int64_t at = std::find_if(w.begin(), w.end(), [](float v) { return !std::isfinite(v); }) -
-                       w.begin();
+    const int64_t at =
+        std::find_if(w.begin(), w.end(), [](float v) { return !std::isfinite(v); }) - w.begin();
     if (state_in_place) {
-      for (int slot : {kMomentumSlot, kSecondSlot}) SlotOf(*c.current, slot).swap(SlotOf(*next, slot));
+      for (int slot : {kMomentumSlot, kSecondSlot}) {
+        SlotOf(*c.current, slot).swap(SlotOf(*next, slot));
+      }
     }
     return absl::OutOfRangeError(absl::StrCat(
         "step ", c.version, " of chunk ", c.info.id, ": the new weights of tensor '",

@@ -33,7 +33,9 @@ bool IsHost(absl::string_view host) {
 
 absl::StatusOr<std::vector<std::string>> ParseServerAddresses(const std::string& list) {
   std::vector<std::string> out;
-  std::map<absl::string_view, int> seen;  // entry -> its index
+  // One address per server: compared as lower-case host and port number,
+  // so that "Host:07070" and "host:7070" are the same.
+  std::map<std::string, int> seen;  // address -> its index
   for (absl::string_view entry : absl::StrSplit(list, ',')) {
     const size_t colon = entry.rfind(':');
     int port = 0;
@@ -49,7 +51,8 @@ absl::StatusOr<std::vector<std::string>> ParseServerAddresses(const std::string&
           "', expected a host name or an IPv4 address (letters, digits, '-', '.', '_') or an "
           "IPv6 address in brackets, as [::1]:7070"));
     }
-    const auto [first, inserted] = seen.emplace(entry, static_cast<int>(out.size()));
+    const auto [first, inserted] = seen.emplace(
+        absl::StrCat(absl::AsciiStrToLower(host), ":", port), static_cast<int>(out.size()));
     if (!inserted) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--servers: entry '", entry, "' is given twice (servers ", first->second, " and ",

@@ -295,6 +295,8 @@ TEST(JobConfigTest, ServerAddressesFromAListOrAPattern) {
   EXPECT_THAT(twice.status().message(),
               HasSubstr("(entry 'a:1' is given twice (servers 0 and 2), expected one address "
                         "per server)"));
+  twice = Load(R"(cluster { servers: "Ps-0:7070,ps-0:07070" })");
+  EXPECT_THAT(twice.status().message(), HasSubstr("entry 'ps-0:07070' is given twice"));
   for (const char* host : {"::1", " a", "a b", "h\\xff", "[::1", "[]", "[g::1]"}) {
     auto bad_host = Load(absl::StrCat(R"(cluster { servers: ")", host, R"(:7070" })"));
     EXPECT_THAT(bad_host.status().message(), HasSubstr("IPv6 address in brackets")) << host;

@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "common/flags_help.h"
+#include "common/output_path.h"
 #include "common/safetensors.h"
 #include "common/sha256.h"
 #include "server/checkpoint.h"
@@ -80,6 +81,9 @@ int Export(const std::vector<std::string>& dirs) {
   const int64_t version = absl::GetFlag(FLAGS_version);
   if (out.empty()) return BadArguments("export needs --out=FILE");
   if (version < -1) return BadArguments("--version must be >= 0, or -1 for the newest");
+  // Before the work: a folder or an unwritable place fails now.
+  absl::Status writable = CheckOutputPath("--out", out);
+  if (!writable.ok()) return BadArguments(std::string(writable.message()));
   auto exported = ExportCheckpoint(dirs, version, out);
   if (!exported.ok()) {
     std::fprintf(stderr, "psync_ckpt export: %s\n",

@@ -125,6 +125,16 @@ int Run() {
     LOG(ERROR) << "bad flags: " << options.status().message();
     return 2;
   }
+  // Written once listening: a path that cannot take it fails now, with
+  // the other bad flags, not after the port is open.
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    absl::Status writable = CheckOutputPath("--port_file", port_file);
+    if (!writable.ok()) {
+      LOG(ERROR) << "bad flags: " << writable.message();
+      return 2;
+    }
+  }
   SetLogRank(options->server_rank);
   LOG(INFO) << "server " << options->server_rank << " starting; configuration: "
             << config.ShortDebugString();
@@ -288,7 +298,6 @@ int Run() {
                  << "; serving without metrics";
     }
   }
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     absl::Status written =
         WriteFileAtomically("--port_file", port_file, absl::StrCat((*server)->port(), "\n"));

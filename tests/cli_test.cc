@@ -179,6 +179,22 @@ TEST(CliTest, ExportPathInMissingFolderFailsAtStart) {
   EXPECT_FALSE(Contains(launch.output, "[server 0]")) << "started a server: " << launch.output;
 }
 
+// Output paths of the server and of psync_ckpt export are checked before
+// any work: the server before it listens, the export before it reads.
+TEST(CliTest, ServerPortFileAndExportOutAreCheckedFirst) {
+  const Ended server =
+      RunToEnd({Runfile("server/psync_server"), "--port_file=/nonexistent_dir/port"});
+  EXPECT_EQ(server.exit_code, 2) << server.output;
+  EXPECT_TRUE(Contains(server.output, "--port_file is '/nonexistent_dir/port'")) << server.output;
+  EXPECT_FALSE(Contains(server.output, "listening")) << server.output;
+  const std::string dir = TempDir() + "/export_dir";
+  std::filesystem::create_directories(dir);
+  const Ended ckpt = RunToEnd({Runfile("server/psync_ckpt"), "export", "--checkpoint_dir=" + dir,
+                               "--out=" + dir});
+  EXPECT_EQ(ckpt.exit_code, 2) << ckpt.output;
+  EXPECT_TRUE(Contains(ckpt.output, "--out is '" + dir + "'")) << ckpt.output;
+}
+
 TEST(CliTest, SummaryThatIsADirectoryFailsAtStart) {
   const std::string dir = TempDir() + "/summary_dir";
   std::filesystem::create_directories(dir);

@@ -125,6 +125,21 @@ double LrPolicy::Rate(int64_t t, int64_t global_batch, int64_t total_steps,
   return peak;
 }
 
+std::string LrPolicy::Unreached(int64_t total_steps, int64_t steps_per_epoch) const {
+  if (total_steps <= 0) return "";
+  if (warmup_steps >= total_steps) {
+    return absl::StrCat("warmup_steps is ", warmup_steps, " and the job has ", total_steps,
+                        " steps: the learning rate never reaches lr");
+  }
+  if (schedule == "step" && MilestonesPassed(*this, total_steps - 1, steps_per_epoch) <
+                                static_cast<int64_t>(std::max(decay_steps.size(),
+                                                              decay_epochs.size()))) {
+    return absl::StrCat("a learning-rate milestone (", Describe(), ") lies past the job's ",
+                        total_steps, " steps (", steps_per_epoch, " per epoch): it never acts");
+  }
+  return "";
+}
+
 int64_t LrPolicy::Phase(int64_t t, int64_t total_steps, int64_t steps_per_epoch) const {
   if (t < warmup_steps) return 0;
   if (schedule == "step") {

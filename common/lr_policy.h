@@ -47,6 +47,10 @@ struct LrPolicy {
   // global batch `global_batch` and `steps_per_epoch` steps per epoch.
   double Rate(int64_t t, int64_t global_batch, int64_t total_steps,
               int64_t steps_per_epoch) const;
+  // What a job of `total_steps` steps (> 0) never reaches: warmup that
+  // does not end, or step milestones past the last step; empty when all is
+  // reached. For a warning: such a policy is legal, and likely a mistake.
+  std::string Unreached(int64_t total_steps, int64_t steps_per_epoch) const;
   // Which part of the policy step t is in: changes exactly where the log
   // should say so (warmup's end, each milestone, each tenth of a cosine).
   int64_t Phase(int64_t t, int64_t total_steps, int64_t steps_per_epoch) const;

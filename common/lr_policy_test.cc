@@ -65,6 +65,23 @@ TEST(LrPolicyTest, StepDecayAtStepsOrEpochs) {
   EXPECT_THAT(p.Describe(), HasSubstr("schedule=step decay_epochs=2 decay_factor=0.5"));
 }
 
+// Settings a job never reaches are named (for a warning), others not.
+TEST(LrPolicyTest, UnreachedWarmupAndMilestonesAreNamed) {
+  LrPolicy p;
+  p.schedule = "step";
+  p.decay_steps = {10, 20};
+  EXPECT_EQ(p.Unreached(21, 5), "");
+  EXPECT_THAT(p.Unreached(20, 5), HasSubstr("lies past the job's 20 steps (5 per epoch)"));
+  p.decay_steps.clear();
+  p.decay_epochs = {2};  // step 10
+  EXPECT_EQ(p.Unreached(11, 5), "");
+  EXPECT_THAT(p.Unreached(10, 5), HasSubstr("never acts"));
+  p.warmup_steps = 100;
+  EXPECT_EQ(p.Unreached(100, 5),
+            "warmup_steps is 100 and the job has 100 steps: the learning rate never reaches lr");
+  EXPECT_EQ(p.Unreached(0, 5), "");  // no known end
+}
+
 TEST(LrPolicyTest, CosineFromThePeakToTheFinalValueAfterWarmup) {
   LrPolicy p;
   p.lr = 1.0;

@@ -310,6 +310,11 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   }
   if (shard_ == nullptr) {
     PSYNC_RETURN_IF_ERROR(CheckMemoryFor(bytes));
+    const std::string unreached = options_.lr_policy.Unreached(
+        args.shape.total_steps, args.shape.StepsPerEpoch(options_.num_workers));
+    if (!unreached.empty()) {
+      LOG(WARNING) << "server " << options_.server_rank << ": " << unreached;
+    }
     shard_ = NewShard(layout, args.shape, generation_);
     shard_->origin = absl::StrCat("set by worker ", rank, "'s registration",
                                   args.peer.empty() ? "" : " from ", args.peer);

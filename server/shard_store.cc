@@ -608,9 +608,9 @@ absl::Status ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload*
         shard.layout->tensors()[c.info.tensor].name, "' hold ", w[at], " at element ",
         c.info.tensor_offset + at,
         ": a worker's gradient held Inf or NaN, or the update went past float32's range; "
-        "training diverged. The servers keep version ", c.version,
-        " and the checkpoints before it; a checkpoint resumes only with its own optimizer "
-        "settings, so start a new run with a lower --lr or with warmup (--warmup_steps)"));
+        "training diverged, and no later weights are served or checkpointed. A checkpoint "
+        "resumes only with its own optimizer settings: start a new run, with another "
+        "--checkpoint_dir, a lower --lr or warmup (--warmup_steps)"));
   }
   c.previous = std::move(c.current);
   c.current = std::move(next);

@@ -61,6 +61,9 @@ std::string CgroupFolder() {
 
 int64_t AvailableMemoryBytes() {
   int64_t available = -1;
+  auto at_most = [&](int64_t left) {
+    available = available < 0 ? left : std::min(available, left);
+  };
   std::ifstream meminfo("/proc/meminfo");
   std::string key, unit;
   int64_t kb = 0;
@@ -76,19 +79,15 @@ int64_t AvailableMemoryBytes() {
     std::ifstream statm("/proc/self/statm");
     int64_t mapped_pages = 0;
     if (statm >> mapped_pages) {
-      const int64_t left = std::max<int64_t>(
-          0, static_cast<int64_t>(as.rlim_cur) - mapped_pages * sysconf(_SC_PAGESIZE));
-      available = available < 0 ? left : std::min(available, left);
+      at_most(std::max<int64_t>(
+          0, static_cast<int64_t>(as.rlim_cur) - mapped_pages * sysconf(_SC_PAGESIZE)));
     }
   }
   const std::string cgroup = CgroupFolder();
   if (!cgroup.empty()) {
     const int64_t limit = ReadNumber(cgroup + "/memory.max");
     const int64_t used = ReadNumber(cgroup + "/memory.current");
-    if (limit >= 0 && used >= 0) {
-      const int64_t left = std::max<int64_t>(0, limit - used);
-      available = available < 0 ? left : std::min(available, left);
-    }
+    if (limit >= 0 && used >= 0) at_most(std::max<int64_t>(0, limit - used));
   }
   return available;
 }

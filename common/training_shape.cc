@@ -1,5 +1,6 @@
 #include "common/training_shape.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -74,12 +75,11 @@ absl::Status TrainingShape::Validate() const {
         "training shape: accumulation_steps is ", accumulation_steps, ", expected >= 1"));
   }
   if (!device_weights.empty()) {
-    const std::vector<absl::string_view> weights = absl::StrSplit(device_weights, ',');
-    bool ok = static_cast<int64_t>(weights.size()) == devices;
-    for (absl::string_view w : weights) {
-      double x = 0;
-      ok = ok && absl::SimpleAtod(w, &x) && x > 0 && std::isfinite(x);
-    }
+    const absl::StatusOr<std::vector<double>> weights =
+        ParseDeviceWeights("device_weights", device_weights);
+    const bool ok = weights.ok() && static_cast<int64_t>(weights->size()) == devices &&
+                    std::all_of(weights->begin(), weights->end(),
+                                [](double w) { return w > 0 && std::isfinite(w); });
     if (!ok) {
       return absl::InvalidArgumentError(absl::StrCat(
           "training shape: device_weights is '", device_weights, "', expected ", devices,
@@ -87,6 +87,21 @@ absl::Status TrainingShape::Validate() const {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> ParseDeviceWeights(absl::string_view what,
+                                                       absl::string_view text) {
+  std::vector<double> out;
+  if (text.empty()) return out;
+  for (absl::string_view w : absl::StrSplit(text, ',')) {
+    double weight;
+    if (!absl::SimpleAtod(w, &weight)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": '", w, "' is not a number (expected e.g. 1,3)"));
+    }
+    out.push_back(weight);
+  }
+  return out;
 }
 
 absl::Status TrainingShape::CheckSame(const TrainingShape& job) const {

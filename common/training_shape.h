@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace psync {
 
@@ -43,6 +45,12 @@ struct TrainingShape {
   // differs, with both values ("batch_per_device is 16, the job's is 32").
   absl::Status CheckSame(const TrainingShape& job) const;
 };
+
+// Device weights as text ("1,3"; empty: none) -> numbers. InvalidArgument
+// naming `what` and the first entry that is not a number (an empty one
+// included); their range is the caller's.
+absl::StatusOr<std::vector<double>> ParseDeviceWeights(absl::string_view what,
+                                                       absl::string_view text);
 
 }  // namespace psync
 

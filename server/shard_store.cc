@@ -477,10 +477,12 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
     }
     Arrived(fired);
   });
-  // The pool is done with it (ParallelFor returns after every call).
-  diverged_mu.Lock();
-  const absl::Status failure = diverged;
-  diverged_mu.Unlock();
+  absl::Status failure;
+  {
+    // Not held across FailJob, which takes mu_ (taken before chunk locks).
+    absl::MutexLock lock(&diverged_mu);
+    failure = diverged;
+  }
   if (failure.ok()) return absl::OkStatus();
   // Every later step needs this one: the job cannot go on.
   FailJob(failure);

@@ -271,16 +271,10 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   options.evaluate = options.worker_rank == 0;
   options.overlap = c.training().overlap();
   options.overlap_min_bytes = c.training().overlap_min_kb() << 10;
-  const std::string& weights = c.training().device_weights();
-  for (absl::string_view w : absl::StrSplit(weights, ',')) {
-    if (weights.empty()) break;
-    double weight;
-    if (!absl::SimpleAtod(w, &weight)) {
-      return BadConfig(absl::InvalidArgumentError(absl::StrCat(
-          "--device_weights: '", w, "' is not a number (expected e.g. 1,3)")));
-    }
-    options.device_weights.push_back(weight);
-  }
+  absl::StatusOr<std::vector<double>> weights =
+      ParseDeviceWeights("--device_weights", c.training().device_weights());
+  if (!weights.ok()) return BadConfig(weights.status());
+  options.device_weights = *std::move(weights);
   PSYNC_RETURN_IF_ERROR(BadConfig(options.Validate()));
   const int devices = c.training().devices();
   const int64_t chunk_kb = c.training().chunk_kb();

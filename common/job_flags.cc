@@ -26,6 +26,9 @@ ABSL_FLAG(std::string, servers, "",
 ABSL_FLAG(std::string, tcp_congestion, "auto",
           "TCP congestion control of workers' connections to servers: auto (reno on loopback, "
           "the system's elsewhere), system, or a kernel algorithm such as cubic.");
+ABSL_FLAG(bool, shared_memory, true,
+          "Share memory between a worker and a server on the same host, so that payloads skip "
+          "the sockets (either side's false: payloads travel in the messages).");
 ABSL_FLAG(std::string, model, "mlp",
           "Model: mlp, mlp:<widths> (e.g. mlp:784-512-512-10), cnn or cnn:<c1>-<c2>-<hidden>.");
 ABSL_FLAG(int32_t, devices, 1, "Devices per worker (one thread and model replica each).");

@@ -248,6 +248,7 @@ int Run() {
   server_options.max_pull_wait = absl::Seconds(config.timeouts().pull_timeout_s());
   server_options.max_waiting_calls = config.server().max_waiting_calls();
   server_options.max_waiting_per_connection = config.server().max_waiting_per_connection();
+  server_options.shared_memory = config.cluster().shared_memory();
   server_options.rpc_threads = config.server().rpc_threads();
   server_options.coordinator = coordinator.get();
   server_options.security = *security;

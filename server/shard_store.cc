@@ -1158,6 +1158,11 @@ void ShardStore::Close() {
 
 int ShardStore::OwnedChunks() const { return owned_chunks_.load(); }
 
+std::shared_ptr<const Layout> ShardStore::CurrentLayout() const {
+  absl::MutexLock lock(&mu_);
+  return shard_ != nullptr ? shard_->layout : nullptr;
+}
+
 StoreStatus ShardStore::GetStatus() const {
   std::shared_ptr<Shard> shard;
   StoreStatus status;

@@ -278,6 +278,8 @@ class ShardStore {
   StoreStatus GetStatus() const;
   // Chunks this server owns; 0 before a layout is fixed. Cheap.
   int OwnedChunks() const;
+  // The layout of the current generation; null before one is fixed.
+  std::shared_ptr<const Layout> CurrentLayout() const;
 
   // Wakes every waiting Pull, which returns Unavailable, and refuses new
   // ones: for shutdown, so no handler waits out its deadline.

@@ -91,13 +91,15 @@ std::vector<std::string> Shape(int servers, int workers, int devices, int batch)
 }
 
 // Shape() whose workers keep one request at a time in flight to each
-// server (--push_window_kb): each request a Push, then a Pull.
+// server (--push_window_kb): each request a Push, then a Pull; with
+// payloads in the messages rather than in shared memory (as between hosts).
 std::vector<std::string> Windowed(std::vector<std::string> flags) {
   flags.push_back("--push_window_kb=1");
+  flags.push_back("--shared_memory=false");
   return flags;
 }
 
-// The repeat runs through the windowed transport: the same bits.
+// The repeat runs through the windowed transport over TCP: the same bits.
 TEST(EquivalenceTest, DistributedMatchesSingleDeviceAndIsReproducible) {
   const LaunchResult single = Launch("single", Shape(1, 1, 1, 32));
   const LaunchResult dist = Launch("dist", Shape(2, 2, 2, 8));
@@ -169,7 +171,7 @@ TEST(EquivalenceTest, AccumulationMatchesMoreDevicesAndALargerBatch) {
 // With a 2-byte wire dtype, distributed training no longer matches one
 // device to float tolerance (gradients and weights are rounded in transit),
 // but deterministic mode still repeats bit for bit in each dtype, and the
-// runs train. The repeat runs through the windowed transport.
+// runs train. The repeat runs through the windowed transport over TCP.
 TEST(EquivalenceTest, DeterministicRunsRepeatBitForBitInEachWireDType) {
   std::string sha[2];
   int i = 0;

@@ -385,6 +385,7 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
       ParseTcpCongestion(c.cluster().tcp_congestion());
   if (!tcp_congestion.ok()) return BadConfig(tcp_congestion.status());
   client_options.tcp_congestion = *tcp_congestion;
+  client_options.shared_memory = c.cluster().shared_memory();
   LOG(INFO) << "worker " << options.worker_rank
             << ": TCP congestion control: " << DescribeTcpCongestion(*tcp_congestion);
   client_options.shape = TrainingShape{devices,

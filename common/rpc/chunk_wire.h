@@ -1,5 +1,5 @@
 // Zero-copy encoding and decoding of the chunk-carrying messages
-// (proto::PushRequest and proto::PullResponse: scalar fields 1-4 and 6,
+// (proto::PushRequest and proto::PullResponse: scalar fields 1-4, 6 and 7,
 // repeated Chunk at field 5). The bytes are ordinary protobuf, so any protobuf peer
 // can read and write them; but payloads never pass through a protobuf
 // string: the encoder points gRPC slices at the caller's float buffers, and
@@ -28,6 +28,7 @@ enum WireField : int {
   kWireSampleCount = 4,
   kWireChunks = 5,
   kWireSession = 6,  // PushRequest only
+  kWireSharedSlot = 7,
 };
 
 
@@ -42,7 +43,7 @@ struct WireChunk {
 // A decoded message. The chunks' data views point into `slices`, so they
 // are valid as long as this object lives.
 struct WireMessage {
-  uint64_t scalars[7] = {};  // by field number (1..4 and 6), raw varints
+  uint64_t scalars[8] = {};  // by field number (1..4, 6 and 7), raw varints
   std::vector<WireChunk> chunks;
   std::vector<grpc::Slice> slices;
 

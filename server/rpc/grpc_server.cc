@@ -2,8 +2,10 @@
 
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -13,6 +15,7 @@
 #include "common/rpc/channel.h"
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
+#include "common/shared_region.h"
 #include "common/training_shape.h"
 #include "common/wire_dtype_proto.h"
 #include "glog/logging.h"
@@ -97,6 +100,32 @@ size_t WireSize(const grpc::protobuf::MessageLite& m) { return m.ByteSizeLong();
 // The end of a call: records it and sends its status (the response, if OK).
 using Reply = std::function<void(const absl::Status&)>;
 
+// Bounds on a worker's offer of shared memory (proto::SharedMemoryOffer):
+// far more slots than a worker keeps in flight.
+constexpr int kMaxSharedSlots = 1024;
+
+// A worker's shared memory, mapped for one session.
+struct WorkerRegion {
+  int worker_rank = 0;
+  int slots = 0;
+  int64_t slot_bytes = 0;
+  std::unique_ptr<SharedRegion> memory;
+
+  // The halves of slot `slot` (from 1; checked by SlotOf).
+  char* PushHalf(uint32_t slot) const {
+    return memory->data() + (static_cast<int64_t>(slot) - 1) * 2 * slot_bytes;
+  }
+  char* PullHalf(uint32_t slot) const { return PushHalf(slot) + slot_bytes; }
+};
+
+// Where a request's chunks lie in a shared slot: each chunk's bytes in
+// `dtype` (per the layout), one after the other.
+struct SlotUse {
+  std::shared_ptr<const WorkerRegion> region;
+  uint32_t slot = 0;
+  std::vector<int64_t> sizes;  // by position in the request
+};
+
 // Registers the methods of proto::ParameterServer by hand (instead of the
 // generated Service) so that chunk payloads travel as raw gRPC byte buffers:
 // a push is decoded into views of the received slices and a pull answered
@@ -123,7 +152,8 @@ class ParameterService final : public AsyncService {
                         : absl::StrCat(kAuthScheme, options.security.token)),
         metrics_(options.metrics),
         max_waiting_(options.max_waiting_calls),
-        max_waiting_per_connection_(options.max_waiting_per_connection) {
+        max_waiting_per_connection_(options.max_waiting_per_connection),
+        shared_memory_(options.shared_memory) {
     if (metrics_ != nullptr) {
       pulls_waiting_ = metrics_->GetGauge(
           "psync_server_pulls_waiting", "Pulls and push-pulls waiting for their version.");
@@ -275,7 +305,99 @@ class ParameterService final : public AsyncService {
     resp->set_has_chunks(result->has_chunks);
     resp->set_max_message_bytes(store_->options().max_message_bytes);
     for (int32_t id : result->chunk_ids) resp->add_chunk_ids(id);
+    absl::Status shared = TakeRegion(*req, result->session);
+    resp->set_shared_memory(req->has_shared_memory() && shared.ok());
+    if (!shared.ok()) {
+      resp->set_shared_memory_refused(std::string(shared.message()));
+      LOG(INFO) << "server " << store_->options().server_rank << ": worker "
+                << req->worker_rank() << "'s payloads travel in the messages: "
+                << shared.message();
+    }
     return absl::OkStatus();
+  }
+
+  // Replaces the worker's shared memory (of an earlier session) with the
+  // region it offers now, if any, for `session`.
+  absl::Status TakeRegion(const proto::RegisterRequest& req, uint64_t session) {
+    std::shared_ptr<WorkerRegion> region;
+    absl::Status why;
+    if (req.has_shared_memory()) {
+      const proto::SharedMemoryOffer& o = req.shared_memory();
+      const int64_t limit = store_->options().max_message_bytes;
+      if (!shared_memory_) {
+        why = absl::FailedPreconditionError("this server does not share memory (--shared_memory=false)");
+      } else if (o.slots() < 1 || o.slots() > kMaxSharedSlots || o.slot_bytes() < 1 ||
+                 o.slot_bytes() > limit) {
+        why = absl::InvalidArgumentError(absl::StrCat(
+            "shared memory offer of ", o.slots(), " slots of ", o.slot_bytes(),
+            " bytes; expected 1 to ", kMaxSharedSlots, " slots of 1 to ", limit, " bytes"));
+      } else {
+        SharedRegion::Offer offer;
+        offer.pid = o.pid();
+        offer.fd = o.fd();
+        offer.nonce = o.nonce();
+        offer.bytes = 2 * o.slot_bytes() * o.slots();
+        absl::StatusOr<std::unique_ptr<SharedRegion>> memory = SharedRegion::Open(offer);
+        if (memory.ok()) {
+          region = std::make_shared<WorkerRegion>();
+          region->worker_rank = req.worker_rank();
+          region->slots = o.slots();
+          region->slot_bytes = o.slot_bytes();
+          region->memory = *std::move(memory);
+        } else {
+          why = memory.status();
+        }
+      }
+    }
+    absl::MutexLock lock(&regions_mu_);
+    for (auto it = regions_.begin(); it != regions_.end();) {
+      auto here = it++;
+      if (here->second->worker_rank == req.worker_rank()) regions_.erase(here);
+    }
+    if (region != nullptr) regions_[session] = std::move(region);
+    return why;
+  }
+
+  // The shared slot a request names (0: none, and no SlotUse), checked
+  // against the session's region, with the sizes its chunks take there.
+  absl::StatusOr<std::optional<SlotUse>> SlotOf(const char* op, uint64_t slot,
+                                                 uint64_t session,
+                                                 absl::Span<const int32_t> ids,
+                                                 WireDType dtype) {
+    if (slot == 0) return std::nullopt;
+    SlotUse use;
+    {
+      absl::MutexLock lock(&regions_mu_);
+      const auto it = regions_.find(session);
+      if (it != regions_.end()) use.region = it->second;
+    }
+    if (use.region == nullptr) {
+      return absl::AbortedError(absl::StrCat(
+          op, ": session ", session, " has no shared memory on server ",
+          store_->options().server_rank, " (it restarted, or the worker registered again); "
+          "register again"));
+    }
+    if (slot > static_cast<uint64_t>(use.region->slots)) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": shared slot ", slot,
+                                                     "; the region has slots 1 to ",
+                                                     use.region->slots));
+    }
+    use.slot = static_cast<uint32_t>(slot);
+    const std::shared_ptr<const Layout> layout = store_->CurrentLayout();
+    int64_t total = 0;
+    for (int32_t id : ids) {
+      // An unknown id takes no room: the store refuses it, naming it.
+      const bool known =
+          layout != nullptr && id >= 0 && id < static_cast<int32_t>(layout->chunks().size());
+      use.sizes.push_back(known ? layout->chunks()[id].num_elements * WireBytes(dtype) : 0);
+      total += use.sizes.back();
+    }
+    if (total > use.region->slot_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": its chunks take ", total, " bytes, more than a shared slot's ",
+          use.region->slot_bytes));
+    }
+    return use;
   }
 
   absl::Status Push(const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
@@ -296,12 +418,16 @@ class ParameterService final : public AsyncService {
       }
       dtype = *asked;
     }
+    std::vector<int32_t> ids(req->chunk_ids().begin(), req->chunk_ids().end());
+    absl::StatusOr<std::optional<SlotUse>> slot =
+        SlotOf("Pull", req->shared_slot(), req->session(), ids, dtype);
+    if (!slot.ok()) return reply(slot.status());
     std::string peer = call->peer();
     absl::Status admitted = AdmitWaiting("Pull", peer);
     if (!admitted.ok()) return reply(admitted);
-    std::vector<int32_t> ids(req->chunk_ids().begin(), req->chunk_ids().end());
     DoPull(std::move(peer), call, req->session(), req->worker_rank(), req->layout_fingerprint(),
-           req->version(), std::move(ids), dtype, call->response(), std::move(reply));
+           req->version(), std::move(ids), dtype, *std::move(slot), call->response(),
+           std::move(reply));
   }
 
   void PushPull(UnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>* call, Reply reply) {
@@ -314,9 +440,10 @@ class ParameterService final : public AsyncService {
     uint64_t session, fingerprint;
     int64_t rank, step;
     WireDType dtype = WireDType::kFloat32;
+    std::optional<SlotUse> slot;
     {
       WireMessage push;
-      absl::Status s = DoPush(*req, &push, &dtype);
+      absl::Status s = DoPush(*req, &push, &dtype, &slot);
       if (!s.ok()) {
         ReleaseWaiting(peer);
         return reply(s);
@@ -332,7 +459,7 @@ class ParameterService final : public AsyncService {
     // than hold them while the call waits for the other workers.
     call->mutable_request()->Clear();
     DoPull(std::move(peer), call, session, static_cast<int>(rank), fingerprint, step + 1,
-           std::move(ids), dtype, call->response(), std::move(reply));
+           std::move(ids), dtype, std::move(slot), call->response(), std::move(reply));
   }
 
   absl::Status GetStatus(const proto::StatusRequest*, proto::StatusResponse* resp) {
@@ -403,11 +530,13 @@ class ParameterService final : public AsyncService {
     return absl::OkStatus();
   }
 
-  // Decodes a PushRequest into `push` (whose slices back the payload views)
-  // and hands it to the store. With `pull_dtype` (a PushPull, which answers
-  // in one dtype) every chunk must have the same dtype, returned there.
+  // Decodes a PushRequest into `push` (whose slices back the payload views,
+  // or which names a shared slot that holds the payloads) and hands it to
+  // the store. With `pull_dtype` (a PushPull, which answers in one dtype)
+  // every chunk must have the same dtype, returned there, as must those of
+  // a push through a shared slot; `slot`, if given, gets the slot used.
   absl::Status DoPush(const grpc::ByteBuffer& req, WireMessage* push,
-                      WireDType* pull_dtype = nullptr) {
+                      WireDType* pull_dtype = nullptr, std::optional<SlotUse>* slot = nullptr) {
     const int owned = store_->OwnedChunks();
     if (owned == 0) {
       // No layout yet (a worker that pushes here registered with an earlier
@@ -422,6 +551,8 @@ class ParameterService final : public AsyncService {
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("Push: ", s.message()));
     std::vector<ChunkPayload> payloads(push->chunks.size());
     const char* op = pull_dtype != nullptr ? "PushPull" : "Push";
+    const uint64_t shared_slot = push->scalars[kWireSharedSlot];
+    const bool one_dtype = pull_dtype != nullptr || shared_slot != 0;
     int64_t bytes = 0;
     for (size_t i = 0; i < payloads.size(); ++i) {
       const WireChunk& c = push->chunks[i];
@@ -431,15 +562,36 @@ class ParameterService final : public AsyncService {
         return absl::InvalidArgumentError(
             absl::StrCat(op, ": chunk ", c.id, " has ", dtype.status().message()));
       }
-      if (pull_dtype != nullptr && i > 0 && *dtype != payloads[0].dtype) {
+      if (one_dtype && i > 0 && *dtype != payloads[0].dtype) {
         return absl::InvalidArgumentError(absl::StrCat(
             op, ": chunk ", c.id, " is ", WireDTypeName(*dtype), " but chunk ",
             payloads[0].chunk_id, " is ", WireDTypeName(payloads[0].dtype),
-            "; expected one dtype for all chunks of a push-pull, which answers in it"));
+            "; expected one dtype for all chunks of a push-pull, which answers in it, "
+            "and of a push through shared memory"));
+      }
+      if (shared_slot != 0 && c.data_size > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            op, ": chunk ", c.id, " carries ", c.data_size, " bytes of data but the push names "
+            "shared slot ", shared_slot, "; expected its values in the slot only"));
       }
       payloads[i].chunk_id = c.id;
       payloads[i].dtype = *dtype;
       payloads[i].pieces = c.data;
+    }
+    if (shared_slot != 0) {
+      std::vector<int32_t> ids;
+      for (const ChunkPayload& p : payloads) ids.push_back(p.chunk_id);
+      const WireDType dtype = payloads.empty() ? WireDType::kFloat32 : payloads[0].dtype;
+      absl::StatusOr<std::optional<SlotUse>> use =
+          SlotOf(op, shared_slot, push->scalars[kWireSession], ids, dtype);
+      if (!use.ok()) return use.status();
+      const char* at = (*use)->region->PushHalf((*use)->slot);
+      for (size_t i = 0; i < payloads.size(); ++i) {
+        const int64_t size = (*use)->sizes[i];
+        payloads[i].pieces = {absl::string_view(at, static_cast<size_t>(size))};
+        at += size;
+      }
+      if (slot != nullptr) *slot = *std::move(use);
     }
     // A PushPull's answer carries as many payload bytes: refused before
     // anything changes when they could not go back (as a Pull asking for
@@ -466,9 +618,12 @@ class ParameterService final : public AsyncService {
   // (its float32 weights, or its narrowed copies of them), once every chunk
   // has reached `version`, without holding a thread. The caller admitted
   // the call (AdmitWaiting) for `peer`; its place is released here.
+  //
+  // With a shared slot the weights go to its second half instead, and the
+  // answer's chunks carry no data.
   void DoPull(std::string peer, const ServerCall* call, uint64_t session, int worker_rank,
               uint64_t fingerprint, int64_t version, std::vector<int32_t> ids, WireDType dtype,
-              grpc::ByteBuffer* resp, Reply reply) {
+              std::optional<SlotUse> slot, grpc::ByteBuffer* resp, Reply reply) {
     const absl::Time deadline = std::min(call->deadline(), absl::Now() + max_pull_wait_);
     // Valid while PullAsync reads it: it copies the ids before anything
     // can run the callback (which owns the vector's buffer from here on).
@@ -476,14 +631,31 @@ class ParameterService final : public AsyncService {
     store_->PullAsync(
         session, worker_rank, fingerprint, version, asked, dtype, deadline,
         [this, resp, version, dtype, ids = std::move(ids), peer = std::move(peer),
-         reply = std::move(reply)](absl::Status s, std::vector<WireWeights> weights) {
+         slot = std::move(slot), reply = std::move(reply)](absl::Status s,
+                                                           std::vector<WireWeights> weights) {
           ReleaseWaiting(peer);
+          for (size_t i = 0; slot && s.ok() && i < ids.size(); ++i) {
+            // SlotOf made room for the layout's sizes; a rollback to another
+            // layout since is the only way they can differ.
+            if (static_cast<int64_t>(weights[i].bytes.size()) != slot->sizes[i]) {
+              s = absl::AbortedError(absl::StrCat(
+                  "Pull: the layout changed while chunk ", ids[i], " was waiting; register again"));
+            }
+          }
           if (s.ok()) {
             WireMessageBuilder builder;
+            char* out = slot ? slot->region->PullHalf(slot->slot) : nullptr;
+            if (slot) builder.SetScalar(kWireSharedSlot, slot->slot);
             for (size_t i = 0; i < ids.size(); ++i) {
               WireWeights& w = weights[i];
-              builder.AddChunk(ids[i], WireDTypeToProto(dtype), version, w.bytes.data(),
-                               static_cast<int64_t>(w.bytes.size()), std::move(w.owner));
+              if (!slot) {
+                builder.AddChunk(ids[i], WireDTypeToProto(dtype), version, w.bytes.data(),
+                                 static_cast<int64_t>(w.bytes.size()), std::move(w.owner));
+                continue;
+              }
+              std::memcpy(out, w.bytes.data(), w.bytes.size());
+              out += w.bytes.size();
+              builder.AddChunk(ids[i], WireDTypeToProto(dtype), version, nullptr, 0);
             }
             *resp = builder.Build();
           }
@@ -512,6 +684,12 @@ class ParameterService final : public AsyncService {
   absl::Mutex waiting_mu_;
   int waiting_total_ ABSL_GUARDED_BY(waiting_mu_) = 0;
   absl::flat_hash_map<std::string, int> waiting_by_peer_ ABSL_GUARDED_BY(waiting_mu_);
+  const bool shared_memory_;
+  // Workers' shared memory by session; a worker's next registration
+  // replaces its region. Calls in flight keep theirs.
+  absl::Mutex regions_mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const WorkerRegion>> regions_
+      ABSL_GUARDED_BY(regions_mu_);
 };
 
 // The standard grpc.health.v1 service's Check, as Kubernetes' gRPC probes

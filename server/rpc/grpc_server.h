@@ -53,6 +53,10 @@ struct GrpcServerOptions {
   // find peers that vanished.
   absl::Duration handshake_timeout = absl::Seconds(10);
   absl::Duration idle_timeout = absl::Seconds(60);
+  // Map the shared memory a worker on this host offers at registration, so
+  // that its pushes and pulls carry no payload bytes (proto::
+  // SharedMemoryOffer); off: payloads always travel in the messages.
+  bool shared_memory = true;
   // If set, every call is counted there (psync_server_requests_total by
   // method and code, bytes, latency, pulls waiting). Must outlive the server.
   MetricRegistry* metrics = nullptr;

@@ -13,6 +13,7 @@
 #include "common/init.h"
 #include "common/layout_proto.h"
 #include "common/rpc/channel.h"
+#include "common/shared_region.h"
 #include "common/wire_dtype.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -66,6 +67,7 @@ class GrpcServerTest : public ::testing::Test {
     so.max_waiting_calls = max_waiting_calls_;
     so.max_waiting_per_connection = max_waiting_calls_;
     so.rpc_threads = rpc_threads_;
+    so.shared_memory = shared_memory_;
     auto server = GrpcServer::Start(store_.get(), so);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -187,6 +189,7 @@ class GrpcServerTest : public ::testing::Test {
   MetricRegistry* metrics_ = nullptr;  // given to the next StartServer
   int max_waiting_calls_ = 4096;        // likewise, also per connection
   int rpc_threads_ = 1;                 // likewise
+  bool shared_memory_ = true;           // likewise
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<GrpcServer> server_;
@@ -804,6 +807,150 @@ TEST_F(GrpcServerTest, JoinIsForTheCoordinatorOfTheRightClusterSize) {
   ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Join, join, &resp).ok());
   EXPECT_GT(resp.target_generation(), 0);
   EXPECT_EQ(resp.target_version(), 0);
+}
+
+// A worker's shared memory: `slots` slots of two halves of `slot_bytes`.
+struct WorkerMemory {
+  WorkerMemory(int slots, int64_t slot_bytes) : slots(slots), slot_bytes(slot_bytes) {
+    auto created = SharedRegion::Create(2 * slots * slot_bytes);
+    EXPECT_TRUE(created.ok()) << created.status();
+    region = std::move(*created);
+  }
+  void OfferIn(proto::RegisterRequest& req) const {
+    const SharedRegion::Offer o = region->offer();
+    proto::SharedMemoryOffer* offer = req.mutable_shared_memory();
+    offer->set_pid(o.pid);
+    offer->set_fd(o.fd);
+    offer->set_nonce(o.nonce);
+    offer->set_slots(slots);
+    offer->set_slot_bytes(slot_bytes);
+  }
+  char* PushHalf(int slot) const { return region->data() + (slot - 1) * 2 * slot_bytes; }
+  char* PullHalf(int slot) const { return PushHalf(slot) + slot_bytes; }
+
+  int slots;
+  int64_t slot_bytes;
+  std::unique_ptr<SharedRegion> region;
+};
+
+// `push` with its chunks' data moved to slot `slot` of `memory`.
+proto::PushRequest InSlot(proto::PushRequest push, const WorkerMemory& memory, int slot) {
+  char* out = memory.PushHalf(slot);
+  for (proto::Chunk& c : *push.mutable_chunks()) {
+    std::memcpy(out, c.data().data(), c.data().size());
+    out += c.data().size();
+    c.clear_data();
+  }
+  push.set_shared_slot(slot);
+  return push;
+}
+
+TEST_F(GrpcServerTest, PushPullsThroughSharedMemoryCarryNoPayloadBytes) {
+  StartServer();
+  WorkerMemory m0(2, 1024), m1(2, 1024);
+  uint64_t sessions[2];
+  for (int rank : {0, 1}) {
+    proto::RegisterRequest req = RegisterRequestFor(rank);
+    (rank == 0 ? m0 : m1).OfferIn(req);
+    proto::RegisterResponse resp;
+    ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Register, req, &resp).ok());
+    EXPECT_TRUE(resp.shared_memory()) << resp.shared_memory_refused();
+    sessions[rank] = resp.session();
+  }
+  // Worker 1 pushes through slot 2 and worker 0 through slot 1, by PushPull.
+  proto::PushResponse ignored;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push, InSlot(PushOf(1, sessions[1], 0, 3.0f), m1, 2),
+                   &ignored).ok());
+  proto::PullResponse next;
+  const proto::PushRequest push = InSlot(PushOf(0, sessions[0], 0, 1.0f), m0, 1);
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::PushPull, push, &next).ok());
+  EXPECT_EQ(next.shared_slot(), 1u);
+  ASSERT_EQ(next.chunks_size(), 3);
+  std::vector<float> expected = InitialWeights(), got(expected.size());
+  for (float& w : expected) w -= 2.0f;  // the mean of 1 and 3
+  for (const proto::Chunk& c : next.chunks()) {
+    EXPECT_TRUE(c.data().empty());
+    EXPECT_EQ(c.version(), 1);
+  }
+  std::memcpy(got.data(), m0.PullHalf(1), got.size() * sizeof(float));
+  EXPECT_EQ(got, expected);
+  // A Pull through worker 1's slot 1: the same weights, in its memory.
+  proto::PullRequest pull = PullOf(1, sessions[1], 1);
+  pull.set_shared_slot(1);
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Pull, pull, &next).ok());
+  EXPECT_EQ(next.shared_slot(), 1u);
+  std::memcpy(got.data(), m1.PullHalf(1), got.size() * sizeof(float));
+  EXPECT_EQ(got, expected);
+}
+
+TEST_F(GrpcServerTest, BadSharedSlotsAreRefusedAndChangeNothing) {
+  StartServer();
+  WorkerMemory m0(2, 16);  // room for two of the layout's 8-byte chunks
+  proto::RegisterRequest req = RegisterRequestFor(0);
+  m0.OfferIn(req);
+  proto::RegisterResponse resp;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Register, req, &resp).ok());
+  ASSERT_TRUE(resp.shared_memory());
+  const uint64_t s0 = resp.session(), s1 = Register(1);
+  proto::PullResponse next;
+  // Slot 3 of 2, all three chunks in a slot of two, data in both, a session
+  // with no region.
+  grpc::Status st = Call(&proto::ParameterServer::Stub::PushPull,
+                         InSlot(PushOf(0, s0, 0, 1.0f), m0, 1), &next);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("its chunks take 24 bytes, more than a shared slot's 16"));
+  proto::PushRequest push = PushOf(0, s0, 0, 1.0f);
+  push.mutable_chunks()->RemoveLast();
+  proto::PushRequest bad = InSlot(push, m0, 1);
+  bad.set_shared_slot(3);
+  st = Call(&proto::ParameterServer::Stub::PushPull, bad, &next);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("shared slot 3; the region has slots 1 to 2"));
+  bad = push;
+  bad.set_shared_slot(1);
+  st = Call(&proto::ParameterServer::Stub::PushPull, bad, &next);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("carries 8 bytes of data but the push names shared slot 1"));
+  st = Call(&proto::ParameterServer::Stub::PushPull, InSlot(PushOf(1, s1, 0, 1.0f), m0, 1), &next);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(st.error_message(), HasSubstr("has no shared memory on server 0"));
+  // Nothing was applied: both workers' full pushes still make step 0.
+  proto::PushResponse ignored;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push, PushOf(1, s1, 0, 3.0f), &ignored).ok());
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::PushPull, PushOf(0, s0, 0, 1.0f), &next).ok());
+  std::vector<float> expected = InitialWeights();
+  for (float& w : expected) w -= 2.0f;
+  EXPECT_EQ(Flat(next, 1), expected);
+}
+
+TEST_F(GrpcServerTest, AnOfferThatCannotBeMappedLeavesPayloadsInTheMessages) {
+  shared_memory_ = false;
+  StartServer();
+  WorkerMemory m0(1, 64);
+  proto::RegisterRequest req = RegisterRequestFor(0);
+  m0.OfferIn(req);
+  proto::RegisterResponse resp;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Register, req, &resp).ok());
+  EXPECT_FALSE(resp.shared_memory());
+  EXPECT_THAT(resp.shared_memory_refused(), HasSubstr("--shared_memory=false"));
+  shared_memory_ = true;
+  StartServer();
+  for (auto [slots, nonce_flip, why] :
+       {std::tuple{1, 1, "nonce differs"}, std::tuple{0, 0, "expected 1 to 1024 slots"},
+        std::tuple{1 << 20, 0, "expected 1 to 1024 slots"}}) {
+    req = RegisterRequestFor(0);
+    m0.OfferIn(req);
+    req.mutable_shared_memory()->set_nonce(req.shared_memory().nonce() ^ nonce_flip);
+    req.mutable_shared_memory()->set_slots(slots);
+    ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Register, req, &resp).ok());
+    EXPECT_FALSE(resp.shared_memory());
+    EXPECT_THAT(resp.shared_memory_refused(), HasSubstr(why));
+  }
+  // A slot named without a region: the session must register again.
+  proto::PullResponse next;
+  const grpc::Status st = Call(&proto::ParameterServer::Stub::PushPull,
+                               InSlot(PushOf(0, resp.session(), 0, 1.0f), m0, 1), &next);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED);
 }
 
 }  // namespace

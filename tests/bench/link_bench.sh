@@ -56,5 +56,8 @@ tc -n "$w" qdisc add dev "$wdev" root tbf rate "$rate" burst 256kb latency 5ms
 tc -n "$s" qdisc add dev "$sdev" root tbf rate "$rate" burst 256kb latency 5ms
 echo "link_bench.sh: clients in $w (10.201.0.1), servers in $s (10.201.0.2)," \
   "$rate each way (tc tbf on a veth pair)"
+# --shared_memory=false: the namespaces share one host's memory, which
+# processes on two hosts would not.
 ip netns exec "$w" timeout 900 "$bench" --server_host=10.201.0.2 --server_netns="$s" \
+  --shared_memory=false \
   "${args[@]}"

@@ -71,6 +71,9 @@ ABSL_FLAG(std::string, wire_dtype, "float32",
 ABSL_FLAG(std::string, tcp_congestion, "auto",
           "TCP congestion control of psync's connections and of both echoes' (as "
           "psync_server's --tcp_congestion: auto, system or an algorithm).");
+ABSL_FLAG(bool, shared_memory, true,
+          "Workers and servers share memory for payloads where they can (the same host: "
+          "--shared_memory of psync_worker and psync_server); false: payloads travel over TCP.");
 ABSL_FLAG(std::string, server_host, "127.0.0.1",
           "IPv4 address the servers and the echo servers listen on and the clients connect to.");
 ABSL_FLAG(std::string, server_netns, "",
@@ -190,6 +193,7 @@ absl::Status RunClient() {
   o.num_workers = absl::GetFlag(FLAGS_num_workers);
   o.max_request_bytes = absl::GetFlag(FLAGS_request_kb) << 10;
   o.push_window_bytes = absl::GetFlag(FLAGS_push_window_kb) << 10;
+  o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   PSYNC_ASSIGN_OR_RETURN(o.wire_dtype, ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
   PSYNC_ASSIGN_OR_RETURN(o.tcp_congestion, BenchCongestion());
   if (!absl::GetFlag(FLAGS_tls_dir).empty()) {
@@ -359,7 +363,8 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
         absl::StrCat("--deterministic=", absl::GetFlag(FLAGS_deterministic)),
         absl::StrCat("--port=", ports[i]), "--host=" + absl::GetFlag(FLAGS_server_host),
         "--servers=" + absl::StrJoin(addresses, ","),
-        "--tcp_congestion=" + absl::GetFlag(FLAGS_tcp_congestion)};
+        "--tcp_congestion=" + absl::GetFlag(FLAGS_tcp_congestion),
+        absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory))};
     if (absl::GetFlag(FLAGS_checkpoints)) {
       argv.push_back("--checkpoint_dir=" + dir + "/checkpoints");
     }
@@ -388,6 +393,7 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
                      absl::StrCat("--push_window_kb=", absl::GetFlag(FLAGS_push_window_kb)),
                      "--wire_dtype=" + absl::GetFlag(FLAGS_wire_dtype),
                      "--tcp_congestion=" + absl::GetFlag(FLAGS_tcp_congestion),
+                     absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory)),
                      absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
                      absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
                      absl::StrCat("--compute_ms=", absl::GetFlag(FLAGS_compute_ms)),
@@ -666,11 +672,13 @@ absl::Status RunDriver() {
                                 : absl::GetFlag(FLAGS_label);
   PSYNC_ASSIGN_OR_RETURN(const TcpCongestion congestion, BenchCongestion());
   std::printf("\n== %s: %d workers x %d servers, %.3f MiB in %d tensors, chunk %lld KiB, "
-              "wire %s, TCP %s, %d runs x %d steps ==\n",
+              "wire %s, payloads %s, TCP %s, %d runs x %d steps ==\n",
               label.c_str(), n, k, mb, absl::GetFlag(FLAGS_tensors),
               static_cast<long long>(absl::GetFlag(FLAGS_chunk_kb)),
-              absl::GetFlag(FLAGS_wire_dtype).c_str(), DescribeTcpCongestion(congestion).c_str(),
-              runs, absl::GetFlag(FLAGS_steps));
+              absl::GetFlag(FLAGS_wire_dtype).c_str(),
+              absl::GetFlag(FLAGS_shared_memory) ? "in shared memory where they can"
+                                                 : "in the messages",
+              DescribeTcpCongestion(congestion).c_str(), runs, absl::GetFlag(FLAGS_steps));
   const std::string host = absl::GetFlag(FLAGS_server_host);
   const std::string netns = absl::GetFlag(FLAGS_server_netns);
   if (host != "127.0.0.1" || !netns.empty()) {
@@ -756,7 +764,7 @@ absl::Status RunDriver() {
       ratio("psync / TCP cut-through", "ratio_tcp_cut", "comm", "tcp_cut");
     }
     if (pass && n == 1 && k == 1 && absl::GetFlag(FLAGS_wire_dtype) == "float32" &&
-        IsLoopbackHost(host) && netns.empty()) {
+        !absl::GetFlag(FLAGS_shared_memory) && IsLoopbackHost(host) && netns.empty()) {
       // What any transport over the kernel's TCP must spend per step: the
       // echo's CPU (the same bytes through the same sockets, both ends),
       // the server's optimizer pass and the worker's copy of the weights

@@ -19,6 +19,7 @@
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/tcp_congestion.h"
+#include "common/shared_region.h"
 #include "common/status_macros.h"
 #include "common/wire_dtype_proto.h"
 #include "glog/logging.h"
@@ -91,12 +92,20 @@ struct ChunkCall {
   bool unavailable_logged = false;
   grpc::CompletionQueue* cq = nullptr;  // whose thread drives this call
   // Built once; for a push its payload slices point at the caller's
-  // gradients, which stay valid until Wait() returns.
+  // gradients, which stay valid until Wait() returns. A push to a server
+  // that shares memory is built when first issued (from `grads`), in a
+  // free slot of the region when there is one.
   grpc::ByteBuffer request;
+  const float* grads = nullptr;  // until the push is built
+  int64_t step = 0, sample_count = 0;
+  uint32_t slot = 0;  // the shared slot the call holds; 0: none
+  // Why the call failed before reaching the server (a gradient its dtype
+  // cannot hold).
+  absl::Status local_error;
   // A windowed push-pull: the Push's payload bytes, counted in the server's
-  // window until the Push ends (0 otherwise), and the Pull sent after it.
+  // window until the Push ends (0 otherwise); a Pull follows it.
   int64_t window_bytes = 0;
-  grpc::ByteBuffer then_pull;
+  bool then_pull = false;
 
   // Per attempt. `ctx` is replaced under GrpcPsClient::mu_, which Cancel()
   // holds to reach it from another thread.
@@ -114,6 +123,15 @@ struct ChunkCall {
   };
   Tag done_tag{this, false}, issue_tag{this, true};
   grpc::Alarm issue_alarm;
+};
+
+// A server's mapping of this worker's shared memory (SharedRegion): the
+// region (null: none), its slots' half size, and the free slots (numbered
+// from 1; under GrpcPsClient::mu_).
+struct Shared {
+  std::unique_ptr<SharedRegion> region;
+  int64_t slot_bytes = 0;
+  std::vector<uint32_t> free;
 };
 
 class GrpcPsClient final : public PsClient {
@@ -147,6 +165,7 @@ class GrpcPsClient final : public PsClient {
     }
     absl::MutexLock lock(&mu_);
     windows_.resize(layout_.num_servers());
+    shared_.resize(layout_.num_servers());
     PlanRequests(std::vector<int64_t>(layout_.num_servers(), 0));
   }
 
@@ -184,6 +203,7 @@ class GrpcPsClient final : public PsClient {
       std::fill(sessions_.begin(), sessions_.end(), 0);
       done_version_ = 0;
     }
+    std::vector<Shared> offered = OfferSharedMemory();
     const absl::Time deadline = absl::Now() + options_.connect_timeout;
     absl::Time last_log = absl::Now();
     // Each server's latest refusal: more telling than the deadline of an
@@ -198,6 +218,16 @@ class GrpcPsClient final : public PsClient {
         grpc::ClientContext ctx;
         ctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + kRegisterAttempt)));
         ctx.set_wait_for_ready(true);
+        req.clear_shared_memory();
+        if (const Shared& shared = offered[server]; shared.region != nullptr) {
+          const SharedRegion::Offer o = shared.region->offer();
+          proto::SharedMemoryOffer* offer = req.mutable_shared_memory();
+          offer->set_pid(o.pid);
+          offer->set_fd(o.fd);
+          offer->set_nonce(o.nonce);
+          offer->set_slot_bytes(shared.slot_bytes);
+          offer->set_slots(static_cast<int32_t>(shared.free.size()));
+        }
         grpc::Status st = stubs_[server]->Register(&ctx, req, &responses[server]);
         if (st.ok() && responses[server].server_rank() != static_cast<int>(server)) {
           return absl::FailedPreconditionError(absl::StrCat(
@@ -226,7 +256,7 @@ class GrpcPsClient final : public PsClient {
           }
         }
       }
-      if (why.ok()) return Registered(responses);
+      if (why.ok()) return Registered(responses, std::move(offered));
       if (absl::Now() >= deadline) {
         return absl::Status(why.code(), absl::StrCat(why.message(), " (gave up after --connect_timeout_s=",
                                                     absl::ToInt64Seconds(options_.connect_timeout), ")"));
@@ -353,13 +383,6 @@ class GrpcPsClient final : public PsClient {
       const bool windowed = window_limit_[server] > 0;
       const bool split = windowed && options_.num_workers > 1;
       for (absl::Span<const int32_t> request : Requests(server, ids, options_.wire_dtype)) {
-        WireMessageBuilder push;
-        push.SetScalar(kWireWorkerRank, options_.worker_rank);
-        push.SetScalar(kWireFingerprint, static_cast<int64_t>(layout_.fingerprint()));
-        push.SetScalar(kWireStep, step);
-        push.SetScalar(kWireSampleCount, sample_count);
-        push.SetScalar(kWireSession, session);
-        PSYNC_ASSIGN_OR_RETURN(const int64_t bytes, AddGradients(push, request, grads));
         auto call = std::make_unique<ChunkCall>();
         call->server = server;
         call->op = split ? "Push" : "PushPull";
@@ -368,12 +391,17 @@ class GrpcPsClient final : public PsClient {
         call->chunk_ids.assign(request.begin(), request.end());
         call->weights = weights;
         call->push_pull = true;
-        call->request = push.Build();
-        if (windowed) call->window_bytes = bytes;
-        if (split) {
-          call->then_pull =
-              PullRequestBytes(server, step + 1, call->chunk_ids, options_.wire_dtype);
+        call->step = step;
+        call->sample_count = sample_count;
+        int64_t bytes = 0;
+        for (int32_t id : request) bytes += WireSize(id);
+        if (shared_[server].region != nullptr) {
+          call->grads = grads;  // built when issued
+        } else {
+          PSYNC_ASSIGN_OR_RETURN(call->request, PushRequestBytes(*call, session, grads));
         }
+        if (windowed) call->window_bytes = bytes;
+        call->then_pull = split;
         Launch(std::move(call), defer);
       }
     }
@@ -495,6 +523,25 @@ class GrpcPsClient final : public PsClient {
       }
       // A Cancel() after this point cancels `ctx` (even before it starts).
       std::swap(call.ctx, ctx);
+      if (call.grads != nullptr) {
+        std::vector<uint32_t>& free = shared_[call.server].free;
+        if (!free.empty() && call.window_bytes <= shared_[call.server].slot_bytes) {
+          call.slot = free.back();
+          free.pop_back();
+        }
+      }
+    }
+    if (call.grads != nullptr) {
+      absl::StatusOr<grpc::ByteBuffer> push = PushRequestBytes(call, Session(call.server),
+                                                               call.grads);
+      call.grads = nullptr;
+      if (!push.ok()) {
+        call.local_error = push.status();
+        call.status = ToGrpcStatus(push.status());
+        PostNow(call.issue_alarm, call.cq, &call.done_tag);
+        return;
+      }
+      call.request = *std::move(push);
     }
     call.response.Clear();
     call.reader = generic_stubs_[call.server]->PrepareUnaryCall(call.ctx.get(), call.method,
@@ -507,19 +554,39 @@ class GrpcPsClient final : public PsClient {
   // after a backoff on a Retryable() error, or finishes it (copying its
   // weights into place). Returns the call's status once it is finished.
   std::optional<absl::Status> HandleEvent(void* tag) {
-    const auto& t = *static_cast<ChunkCall::Tag*>(tag);
+    ChunkCall& call = *static_cast<ChunkCall::Tag*>(tag)->call;
+    std::optional<absl::Status> finished = Progress(*static_cast<ChunkCall::Tag*>(tag));
+    if (finished.has_value() && call.slot != 0) {
+      // A slot goes back only after a call that ended well: after a
+      // failure, the server may still write an abandoned attempt's answer
+      // into it. A registration brings a new region.
+      absl::MutexLock lock(&mu_);
+      if (finished->ok()) shared_[call.server].free.push_back(call.slot);
+      call.slot = 0;
+    }
+    return finished;
+  }
+
+  // HandleEvent's work, but for the call's shared slot.
+  std::optional<absl::Status> Progress(const ChunkCall::Tag& t) {
     ChunkCall& call = *t.call;
     if (t.issue) {
       Issue(call);
       return std::nullopt;
     }
+    if (!call.local_error.ok()) {
+      if (call.window_bytes > 0) LeaveWindow(call);
+      return call.local_error;
+    }
     if (call.window_bytes > 0 && (call.status.ok() || !RetryLater(call))) {
       LeaveWindow(call);
-      if (call.status.ok() && call.method == kPushMethod) {
+      if (call.status.ok() && call.then_pull) {
         // The server holds the gradients: now wait for the new weights.
         call.op = "Pull";
         call.method = kPullMethod;
-        call.request = std::move(call.then_pull);
+        call.then_pull = false;
+        call.request = PullRequestBytes(call.server, call.version, call.chunk_ids,
+                                        options_.wire_dtype, call.slot);
         Issue(call);
         return std::nullopt;
       }
@@ -654,8 +721,42 @@ class GrpcPsClient final : public PsClient {
     return requests;
   }
 
-  // Takes the sessions and the version to resume from.
-  absl::StatusOr<int64_t> Registered(const std::vector<proto::RegisterResponse>& responses) {
+  // A region for each server to map (none where shared memory is off or
+  // cannot be made), with a slot for each push-pull request in flight at
+  // once and one to spare, each half the size of a request's payload at
+  // most (a chunk larger than a request goes alone). Requests only shrink
+  // at registration (to the servers' message limits), so they still fit.
+  std::vector<Shared> OfferSharedMemory() {
+    std::vector<Shared> offered(layout_.num_servers());
+    for (int s = 0; s < layout_.num_servers() && options_.shared_memory; ++s) {
+      int64_t share = 0, largest = 0;
+      for (int32_t id : layout_.ChunksOnServer(s)) {
+        share += WireSize(id);
+        largest = std::max(largest, WireSize(id));
+      }
+      if (share == 0) continue;
+      const int64_t slot_bytes = std::max(std::min(request_bytes_[s], share), largest);
+      const int64_t in_flight = window_limit_[s] > 0 ? window_limit_[s] : share;
+      const int64_t slots = std::min<int64_t>(CeilDiv(in_flight, request_bytes_[s]) + 1,
+                                              kMaxRequestsPerServer + 1);
+      absl::StatusOr<std::unique_ptr<SharedRegion>> region =
+          SharedRegion::Create(2 * slot_bytes * slots);
+      if (!region.ok()) {
+        LOG(WARNING) << "worker " << options_.worker_rank << ": no shared memory for server "
+                     << s << ": " << region.status().message();
+        continue;
+      }
+      offered[s].region = *std::move(region);
+      offered[s].slot_bytes = slot_bytes;
+      for (int64_t k = slots; k >= 1; --k) offered[s].free.push_back(static_cast<uint32_t>(k));
+    }
+    return offered;
+  }
+
+  // Takes the sessions and the version to resume from, and the shared
+  // memory each server mapped.
+  absl::StatusOr<int64_t> Registered(const std::vector<proto::RegisterResponse>& responses,
+                                     std::vector<Shared> offered) {
     bool any = false;
     int64_t version = 0, max_version = 0;
     for (size_t s = 0; s < responses.size(); ++s) {
@@ -684,6 +785,24 @@ class GrpcPsClient final : public PsClient {
       std::vector<int64_t> limits;
       for (const proto::RegisterResponse& r : responses) limits.push_back(r.max_message_bytes());
       PlanRequests(limits);
+      for (size_t s = 0; s < responses.size(); ++s) {
+        const bool was_shared = shared_[s].region != nullptr;
+        shared_[s] = Shared();
+        if (offered[s].region == nullptr) continue;
+        if (!responses[s].shared_memory()) {
+          LOG(INFO) << "worker " << options_.worker_rank << ": payloads to server " << s
+                    << " travel in the messages: " << responses[s].shared_memory_refused();
+          continue;
+        }
+        // Mapped by the server: nothing else may open it from now on.
+        offered[s].region->CloseDescriptor();
+        if (!was_shared) {
+          LOG(INFO) << "worker " << options_.worker_rank << ": server " << s
+                    << " shares memory with this worker: " << offered[s].free.size()
+                    << " slots of " << (offered[s].slot_bytes >> 10) << " KiB for payloads";
+        }
+        shared_[s] = std::move(offered[s]);
+      }
     }
     absl::MutexLock lock(&session_mu_);
     for (size_t s = 0; s < responses.size(); ++s) sessions_[s] = responses[s].session();
@@ -763,10 +882,13 @@ class GrpcPsClient final : public PsClient {
                                      "): ", ConnectionErrorMessage(st, options_.security)));
   }
 
-  // A PullRequest for `ids` of `server` at `version`, in `dtype`.
+  // A PullRequest for `ids` of `server` at `version`, in `dtype`, answered
+  // in shared slot `slot` (0: in the response).
   grpc::ByteBuffer PullRequestBytes(int server, int64_t version,
-                                    const std::vector<int32_t>& ids, WireDType dtype) {
+                                    const std::vector<int32_t>& ids, WireDType dtype,
+                                    uint32_t slot = 0) {
     proto::PullRequest req;
+    req.set_shared_slot(slot);
     req.set_worker_rank(options_.worker_rank);
     req.set_layout_fingerprint(layout_.fingerprint());
     req.set_version(version);
@@ -783,37 +905,70 @@ class GrpcPsClient final : public PsClient {
     return layout_.chunks()[id].num_elements * WireBytes(options_.wire_dtype);
   }
 
-  // Adds the gradients of `ids` to `push` and returns their bytes on the
-  // wire: float32 straight from `grads`, which the caller keeps until
-  // Wait(); a 2-byte dtype narrowed into one buffer that the request owns
-  // (and keeps for its retries). A finite gradient the dtype cannot hold is
-  // an error: it would reach the servers as Inf, and the weights as NaN.
-  absl::StatusOr<int64_t> AddGradients(WireMessageBuilder& push, absl::Span<const int32_t> ids,
-                                       const float* grads) const {
+  // The PushRequest of `call` (its chunks, step and sample count) with the
+  // gradients in `grads`: in its shared slot if it holds one, else in the
+  // message, float32 straight from `grads` (which the caller keeps until
+  // Wait()) and a 2-byte dtype narrowed into one buffer that the request
+  // owns (and keeps for its retries). A finite gradient the dtype cannot
+  // hold is an error: it would reach the servers as Inf, and the weights as
+  // NaN.
+  absl::StatusOr<grpc::ByteBuffer> PushRequestBytes(const ChunkCall& call, uint64_t session,
+                                                    const float* grads) const {
+    WireMessageBuilder push;
+    push.SetScalar(kWireWorkerRank, options_.worker_rank);
+    push.SetScalar(kWireFingerprint, static_cast<int64_t>(layout_.fingerprint()));
+    push.SetScalar(kWireStep, call.step);
+    push.SetScalar(kWireSampleCount, call.sample_count);
+    push.SetScalar(kWireSession, static_cast<int64_t>(session));
+    push.SetScalar(kWireSharedSlot, call.slot);
     const WireDType wire = options_.wire_dtype;
     const proto::DType dtype = WireDTypeToProto(wire);
-    int64_t bytes = 0;
-    for (int32_t id : ids) bytes += WireSize(id);
-    if (wire == WireDType::kFloat32) {
+    const absl::Span<const int32_t> ids = call.chunk_ids;
+    if (wire == WireDType::kFloat32 && call.slot == 0) {
       for (int32_t id : ids) {
         const ChunkInfo& info = layout_.chunks()[id];
         push.AddChunk(id, dtype, 0, grads + info.flat_offset, info.bytes());
       }
-      return bytes;
+      return push.Build();
     }
-    auto narrowed = std::make_shared<std::vector<char>>(static_cast<size_t>(bytes));
-    char* out = narrowed->data();
+    std::shared_ptr<std::vector<char>> narrowed;
+    char* out;
+    if (call.slot != 0) {
+      out = PushHalf(call.server, call.slot);
+    } else {
+      int64_t bytes = 0;
+      for (int32_t id : ids) bytes += WireSize(id);
+      narrowed = std::make_shared<std::vector<char>>(static_cast<size_t>(bytes));
+      out = narrowed->data();
+    }
     for (int32_t id : ids) {
       const ChunkInfo& info = layout_.chunks()[id];
       const float* in = grads + info.flat_offset;
-      PSYNC_RETURN_IF_ERROR(EncodeWireChecked(wire, in, info.num_elements, out,
-                                              NarrowedValues::kGradient,
-                                              layout_.tensors()[info.tensor].name,
-                                              info.tensor_offset));
-      push.AddChunk(id, dtype, 0, out, WireSize(id), narrowed);
+      if (wire == WireDType::kFloat32) {
+        std::memcpy(out, in, info.bytes());
+      } else {
+        PSYNC_RETURN_IF_ERROR(EncodeWireChecked(wire, in, info.num_elements, out,
+                                                NarrowedValues::kGradient,
+                                                layout_.tensors()[info.tensor].name,
+                                                info.tensor_offset));
+      }
+      if (call.slot != 0) {
+        push.AddChunk(id, dtype, 0, nullptr, 0);
+      } else {
+        push.AddChunk(id, dtype, 0, out, WireSize(id), narrowed);
+      }
       out += WireSize(id);
     }
-    return bytes;
+    return push.Build();
+  }
+
+  // The halves of shared slot `slot` (from 1) of `server`'s region.
+  char* PushHalf(int server, uint32_t slot) const {
+    const Shared& shared = shared_[server];
+    return shared.region->data() + (static_cast<int64_t>(slot) - 1) * 2 * shared.slot_bytes;
+  }
+  char* PullHalf(int server, uint32_t slot) const {
+    return PushHalf(server, slot) + shared_[server].slot_bytes;
   }
 
   // Checks that the server returned exactly the chunks asked for, at the
@@ -827,6 +982,15 @@ class GrpcPsClient final : public PsClient {
       return absl::DataLossError(absl::StrCat(call.op, ": server ", call.server, ": ",
                                               s.message()));
     }
+    // Weights in the call's shared slot, one chunk after the other.
+    const uint64_t in_slot = response.scalars[kWireSharedSlot];
+    if (in_slot != 0 && in_slot != call.slot) {
+      return absl::DataLossError(absl::StrCat(call.op, ": server ", call.server,
+                                              " answered in shared slot ", in_slot,
+                                              ", expected ", call.slot));
+    }
+    const char* shared = in_slot != 0 ? PullHalf(call.server, call.slot) : nullptr;
+    const char* shared_end = shared != nullptr ? shared + shared_[call.server].slot_bytes : nullptr;
     if (response.chunks.size() != call.chunk_ids.size()) {
       return absl::DataLossError(absl::StrCat(call.op, ": server ", call.server, " returned ",
                                               response.chunks.size(), " chunks, expected ",
@@ -850,7 +1014,20 @@ class GrpcPsClient final : public PsClient {
         return absl::DataLossError(absl::StrCat(call.op, ": chunk ", c.id, " from server ",
                                                 call.server, " has ", dtype.status().message()));
       }
-      if (c.data_size != info.num_elements * WireBytes(*dtype)) {
+      const int64_t size = info.num_elements * WireBytes(*dtype);
+      if (shared != nullptr) {
+        if (c.data_size != 0 || size > shared_end - shared) {
+          return absl::DataLossError(absl::StrCat(
+              call.op, ": chunk ", c.id, " from server ", call.server, " has ", c.data_size,
+              " bytes in the message and ", shared_end - shared, " left in its shared slot; "
+              "expected none and ", ExpectedWireBytes(info.num_elements, *dtype)));
+        }
+        DecodePieces(*dtype, {absl::string_view(shared, static_cast<size_t>(size))},
+                     call.weights + info.flat_offset);
+        shared += size;
+        continue;
+      }
+      if (c.data_size != size) {
         return absl::DataLossError(
             absl::StrCat(call.op, ": chunk ", c.id, " has ", c.data_size, " bytes, layout says ",
                          ExpectedWireBytes(info.num_elements, *dtype)));
@@ -869,6 +1046,8 @@ class GrpcPsClient final : public PsClient {
   int64_t done_version_ ABSL_GUARDED_BY(session_mu_) = 0;
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;  // Register, Heartbeat
   std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs_;     // chunk calls
+  // By server: set by Register, when no call is in flight.
+  std::vector<Shared> shared_;
   grpc::CompletionQueue inline_cq_;  // driven by Wait()
   int inline_outstanding_ = 0;       // caller's thread only
   grpc::CompletionQueue cq_;         // driven by the poller

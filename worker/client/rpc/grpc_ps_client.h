@@ -66,6 +66,12 @@ struct GrpcPsClientOptions {
   // How gradients and weights travel (--wire_dtype): a 2-byte dtype halves
   // the bytes of a step; the servers keep float32 master weights.
   WireDType wire_dtype = WireDType::kFloat32;
+  // Offer each server a region of shared memory at registration (common/
+  // shared_region.h): a server on this host maps it, and push-pulls then
+  // carry their payloads there instead of in the messages. A server that
+  // cannot (another host, or --shared_memory=false there) says why, and
+  // payloads travel in the messages.
+  bool shared_memory = true;
   // TLS and the token on every call (see common/security.h).
   PeerSecurity security;
   // Congestion control of the connections to the servers (--tcp_congestion).

@@ -4,6 +4,7 @@
 #include "worker/client/rpc/grpc_ps_client.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/free_ports.h"
 #include "common/init.h"
+#include "common/metrics.h"
 #include "common/rpc/host_addresses.h"
 #include "common/wire_dtype.h"
 #include "gmock/gmock.h"
@@ -43,13 +45,22 @@ std::vector<float> InitialWeights(const Layout& layout) {
   return w;
 }
 
+// Every test runs twice: in this binary's grpc_ps_client_test target with
+// payloads in shared memory (where servers and clients are, in one process),
+// and in grpc_ps_client_tcp_test (PSYNC_TEST_SHARED_MEMORY=0) in the
+// messages.
+bool SharedMemoryOn() {
+  const char* on = std::getenv("PSYNC_TEST_SHARED_MEMORY");
+  return on == nullptr || std::string(on) != "0";
+}
+
 // A psync server in this process: the real store and gRPC adapter, SGD with
 // lr 1 and no momentum (a step subtracts the mean gradient).
 struct InProcessServer {
   // checkpoint_every > 0 keeps those versions' snapshots, for RollBackTo.
   InProcessServer(int rank, int num_servers, int num_workers, int port = 0,
                   absl::Duration worker_lease = absl::Seconds(2), int64_t checkpoint_every = 0,
-                  int64_t max_message_bytes = 64 << 20) {
+                  int64_t max_message_bytes = 64 << 20, MetricRegistry* metrics = nullptr) {
     ShardStoreOptions o;
     o.max_message_bytes = max_message_bytes;
     o.server_rank = rank;
@@ -66,6 +77,8 @@ struct InProcessServer {
     store->SetReady(true);
     GrpcServerOptions so;
     so.address = absl::StrCat("127.0.0.1:", port);
+    so.shared_memory = SharedMemoryOn();
+    so.metrics = metrics;
     auto started = GrpcServer::Start(store.get(), so);
     EXPECT_TRUE(started.ok()) << started.status();
     if (started.ok()) server = std::move(*started);
@@ -194,6 +207,7 @@ std::unique_ptr<PsClient> Client(const Layout& layout, std::vector<std::string> 
                                  WireDType wire_dtype = WireDType::kFloat32,
                                  int64_t push_window_bytes = 0) {
   GrpcPsClientOptions o;
+  o.shared_memory = SharedMemoryOn();
   o.wire_dtype = wire_dtype;
   if (push_window_bytes > 0) {
     o.max_request_bytes = 1;  // a request per chunk
@@ -267,6 +281,34 @@ TEST(GrpcPsClientTest, TrainsStepsAgainstTwoServers) {
   ASSERT_TRUE(client->Wait().ok());
   for (size_t i = 0; i < w.size(); ++i) EXPECT_FLOAT_EQ(w[i], w0[i] - 2.0f) << i;
   EXPECT_EQ(client->Finish(2), absl::OkStatus());
+}
+
+// With shared memory, payloads skip the messages (and the sockets): a
+// push-pull's request and answer hold only the chunks' ids and versions.
+TEST(GrpcPsClientTest, PayloadsTravelInSharedMemoryWhereBothSidesAllowIt) {
+  const Layout layout = *Layout::Create({{"w", {512, 256}}, {"b", {256}}}, 64 << 10, 1, 3);
+  MetricRegistry metrics;
+  InProcessServer server(0, 1, 1, 0, absl::Seconds(2), 0, 64 << 20, &metrics);
+  auto client = Client(layout, {server.address()});
+  ExpectVersion(client->Register(), 0);
+  std::vector<float> w = InitialWeights(layout);
+  const std::vector<float> grads(w.size(), 2.0f);
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(client->PushPull(step, 2, grads.data(), w.data()).ok());
+  }
+  const std::vector<float> w0 = InitialWeights(layout);
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_FLOAT_EQ(w[i], w0[i] - 3.0f) << i;
+  const std::string text = metrics.Render();
+  const std::string key = "psync_server_received_bytes_total{method=\"PushPull\"} ";
+  const size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos) << text;
+  const double received = std::stod(text.substr(at + key.size()));
+  const double payload = 3.0 * layout.total_elements() * sizeof(float);
+  if (SharedMemoryOn()) {
+    EXPECT_LT(received, payload / 10);
+  } else {
+    EXPECT_GE(received, payload);
+  }
 }
 
 // With a 2-byte wire dtype the client narrows gradients and widens weights:

@@ -111,11 +111,10 @@ struct WorkerRegion {
   int64_t slot_bytes = 0;
   std::unique_ptr<SharedRegion> memory;
 
-  // The halves of slot `slot` (from 1; checked by SlotOf).
-  char* PushHalf(uint32_t slot) const {
-    return memory->data() + (static_cast<int64_t>(slot) - 1) * 2 * slot_bytes;
+  // Slot `slot` (from 1; checked by SlotOf).
+  char* Slot(uint32_t slot) const {
+    return memory->data() + (static_cast<int64_t>(slot) - 1) * slot_bytes;
   }
-  char* PullHalf(uint32_t slot) const { return PushHalf(slot) + slot_bytes; }
 };
 
 // Where a request's chunks lie in a shared slot: each chunk's bytes in
@@ -336,7 +335,7 @@ class ParameterService final : public AsyncService {
         offer.pid = o.pid();
         offer.fd = o.fd();
         offer.nonce = o.nonce();
-        offer.bytes = 2 * o.slot_bytes() * o.slots();
+        offer.bytes = o.slot_bytes() * o.slots();
         absl::StatusOr<std::unique_ptr<SharedRegion>> memory = SharedRegion::Open(offer);
         if (memory.ok()) {
           region = std::make_shared<WorkerRegion>();
@@ -585,7 +584,7 @@ class ParameterService final : public AsyncService {
       absl::StatusOr<std::optional<SlotUse>> use =
           SlotOf(op, shared_slot, push->scalars[kWireSession], ids, dtype);
       if (!use.ok()) return use.status();
-      const char* at = (*use)->region->PushHalf((*use)->slot);
+      const char* at = (*use)->region->Slot((*use)->slot);
       for (size_t i = 0; i < payloads.size(); ++i) {
         const int64_t size = (*use)->sizes[i];
         payloads[i].pieces = {absl::string_view(at, static_cast<size_t>(size))};
@@ -619,8 +618,9 @@ class ParameterService final : public AsyncService {
   // has reached `version`, without holding a thread. The caller admitted
   // the call (AdmitWaiting) for `peer`; its place is released here.
   //
-  // With a shared slot the weights go to its second half instead, and the
-  // answer's chunks carry no data.
+  // With a shared slot the weights go to the slot instead (over the
+  // gradients, which the store has taken by now), and the answer's chunks
+  // carry no data.
   void DoPull(std::string peer, const ServerCall* call, uint64_t session, int worker_rank,
               uint64_t fingerprint, int64_t version, std::vector<int32_t> ids, WireDType dtype,
               std::optional<SlotUse> slot, grpc::ByteBuffer* resp, Reply reply) {
@@ -644,7 +644,7 @@ class ParameterService final : public AsyncService {
           }
           if (s.ok()) {
             WireMessageBuilder builder;
-            char* out = slot ? slot->region->PullHalf(slot->slot) : nullptr;
+            char* out = slot ? slot->region->Slot(slot->slot) : nullptr;
             if (slot) builder.SetScalar(kWireSharedSlot, slot->slot);
             for (size_t i = 0; i < ids.size(); ++i) {
               WireWeights& w = weights[i];

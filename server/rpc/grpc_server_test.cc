@@ -809,10 +809,10 @@ TEST_F(GrpcServerTest, JoinIsForTheCoordinatorOfTheRightClusterSize) {
   EXPECT_EQ(resp.target_version(), 0);
 }
 
-// A worker's shared memory: `slots` slots of two halves of `slot_bytes`.
+// A worker's shared memory: `slots` slots of `slot_bytes`.
 struct WorkerMemory {
   WorkerMemory(int slots, int64_t slot_bytes) : slots(slots), slot_bytes(slot_bytes) {
-    auto created = SharedRegion::Create(2 * slots * slot_bytes);
+    auto created = SharedRegion::Create(slots * slot_bytes);
     EXPECT_TRUE(created.ok()) << created.status();
     region = std::move(*created);
   }
@@ -825,8 +825,7 @@ struct WorkerMemory {
     offer->set_slots(slots);
     offer->set_slot_bytes(slot_bytes);
   }
-  char* PushHalf(int slot) const { return region->data() + (slot - 1) * 2 * slot_bytes; }
-  char* PullHalf(int slot) const { return PushHalf(slot) + slot_bytes; }
+  char* Slot(int slot) const { return region->data() + (slot - 1) * slot_bytes; }
 
   int slots;
   int64_t slot_bytes;
@@ -835,7 +834,7 @@ struct WorkerMemory {
 
 // `push` with its chunks' data moved to slot `slot` of `memory`.
 proto::PushRequest InSlot(proto::PushRequest push, const WorkerMemory& memory, int slot) {
-  char* out = memory.PushHalf(slot);
+  char* out = memory.Slot(slot);
   for (proto::Chunk& c : *push.mutable_chunks()) {
     std::memcpy(out, c.data().data(), c.data().size());
     out += c.data().size();
@@ -872,14 +871,14 @@ TEST_F(GrpcServerTest, PushPullsThroughSharedMemoryCarryNoPayloadBytes) {
     EXPECT_TRUE(c.data().empty());
     EXPECT_EQ(c.version(), 1);
   }
-  std::memcpy(got.data(), m0.PullHalf(1), got.size() * sizeof(float));
+  std::memcpy(got.data(), m0.Slot(1), got.size() * sizeof(float));
   EXPECT_EQ(got, expected);
   // A Pull through worker 1's slot 1: the same weights, in its memory.
   proto::PullRequest pull = PullOf(1, sessions[1], 1);
   pull.set_shared_slot(1);
   ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Pull, pull, &next).ok());
   EXPECT_EQ(next.shared_slot(), 1u);
-  std::memcpy(got.data(), m1.PullHalf(1), got.size() * sizeof(float));
+  std::memcpy(got.data(), m1.Slot(1), got.size() * sizeof(float));
   EXPECT_EQ(got, expected);
 }
 

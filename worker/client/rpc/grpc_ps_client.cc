@@ -98,7 +98,11 @@ struct ChunkCall {
   grpc::ByteBuffer request;
   const float* grads = nullptr;  // until the push is built
   int64_t step = 0, sample_count = 0;
+  int64_t payload_bytes = 0;  // of a push, in the wire dtype
   uint32_t slot = 0;  // the shared slot the call holds; 0: none
+  // A retry sends the slot again, which may hold the new weights by then
+  // (an answer lost with its connection): harmless, as the server then
+  // holds the push and ignores its repeat, whatever it carries.
   // Why the call failed before reaching the server (a gradient its dtype
   // cannot hold).
   absl::Status local_error;
@@ -126,7 +130,7 @@ struct ChunkCall {
 };
 
 // A server's mapping of this worker's shared memory (SharedRegion): the
-// region (null: none), its slots' half size, and the free slots (numbered
+// region (null: none), its slots' size, and the free slots (numbered
 // from 1; under GrpcPsClient::mu_).
 struct Shared {
   std::unique_ptr<SharedRegion> region;
@@ -393,14 +397,13 @@ class GrpcPsClient final : public PsClient {
         call->push_pull = true;
         call->step = step;
         call->sample_count = sample_count;
-        int64_t bytes = 0;
-        for (int32_t id : request) bytes += WireSize(id);
+        for (int32_t id : request) call->payload_bytes += WireSize(id);
         if (shared_[server].region != nullptr) {
           call->grads = grads;  // built when issued
         } else {
           PSYNC_ASSIGN_OR_RETURN(call->request, PushRequestBytes(*call, session, grads));
         }
-        if (windowed) call->window_bytes = bytes;
+        if (windowed) call->window_bytes = call->payload_bytes;
         call->then_pull = split;
         Launch(std::move(call), defer);
       }
@@ -525,7 +528,7 @@ class GrpcPsClient final : public PsClient {
       std::swap(call.ctx, ctx);
       if (call.grads != nullptr) {
         std::vector<uint32_t>& free = shared_[call.server].free;
-        if (!free.empty() && call.window_bytes <= shared_[call.server].slot_bytes) {
+        if (!free.empty() && call.payload_bytes <= shared_[call.server].slot_bytes) {
           call.slot = free.back();
           free.pop_back();
         }
@@ -567,7 +570,7 @@ class GrpcPsClient final : public PsClient {
     return finished;
   }
 
-  // HandleEvent's work, but for the call's shared slot.
+  // HandleEvent's work but for giving back the call's shared slot.
   std::optional<absl::Status> Progress(const ChunkCall::Tag& t) {
     ChunkCall& call = *t.call;
     if (t.issue) {
@@ -723,8 +726,9 @@ class GrpcPsClient final : public PsClient {
 
   // A region for each server to map (none where shared memory is off or
   // cannot be made), with a slot for each push-pull request in flight at
-  // once and one to spare, each half the size of a request's payload at
-  // most (a chunk larger than a request goes alone). Requests only shrink
+  // once and one to spare, each the size of a request's payload at most (a
+  // chunk larger than a request goes alone): its gradients, then the new
+  // weights in their place. Requests only shrink
   // at registration (to the servers' message limits), so they still fit.
   std::vector<Shared> OfferSharedMemory() {
     std::vector<Shared> offered(layout_.num_servers());
@@ -740,7 +744,7 @@ class GrpcPsClient final : public PsClient {
       const int64_t slots = std::min<int64_t>(CeilDiv(in_flight, request_bytes_[s]) + 1,
                                               kMaxRequestsPerServer + 1);
       absl::StatusOr<std::unique_ptr<SharedRegion>> region =
-          SharedRegion::Create(2 * slot_bytes * slots);
+          SharedRegion::Create(slot_bytes * slots);
       if (!region.ok()) {
         LOG(WARNING) << "worker " << options_.worker_rank << ": no shared memory for server "
                      << s << ": " << region.status().message();
@@ -934,7 +938,7 @@ class GrpcPsClient final : public PsClient {
     std::shared_ptr<std::vector<char>> narrowed;
     char* out;
     if (call.slot != 0) {
-      out = PushHalf(call.server, call.slot);
+      out = Slot(call.server, call.slot);
     } else {
       int64_t bytes = 0;
       for (int32_t id : ids) bytes += WireSize(id);
@@ -962,13 +966,10 @@ class GrpcPsClient final : public PsClient {
     return push.Build();
   }
 
-  // The halves of shared slot `slot` (from 1) of `server`'s region.
-  char* PushHalf(int server, uint32_t slot) const {
+  // Shared slot `slot` (from 1) of `server`'s region.
+  char* Slot(int server, uint32_t slot) const {
     const Shared& shared = shared_[server];
-    return shared.region->data() + (static_cast<int64_t>(slot) - 1) * 2 * shared.slot_bytes;
-  }
-  char* PullHalf(int server, uint32_t slot) const {
-    return PushHalf(server, slot) + shared_[server].slot_bytes;
+    return shared.region->data() + (static_cast<int64_t>(slot) - 1) * shared.slot_bytes;
   }
 
   // Checks that the server returned exactly the chunks asked for, at the
@@ -989,7 +990,7 @@ class GrpcPsClient final : public PsClient {
                                               " answered in shared slot ", in_slot,
                                               ", expected ", call.slot));
     }
-    const char* shared = in_slot != 0 ? PullHalf(call.server, call.slot) : nullptr;
+    const char* shared = in_slot != 0 ? Slot(call.server, call.slot) : nullptr;
     const char* shared_end = shared != nullptr ? shared + shared_[call.server].slot_bytes : nullptr;
     if (response.chunks.size() != call.chunk_ids.size()) {
       return absl::DataLossError(absl::StrCat(call.op, ": server ", call.server, " returned ",

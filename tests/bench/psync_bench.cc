@@ -53,6 +53,9 @@ ABSL_FLAG(int, tensors, 4, "Tensors the model is split into (equal sizes).");
 ABSL_FLAG(int64_t, chunk_kb, 256, "Layout chunk size in KiB (psync_worker's default).");
 ABSL_FLAG(int64_t, request_kb, 1024,
           "Payload of one request, in KiB (GrpcPsClientOptions::max_request_bytes).");
+ABSL_FLAG(int64_t, shared_request_kb, 2048,
+          "Payload of one request through shared memory, in KiB "
+          "(GrpcPsClientOptions::shared_request_bytes).");
 ABSL_FLAG(int64_t, push_window_kb, 0,
           "Push payload a worker has in flight to a server, in KiB; 0: automatic "
           "(GrpcPsClientOptions::push_window_bytes).");
@@ -194,6 +197,7 @@ absl::Status RunClient() {
   o.max_request_bytes = absl::GetFlag(FLAGS_request_kb) << 10;
   o.push_window_bytes = absl::GetFlag(FLAGS_push_window_kb) << 10;
   o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  o.shared_request_bytes = absl::GetFlag(FLAGS_shared_request_kb) << 10;
   PSYNC_ASSIGN_OR_RETURN(o.wire_dtype, ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
   PSYNC_ASSIGN_OR_RETURN(o.tcp_congestion, BenchCongestion());
   if (!absl::GetFlag(FLAGS_tls_dir).empty()) {
@@ -390,6 +394,7 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
                      absl::StrCat("--tensors=", absl::GetFlag(FLAGS_tensors)),
                      absl::StrCat("--chunk_kb=", absl::GetFlag(FLAGS_chunk_kb)),
                      absl::StrCat("--request_kb=", absl::GetFlag(FLAGS_request_kb)),
+                     absl::StrCat("--shared_request_kb=", absl::GetFlag(FLAGS_shared_request_kb)),
                      absl::StrCat("--push_window_kb=", absl::GetFlag(FLAGS_push_window_kb)),
                      "--wire_dtype=" + absl::GetFlag(FLAGS_wire_dtype),
                      "--tcp_congestion=" + absl::GetFlag(FLAGS_tcp_congestion),
@@ -569,6 +574,10 @@ absl::Status CheckDriverFlags() {
                                   absl::StrCat("1 to ", Layout::kMaxChunkBytes >> 10)));
   PSYNC_RETURN_IF_ERROR(CheckFlag(request_kb >= 1 && request_kb <= kMaxKb, "request_kb",
                                   request_kb, absl::StrCat("1 to ", kMaxKb)));
+  const int64_t shared_request_kb = absl::GetFlag(FLAGS_shared_request_kb);
+  PSYNC_RETURN_IF_ERROR(CheckFlag(shared_request_kb >= 1 && shared_request_kb <= kMaxKb,
+                                  "shared_request_kb", shared_request_kb,
+                                  absl::StrCat("1 to ", kMaxKb)));
   PSYNC_RETURN_IF_ERROR(CheckFlag(window_kb >= 0 && window_kb <= kMaxKb, "push_window_kb",
                                   window_kb, absl::StrCat("0 (automatic) to ", kMaxKb)));
   PSYNC_RETURN_IF_ERROR(CheckFlag(steps >= 1 && steps <= kMaxSteps, "steps", steps,

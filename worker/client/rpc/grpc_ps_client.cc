@@ -665,41 +665,58 @@ class GrpcPsClient final : public PsClient {
     return sessions_[server];
   }
 
-  // Sets request_bytes_ and window_limit_ for servers that take messages of
-  // at most message_limits[s] bytes (0: not known yet, as before Register).
-  // Logs a window when it is new or changed.
+  // One server's requests: the payload of one, and the push window (0: the
+  // share fits, no window).
+  struct Plan {
+    int64_t request = 0, window = 0;
+  };
+
+  // The plan for server `s`, which takes messages of at most `message_limit`
+  // bytes (0: not known yet, as before Register), with payloads in shared
+  // memory or not.
+  Plan PlanFor(int s, int64_t message_limit, bool shared) const {
+    int64_t share = 0;  // on the wire
+    for (int32_t id : layout_.ChunksOnServer(s)) share += WireSize(id);
+    // About max_request_bytes (shared_request_bytes), smaller across a
+    // network where that would leave the share fewer than
+    // kMinRequestsAcrossNetwork requests, larger where it would cut it into
+    // more than kMaxRequestsPerServer, and always within the server's
+    // message limit (a chunk goes whole: the server refuses at Register a
+    // chunk that would not fit).
+    Plan plan;
+    int64_t& request = plan.request;
+    request = shared ? options_.shared_request_bytes : options_.max_request_bytes;
+    if (!IsLoopbackAddress(options_.server_addresses[s])) {
+      request = std::min(request, CeilDiv(share, kMinRequestsAcrossNetwork));
+    }
+    request = std::max({request, CeilDiv(share, kMaxRequestsPerServer), int64_t{1}});
+    if (message_limit > kMessageHeadroomBytes) {
+      request = std::min(request, message_limit - kMessageHeadroomBytes);
+    }
+    const int64_t n = options_.num_workers;
+    const int64_t limit = options_.push_window_bytes > 0
+                              ? options_.push_window_bytes
+                              : std::max(CeilDiv(2, n) * request, share / (2 * n * n));
+    plan.window = limit < share ? limit : 0;
+    return plan;
+  }
+
+  // Sets request_bytes_ and window_limit_ (PlanFor) for servers that take
+  // messages of at most message_limits[s] bytes, and share memory with this
+  // worker where shared_ has a region. Logs a window when it is new or
+  // changed.
   void PlanRequests(const std::vector<int64_t>& message_limits)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     request_bytes_.resize(layout_.num_servers(), 0);
     window_limit_.resize(layout_.num_servers(), -1);
     for (int s = 0; s < layout_.num_servers(); ++s) {
-      int64_t share = 0;  // on the wire
-      for (int32_t id : layout_.ChunksOnServer(s)) share += WireSize(id);
-      // About max_request_bytes, smaller across a network where that would
-      // leave the share fewer than kMinRequestsAcrossNetwork requests,
-      // larger where it would cut it into more than kMaxRequestsPerServer,
-      // and always within the server's message limit (a chunk goes whole:
-      // the server refuses at Register a chunk that would not fit).
-      int64_t request = options_.max_request_bytes;
-      if (!IsLoopbackAddress(options_.server_addresses[s])) {
-        request = std::min(request, CeilDiv(share, kMinRequestsAcrossNetwork));
+      const Plan plan = PlanFor(s, message_limits[s], shared_[s].region != nullptr);
+      request_bytes_[s] = plan.request;
+      if (plan.window > 0 && plan.window != window_limit_[s]) {
+        LOG(INFO) << "worker " << options_.worker_rank << ": at most " << (plan.window >> 10)
+                  << " KiB of pushes in flight to server " << s;
       }
-      request = std::max({request, CeilDiv(share, kMaxRequestsPerServer), int64_t{1}});
-      if (message_limits[s] > kMessageHeadroomBytes) {
-        request = std::min(request, message_limits[s] - kMessageHeadroomBytes);
-      }
-      request_bytes_[s] = request;
-      const int64_t n = options_.num_workers;
-      const int64_t limit = options_.push_window_bytes > 0
-                                ? options_.push_window_bytes
-                                : std::max(CeilDiv(2, n) * request, share / (2 * n * n));
-      const int64_t window = limit < share ? limit : 0;
-      if (window > 0 && window != window_limit_[s]) {
-        LOG(INFO) << "worker " << options_.worker_rank << ": at most " << (window >> 10)
-                  << " KiB of pushes in flight to server " << s << " (of its "
-                  << (share >> 10) << " KiB share)";
-      }
-      window_limit_[s] = window;
+      window_limit_[s] = plan.window;
     }
   }
 
@@ -739,9 +756,10 @@ class GrpcPsClient final : public PsClient {
         largest = std::max(largest, WireSize(id));
       }
       if (share == 0) continue;
-      const int64_t slot_bytes = std::max(std::min(request_bytes_[s], share), largest);
-      const int64_t in_flight = window_limit_[s] > 0 ? window_limit_[s] : share;
-      const int64_t slots = std::min<int64_t>(CeilDiv(in_flight, request_bytes_[s]) + 1,
+      const Plan plan = PlanFor(s, 0, /*shared=*/true);
+      const int64_t slot_bytes = std::max(std::min(plan.request, share), largest);
+      const int64_t in_flight = plan.window > 0 ? plan.window : share;
+      const int64_t slots = std::min<int64_t>(CeilDiv(in_flight, plan.request) + 1,
                                               kMaxRequestsPerServer + 1);
       absl::StatusOr<std::unique_ptr<SharedRegion>> region =
           SharedRegion::Create(slot_bytes * slots);
@@ -786,9 +804,6 @@ class GrpcPsClient final : public PsClient {
     {
       // No call is in flight while the caller registers.
       absl::MutexLock lock(&mu_);
-      std::vector<int64_t> limits;
-      for (const proto::RegisterResponse& r : responses) limits.push_back(r.max_message_bytes());
-      PlanRequests(limits);
       for (size_t s = 0; s < responses.size(); ++s) {
         const bool was_shared = shared_[s].region != nullptr;
         shared_[s] = Shared();
@@ -807,6 +822,9 @@ class GrpcPsClient final : public PsClient {
         }
         shared_[s] = std::move(offered[s]);
       }
+      std::vector<int64_t> limits;
+      for (const proto::RegisterResponse& r : responses) limits.push_back(r.max_message_bytes());
+      PlanRequests(limits);
     }
     absl::MutexLock lock(&session_mu_);
     for (size_t s = 0; s < responses.size(); ++s) sessions_[s] = responses[s].session();

@@ -211,6 +211,7 @@ std::unique_ptr<PsClient> Client(const Layout& layout, std::vector<std::string> 
   o.wire_dtype = wire_dtype;
   if (push_window_bytes > 0) {
     o.max_request_bytes = 1;  // a request per chunk
+    o.shared_request_bytes = 1;
     o.push_window_bytes = push_window_bytes;
   }
   o.server_addresses = std::move(addresses);

@@ -9,7 +9,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/incarnation.h"
 
 namespace psync {
@@ -22,6 +24,8 @@ constexpr char kMagic[8] = {'p', 's', 'y', 'n', 'c', 'S', 'H', 'M'};
 // Far past any share (a layout holds at most 64 GiB in 256 KiB chunks).
 constexpr int64_t kMaxBytes = int64_t{1} << 40;
 constexpr int kNeededSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+// The memory file's name, which /proc shows as "/memfd:psync-shared".
+constexpr char kName[] = "psync-shared";
 
 std::string Errno() { return std::strerror(errno); }
 
@@ -51,10 +55,10 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(int64_t bytes
   if (getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
       static_cast<uint64_t>(kHeaderBytes + bytes) > limit.rlim_cur) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "shared memory region of ", bytes, " bytes: over the file size limit (ulimit -f) of ",
-        limit.rlim_cur, " bytes"));
+        "shared memory region of ", bytes, " bytes and a ", kHeaderBytes,
+        "-byte header: over the file size limit (ulimit -f) of ", limit.rlim_cur, " bytes"));
   }
-  const int fd = memfd_create("psync-shared", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  const int fd = memfd_create(kName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("memfd_create: ", Errno()));
   const size_t total = static_cast<size_t>(kHeaderBytes + bytes);
   if (ftruncate(fd, static_cast<off_t>(total)) != 0 ||
@@ -85,12 +89,25 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Open(const Offer& of
         "; expected a process id > 0 and a descriptor >= 0"));
   }
   const std::string path = absl::StrCat("/proc/", offer.pid, "/fd/", offer.fd);
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) {
+  const auto unreachable = [&path](const std::string& why) {
     return absl::NotFoundError(absl::StrCat(
-        "cannot open ", path, ": ", Errno(),
+        "cannot open ", path, ": ", why,
         " (the worker runs on another host, in another pid namespace, or as another user)"));
+  };
+  // Only a memory file of ours is opened at all: never a device, a FIFO or
+  // a file someone holds a lease on (whose open would wait for the lease,
+  // and hold the server's thread).
+  char target[64] = {};
+  const ssize_t length = readlink(path.c_str(), target, sizeof(target) - 1);
+  if (length < 0) return unreachable(Errno());
+  if (!absl::StartsWith(absl::string_view(target, static_cast<size_t>(length)),
+                        absl::StrCat("/memfd:", kName))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is not the region offered: it is '", absl::string_view(target, length),
+        "', expected a memory file /memfd:", kName));
   }
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return unreachable(Errno());
   // Closes `fd` and says why the file is not the region offered.
   auto refuse = [&](const std::string& why) {
     close(fd);

@@ -1,6 +1,7 @@
 #include "common/shared_region.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -69,7 +70,39 @@ TEST(SharedRegionTest, RefusesAFileThatIsNotASealedRegion) {
   close(fd);
   unlink(path);
   ASSERT_FALSE(opened.ok());
-  EXPECT_THAT(opened.status().message(), HasSubstr("not sealed"));
+  EXPECT_THAT(opened.status().message(), HasSubstr("expected a memory file /memfd:psync-shared"));
+}
+
+// Not opened at all: a device, or a memory file that is not a psync region.
+TEST(SharedRegionTest, OpensOnlyPsyncMemoryFiles) {
+  const int null_fd = open("/dev/null", O_RDWR);
+  ASSERT_GE(null_fd, 0);
+  SharedRegion::Offer offer;
+  offer.pid = getpid();
+  offer.fd = null_fd;
+  offer.nonce = 1;
+  offer.bytes = 4096;
+  EXPECT_THAT(SharedRegion::Open(offer).status().message(), HasSubstr("it is '/dev/null'"));
+  close(null_fd);
+  const int other = memfd_create("other", MFD_ALLOW_SEALING);
+  ASSERT_GE(other, 0);
+  ASSERT_EQ(ftruncate(other, 8192), 0);
+  offer.fd = other;
+  EXPECT_THAT(SharedRegion::Open(offer).status().message(), HasSubstr("'/memfd:other"));
+  close(other);
+}
+
+TEST(SharedRegionTest, RefusesAnUnsealedRegion) {
+  const int fd = memfd_create("psync-shared", MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 8192), 0);
+  SharedRegion::Offer offer;
+  offer.pid = getpid();
+  offer.fd = fd;
+  offer.nonce = 1;
+  offer.bytes = 4096;
+  EXPECT_THAT(SharedRegion::Open(offer).status().message(), HasSubstr("not sealed"));
+  close(fd);
 }
 
 TEST(SharedRegionTest, ARegionPastTheFileSizeLimitIsRefusedNotSignalled) {

@@ -324,7 +324,8 @@ class ParameterService final : public AsyncService {
       const proto::SharedMemoryOffer& o = req.shared_memory();
       const int64_t limit = store_->options().max_message_bytes;
       if (!shared_memory_) {
-        why = absl::FailedPreconditionError("this server does not share memory (--shared_memory=false)");
+        why = absl::FailedPreconditionError(
+            "this server does not share memory (--shared_memory=false)");
       } else if (o.slots() < 1 || o.slots() > kMaxSharedSlots || o.slot_bytes() < 1 ||
                  o.slot_bytes() > limit) {
         why = absl::InvalidArgumentError(absl::StrCat(
@@ -577,6 +578,9 @@ class ParameterService final : public AsyncService {
       payloads[i].dtype = *dtype;
       payloads[i].pieces = c.data;
     }
+    // Holds the region until the store has taken the payloads from it (a
+    // registration of the same rank may replace it meanwhile).
+    std::optional<SlotUse> held;
     if (shared_slot != 0) {
       std::vector<int32_t> ids;
       for (const ChunkPayload& p : payloads) ids.push_back(p.chunk_id);
@@ -590,7 +594,7 @@ class ParameterService final : public AsyncService {
         payloads[i].pieces = {absl::string_view(at, static_cast<size_t>(size))};
         at += size;
       }
-      if (slot != nullptr) *slot = *std::move(use);
+      held = *std::move(use);
     }
     // A PushPull's answer carries as many payload bytes: refused before
     // anything changes when they could not go back (as a Pull asking for
@@ -608,9 +612,12 @@ class ParameterService final : public AsyncService {
                                                      " is out of range 0..",
                                                      store_->options().num_workers - 1));
     }
-    return store_->Push(push->scalars[kWireSession], static_cast<int>(rank),
-                        push->scalars[kWireFingerprint], push->Int(kWireStep),
-                        push->Int(kWireSampleCount), payloads);
+    absl::Status pushed =
+        store_->Push(push->scalars[kWireSession], static_cast<int>(rank),
+                     push->scalars[kWireFingerprint], push->Int(kWireStep),
+                     push->Int(kWireSampleCount), payloads);
+    if (slot != nullptr) *slot = std::move(held);
+    return pushed;
   }
 
   // Answers with PullResponse bytes whose payloads are the store's buffers

@@ -858,8 +858,9 @@ TEST_F(GrpcServerTest, PushPullsThroughSharedMemoryCarryNoPayloadBytes) {
   }
   // Worker 1 pushes through slot 2 and worker 0 through slot 1, by PushPull.
   proto::PushResponse ignored;
-  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push, InSlot(PushOf(1, sessions[1], 0, 3.0f), m1, 2),
-                   &ignored).ok());
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push,
+                   InSlot(PushOf(1, sessions[1], 0, 3.0f), m1, 2), &ignored)
+                  .ok());
   proto::PullResponse next;
   const proto::PushRequest push = InSlot(PushOf(0, sessions[0], 0, 1.0f), m0, 1);
   ASSERT_TRUE(Call(&proto::ParameterServer::Stub::PushPull, push, &next).ok());
@@ -897,7 +898,8 @@ TEST_F(GrpcServerTest, BadSharedSlotsAreRefusedAndChangeNothing) {
   grpc::Status st = Call(&proto::ParameterServer::Stub::PushPull,
                          InSlot(PushOf(0, s0, 0, 1.0f), m0, 1), &next);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("its chunks take 24 bytes, more than a shared slot's 16"));
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("its chunks take 24 bytes, more than a shared slot's 16"));
   proto::PushRequest push = PushOf(0, s0, 0, 1.0f);
   push.mutable_chunks()->RemoveLast();
   proto::PushRequest bad = InSlot(push, m0, 1);
@@ -909,7 +911,13 @@ TEST_F(GrpcServerTest, BadSharedSlotsAreRefusedAndChangeNothing) {
   bad.set_shared_slot(1);
   st = Call(&proto::ParameterServer::Stub::PushPull, bad, &next);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("carries 8 bytes of data but the push names shared slot 1"));
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("carries 8 bytes of data but the push names shared slot 1"));
+  proto::PullRequest pull = PullOf(0, s0, 0);
+  pull.set_shared_slot((uint64_t{1} << 32) + 1);  // not slot 1
+  st = Call(&proto::ParameterServer::Stub::Pull, pull, &next);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("shared slot 4294967297; the region has slots 1 to 2"));
   st = Call(&proto::ParameterServer::Stub::PushPull, InSlot(PushOf(1, s1, 0, 1.0f), m0, 1), &next);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED);
   EXPECT_THAT(st.error_message(), HasSubstr("has no shared memory on server 0"));

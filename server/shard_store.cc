@@ -472,6 +472,14 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
         if (diverged.ok()) diverged = std::move(applied);
         return;  // its waiters end with the job's failure
       }
+      if (p.emit != nullptr) {
+        absl::StatusOr<WireWeights> weights =
+            WeightsInLocked(*shard, c, StateAtLocked(c, c.version), c.version, p.dtype);
+        if (weights.ok()) {  // else the pull meets the same error
+          std::memcpy(p.emit, weights->bytes.data(), weights->bytes.size());
+          *p.emitted = true;
+        }
+      }
       fired.swap(c.waiters);
       FillSlotsLocked(c, fired);
     }

@@ -86,6 +86,14 @@ struct ChunkPayload {
   int32_t chunk_id = 0;
   WireDType dtype = WireDType::kFloat32;
   BytePieces pieces;
+  // If set, and this push completes the chunk's step, the new weights in
+  // `dtype` go here as well (num_elements * WireBytes(dtype) bytes), with
+  // *emitted set: a transport answering from shared memory then copies
+  // them right after the update, on the thread that made them, while they
+  // are in its cache. `emit` may be where `pieces` are: the payload has
+  // been read by then.
+  char* emit = nullptr;
+  bool* emitted = nullptr;
 
   int64_t size() const { return PiecesSize(pieces); }
 };

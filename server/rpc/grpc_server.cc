@@ -123,6 +123,9 @@ struct SlotUse {
   std::shared_ptr<const WorkerRegion> region;
   uint32_t slot = 0;
   std::vector<int64_t> sizes;  // by position in the request
+  // By position: the push that completed the chunk's step wrote its new
+  // weights in place already (ChunkPayload::emit).
+  std::shared_ptr<bool[]> emitted;
 };
 
 // Registers the methods of proto::ParameterServer by hand (instead of the
@@ -588,10 +591,17 @@ class ParameterService final : public AsyncService {
       absl::StatusOr<std::optional<SlotUse>> use =
           SlotOf(op, shared_slot, push->scalars[kWireSession], ids, dtype);
       if (!use.ok()) return use.status();
-      const char* at = (*use)->region->Slot((*use)->slot);
+      char* at = (*use)->region->Slot((*use)->slot);
+      // A push-pull's answer goes where its gradients were: the store
+      // writes each chunk's new weights there if this push completes it.
+      (*use)->emitted.reset(new bool[payloads.size()]());
       for (size_t i = 0; i < payloads.size(); ++i) {
         const int64_t size = (*use)->sizes[i];
         payloads[i].pieces = {absl::string_view(at, static_cast<size_t>(size))};
+        if (pull_dtype != nullptr) {
+          payloads[i].emit = at;
+          payloads[i].emitted = &(*use)->emitted[i];
+        }
         at += size;
       }
       held = *std::move(use);
@@ -660,7 +670,9 @@ class ParameterService final : public AsyncService {
                                  static_cast<int64_t>(w.bytes.size()), std::move(w.owner));
                 continue;
               }
-              std::memcpy(out, w.bytes.data(), w.bytes.size());
+              if (slot->emitted == nullptr || !slot->emitted[i]) {
+                std::memcpy(out, w.bytes.data(), w.bytes.size());
+              }
               out += w.bytes.size();
               builder.AddChunk(ids[i], WireDTypeToProto(dtype), version, nullptr, 0);
             }

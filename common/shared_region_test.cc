@@ -16,6 +16,16 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// An offer of descriptor `fd` of this process, for 4096 bytes.
+SharedRegion::Offer OfferOf(int fd) {
+  SharedRegion::Offer offer;
+  offer.pid = getpid();
+  offer.fd = fd;
+  offer.nonce = 1;
+  offer.bytes = 4096;
+  return offer;
+}
+
 TEST(SharedRegionTest, BothMappingsSeeTheSameBytes) {
   auto created = SharedRegion::Create(3 * 4096 + 5);
   ASSERT_TRUE(created.ok()) << created.status();
@@ -61,11 +71,7 @@ TEST(SharedRegionTest, RefusesAFileThatIsNotASealedRegion) {
   const int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, 8192), 0);
-  SharedRegion::Offer offer;
-  offer.pid = getpid();
-  offer.fd = fd;
-  offer.nonce = 1;
-  offer.bytes = 4096;
+  SharedRegion::Offer offer = OfferOf(fd);
   auto opened = SharedRegion::Open(offer);
   close(fd);
   unlink(path);
@@ -77,11 +83,7 @@ TEST(SharedRegionTest, RefusesAFileThatIsNotASealedRegion) {
 TEST(SharedRegionTest, OpensOnlyPsyncMemoryFiles) {
   const int null_fd = open("/dev/null", O_RDWR);
   ASSERT_GE(null_fd, 0);
-  SharedRegion::Offer offer;
-  offer.pid = getpid();
-  offer.fd = null_fd;
-  offer.nonce = 1;
-  offer.bytes = 4096;
+  SharedRegion::Offer offer = OfferOf(null_fd);
   EXPECT_THAT(SharedRegion::Open(offer).status().message(), HasSubstr("it is '/dev/null'"));
   close(null_fd);
   const int other = memfd_create("other", MFD_ALLOW_SEALING);
@@ -96,11 +98,7 @@ TEST(SharedRegionTest, RefusesAnUnsealedRegion) {
   const int fd = memfd_create("psync-shared", MFD_ALLOW_SEALING);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, 8192), 0);
-  SharedRegion::Offer offer;
-  offer.pid = getpid();
-  offer.fd = fd;
-  offer.nonce = 1;
-  offer.bytes = 4096;
+  SharedRegion::Offer offer = OfferOf(fd);
   EXPECT_THAT(SharedRegion::Open(offer).status().message(), HasSubstr("not sealed"));
   close(fd);
 }

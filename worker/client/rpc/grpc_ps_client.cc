@@ -99,10 +99,11 @@ struct ChunkCall {
   const float* grads = nullptr;  // until the push is built
   int64_t step = 0, sample_count = 0;
   int64_t payload_bytes = 0;  // of a push, in the wire dtype
-  uint32_t slot = 0;  // the shared slot the call holds; 0: none
-  // A retry sends the slot again, which may hold the new weights by then
-  // (an answer lost with its connection): harmless, as the server then
-  // holds the push and ignores its repeat, whatever it carries.
+  // The shared slot the call holds; 0: none. A retry sends the slot again,
+  // which may hold the new weights by then (an answer lost with its
+  // connection): harmless, as the server then holds the push and ignores
+  // its repeat, whatever it carries.
+  uint32_t slot = 0;
   // Why the call failed before reaching the server (a gradient its dtype
   // cannot hold).
   absl::Status local_error;
@@ -132,7 +133,7 @@ struct ChunkCall {
 // A server's mapping of this worker's shared memory (SharedRegion): the
 // region (null: none), its slots' size, and the free slots (numbered
 // from 1; under GrpcPsClient::mu_).
-struct Shared {
+struct SharedSlots {
   std::unique_ptr<SharedRegion> region;
   int64_t slot_bytes = 0;
   std::vector<uint32_t> free;
@@ -207,7 +208,7 @@ class GrpcPsClient final : public PsClient {
       std::fill(sessions_.begin(), sessions_.end(), 0);
       done_version_ = 0;
     }
-    std::vector<Shared> offered = OfferSharedMemory();
+    std::vector<SharedSlots> offered = OfferSharedMemory();
     const absl::Time deadline = absl::Now() + options_.connect_timeout;
     absl::Time last_log = absl::Now();
     // Each server's latest refusal: more telling than the deadline of an
@@ -223,7 +224,7 @@ class GrpcPsClient final : public PsClient {
         ctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + kRegisterAttempt)));
         ctx.set_wait_for_ready(true);
         req.clear_shared_memory();
-        if (const Shared& shared = offered[server]; shared.region != nullptr) {
+        if (const SharedSlots& shared = offered[server]; shared.region != nullptr) {
           const SharedRegion::Offer o = shared.region->offer();
           proto::SharedMemoryOffer* offer = req.mutable_shared_memory();
           offer->set_pid(o.pid);
@@ -668,6 +669,7 @@ class GrpcPsClient final : public PsClient {
   // One server's requests: the payload of one, and the push window (0: the
   // share fits, no window).
   struct Plan {
+    int64_t share = 0;  // the server's, on the wire
     int64_t request = 0, window = 0;
   };
 
@@ -675,7 +677,8 @@ class GrpcPsClient final : public PsClient {
   // bytes (0: not known yet, as before Register), with payloads in shared
   // memory or not.
   Plan PlanFor(int s, int64_t message_limit, bool shared) const {
-    int64_t share = 0;  // on the wire
+    Plan plan;
+    int64_t& share = plan.share;
     for (int32_t id : layout_.ChunksOnServer(s)) share += WireSize(id);
     // About max_request_bytes (shared_request_bytes), smaller across a
     // network where that would leave the share fewer than
@@ -683,7 +686,6 @@ class GrpcPsClient final : public PsClient {
     // more than kMaxRequestsPerServer, and always within the server's
     // message limit (a chunk goes whole: the server refuses at Register a
     // chunk that would not fit).
-    Plan plan;
     int64_t& request = plan.request;
     request = shared ? options_.shared_request_bytes : options_.max_request_bytes;
     if (!IsLoopbackAddress(options_.server_addresses[s])) {
@@ -747,18 +749,15 @@ class GrpcPsClient final : public PsClient {
   // chunk larger than a request goes alone): its gradients, then the new
   // weights in their place. Requests only shrink
   // at registration (to the servers' message limits), so they still fit.
-  std::vector<Shared> OfferSharedMemory() {
-    std::vector<Shared> offered(layout_.num_servers());
+  std::vector<SharedSlots> OfferSharedMemory() {
+    std::vector<SharedSlots> offered(layout_.num_servers());
     for (int s = 0; s < layout_.num_servers() && options_.shared_memory; ++s) {
-      int64_t share = 0, largest = 0;
-      for (int32_t id : layout_.ChunksOnServer(s)) {
-        share += WireSize(id);
-        largest = std::max(largest, WireSize(id));
-      }
-      if (share == 0) continue;
       const Plan plan = PlanFor(s, 0, /*shared=*/true);
-      const int64_t slot_bytes = std::max(std::min(plan.request, share), largest);
-      const int64_t in_flight = plan.window > 0 ? plan.window : share;
+      if (plan.share == 0) continue;
+      int64_t largest = 0;
+      for (int32_t id : layout_.ChunksOnServer(s)) largest = std::max(largest, WireSize(id));
+      const int64_t slot_bytes = std::max(std::min(plan.request, plan.share), largest);
+      const int64_t in_flight = plan.window > 0 ? plan.window : plan.share;
       const int64_t slots = std::min<int64_t>(CeilDiv(in_flight, plan.request) + 1,
                                               kMaxRequestsPerServer + 1);
       absl::StatusOr<std::unique_ptr<SharedRegion>> region =
@@ -778,7 +777,7 @@ class GrpcPsClient final : public PsClient {
   // Takes the sessions and the version to resume from, and the shared
   // memory each server mapped.
   absl::StatusOr<int64_t> Registered(const std::vector<proto::RegisterResponse>& responses,
-                                     std::vector<Shared> offered) {
+                                     std::vector<SharedSlots> offered) {
     bool any = false;
     int64_t version = 0, max_version = 0;
     for (size_t s = 0; s < responses.size(); ++s) {
@@ -806,7 +805,7 @@ class GrpcPsClient final : public PsClient {
       absl::MutexLock lock(&mu_);
       for (size_t s = 0; s < responses.size(); ++s) {
         const bool was_shared = shared_[s].region != nullptr;
-        shared_[s] = Shared();
+        shared_[s] = SharedSlots();
         if (offered[s].region == nullptr) continue;
         if (!responses[s].shared_memory()) {
           LOG(INFO) << "worker " << options_.worker_rank << ": payloads to server " << s
@@ -986,7 +985,7 @@ class GrpcPsClient final : public PsClient {
 
   // Shared slot `slot` (from 1) of `server`'s region.
   char* Slot(int server, uint32_t slot) const {
-    const Shared& shared = shared_[server];
+    const SharedSlots& shared = shared_[server];
     return shared.region->data() + (static_cast<int64_t>(slot) - 1) * shared.slot_bytes;
   }
 
@@ -1066,7 +1065,7 @@ class GrpcPsClient final : public PsClient {
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;  // Register, Heartbeat
   std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs_;     // chunk calls
   // By server: set by Register, when no call is in flight.
-  std::vector<Shared> shared_;
+  std::vector<SharedSlots> shared_;
   grpc::CompletionQueue inline_cq_;  // driven by Wait()
   int inline_outstanding_ = 0;       // caller's thread only
   grpc::CompletionQueue cq_;         // driven by the poller

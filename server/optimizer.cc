@@ -62,7 +62,7 @@ std::string OptimizerOptions::Describe() const {
 OptimizerBuffers OptimizerBuffers::From(int64_t first) const {
   auto at = [first](auto* p) { return p == nullptr ? p : p + first; };
   return {at(weights_in), at(momentum_in),  at(weights_out), at(momentum_out),
-          at(second_in),  at(second_out), stream_state};
+          at(second_in),  at(second_out), stream_state,     at(weights_copy)};
 }
 
 namespace {
@@ -328,13 +328,32 @@ bool StepRun(const OptimizerOptions& options, int64_t step, const float* grad_su
   return Pass(options, step, Plus<Sum, Wire>{{grad_sum}, wire}, count, b, n);
 }
 
+// Runs run(first, len) over elements [0, n) of `b`, returning whether
+// every run's weights are finite. With b.weights_copy the runs are tiles
+// of 16 KiB of weights, each copied there while it is in the L1 cache:
+// the copy then adds a write of the weights, not a read of them too.
+template <typename Run>
+bool WithCopy(const OptimizerBuffers& b, int64_t n, const Run& run) {
+  if (b.weights_copy == nullptr) return run(0, n);
+  constexpr int64_t kTile = 4096;
+  bool finite = true;
+  for (int64_t first = 0; first < n; first += kTile) {
+    const int64_t len = std::min(kTile, n - first);
+    finite &= run(first, len);
+    std::memcpy(b.weights_copy + first, b.weights_out + first, len * sizeof(float));
+  }
+  return finite;
+}
+
 }  // namespace
 
 bool OptimizerStep(const OptimizerOptions& options, int64_t step, const float* grad_sum,
                    float count, OptimizerBuffers b, int64_t n) {
-  const bool finite = grad_sum == b.weights_out
-                          ? Pass(options, step, InPlaceSum{}, count, b, n)
-                          : Pass(options, step, Sum{grad_sum}, count, b, n);
+  const bool finite = WithCopy(b, n, [&](int64_t first, int64_t len) {
+    return grad_sum == b.weights_out
+               ? Pass(options, step, InPlaceSum{}, count, b.From(first), len)
+               : Pass(options, step, Sum{grad_sum + first}, count, b.From(first), len);
+  });
   FinishStores(b);
   return finite;
 }
@@ -343,9 +362,12 @@ bool OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
                               const float* grad_sum, WireDType dtype, const BytePieces& payload,
                               float count, OptimizerBuffers b) {
   bool finite = true;
-  ForEachValueRun(payload, WireBytes(dtype), [&](int64_t first, const char* bytes, int64_t n) {
-    finite &= StepRun(options, step, grad_sum == nullptr ? nullptr : grad_sum + first, dtype,
-                      bytes, count, b.From(first), n);
+  const int width = WireBytes(dtype);
+  ForEachValueRun(payload, width, [&](int64_t first, const char* bytes, int64_t n) {
+    finite &= WithCopy(b.From(first), n, [&](int64_t at, int64_t len) {
+      return StepRun(options, step, grad_sum == nullptr ? nullptr : grad_sum + first + at,
+                     dtype, bytes + at * width, count, b.From(first + at), len);
+    });
   });
   FinishStores(b);
   return finite;

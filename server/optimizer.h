@@ -66,6 +66,10 @@ struct OptimizerBuffers {
   // same bits). Worth it only when the state does not stay cached until the
   // next step anyway: see StreamStateFor().
   bool stream_state = false;
+  // If set, also gets the new weights (a worker's shared memory, which a
+  // push-pull answers in), a cache-sized tile at a time right after the
+  // pass wrote it.
+  float* weights_copy = nullptr;
 
   // The same buffers from element `first` on.
   OptimizerBuffers From(int64_t first) const;

@@ -357,6 +357,73 @@ TEST(OptimizerTest, NarrowPayloadMatchesAStepOnTheWidenedSum) {
   }
 }
 
+// With weights_copy a step writes the same weights there too (a tile at a
+// time, over several tiles), the same bits as without it: from the sum,
+// the sum in place, float32 payload pieces, a bf16 payload, and a copy
+// over the payload it reads (a shared slot, where the answer replaces the
+// gradients).
+TEST(OptimizerTest, AWeightsCopyGetsTheSameBits) {
+  const int64_t n = 3 * 4096 + 37;
+  auto [w, m, v, sum, last, bytes] = StepInputs(n);
+  std::string bf16(2 * n, 'x');
+  EncodeWire(WireDType::kBf16, last.data(), n, bf16.data());
+  enum Source { kSum, kSumInPlace, kWire, kBf16, kWireUnderTheCopy };
+  for (const OptimizerOptions& o : EveryOptimizer()) {
+    for (Source source : {kSum, kSumInPlace, kWire, kBf16, kWireUnderTheCopy}) {
+      SCOPED_TRACE(absl::StrCat(o.Describe(), ", gradient source ", source));
+      const bool moments = o.KeepsMomentum(), second = o.KeepsSecondMoment();
+      std::vector<float> w_out[2], m_out[2], v_out[2], copy(n, -1.0f);
+      std::vector<float> slot = last;  // float32 payload, overwritten by the copy
+      for (int k = 0; k < 2; ++k) {
+        w_out[k] = source == kSumInPlace ? sum : std::vector<float>(n);
+        m_out[k].resize(n);
+        v_out[k].resize(n);
+      }
+      for (int k = 0; k < 2; ++k) {
+        float* const to = k == 0                         ? nullptr
+                          : source == kWireUnderTheCopy ? slot.data()
+                                                        : copy.data();
+        const OptimizerBuffers b{w.data(),
+                                 moments ? m.data() : nullptr,
+                                 w_out[k].data(),
+                                 moments ? m_out[k].data() : nullptr,
+                                 second ? v.data() : nullptr,
+                                 second ? v_out[k].data() : nullptr,
+                                 /*stream_state=*/k == 1,
+                                 to};
+        switch (source) {
+          case kSum:
+          case kSumInPlace:
+            OptimizerStep(o, 2, source == kSum ? sum.data() : w_out[k].data(), 3.0f, b, n);
+            break;
+          case kWire: {
+            // Cut mid-value, as received.
+            const int64_t cut = 4 * 5000 + 3;
+            OptimizerStepWithPayload(o, 2, sum.data(), WireDType::kFloat32,
+                                     {absl::string_view(bytes.data() + 1, cut),
+                                      absl::string_view(bytes.data() + 1 + cut, 4 * n - cut)},
+                                     3.0f, b);
+            break;
+          }
+          case kBf16:
+            OptimizerStepWithPayload(o, 2, nullptr, WireDType::kBf16, Payload(bf16.data(), 2 * n),
+                                     3.0f, b);
+            break;
+          case kWireUnderTheCopy:
+            OptimizerStepWithPayload(o, 2, nullptr, WireDType::kFloat32,
+                                     Payload(reinterpret_cast<const char*>(slot.data()), 4 * n),
+                                     3.0f, b);
+            break;
+        }
+      }
+      ASSERT_EQ(w_out[1], w_out[0]);
+      ASSERT_EQ(m_out[1], m_out[0]);
+      ASSERT_EQ(v_out[1], v_out[0]);
+      ASSERT_EQ(source == kWireUnderTheCopy ? slot : copy, w_out[0]);
+    }
+  }
+}
+
 TEST(OptimizerTest, BadOptionsNameTheFlagAndTheValue) {
   auto error = [](OptimizerOptions o) { return std::string(o.Validate().message()); };
   OptimizerOptions o;

@@ -455,24 +455,30 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
       if (step < c.version || c.received[worker_rank]) return;  // applied, or a repeat
       const bool last = c.num_received + 1 == options_.num_workers;
       if (c.num_received == 0) c.first_push = absl::Now();
+      // Float32 weights go to `emit` as the update makes them.
+      float* const copy = p.emit != nullptr && p.dtype == WireDType::kFloat32
+                              ? reinterpret_cast<float*>(p.emit)
+                              : nullptr;
       absl::Status applied;
       if (last && !options_.deterministic) {
         // The last gradient goes straight from the wire into the update.
         c.received[worker_rank] = true;
         c.counts[worker_rank] = sample_count;
         ++c.num_received;
-        applied = ApplyLocked(*shard, c, &p);
+        applied = ApplyLocked(*shard, c, &p, copy);
       } else {
         AddPushLocked(c, worker_rank, sample_count, p);
         if (!last) return;
-        applied = ApplyLocked(*shard, c, nullptr);
+        applied = ApplyLocked(*shard, c, nullptr, copy);
       }
       if (!applied.ok()) {
         absl::MutexLock lock(&diverged_mu);
         if (diverged.ok()) diverged = std::move(applied);
         return;  // its waiters end with the job's failure
       }
-      if (p.emit != nullptr) {
+      if (copy != nullptr) {
+        *p.emitted = true;
+      } else if (p.emit != nullptr) {
         absl::StatusOr<WireWeights> weights =
             WeightsInLocked(*shard, c, StateAtLocked(c, c.version), c.version, p.dtype);
         if (weights.ok()) {  // else the pull meets the same error
@@ -521,7 +527,8 @@ void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
   }
 }
 
-absl::Status ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last) {
+absl::Status ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last,
+                                     float* copy) {
   const int64_t n = c.info.num_elements;
   // The next version's state: the retired one, else the previous one unless
   // a transport or a checkpoint still holds it (new references are only
@@ -581,7 +588,7 @@ absl::Status ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload*
   const OptimizerBuffers buffers{c.current->weights.data(), data(state_in.momentum),
                                  next->weights.data(),      data(next->momentum),
                                  data(state_in.second),     data(next->second),
-                                 shard.stream_state && !state_in_place};
+                                 shard.stream_state && !state_in_place, copy};
   OptimizerOptions step_options = options_.optimizer;
   if (!options_.lr_policy.IsConstant()) {
     step_options.learning_rate = static_cast<float>(LearningRate(shard, c.version));
@@ -608,6 +615,7 @@ absl::Status ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload*
     const std::vector<float>& w = next->weights;
     const int64_t at =
         std::find_if(w.begin(), w.end(), [](float v) { return !std::isfinite(v); }) - w.begin();
+    if (copy != nullptr) std::memcpy(copy, c.current->weights.data(), n * sizeof(float));
     if (state_in_place) {
       for (int slot : {kMomentumSlot, kSecondSlot}) {
         SlotOf(*c.current, slot).swap(SlotOf(*next, slot));

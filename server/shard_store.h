@@ -88,10 +88,12 @@ struct ChunkPayload {
   BytePieces pieces;
   // If set, and this push completes the chunk's step, the new weights in
   // `dtype` go here as well (num_elements * WireBytes(dtype) bytes), with
-  // *emitted set: a transport answering from shared memory then copies
-  // them right after the update, on the thread that made them, while they
-  // are in its cache. `emit` may be where `pieces` are: the payload has
-  // been read by then.
+  // *emitted set: a transport answering from shared memory then needs no
+  // copy of its own. Float32 weights are written a tile at a time as the
+  // update makes them (OptimizerBuffers::weights_copy), narrower ones right
+  // after it, on the thread that made them, while they are in its cache.
+  // `emit` may be where `pieces` are: a tile of the payload has been read
+  // before its weights are written.
   char* emit = nullptr;
   bool* emitted = nullptr;
 
@@ -327,9 +329,11 @@ class ShardStore {
   void AddPushLocked(Chunk& chunk, int worker_rank, int64_t sample_count,
                      const ChunkPayload& payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
   // Applies the step; `last`, if not null, is the last worker's gradient,
-  // not yet added to the sum (non-deterministic mode only). OUT_OF_RANGE,
-  // and the step not applied, when a new weight would not be finite.
-  absl::Status ApplyLocked(Shard& shard, Chunk& chunk, const ChunkPayload* last)
+  // not yet added to the sum (non-deterministic mode only); `copy`, if not
+  // null, gets the new weights too. OUT_OF_RANGE, and the step not applied
+  // (`copy` then holds the current weights), when a new weight would not be
+  // finite.
+  absl::Status ApplyLocked(Shard& shard, Chunk& chunk, const ChunkPayload* last, float* copy)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
   // Zeroes the optimizer's state buffers that `state` lacks (a new chunk,
   // or a checkpoint written by an optimizer that keeps less).

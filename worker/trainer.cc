@@ -129,17 +129,31 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::unique_ptr<Model>> rep
 }
 
 absl::Status Trainer::AllocateBuffers() {
+  // Where devices keep host memory, the host buffers are the client's
+  // shared model if it has one: servers on this host then read the
+  // gradients and write the weights in place. (A GPU's host buffers stay
+  // the reducer's pinned memory, which copies to and from the GPU faster.)
+  const PsClient::SharedModel shared = client_ != nullptr && reducer_->devices_in_host_memory()
+                                           ? client_->shared_model()
+                                           : PsClient::SharedModel();
+  auto host = [&](float* in_shared) -> absl::StatusOr<Reducer::Buffer> {
+    if (in_shared != nullptr) return Reducer::Buffer(in_shared, [](float*) {});
+    return reducer_->AllocateHost(num_params_);
+  };
+  // A lone device in host memory has nothing to reduce: its gradients are
+  // sent as computed, and host_grads_ stays empty.
+  const bool lone = replicas_.size() == 1 && reducer_->devices_in_host_memory();
   for (int d = 0; d < static_cast<int>(replicas_.size()); ++d) {
     PSYNC_ASSIGN_OR_RETURN(Reducer::Buffer w, reducer_->AllocateDevice(d, num_params_));
-    PSYNC_ASSIGN_OR_RETURN(Reducer::Buffer g, reducer_->AllocateDevice(d, num_params_));
+    PSYNC_ASSIGN_OR_RETURN(Reducer::Buffer g, lone && shared.grads != nullptr
+                                                  ? host(shared.grads)
+                                                  : reducer_->AllocateDevice(d, num_params_));
     device_weights_.push_back(std::move(w));
     device_grads_.push_back(std::move(g));
   }
-  PSYNC_ASSIGN_OR_RETURN(host_weights_, reducer_->AllocateHost(num_params_));
-  // A lone device in host memory has nothing to reduce: its gradients are
-  // sent as computed, and host_grads_ stays empty.
-  if (replicas_.size() > 1 || !reducer_->devices_in_host_memory()) {
-    PSYNC_ASSIGN_OR_RETURN(host_grads_, reducer_->AllocateHost(num_params_));
+  PSYNC_ASSIGN_OR_RETURN(host_weights_, host(shared.weights));
+  if (!lone) {
+    PSYNC_ASSIGN_OR_RETURN(host_grads_, host(shared.grads));
   }
   return absl::OkStatus();
 }

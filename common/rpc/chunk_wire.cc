@@ -146,7 +146,7 @@ absl::Status DecodeWireMessage(const grpc::ByteBuffer& buffer, size_t max_chunks
       return Malformed(r, absl::StrCat("field number ", tag >> 3));
     }
     const int field = static_cast<int>(tag >> 3), type = static_cast<int>(tag & 7);
-    if (((field >= 1 && field <= 4) || field == kWireSession || field == kWireSharedSlot) &&
+    if (field >= 1 && field <= kWireInSharedModel && field != kWireChunks &&
         type == kWireVarint) {
       if (!r.ReadVarint(&v)) return Malformed(r, "truncated varint");
       out->scalars[field] = v;

@@ -29,6 +29,7 @@ enum WireField : int {
   kWireChunks = 5,
   kWireSession = 6,  // PushRequest only
   kWireSharedSlot = 7,
+  kWireInSharedModel = 8,
 };
 
 
@@ -43,7 +44,7 @@ struct WireChunk {
 // A decoded message. The chunks' data views point into `slices`, so they
 // are valid as long as this object lives.
 struct WireMessage {
-  uint64_t scalars[8] = {};  // by field number (1..4, 6 and 7), raw varints
+  uint64_t scalars[9] = {};  // by field number (1..4 and 6..8), raw varints
   std::vector<WireChunk> chunks;
   std::vector<grpc::Slice> slices;
 

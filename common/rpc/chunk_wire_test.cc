@@ -70,6 +70,8 @@ TEST(ChunkWireTest, DecodesProtobufBytesSplitAnywhere) {
   push.set_layout_fingerprint(0xfedcba9876543210ULL);
   push.set_step(77);
   push.set_sample_count(5);
+  push.set_shared_slot(3);
+  push.set_in_shared_model(true);
   const auto a = Floats(33, 0.25f);
   for (int id : {4, 0, 1000000}) {
     proto::Chunk* c = push.add_chunks();
@@ -86,6 +88,8 @@ TEST(ChunkWireTest, DecodesProtobufBytesSplitAnywhere) {
     EXPECT_EQ(m.scalars[kWireFingerprint], 0xfedcba9876543210ULL);
     EXPECT_EQ(m.Int(kWireStep), 77);
     EXPECT_EQ(m.Int(kWireSampleCount), 5);
+    EXPECT_EQ(m.Int(kWireSharedSlot), 3);
+    EXPECT_EQ(m.Int(kWireInSharedModel), 1);
     ASSERT_EQ(m.chunks.size(), 3u);
     EXPECT_EQ(m.chunks[2].id, 1000000);
     EXPECT_EQ(m.chunks[2].version, 1000001);

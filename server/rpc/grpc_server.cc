@@ -6,6 +6,7 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -16,6 +17,7 @@
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
 #include "common/shared_region.h"
+#include "common/status_macros.h"
 #include "common/training_shape.h"
 #include "common/wire_dtype_proto.h"
 #include "glog/logging.h"
@@ -104,27 +106,37 @@ using Reply = std::function<void(const absl::Status&)>;
 // far more slots than a worker keeps in flight.
 constexpr int kMaxSharedSlots = 1024;
 
-// A worker's shared memory, mapped for one session.
+// A worker's shared memory, mapped for one session: slots for payloads
+// (SharedMemoryOffer) and its flat parameter vector (SharedModelOffer),
+// each null where not offered or refused.
 struct WorkerRegion {
   int worker_rank = 0;
   int slots = 0;
   int64_t slot_bytes = 0;
   std::unique_ptr<SharedRegion> memory;
+  // Kept by the worker's later sessions, which name it by its nonce.
+  std::shared_ptr<SharedRegion> model;
+  uint64_t model_nonce = 0;
+  int64_t model_elements = 0;
 
-  // Slot `slot` (from 1; checked by SlotOf).
+  // Slot `slot` (from 1; checked by SharedUseOf).
   char* Slot(uint32_t slot) const {
     return memory->data() + (static_cast<int64_t>(slot) - 1) * slot_bytes;
   }
 };
 
-// Where a request's chunks lie in a shared slot: each chunk's bytes in
-// `dtype` (per the layout), one after the other.
-struct SlotUse {
+// Where a request's chunks lie in shared memory, by position in the
+// request: each chunk's payload (`sizes` bytes in the request's dtype) and
+// where its new weights go. In a slot the chunks lie one after the other,
+// the weights over the payload; in the worker's model each at its place
+// among the gradients, its weights at its place among the weights.
+struct SharedUse {
   std::shared_ptr<const WorkerRegion> region;
-  uint32_t slot = 0;
-  std::vector<int64_t> sizes;  // by position in the request
-  // By position: the push that completed the chunk's step wrote its new
-  // weights in place already (ChunkPayload::emit).
+  uint32_t slot = 0;  // 0: in the model
+  std::vector<char*> in, out;
+  std::vector<int64_t> sizes;
+  // The push that completed the chunk's step wrote its new weights in place
+  // already (ChunkPayload::emit).
   std::shared_ptr<bool[]> emitted;
 };
 
@@ -307,98 +319,168 @@ class ParameterService final : public AsyncService {
     resp->set_has_chunks(result->has_chunks);
     resp->set_max_message_bytes(store_->options().max_message_bytes);
     for (int32_t id : result->chunk_ids) resp->add_chunk_ids(id);
-    absl::Status shared = TakeRegion(*req, result->session);
-    resp->set_shared_memory(req->has_shared_memory() && shared.ok());
-    if (!shared.ok()) {
-      resp->set_shared_memory_refused(std::string(shared.message()));
-      LOG(INFO) << "server " << store_->options().server_rank << ": worker "
-                << req->worker_rank() << "'s payloads travel in the messages: "
-                << shared.message();
-    }
+    TakeRegions(*req, result->session, resp);
     return absl::OkStatus();
   }
 
-  // Replaces the worker's shared memory (of an earlier session) with the
-  // region it offers now, if any, for `session`.
-  absl::Status TakeRegion(const proto::RegisterRequest& req, uint64_t session) {
-    std::shared_ptr<WorkerRegion> region;
-    absl::Status why;
-    if (req.has_shared_memory()) {
-      const proto::SharedMemoryOffer& o = req.shared_memory();
-      const int64_t limit = store_->options().max_message_bytes;
-      if (!shared_memory_) {
-        why = absl::FailedPreconditionError(
-            "this server does not share memory (--shared_memory=false)");
-      } else if (o.slots() < 1 || o.slots() > kMaxSharedSlots || o.slot_bytes() < 1 ||
-                 o.slot_bytes() > limit) {
-        why = absl::InvalidArgumentError(absl::StrCat(
-            "shared memory offer of ", o.slots(), " slots of ", o.slot_bytes(),
-            " bytes; expected 1 to ", kMaxSharedSlots, " slots of 1 to ", limit, " bytes"));
-      } else {
-        SharedRegion::Offer offer;
-        offer.pid = o.pid();
-        offer.fd = o.fd();
-        offer.nonce = o.nonce();
-        offer.bytes = o.slot_bytes() * o.slots();
-        absl::StatusOr<std::unique_ptr<SharedRegion>> memory = SharedRegion::Open(offer);
-        if (memory.ok()) {
-          region = std::make_shared<WorkerRegion>();
-          region->worker_rank = req.worker_rank();
-          region->slots = o.slots();
-          region->slot_bytes = o.slot_bytes();
-          region->memory = *std::move(memory);
-        } else {
-          why = memory.status();
-        }
+  // Maps the shared memory the worker offers for `session` in place of its
+  // earlier sessions', and says in `resp` what this session may use.
+  void TakeRegions(const proto::RegisterRequest& req, uint64_t session,
+                   proto::RegisterResponse* resp) {
+    auto region = std::make_shared<WorkerRegion>();
+    region->worker_rank = req.worker_rank();
+    const absl::Status slots =
+        req.has_shared_memory() ? MapSlots(req.shared_memory(), *region) : absl::OkStatus();
+    const absl::Status model =
+        req.has_shared_model() ? MapModel(req.shared_model(), *region) : absl::OkStatus();
+    {
+      absl::MutexLock lock(&regions_mu_);
+      for (auto it = regions_.begin(); it != regions_.end();) {
+        auto here = it++;
+        if (here->second->worker_rank == req.worker_rank()) regions_.erase(here);
       }
+      if (region->memory != nullptr || region->model != nullptr) regions_[session] = region;
     }
-    absl::MutexLock lock(&regions_mu_);
-    for (auto it = regions_.begin(); it != regions_.end();) {
-      auto here = it++;
-      if (here->second->worker_rank == req.worker_rank()) regions_.erase(here);
+    resp->set_shared_memory(region->memory != nullptr);
+    resp->set_shared_model(region->model != nullptr);
+    for (const auto& [what, why, refused] :
+         {std::tuple{"payloads travel in the messages", &slots,
+                     resp->mutable_shared_memory_refused()},
+          std::tuple{"model is not shared", &model, resp->mutable_shared_model_refused()}}) {
+      if (why->ok()) continue;
+      *refused = std::string(why->message());
+      LOG(INFO) << "server " << store_->options().server_rank << ": worker " << req.worker_rank()
+                << "'s " << what << ": " << why->message();
     }
-    if (region != nullptr) regions_[session] = std::move(region);
-    return why;
   }
 
-  // The shared slot a request names (0: none, and no SlotUse), checked
-  // against the session's region, with the sizes its chunks take there.
-  absl::StatusOr<std::optional<SlotUse>> SlotOf(const char* op, uint64_t slot,
-                                                 uint64_t session,
-                                                 absl::Span<const int32_t> ids,
-                                                 WireDType dtype) {
-    if (slot == 0) return std::nullopt;
-    SlotUse use;
+  // Maps a worker's slots (SharedMemoryOffer) into `region`.
+  absl::Status MapSlots(const proto::SharedMemoryOffer& o, WorkerRegion& region) {
+    const int64_t limit = store_->options().max_message_bytes;
+    if (!shared_memory_) {
+      return absl::FailedPreconditionError(
+          "this server does not share memory (--shared_memory=false)");
+    }
+    if (o.slots() < 1 || o.slots() > kMaxSharedSlots || o.slot_bytes() < 1 ||
+        o.slot_bytes() > limit) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shared memory offer of ", o.slots(), " slots of ", o.slot_bytes(),
+          " bytes; expected 1 to ", kMaxSharedSlots, " slots of 1 to ", limit, " bytes"));
+    }
+    PSYNC_ASSIGN_OR_RETURN(region.memory,
+                           SharedRegion::Open({o.pid(), o.fd(), o.nonce(),
+                                               o.slot_bytes() * o.slots()}));
+    region.slots = o.slots();
+    region.slot_bytes = o.slot_bytes();
+    return absl::OkStatus();
+  }
+
+  // Maps a worker's flat parameter vector (SharedModelOffer) into `region`:
+  // the region it offers, or with fd -1 the one an earlier session of the
+  // same worker mapped, by nonce.
+  absl::Status MapModel(const proto::SharedModelOffer& o, WorkerRegion& region) {
+    if (!shared_memory_) {
+      return absl::FailedPreconditionError(
+          "this server does not share memory (--shared_memory=false)");
+    }
+    const std::shared_ptr<const Layout> layout = store_->CurrentLayout();
+    const int64_t total = layout != nullptr ? layout->total_elements() : 0;
+    if (o.elements() != total) {
+      return absl::InvalidArgumentError(absl::StrCat("shared model of ", o.elements(),
+                                                     " parameters; the layout has ", total));
+    }
+    region.model_nonce = o.nonce();
+    region.model_elements = total;
+    if (o.fd() != -1) {
+      PSYNC_ASSIGN_OR_RETURN(region.model,
+                             SharedRegion::Open({o.pid(), o.fd(), o.nonce(), 8 * total}));
+      return absl::OkStatus();
+    }
+    absl::MutexLock lock(&regions_mu_);
+    for (const auto& [session, earlier] : regions_) {
+      if (earlier->worker_rank == region.worker_rank && earlier->model != nullptr &&
+          earlier->model_nonce == o.nonce() && earlier->model_elements == total) {
+        region.model = earlier->model;
+        return absl::OkStatus();
+      }
+    }
+    return absl::FailedPreconditionError(
+        "the worker offers the shared model an earlier session of it mapped (fd -1), and this "
+        "server holds none of that nonce (it restarted since)");
+  }
+
+  // The shared memory a request names (a slot from 1, or the worker's
+  // model; neither: none, and no SharedUse), checked against the session's
+  // regions, with the places and sizes its chunks take there.
+  absl::StatusOr<std::optional<SharedUse>> SharedUseOf(const char* op, uint64_t slot,
+                                                       bool in_model, uint64_t session,
+                                                       absl::Span<const int32_t> ids,
+                                                       WireDType dtype) {
+    if (slot == 0 && !in_model) return std::nullopt;
+    if (slot != 0 && in_model) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": names shared slot ", slot, " and the shared model; expected one of them"));
+    }
+    SharedUse use;
     {
       absl::MutexLock lock(&regions_mu_);
       const auto it = regions_.find(session);
       if (it != regions_.end()) use.region = it->second;
     }
-    if (use.region == nullptr) {
+    const WorkerRegion* region = use.region.get();
+    if (region == nullptr) {
       return absl::AbortedError(absl::StrCat(
           op, ": session ", session, " has no shared memory on server ",
           store_->options().server_rank, " (it restarted, or the worker registered again); "
           "register again"));
     }
-    if (slot > static_cast<uint64_t>(use.region->slots)) {
+    if (in_model && region->model == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          op, ": session ", session, " has no shared model on server ",
+          store_->options().server_rank, " (RegisterResponse.shared_model was false)"));
+    }
+    if (in_model && dtype != WireDType::kFloat32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": ", WireDTypeName(dtype), " chunks in the shared model; expected float32"));
+    }
+    if (slot != 0 && (region->memory == nullptr || slot > static_cast<uint64_t>(region->slots))) {
       return absl::InvalidArgumentError(absl::StrCat(op, ": shared slot ", slot,
                                                      "; the region has slots 1 to ",
-                                                     use.region->slots));
+                                                     region->slots));
     }
     use.slot = static_cast<uint32_t>(slot);
     const std::shared_ptr<const Layout> layout = store_->CurrentLayout();
+    char* at = slot != 0 ? region->Slot(use.slot) : nullptr;
     int64_t total = 0;
     for (int32_t id : ids) {
       // An unknown id takes no room: the store refuses it, naming it.
       const bool known =
           layout != nullptr && id >= 0 && id < static_cast<int32_t>(layout->chunks().size());
-      use.sizes.push_back(known ? layout->chunks()[id].num_elements * WireBytes(dtype) : 0);
-      total += use.sizes.back();
+      const ChunkInfo* info = known ? &layout->chunks()[id] : nullptr;
+      const int64_t size = known ? info->num_elements * WireBytes(dtype) : 0;
+      use.sizes.push_back(size);
+      total += size;
+      if (slot != 0) {
+        use.in.push_back(at);
+        use.out.push_back(at);
+        at += size;
+        continue;
+      }
+      if (known && info->flat_offset + info->num_elements > region->model_elements) {
+        // Only after a rollback to another layout.
+        return absl::AbortedError(absl::StrCat(
+            op, ": chunk ", id, " ends at parameter ", info->flat_offset + info->num_elements,
+            ", past the shared model's ", region->model_elements, "; register again"));
+      }
+      char* const model = region->model->data();
+      const int64_t offset = known ? info->flat_offset * 4 : 0;
+      use.in.push_back(model + offset);
+      use.out.push_back(model + region->model_elements * 4 + offset);
     }
-    if (total > use.region->slot_bytes) {
+    if (slot != 0 && total > region->slot_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           op, ": its chunks take ", total, " bytes, more than a shared slot's ",
-          use.region->slot_bytes));
+          region->slot_bytes));
     }
     return use;
   }
@@ -422,14 +504,14 @@ class ParameterService final : public AsyncService {
       dtype = *asked;
     }
     std::vector<int32_t> ids(req->chunk_ids().begin(), req->chunk_ids().end());
-    absl::StatusOr<std::optional<SlotUse>> slot =
-        SlotOf("Pull", req->shared_slot(), req->session(), ids, dtype);
-    if (!slot.ok()) return reply(slot.status());
+    absl::StatusOr<std::optional<SharedUse>> shared = SharedUseOf(
+        "Pull", req->shared_slot(), req->in_shared_model(), req->session(), ids, dtype);
+    if (!shared.ok()) return reply(shared.status());
     std::string peer = call->peer();
     absl::Status admitted = AdmitWaiting("Pull", peer);
     if (!admitted.ok()) return reply(admitted);
     DoPull(std::move(peer), call, req->session(), req->worker_rank(), req->layout_fingerprint(),
-           req->version(), std::move(ids), dtype, *std::move(slot), call->response(),
+           req->version(), std::move(ids), dtype, *std::move(shared), call->response(),
            std::move(reply));
   }
 
@@ -443,10 +525,10 @@ class ParameterService final : public AsyncService {
     uint64_t session, fingerprint;
     int64_t rank, step;
     WireDType dtype = WireDType::kFloat32;
-    std::optional<SlotUse> slot;
+    std::optional<SharedUse> shared;
     {
       WireMessage push;
-      absl::Status s = DoPush(*req, &push, &dtype, &slot);
+      absl::Status s = DoPush(*req, &push, &dtype, &shared);
       if (!s.ok()) {
         ReleaseWaiting(peer);
         return reply(s);
@@ -462,7 +544,7 @@ class ParameterService final : public AsyncService {
     // than hold them while the call waits for the other workers.
     call->mutable_request()->Clear();
     DoPull(std::move(peer), call, session, static_cast<int>(rank), fingerprint, step + 1,
-           std::move(ids), dtype, std::move(slot), call->response(), std::move(reply));
+           std::move(ids), dtype, std::move(shared), call->response(), std::move(reply));
   }
 
   absl::Status GetStatus(const proto::StatusRequest*, proto::StatusResponse* resp) {
@@ -534,12 +616,14 @@ class ParameterService final : public AsyncService {
   }
 
   // Decodes a PushRequest into `push` (whose slices back the payload views,
-  // or which names a shared slot that holds the payloads) and hands it to
-  // the store. With `pull_dtype` (a PushPull, which answers in one dtype)
+  // or which names the shared memory that holds the payloads) and hands it
+  // to the store. With `pull_dtype` (a PushPull, which answers in one dtype)
   // every chunk must have the same dtype, returned there, as must those of
-  // a push through a shared slot; `slot`, if given, gets the slot used.
+  // a push through shared memory; `shared`, if given, gets the shared
+  // memory used.
   absl::Status DoPush(const grpc::ByteBuffer& req, WireMessage* push,
-                      WireDType* pull_dtype = nullptr, std::optional<SlotUse>* slot = nullptr) {
+                      WireDType* pull_dtype = nullptr,
+                      std::optional<SharedUse>* shared = nullptr) {
     const int owned = store_->OwnedChunks();
     if (owned == 0) {
       // No layout yet (a worker that pushes here registered with an earlier
@@ -555,7 +639,8 @@ class ParameterService final : public AsyncService {
     std::vector<ChunkPayload> payloads(push->chunks.size());
     const char* op = pull_dtype != nullptr ? "PushPull" : "Push";
     const uint64_t shared_slot = push->scalars[kWireSharedSlot];
-    const bool one_dtype = pull_dtype != nullptr || shared_slot != 0;
+    const bool in_model = push->scalars[kWireInSharedModel] != 0;
+    const bool one_dtype = pull_dtype != nullptr || shared_slot != 0 || in_model;
     int64_t bytes = 0;
     for (size_t i = 0; i < payloads.size(); ++i) {
       const WireChunk& c = push->chunks[i];
@@ -572,10 +657,11 @@ class ParameterService final : public AsyncService {
             "; expected one dtype for all chunks of a push-pull, which answers in it, "
             "and of a push through shared memory"));
       }
-      if (shared_slot != 0 && c.data_size > 0) {
+      if ((shared_slot != 0 || in_model) && c.data_size > 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            op, ": chunk ", c.id, " carries ", c.data_size, " bytes of data but the push names "
-            "shared slot ", shared_slot, "; expected its values in the slot only"));
+            op, ": chunk ", c.id, " carries ", c.data_size, " bytes of data but the push names ",
+            in_model ? "the shared model" : absl::StrCat("shared slot ", shared_slot),
+            "; expected its values in shared memory only"));
       }
       payloads[i].chunk_id = c.id;
       payloads[i].dtype = *dtype;
@@ -583,28 +669,23 @@ class ParameterService final : public AsyncService {
     }
     // Holds the region until the store has taken the payloads from it (a
     // registration of the same rank may replace it meanwhile).
-    std::optional<SlotUse> held;
-    if (shared_slot != 0) {
+    std::optional<SharedUse> held;
+    if (shared_slot != 0 || in_model) {
       std::vector<int32_t> ids;
       for (const ChunkPayload& p : payloads) ids.push_back(p.chunk_id);
       const WireDType dtype = payloads.empty() ? WireDType::kFloat32 : payloads[0].dtype;
-      absl::StatusOr<std::optional<SlotUse>> use =
-          SlotOf(op, shared_slot, push->scalars[kWireSession], ids, dtype);
-      if (!use.ok()) return use.status();
-      char* at = (*use)->region->Slot((*use)->slot);
-      // A push-pull's answer goes where its gradients were: the store
-      // writes each chunk's new weights there if this push completes it.
-      (*use)->emitted.reset(new bool[payloads.size()]());
+      PSYNC_ASSIGN_OR_RETURN(held, SharedUseOf(op, shared_slot, in_model,
+                                               push->scalars[kWireSession], ids, dtype));
+      // The store writes each chunk's new weights where a push-pull's
+      // answer goes if this push completes the chunk's step.
+      held->emitted.reset(new bool[payloads.size()]());
       for (size_t i = 0; i < payloads.size(); ++i) {
-        const int64_t size = (*use)->sizes[i];
-        payloads[i].pieces = {absl::string_view(at, static_cast<size_t>(size))};
+        payloads[i].pieces = {absl::string_view(held->in[i], static_cast<size_t>(held->sizes[i]))};
         if (pull_dtype != nullptr) {
-          payloads[i].emit = at;
-          payloads[i].emitted = &(*use)->emitted[i];
+          payloads[i].emit = held->out[i];
+          payloads[i].emitted = &held->emitted[i];
         }
-        at += size;
       }
-      held = *std::move(use);
     }
     // A PushPull's answer carries as many payload bytes: refused before
     // anything changes when they could not go back (as a Pull asking for
@@ -626,7 +707,7 @@ class ParameterService final : public AsyncService {
         store_->Push(push->scalars[kWireSession], static_cast<int>(rank),
                      push->scalars[kWireFingerprint], push->Int(kWireStep),
                      push->Int(kWireSampleCount), payloads);
-    if (slot != nullptr) *slot = std::move(held);
+    if (shared != nullptr) *shared = std::move(held);
     return pushed;
   }
 
@@ -635,12 +716,12 @@ class ParameterService final : public AsyncService {
   // has reached `version`, without holding a thread. The caller admitted
   // the call (AdmitWaiting) for `peer`; its place is released here.
   //
-  // With a shared slot the weights go to the slot instead (over the
+  // With shared memory the weights go there instead (in a slot over the
   // gradients, which the store has taken by now), and the answer's chunks
   // carry no data.
   void DoPull(std::string peer, const ServerCall* call, uint64_t session, int worker_rank,
               uint64_t fingerprint, int64_t version, std::vector<int32_t> ids, WireDType dtype,
-              std::optional<SlotUse> slot, grpc::ByteBuffer* resp, Reply reply) {
+              std::optional<SharedUse> shared, grpc::ByteBuffer* resp, Reply reply) {
     const absl::Time deadline = std::min(call->deadline(), absl::Now() + max_pull_wait_);
     // Valid while PullAsync reads it: it copies the ids before anything
     // can run the callback (which owns the vector's buffer from here on).
@@ -648,32 +729,33 @@ class ParameterService final : public AsyncService {
     store_->PullAsync(
         session, worker_rank, fingerprint, version, asked, dtype, deadline,
         [this, resp, version, dtype, ids = std::move(ids), peer = std::move(peer),
-         slot = std::move(slot), reply = std::move(reply)](absl::Status s,
-                                                           std::vector<WireWeights> weights) {
+         shared = std::move(shared), reply = std::move(reply)](absl::Status s,
+                                                               std::vector<WireWeights> weights) {
           ReleaseWaiting(peer);
-          for (size_t i = 0; slot && s.ok() && i < ids.size(); ++i) {
-            // SlotOf made room for the layout's sizes; a rollback to another
-            // layout since is the only way they can differ.
-            if (static_cast<int64_t>(weights[i].bytes.size()) != slot->sizes[i]) {
+          for (size_t i = 0; shared && s.ok() && i < ids.size(); ++i) {
+            // SharedUseOf made room for the layout's sizes; a rollback to
+            // another layout since is the only way they can differ.
+            if (static_cast<int64_t>(weights[i].bytes.size()) != shared->sizes[i]) {
               s = absl::AbortedError(absl::StrCat(
                   "Pull: the layout changed while chunk ", ids[i], " was waiting; register again"));
             }
           }
           if (s.ok()) {
             WireMessageBuilder builder;
-            char* out = slot ? slot->region->Slot(slot->slot) : nullptr;
-            if (slot) builder.SetScalar(kWireSharedSlot, slot->slot);
+            if (shared) {
+              builder.SetScalar(kWireSharedSlot, shared->slot);
+              builder.SetScalar(kWireInSharedModel, shared->slot == 0);
+            }
             for (size_t i = 0; i < ids.size(); ++i) {
               WireWeights& w = weights[i];
-              if (!slot) {
+              if (!shared) {
                 builder.AddChunk(ids[i], WireDTypeToProto(dtype), version, w.bytes.data(),
                                  static_cast<int64_t>(w.bytes.size()), std::move(w.owner));
                 continue;
               }
-              if (slot->emitted == nullptr || !slot->emitted[i]) {
-                std::memcpy(out, w.bytes.data(), w.bytes.size());
+              if (shared->emitted == nullptr || !shared->emitted[i]) {
+                std::memcpy(shared->out[i], w.bytes.data(), w.bytes.size());
               }
-              out += w.bytes.size();
               builder.AddChunk(ids[i], WireDTypeToProto(dtype), version, nullptr, 0);
             }
             *resp = builder.Build();

@@ -960,5 +960,161 @@ TEST_F(GrpcServerTest, AnOfferThatCannotBeMappedLeavesPayloadsInTheMessages) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED);
 }
 
+// A worker's flat model in shared memory: `elements` gradients, then as
+// many weights.
+struct WorkerModel {
+  explicit WorkerModel(int64_t elements) : elements(elements) {
+    auto created = SharedRegion::Create(8 * elements);
+    EXPECT_TRUE(created.ok()) << created.status();
+    region = std::move(*created);
+    offer = region->offer();
+  }
+  // With `closed`, names the region an earlier session mapped (fd -1).
+  void OfferIn(proto::RegisterRequest& req, bool closed = false) const {
+    proto::SharedModelOffer* o = req.mutable_shared_model();
+    o->set_pid(offer.pid);
+    o->set_fd(closed ? -1 : offer.fd);
+    o->set_nonce(offer.nonce);
+    o->set_elements(elements);
+  }
+  float* grads() const { return reinterpret_cast<float*>(region->data()); }
+  std::vector<float> weights() const { return {grads() + elements, grads() + 2 * elements}; }
+
+  int64_t elements;
+  std::unique_ptr<SharedRegion> region;
+  SharedRegion::Offer offer;  // as created: the descriptor may be closed since
+};
+
+// `push` (of every chunk, in layout order) with its chunks' data moved to
+// their places in `model`.
+proto::PushRequest InModel(proto::PushRequest push, const WorkerModel& model) {
+  char* out = reinterpret_cast<char*>(model.grads());
+  for (proto::Chunk& c : *push.mutable_chunks()) {
+    std::memcpy(out, c.data().data(), c.data().size());
+    out += c.data().size();
+    c.clear_data();
+  }
+  push.set_in_shared_model(true);
+  return push;
+}
+
+TEST_F(GrpcServerTest, PushPullsInTheSharedModelWriteTheWeightsInPlace) {
+  StartServer();
+  const int64_t n = layout_.total_elements();
+  WorkerModel w0(n), w1(n);
+  uint64_t sessions[2];
+  auto register_worker = [&](int rank, bool closed) {
+    proto::RegisterRequest req = RegisterRequestFor(rank);
+    (rank == 0 ? w0 : w1).OfferIn(req, closed);
+    proto::RegisterResponse resp;
+    ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Register, req, &resp).ok());
+    EXPECT_TRUE(resp.shared_model()) << resp.shared_model_refused();
+    EXPECT_FALSE(resp.shared_memory());  // no slots offered
+    sessions[rank] = resp.session();
+  };
+  register_worker(0, false);
+  register_worker(1, false);
+  // Each worker's server has mapped its model: nothing else needs to open it.
+  w0.region->CloseDescriptor();
+  w1.region->CloseDescriptor();
+  std::vector<float> expected = InitialWeights();
+  for (int64_t step : {0, 1}) {
+    proto::PushResponse ignored;
+    ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push,
+                     InModel(PushOf(1, sessions[1], step, 3.0f), w1), &ignored)
+                    .ok());
+    proto::PullResponse next;
+    ASSERT_TRUE(Call(&proto::ParameterServer::Stub::PushPull,
+                     InModel(PushOf(0, sessions[0], step, 1.0f), w0), &next)
+                    .ok());
+    for (float& w : expected) w -= 2.0f;  // the mean of 1 and 3
+    EXPECT_TRUE(next.in_shared_model());
+    EXPECT_EQ(next.shared_slot(), 0u);
+    ASSERT_EQ(next.chunks_size(), 3);
+    for (const proto::Chunk& c : next.chunks()) {
+      EXPECT_TRUE(c.data().empty());
+      EXPECT_EQ(c.version(), step + 1);
+    }
+    EXPECT_EQ(w0.weights(), expected);
+    EXPECT_EQ(std::vector<float>(w0.grads(), w0.grads() + n), std::vector<float>(n, 1.0f));
+    // A Pull into worker 1's model: the same weights.
+    proto::PullRequest pull = PullOf(1, sessions[1], step + 1);
+    pull.set_in_shared_model(true);
+    ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Pull, pull, &next).ok());
+    EXPECT_TRUE(next.in_shared_model());
+    EXPECT_EQ(w1.weights(), expected);
+    // Registering again (as after a rollback), the workers name the regions
+    // mapped before by their nonces.
+    register_worker(0, true);
+    register_worker(1, true);
+  }
+}
+
+TEST_F(GrpcServerTest, BadSharedModelOffersAndRequestsAreRefused) {
+  const int64_t n = layout_.total_elements();
+  WorkerModel w0(n);
+  proto::RegisterResponse resp;
+  auto offer = [&](int64_t elements, uint64_t nonce_flip, bool closed) {
+    proto::RegisterRequest req = RegisterRequestFor(0);
+    w0.OfferIn(req, closed);
+    req.mutable_shared_model()->set_elements(elements);
+    req.mutable_shared_model()->set_nonce(w0.offer.nonce ^ nonce_flip);
+    EXPECT_TRUE(Call(&proto::ParameterServer::Stub::Register, req, &resp).ok());
+    return resp.shared_model() ? std::string("mapped") : resp.shared_model_refused();
+  };
+  shared_memory_ = false;
+  StartServer();
+  EXPECT_THAT(offer(n, 0, false), HasSubstr("--shared_memory=false"));
+  shared_memory_ = true;
+  StartServer();
+  EXPECT_THAT(offer(n - 1, 0, false), HasSubstr("shared model of 5 parameters; the layout has 6"));
+  EXPECT_THAT(offer(n, 1, false), HasSubstr("nonce differs"));
+  EXPECT_THAT(offer(n, 0, true), HasSubstr("this server holds none of that nonce"));
+  // In the model without one (the last offer was refused), in a slot and
+  // the model at once, narrow, with data in the message.
+  uint64_t s0 = resp.session();
+  proto::PullResponse next;
+  grpc::Status st = Call(&proto::ParameterServer::Stub::PushPull,
+                         InModel(PushOf(0, s0, 0, 1.0f), w0), &next);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(st.error_message(), HasSubstr("has no shared memory on server 0"));
+  ASSERT_EQ(offer(n, 0, false), "mapped");
+  s0 = resp.session();
+  WorkerMemory m1(1, 64);
+  proto::RegisterRequest req = RegisterRequestFor(1);
+  m1.OfferIn(req);
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Register, req, &resp).ok());
+  ASSERT_TRUE(resp.shared_memory());
+  st = Call(&proto::ParameterServer::Stub::PushPull,
+            InModel(PushOf(1, resp.session(), 0, 1.0f), w0), &next);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(st.error_message(), HasSubstr("has no shared model on server 0"));
+  proto::PushRequest bad = InModel(PushOf(0, s0, 0, 1.0f), w0);
+  bad.set_shared_slot(1);
+  st = Call(&proto::ParameterServer::Stub::PushPull, bad, &next);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("names shared slot 1 and the shared model"));
+  bad = InModel(PushOf(0, s0, 0, 1.0f), w0);
+  for (proto::Chunk& c : *bad.mutable_chunks()) c.set_dtype(proto::DTYPE_BFLOAT16);
+  st = Call(&proto::ParameterServer::Stub::PushPull, bad, &next);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("bf16 chunks in the shared model; expected float32"));
+  bad = PushOf(0, s0, 0, 1.0f);
+  bad.set_in_shared_model(true);
+  st = Call(&proto::ParameterServer::Stub::PushPull, bad, &next);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("carries 8 bytes of data but the push names the shared model"));
+  // Nothing was applied: both workers' full pushes still make step 0.
+  proto::PushResponse ignored;
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Push, PushOf(1, resp.session(), 0, 3.0f),
+                   &ignored)
+                  .ok());
+  ASSERT_TRUE(Call(&proto::ParameterServer::Stub::PushPull, PushOf(0, s0, 0, 1.0f), &next).ok());
+  std::vector<float> expected = InitialWeights();
+  for (float& w : expected) w -= 2.0f;
+  EXPECT_EQ(Flat(next, 1), expected);
+}
+
 }  // namespace
 }  // namespace psync

@@ -77,6 +77,11 @@ ABSL_FLAG(std::string, tcp_congestion, "auto",
 ABSL_FLAG(bool, shared_memory, true,
           "Workers and servers share memory for payloads where they can (the same host: "
           "--shared_memory of psync_worker and psync_server); false: payloads travel over TCP.");
+ABSL_FLAG(bool, shared_model, true,
+          "Clients push gradients from and pull weights into the memory they share with the "
+          "servers (PsClient::shared_model, as the CPU trainer does), which servers on this host "
+          "read and write in place; false: into buffers of the client's own, copied to and from "
+          "shared slots. Only with --shared_memory.");
 ABSL_FLAG(std::string, server_host, "127.0.0.1",
           "IPv4 address the servers and the echo servers listen on and the clients connect to.");
 ABSL_FLAG(std::string, server_netns, "",
@@ -206,8 +211,17 @@ absl::Status RunClient() {
   }
   PSYNC_ASSIGN_OR_RETURN(auto client, CreateGrpcPsClient(layout, o));
   PSYNC_ASSIGN_OR_RETURN(int64_t step, client->Register());
-  std::vector<float> weights(layout.total_elements()), grads(layout.total_elements(), 1e-7f);
-  PSYNC_RETURN_IF_ERROR(client->Pull(step, PullPrecision::kWire, weights.data()));
+  std::vector<float> own_weights, own_grads;
+  PsClient::SharedModel buffers = client->shared_model();
+  if (buffers.grads == nullptr || !absl::GetFlag(FLAGS_shared_model)) {
+    own_weights.resize(layout.total_elements());
+    own_grads.resize(layout.total_elements());
+    buffers = {own_grads.data(), own_weights.data()};
+  }
+  float* const grads = buffers.grads;
+  float* const weights = buffers.weights;
+  std::fill_n(grads, layout.total_elements(), 1e-7f);
+  PSYNC_RETURN_IF_ERROR(client->Pull(step, PullPrecision::kWire, weights));
 
   const int timed = absl::GetFlag(FLAGS_steps);
   const int total = absl::GetFlag(FLAGS_warmup) + timed;
@@ -248,7 +262,7 @@ absl::Status RunClient() {
     return absl::OkStatus();
   };
   PSYNC_RETURN_IF_ERROR(phase("comm", [&] {
-    return client->PushPull(step, 1, grads.data(), weights.data());
+    return client->PushPull(step, 1, grads, weights);
   }));
   if (compute_ms > 0) {
     // Backward produces the last tensor first; simulated compute sleeps, as
@@ -263,14 +277,14 @@ absl::Status RunClient() {
         /*pushes=*/false));
     PSYNC_RETURN_IF_ERROR(phase("serial", [&] {
       SleepMs(compute_ms * tensors);
-      return client->PushPull(step, 1, grads.data(), weights.data());
+      return client->PushPull(step, 1, grads, weights);
     }));
     std::vector<double> tails;
     PSYNC_RETURN_IF_ERROR(phase("overlap", [&]() -> absl::Status {
       for (int t = tensors - 1; t >= 0; --t) {
         SleepMs(compute_ms);
         PSYNC_RETURN_IF_ERROR(
-            client->StartPushPull(step, 1, t, t + 1, grads.data(), weights.data()));
+            client->StartPushPull(step, 1, t, t + 1, grads, weights));
       }
       const absl::Time last = absl::Now();
       absl::Status s = client->Wait();
@@ -399,6 +413,7 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
                      "--wire_dtype=" + absl::GetFlag(FLAGS_wire_dtype),
                      "--tcp_congestion=" + absl::GetFlag(FLAGS_tcp_congestion),
                      absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory)),
+                     absl::StrCat("--shared_model=", absl::GetFlag(FLAGS_shared_model)),
                      absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
                      absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
                      absl::StrCat("--compute_ms=", absl::GetFlag(FLAGS_compute_ms)),
@@ -685,8 +700,9 @@ absl::Status RunDriver() {
               label.c_str(), n, k, mb, absl::GetFlag(FLAGS_tensors),
               static_cast<long long>(absl::GetFlag(FLAGS_chunk_kb)),
               absl::GetFlag(FLAGS_wire_dtype).c_str(),
-              absl::GetFlag(FLAGS_shared_memory) ? "in shared memory where they can"
-                                                 : "in the messages",
+              !absl::GetFlag(FLAGS_shared_memory) ? "in the messages"
+              : absl::GetFlag(FLAGS_shared_model) ? "in place in shared memory where they can"
+                                                  : "in shared slots where they can",
               DescribeTcpCongestion(congestion).c_str(), runs, absl::GetFlag(FLAGS_steps));
   const std::string host = absl::GetFlag(FLAGS_server_host);
   const std::string netns = absl::GetFlag(FLAGS_server_netns);

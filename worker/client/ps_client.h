@@ -66,6 +66,17 @@ class PsClient {
   virtual absl::Status Wait() = 0;
 
   virtual int num_tensors() const = 0;
+
+  // Memory for the flat `grads` and `weights` of StartPushPull and Pull
+  // (the layout's order, zeroed at first) that servers on this host read
+  // and write in place: calls given these buffers save the worker a copy
+  // of the payload each way. Null where the client has none; valid for the
+  // client's life.
+  struct SharedModel {
+    float* grads = nullptr;
+    float* weights = nullptr;
+  };
+  virtual SharedModel shared_model() const { return {}; }
 };
 
 }  // namespace psync

@@ -99,6 +99,10 @@ struct ChunkCall {
   const float* grads = nullptr;  // until the push is built
   int64_t step = 0, sample_count = 0;
   int64_t payload_bytes = 0;  // of a push, in the wire dtype
+  // Whether the payloads are in place in the worker's shared model
+  // (GrpcPsClient::model_): the request carries none, and the weights come
+  // back there.
+  bool in_model = false;
   // The shared slot the call holds; 0: none. A retry sends the slot again,
   // which may hold the new weights by then (an answer lost with its
   // connection): harmless, as the server then holds the push and ignores
@@ -131,12 +135,14 @@ struct ChunkCall {
 };
 
 // A server's mapping of this worker's shared memory (SharedRegion): the
-// region (null: none), its slots' size, and the free slots (numbered
-// from 1; under GrpcPsClient::mu_).
+// region of slots (null: none), its slots' size, and the free slots
+// (numbered from 1; under GrpcPsClient::mu_); and whether the server maps
+// the worker's shared model.
 struct SharedSlots {
   std::unique_ptr<SharedRegion> region;
   int64_t slot_bytes = 0;
   std::vector<uint32_t> free;
+  bool model = false;
 };
 
 class GrpcPsClient final : public PsClient {
@@ -168,6 +174,18 @@ class GrpcPsClient final : public PsClient {
     for (auto c = layout_.chunks().rbegin(); c != layout_.chunks().rend(); ++c) {
       first_chunk_[c->tensor] = c->id;
     }
+    if (options_.shared_memory && layout_.total_elements() > 0) {
+      absl::StatusOr<std::unique_ptr<SharedRegion>> model =
+          SharedRegion::Create(8 * layout_.total_elements());
+      if (model.ok()) {
+        model_ = *std::move(model);
+        model_offer_ = model_->offer();
+        model_open_ = true;
+      } else {
+        LOG(WARNING) << "worker " << options_.worker_rank
+                     << ": no shared memory for the model: " << model.status().message();
+      }
+    }
     absl::MutexLock lock(&mu_);
     windows_.resize(layout_.num_servers());
     shared_.resize(layout_.num_servers());
@@ -193,6 +211,12 @@ class GrpcPsClient final : public PsClient {
   }
 
   int num_tensors() const override { return static_cast<int>(layout_.tensors().size()); }
+
+  SharedModel shared_model() const override {
+    if (model_ == nullptr) return {};
+    float* grads = reinterpret_cast<float*>(model_->data());
+    return {grads, grads + layout_.total_elements()};
+  }
 
   absl::StatusOr<int64_t> Register() override {
     proto::RegisterRequest req;
@@ -232,6 +256,15 @@ class GrpcPsClient final : public PsClient {
           offer->set_nonce(o.nonce);
           offer->set_slot_bytes(shared.slot_bytes);
           offer->set_slots(static_cast<int32_t>(shared.free.size()));
+        }
+        if (model_ != nullptr) {
+          // Once every server has answered a registration the descriptor is
+          // closed, and later ones name the region mapped then.
+          proto::SharedModelOffer* offer = req.mutable_shared_model();
+          offer->set_pid(model_offer_.pid);
+          offer->set_fd(model_open_ ? model_offer_.fd : -1);
+          offer->set_nonce(model_offer_.nonce);
+          offer->set_elements(layout_.total_elements());
         }
         grpc::Status st = stubs_[server]->Register(&ctx, req, &responses[server]);
         if (st.ok() && responses[server].server_rank() != static_cast<int>(server)) {
@@ -352,7 +385,9 @@ class GrpcPsClient final : public PsClient {
         call->version = version;
         call->chunk_ids.assign(ids.begin(), ids.end());
         call->weights = weights;
-        call->request = PullRequestBytes(server, version, call->chunk_ids, dtype);
+        call->in_model = InModel(server, nullptr, weights, dtype);
+        call->request =
+            PullRequestBytes(server, version, call->chunk_ids, dtype, 0, call->in_model);
         Launch(std::move(call), /*defer=*/false);
       }
     }
@@ -399,7 +434,8 @@ class GrpcPsClient final : public PsClient {
         call->step = step;
         call->sample_count = sample_count;
         for (int32_t id : request) call->payload_bytes += WireSize(id);
-        if (shared_[server].region != nullptr) {
+        call->in_model = InModel(server, grads, weights, options_.wire_dtype);
+        if (shared_[server].region != nullptr && !call->in_model) {
           call->grads = grads;  // built when issued
         } else {
           PSYNC_ASSIGN_OR_RETURN(call->request, PushRequestBytes(*call, session, grads));
@@ -590,7 +626,7 @@ class GrpcPsClient final : public PsClient {
         call.method = kPullMethod;
         call.then_pull = false;
         call.request = PullRequestBytes(call.server, call.version, call.chunk_ids,
-                                        options_.wire_dtype, call.slot);
+                                        options_.wire_dtype, call.slot, call.in_model);
         Issue(call);
         return std::nullopt;
       }
@@ -804,12 +840,25 @@ class GrpcPsClient final : public PsClient {
       // No call is in flight while the caller registers.
       absl::MutexLock lock(&mu_);
       for (size_t s = 0; s < responses.size(); ++s) {
-        const bool was_shared = shared_[s].region != nullptr;
+        const bool was_shared = shared_[s].region != nullptr, had_model = shared_[s].model;
         shared_[s] = SharedSlots();
-        if (offered[s].region == nullptr) continue;
+        if (model_ != nullptr && responses[s].shared_model() != had_model) {
+          LOG(INFO) << "worker " << options_.worker_rank << ": server " << s
+                    << (responses[s].shared_model()
+                            ? " reads gradients from and writes weights to this worker's model "
+                              "in place"
+                            : absl::StrCat(" does not map this worker's model: ",
+                                           responses[s].shared_model_refused()));
+        }
+        offered[s].model = model_ != nullptr && responses[s].shared_model();
+        if (offered[s].region == nullptr) {
+          shared_[s].model = offered[s].model;
+          continue;
+        }
         if (!responses[s].shared_memory()) {
           LOG(INFO) << "worker " << options_.worker_rank << ": payloads to server " << s
                     << " travel in the messages: " << responses[s].shared_memory_refused();
+          shared_[s].model = offered[s].model;
           continue;
         }
         // Mapped by the server: nothing else may open it from now on.
@@ -820,6 +869,11 @@ class GrpcPsClient final : public PsClient {
                     << " slots of " << (offered[s].slot_bytes >> 10) << " KiB for payloads";
         }
         shared_[s] = std::move(offered[s]);
+      }
+      // Every server has answered: those that map the model have.
+      if (model_open_) {
+        model_->CloseDescriptor();
+        model_open_ = false;
       }
       std::vector<int64_t> limits;
       for (const proto::RegisterResponse& r : responses) limits.push_back(r.max_message_bytes());
@@ -904,12 +958,13 @@ class GrpcPsClient final : public PsClient {
   }
 
   // A PullRequest for `ids` of `server` at `version`, in `dtype`, answered
-  // in shared slot `slot` (0: in the response).
+  // in shared slot `slot` (0: in the response), or in the shared model.
   grpc::ByteBuffer PullRequestBytes(int server, int64_t version,
                                     const std::vector<int32_t>& ids, WireDType dtype,
-                                    uint32_t slot = 0) {
+                                    uint32_t slot, bool in_model) {
     proto::PullRequest req;
     req.set_shared_slot(slot);
+    req.set_in_shared_model(in_model);
     req.set_worker_rank(options_.worker_rank);
     req.set_layout_fingerprint(layout_.fingerprint());
     req.set_version(version);
@@ -919,6 +974,14 @@ class GrpcPsClient final : public PsClient {
     if (dtype != WireDType::kFloat32) req.set_dtype(WireDTypeToProto(dtype));
     grpc::Slice slice(req.SerializeAsString());
     return grpc::ByteBuffer(&slice, 1);
+  }
+
+  // Whether a call to `server` with these buffers (a pull's `grads` null)
+  // in `dtype` leaves its payloads in place in the shared model.
+  bool InModel(int server, const float* grads, const float* weights, WireDType dtype) const {
+    const SharedModel model = shared_model();
+    return shared_[server].model && dtype == WireDType::kFloat32 && weights == model.weights &&
+           (grads == nullptr || grads == model.grads);
   }
 
   // Bytes of chunk `id` on the wire in this client's dtype.
@@ -942,9 +1005,14 @@ class GrpcPsClient final : public PsClient {
     push.SetScalar(kWireSampleCount, call.sample_count);
     push.SetScalar(kWireSession, static_cast<int64_t>(session));
     push.SetScalar(kWireSharedSlot, call.slot);
+    push.SetScalar(kWireInSharedModel, call.in_model);
     const WireDType wire = options_.wire_dtype;
     const proto::DType dtype = WireDTypeToProto(wire);
     const absl::Span<const int32_t> ids = call.chunk_ids;
+    if (call.in_model) {
+      for (int32_t id : ids) push.AddChunk(id, dtype, 0, nullptr, 0);
+      return push.Build();
+    }
     if (wire == WireDType::kFloat32 && call.slot == 0) {
       for (int32_t id : ids) {
         const ChunkInfo& info = layout_.chunks()[id];
@@ -1007,6 +1075,12 @@ class GrpcPsClient final : public PsClient {
                                               " answered in shared slot ", in_slot,
                                               ", expected ", call.slot));
     }
+    const bool in_model = response.scalars[kWireInSharedModel] != 0;
+    if (in_model != call.in_model) {
+      return absl::DataLossError(absl::StrCat(
+          call.op, ": server ", call.server, " answered ", in_model ? "in" : "outside",
+          " the shared model, expected ", call.in_model ? "in" : "outside", " it"));
+    }
     const char* shared = in_slot != 0 ? Slot(call.server, call.slot) : nullptr;
     const char* shared_end = shared != nullptr ? shared + shared_[call.server].slot_bytes : nullptr;
     if (response.chunks.size() != call.chunk_ids.size()) {
@@ -1033,6 +1107,16 @@ class GrpcPsClient final : public PsClient {
                                                 call.server, " has ", dtype.status().message()));
       }
       const int64_t size = info.num_elements * WireBytes(*dtype);
+      if (in_model) {
+        // The server wrote the weights in place.
+        if (c.data_size != 0 || *dtype != WireDType::kFloat32) {
+          return absl::DataLossError(absl::StrCat(
+              call.op, ": chunk ", c.id, " from server ", call.server, " has ", c.data_size,
+              " bytes of ", WireDTypeName(*dtype),
+              " in the message; expected none, as its float32 weights are in the shared model"));
+        }
+        continue;
+      }
       if (shared != nullptr) {
         if (c.data_size != 0 || size > shared_end - shared) {
           return absl::DataLossError(absl::StrCat(
@@ -1066,6 +1150,12 @@ class GrpcPsClient final : public PsClient {
   std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs_;     // chunk calls
   // By server: set by Register, when no call is in flight.
   std::vector<SharedSlots> shared_;
+  // The flat gradients and then the weights (shared_model()), which the
+  // servers that map it read and write in place; null: none. Its descriptor
+  // stays open (model_open_) until the first registration has been answered.
+  std::unique_ptr<SharedRegion> model_;
+  SharedRegion::Offer model_offer_;
+  bool model_open_ = false;
   grpc::CompletionQueue inline_cq_;  // driven by Wait()
   int inline_outstanding_ = 0;       // caller's thread only
   grpc::CompletionQueue cq_;         // driven by the poller

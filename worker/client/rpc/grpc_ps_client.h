@@ -77,7 +77,8 @@ struct GrpcPsClientOptions {
   // shared_region.h): a server on this host maps it, and push-pulls then
   // carry their payloads there instead of in the messages. A server that
   // cannot (another host, or --shared_memory=false there) says why, and
-  // payloads travel in the messages.
+  // payloads travel in the messages. Also keeps the model in shared memory
+  // (PsClient::shared_model), which such servers read and write in place.
   bool shared_memory = true;
   // TLS and the token on every call (see common/security.h).
   PeerSecurity security;

@@ -312,6 +312,64 @@ TEST(GrpcPsClientTest, PayloadsTravelInSharedMemoryWhereBothSidesAllowIt) {
   }
 }
 
+// Given its shared model's buffers, a client leaves payloads in place for
+// servers on this host, whole push-pulls and per-layer ones, windowed Push
+// and Pull pairs included; the steps come out as from buffers of its own.
+TEST(GrpcPsClientTest, TrainsInPlaceInItsSharedModel) {
+  const Layout layout = *Layout::Create({{"w", {256, 64}}, {"b", {64}}}, 4 << 10, 2, 3);
+  MetricRegistry metrics;
+  InProcessServer s0(0, 2, 2, 0, absl::Seconds(2), 0, 64 << 20, &metrics), s1(1, 2, 2);
+  // Worker 1 keeps windows of single-chunk Push and Pull calls.
+  std::unique_ptr<PsClient> clients[2] = {
+      Client(layout, {s0.address(), s1.address()}, 0, 2),
+      Client(layout, {s0.address(), s1.address()}, 1, 2, absl::Seconds(10), absl::Seconds(20),
+             WireDType::kFloat32, 8 << 10)};
+  const int64_t n = layout.total_elements();
+  std::vector<float> own(n);  // worker 1's weights after the first step
+  for (auto& c : clients) {
+    const PsClient::SharedModel m = c->shared_model();
+    ASSERT_EQ(m.grads != nullptr, SharedMemoryOn());
+    ASSERT_EQ(m.weights != nullptr, SharedMemoryOn());
+    if (m.grads != nullptr) EXPECT_EQ(m.weights, m.grads + n);
+  }
+  if (!SharedMemoryOn()) return;
+  std::vector<std::thread> threads;
+  for (int rank : {0, 1}) {
+    threads.emplace_back([&, rank] {
+      PsClient& c = *clients[rank];
+      ExpectVersion(c.Register(), 0);
+      const PsClient::SharedModel m = c.shared_model();
+      ASSERT_TRUE(c.Pull(0, PullPrecision::kWire, m.weights).ok());
+      std::fill_n(m.grads, n, rank == 0 ? 1.0f : 3.0f);
+      ASSERT_TRUE(c.PushPull(0, 1, m.grads, m.weights).ok());
+      // The same step's weights into a buffer of the client's own (worker 1).
+      if (rank == 1) ASSERT_TRUE(c.Pull(1, PullPrecision::kWire, own.data()).ok());
+      for (int t = c.num_tensors() - 1; t >= 0; --t) {
+        ASSERT_TRUE(c.StartPushPull(1, 1, t, t + 1, m.grads, m.weights).ok());
+      }
+      ASSERT_TRUE(c.Wait().ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::vector<float> expected = InitialWeights(layout);
+  for (float& w : expected) w -= 2.0f;  // the mean of 1 and 3
+  EXPECT_EQ(own, expected);
+  for (float& w : expected) w -= 2.0f;
+  for (auto& c : clients) {
+    const PsClient::SharedModel m = c->shared_model();
+    EXPECT_EQ(std::vector<float>(m.weights, m.weights + n), expected);
+  }
+  // Server 0 received no payload bytes but worker 1's one Pull request.
+  const std::string text = metrics.Render();
+  for (const char* method : {"PushPull", "Push"}) {
+    const std::string key =
+        absl::StrCat("psync_server_received_bytes_total{method=\"", method, "\"} ");
+    const size_t at = text.find(key);
+    ASSERT_NE(at, std::string::npos) << text;
+    EXPECT_LT(std::stod(text.substr(at + key.size())), n * sizeof(float) / 10) << method;
+  }
+}
+
 // With a 2-byte wire dtype the client narrows gradients and widens weights:
 // it trains with the servers' float32 weights rounded through the dtype, and
 // a kMaster pull gives them exactly.

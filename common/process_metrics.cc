@@ -103,6 +103,18 @@ int64_t PeakResidentBytes(int pid) {
   return -1;
 }
 
+Resident ResidentNow(int pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string key;
+  int64_t kib;
+  Resident r;
+  while (status >> key) {
+    if (key == "VmRSS:" && status >> kib) r.total = kib * 1024;
+    if (key == "RssShmem:" && status >> kib) r.shared = kib * 1024;
+  }
+  return r;
+}
+
 double CpuSeconds(int pid) {
   clockid_t clock = CLOCK_PROCESS_CPUTIME_ID;
   if (pid != 0 && clock_getcpuclockid(pid, &clock) != 0) return -1;

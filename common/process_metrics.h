@@ -20,6 +20,14 @@ std::string RaiseOpenFileLimit();
 // -1 when it cannot be read (the process is gone).
 int64_t PeakResidentBytes(int pid = 0);
 
+// The resident set of process `pid` now (VmRSS), and the part of it that is
+// shared memory (RssShmem: for a psync server, the workers' regions it
+// maps, which their resident sets count too); -1s when it cannot be read.
+struct Resident {
+  int64_t total = -1, shared = -1;
+};
+Resident ResidentNow(int pid);
+
 // Memory this process can still take, in bytes: /proc/meminfo's
 // MemAvailable, or less where its address-space limit (ulimit -v) or its
 // cgroup (v2) memory.max (a container's limit) leaves less; -1 when none

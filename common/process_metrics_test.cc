@@ -1,8 +1,10 @@
 #include "common/process_metrics.h"
 
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <vector>
 
@@ -57,6 +59,29 @@ TEST(ProcessMetricsTest, PeakResidentBytes) {
   EXPECT_EQ(PeakResidentBytes(getpid()), PeakResidentBytes());
   EXPECT_EQ(PeakResidentBytes(-5), -1);
   EXPECT_EQ(block[12345], 1);
+}
+
+// Shared memory this process touches shows in its resident set and in the
+// shared part of it; private memory in the total only.
+TEST(ProcessMetricsTest, ResidentNowTellsSharedMemoryApart) {
+  const int64_t bytes = 32 << 20;
+  const Resident before = ResidentNow(getpid());
+  ASSERT_GT(before.total, 0);
+  ASSERT_GE(before.shared, 0);
+  const int fd = memfd_create("process_metrics_test", 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, bytes), 0);
+  void* shared = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(shared, MAP_FAILED);
+  std::memset(shared, 1, bytes);
+  std::vector<char> own(bytes, 1);
+  const Resident after = ResidentNow(getpid());
+  EXPECT_GE(after.shared - before.shared, bytes * 9 / 10);
+  EXPECT_GE(after.total - before.total, 2 * bytes * 9 / 10);
+  EXPECT_EQ(own[12345], 1);
+  munmap(shared, bytes);
+  close(fd);
+  EXPECT_EQ(ResidentNow(-1).total, -1);  // no such process
 }
 
 TEST(ProcessMetricsTest, CpuSecondsCountsThisProcessAndAnother) {

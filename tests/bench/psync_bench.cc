@@ -29,6 +29,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/notification.h"
 #include "common/cluster_spec.h"
 #include "common/layout.h"
 #include "common/process_tuning.h"
@@ -421,12 +422,30 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
                     absl::StrCat("[client ", w, "] "), /*echo=*/false));
     clients.push_back(std::move(p));
   }
+  // The servers' own memory: their resident sets less the workers' shared
+  // memory they map, sampled while the clients run (peak RSS counts both).
+  double server_own = 0;
+  absl::Notification clients_done;
+  std::thread sampler([&] {
+    do {
+      for (const auto& s : servers) {
+        const Resident r = ResidentNow(s->pid());
+        if (r.total >= 0 && r.shared >= 0) {
+          server_own = std::max(server_own, (r.total - r.shared) / double(1 << 20));
+        }
+      }
+    } while (!clients_done.WaitForNotificationWithTimeout(absl::Milliseconds(2)));
+  });
   const absl::Time deadline = absl::Now() + absl::Seconds(300);
   std::map<std::string, std::vector<double>> phases;
   double client_rss = 0;
   for (int w = 0; w < n; ++w) {
     const std::optional<int> code = clients[w]->Wait(deadline);
     const std::string out = clients[w]->DrainedOutput(deadline);
+    if (w == n - 1 || code != 0) {
+      clients_done.Notify();
+      sampler.join();
+    }
     if (code != 0) {
       return absl::AbortedError(absl::StrCat("client ", w, " failed (exit ", code.value_or(-1),
                                              "): ", out));
@@ -450,6 +469,7 @@ absl::StatusOr<std::map<std::string, std::vector<double>>> RunCluster(const std:
   }
   phases["rss_client"] = {client_rss};
   phases["rss_server"] = {server_rss};
+  phases["rss_server_own"] = {server_own};
   return phases;
 }
 
@@ -758,15 +778,21 @@ absl::Status RunDriver() {
   // Memory: the largest peak RSS of a server and of a client (medians over
   // runs), and a server's next to its share of the model.
   const double server_rss = Summarize(figures["rss_server"]).median;
+  const double server_own = Summarize(figures["rss_server_own"]).median;
   const double client_rss = Summarize(figures["rss_client"]).median;
   const double share = mb / k;
   std::printf("  peak RSS: server %.1f MiB (%.2fx its %.1f MiB share of the model), client %.1f "
               "MiB\n",
               server_rss, server_rss / share, share, client_rss);
+  std::printf("  server's own memory (RSS less the workers' shared memory it maps, sampled every "
+              "2 ms): peak %.1f MiB (%.2fx its share)\n",
+              server_own, server_own / share);
   absl::StrAppendFormat(&json,
                         ", \"server_peak_rss_mib\": %.1f, \"server_rss_per_share\": %.3f, "
+                        "\"server_own_peak_mib\": %.1f, \"server_own_per_share\": %.3f, "
                         "\"client_peak_rss_mib\": %.1f",
-                        server_rss, server_rss / share, client_rss);
+                        server_rss, server_rss / share, server_own, server_own / share,
+                        client_rss);
   // Below 1 MiB the pass runs from cache and says nothing about memory.
   std::optional<PassTimes> pass;
   if (ModelBytes() / k >= (1 << 20)) pass = PrintOptimizerBandwidth(ModelBytes() / k / 4);

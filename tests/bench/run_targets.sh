@@ -41,7 +41,8 @@ run --label="64 MiB, 1w x 2s" --model_mb=64 --tensors=8 --num_workers=1 --num_se
 run --label="64 MiB, 2w x 2s" --model_mb=64 --tensors=8 --num_workers=2 --num_servers=2 --steps=5
 run --label="16 MiB push-pull, bf16 on the wire" --model_mb=16 --tensors=4 --steps=10 --wire_dtype=bf16
 # Memory: one server holding a 64 MiB model for 4 workers (peak RSS against
-# its share), plain SGD (also with every request in flight at once instead
+# its share, and its own memory: RSS less the workers' shared models it
+# maps), plain SGD (also with every request in flight at once instead
 # of the default push window) and with momentum (also with a checkpoint
 # directory, which keeps the previous version's momentum for the shutdown
 # checkpoint), and deterministic mode.
@@ -51,6 +52,9 @@ mem --label="memory, 64 MiB, 4w x 1s, plain SGD" --momentum=0
 mem --label="memory, 64 MiB, 4w x 1s, plain SGD, no push window" --momentum=0 \
   --push_window_kb=1048576
 mem --label="memory, 64 MiB, 4w x 1s, momentum 0.9" --momentum=0.9
+# The same with payloads in shared slots rather than in place in the
+# workers' models, which the server then does not map.
+mem --label="memory, 64 MiB, 4w x 1s, momentum 0.9, slots" --momentum=0.9 --shared_model=false
 mem --label="memory, 64 MiB, 4w x 1s, momentum 0.9, checkpoints" --momentum=0.9 --checkpoints
 mem --label="memory, 64 MiB, 4w x 1s, deterministic" --momentum=0 --deterministic
 run --label="overlap, 16 MiB in 8 layers, 4 ms each" --model_mb=16 --tensors=8 --compute_ms=4 \

@@ -841,34 +841,29 @@ class GrpcPsClient final : public PsClient {
       absl::MutexLock lock(&mu_);
       for (size_t s = 0; s < responses.size(); ++s) {
         const bool was_shared = shared_[s].region != nullptr, had_model = shared_[s].model;
+        const bool model = model_ != nullptr && responses[s].shared_model();
         shared_[s] = SharedSlots();
-        if (model_ != nullptr && responses[s].shared_model() != had_model) {
+        if (model_ != nullptr && model != had_model) {
           LOG(INFO) << "worker " << options_.worker_rank << ": server " << s
-                    << (responses[s].shared_model()
-                            ? " reads gradients from and writes weights to this worker's model "
-                              "in place"
-                            : absl::StrCat(" does not map this worker's model: ",
-                                           responses[s].shared_model_refused()));
+                    << (model ? " reads gradients from and writes weights to this worker's "
+                                "model in place"
+                              : absl::StrCat(" does not map this worker's model: ",
+                                             responses[s].shared_model_refused()));
         }
-        offered[s].model = model_ != nullptr && responses[s].shared_model();
-        if (offered[s].region == nullptr) {
-          shared_[s].model = offered[s].model;
-          continue;
-        }
-        if (!responses[s].shared_memory()) {
+        if (offered[s].region != nullptr && !responses[s].shared_memory()) {
           LOG(INFO) << "worker " << options_.worker_rank << ": payloads to server " << s
                     << " travel in the messages: " << responses[s].shared_memory_refused();
-          shared_[s].model = offered[s].model;
-          continue;
+        } else if (offered[s].region != nullptr) {
+          // Mapped by the server: nothing else may open it from now on.
+          offered[s].region->CloseDescriptor();
+          if (!was_shared) {
+            LOG(INFO) << "worker " << options_.worker_rank << ": server " << s
+                      << " shares memory with this worker: " << offered[s].free.size()
+                      << " slots of " << (offered[s].slot_bytes >> 10) << " KiB for payloads";
+          }
+          shared_[s] = std::move(offered[s]);
         }
-        // Mapped by the server: nothing else may open it from now on.
-        offered[s].region->CloseDescriptor();
-        if (!was_shared) {
-          LOG(INFO) << "worker " << options_.worker_rank << ": server " << s
-                    << " shares memory with this worker: " << offered[s].free.size()
-                    << " slots of " << (offered[s].slot_bytes >> 10) << " KiB for payloads";
-        }
-        shared_[s] = std::move(offered[s]);
+        shared_[s].model = model;
       }
       // Every server has answered: those that map the model have.
       if (model_open_) {

@@ -329,10 +329,16 @@ class ParameterService final : public AsyncService {
                    proto::RegisterResponse* resp) {
     auto region = std::make_shared<WorkerRegion>();
     region->worker_rank = req.worker_rank();
-    const absl::Status slots =
-        req.has_shared_memory() ? MapSlots(req.shared_memory(), *region) : absl::OkStatus();
-    const absl::Status model =
-        req.has_shared_model() ? MapModel(req.shared_model(), *region) : absl::OkStatus();
+    const absl::Status off =
+        shared_memory_ ? absl::OkStatus()
+                       : absl::FailedPreconditionError(
+                             "this server does not share memory (--shared_memory=false)");
+    const absl::Status slots = !req.has_shared_memory() ? absl::OkStatus()
+                               : !off.ok()              ? off
+                                                        : MapSlots(req.shared_memory(), *region);
+    const absl::Status model = !req.has_shared_model() ? absl::OkStatus()
+                               : !off.ok()             ? off
+                                                       : MapModel(req.shared_model(), *region);
     {
       absl::MutexLock lock(&regions_mu_);
       for (auto it = regions_.begin(); it != regions_.end();) {
@@ -357,10 +363,6 @@ class ParameterService final : public AsyncService {
   // Maps a worker's slots (SharedMemoryOffer) into `region`.
   absl::Status MapSlots(const proto::SharedMemoryOffer& o, WorkerRegion& region) {
     const int64_t limit = store_->options().max_message_bytes;
-    if (!shared_memory_) {
-      return absl::FailedPreconditionError(
-          "this server does not share memory (--shared_memory=false)");
-    }
     if (o.slots() < 1 || o.slots() > kMaxSharedSlots || o.slot_bytes() < 1 ||
         o.slot_bytes() > limit) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -379,10 +381,6 @@ class ParameterService final : public AsyncService {
   // the region it offers, or with fd -1 the one an earlier session of the
   // same worker mapped, by nonce.
   absl::Status MapModel(const proto::SharedModelOffer& o, WorkerRegion& region) {
-    if (!shared_memory_) {
-      return absl::FailedPreconditionError(
-          "this server does not share memory (--shared_memory=false)");
-    }
     const std::shared_ptr<const Layout> layout = store_->CurrentLayout();
     const int64_t total = layout != nullptr ? layout->total_elements() : 0;
     if (o.elements() != total) {

@@ -1,5 +1,6 @@
 #include "common/job_config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -167,6 +168,12 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                "1..1048576");
   check.Expect("accumulation_steps", t.accumulation_steps() >= 1 && t.accumulation_steps() <= 65536,
                "1..65536 micro-batches per step");
+  check.Expect("blas_core",
+               t.blas_core().size() <= 32 &&
+                   std::all_of(t.blas_core().begin(), t.blas_core().end(),
+                               [](char ch) { return absl::ascii_isalnum(ch); }),
+               "an OpenBLAS core name such as Haswell, SkylakeX, Zen or Sandybridge (letters "
+               "and digits), or empty for the kernels OpenBLAS picks");
   check.Expect("wire_dtype", ParseWireDType(t.wire_dtype()).ok(), kWireDTypeChoices);
   check.Expect("push_window_kb", t.push_window_kb() >= 0 && t.push_window_kb() <= (1 << 30),
                "0..1073741824 (0: automatic)");

@@ -129,6 +129,9 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
             "job.pbtxt:1: training.overlap_min_kb is -2, expected 0..1073741824 (0: push each "
             "layer as soon as it is ready)");
   EXPECT_TRUE(Load("training { overlap_min_kb: 0 }").ok());
+  EXPECT_THAT(Load("training { blas_core: \"Has well\" }").status().message(),
+              HasSubstr("training.blas_core is \"Has well\", expected an OpenBLAS core name"));
+  EXPECT_TRUE(Load("training { blas_core: \"Haswell\" }").ok());
   EXPECT_THAT(Load("timeouts { idle_timeout_s: 0 }").status().message(),
               HasSubstr("timeouts.idle_timeout_s is 0, expected 1..86400"));
   EXPECT_THAT(Load("output { metrics_csv_every: 0 }").status().message(),

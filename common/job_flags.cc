@@ -45,6 +45,10 @@ ABSL_FLAG(int64_t, overlap_min_kb, 1024,
           "carries, in KiB: ready layers wait until they add up to it (0: each layer goes as "
           "soon as it is ready).");
 ABSL_FLAG(bool, deterministic, false, "Servers sum gradients in worker-rank order.");
+ABSL_FLAG(std::string, blas_core, "",
+          "OpenBLAS kernels every worker computes with (OpenBLAS's core names, e.g. Haswell, "
+          "SkylakeX, Zen, Sandybridge): bit-identical runs across machines or containers need "
+          "the same; empty: those OpenBLAS picks for the CPU (or $OPENBLAS_CORETYPE).");
 ABSL_FLAG(int32_t, accumulation_steps, 1,
           "Micro-batches of --batch_per_device each device sums before a step's push.");
 ABSL_FLAG(std::string, wire_dtype, "float32",

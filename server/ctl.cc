@@ -5,6 +5,7 @@
 //      waited longer than --stall_s (the reason is printed last);
 //   2  bad flags or configuration.
 #include <cstdio>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +33,13 @@ ABSL_FLAG(int, stall_s, 60,
 
 namespace psync {
 namespace {
+
+// The job flags psync_ctl reads, which its --help lists: where the servers
+// are and how to reach them. (It loads the whole job configuration, but the
+// training's settings do not apply to it.)
+constexpr absl::string_view kJobFlagsRead[] = {"config",  "servers", "num_servers",
+                                               "tls_cert", "tls_key", "tls_ca",
+                                               "auth_token_file"};
 
 struct Row {
   std::string address;
@@ -71,6 +79,8 @@ int PrintStatus(const std::vector<std::string>& addresses, const PeerSecurity& s
               "state", "gen", "version", "workers", "waits for", "since", "bytes", "checkpoint",
               "incarnation");
   std::vector<std::string> problems;
+  // Mixed BLAS kernels spoil bit-identity, not training: warned, not unhealthy.
+  std::set<std::string> warnings;
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
     if (!row.status.ok()) {
@@ -81,6 +91,7 @@ int PrintStatus(const std::vector<std::string>& addresses, const PeerSecurity& s
       continue;
     }
     const proto::StatusResponse& s = *row.status;
+    warnings.insert(s.mixed_blas().begin(), s.mixed_blas().end());
     std::string since = "-";
     if (s.waiting_for_size() > 0) {
       // The server's own measure: this host's clock may differ from it.
@@ -118,6 +129,9 @@ int PrintStatus(const std::vector<std::string>& addresses, const PeerSecurity& s
                 Ranks(s.waiting_for()).c_str(), since.c_str(), Bytes(s.bytes()).c_str(),
                 checkpoint.c_str(), static_cast<unsigned long long>(s.incarnation()));
   }
+  for (const std::string& warning : warnings) {
+    std::printf("WARNING: mixed BLAS kernels: %s\n", warning.c_str());
+  }
   if (!problems.empty()) {
     std::printf("UNHEALTHY: %s\n", absl::StrJoin(problems, "; ").c_str());
     return 1;
@@ -133,7 +147,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "psync_ctl status --servers=h:p,... | --config=FILE: every server's state, exit 0 if "
       "healthy, 1 if not (with the reason), 2 for bad flags.");
-  if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
+  if (psync::PrintHelpIfRequested(argc, argv, __FILE__, psync::kJobFlagsRead)) return 0;
   std::vector<char*> args = psync::ParseFlagsOrExit(argc, argv);
   if (args.size() != 2 || std::string(args[1]) != "status") {
     std::fprintf(stderr, "psync_ctl: expected the command 'status', got '%s'\n",

@@ -329,6 +329,10 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
       InitOptimizerState(*c.current, c.info.num_elements);
     }
   }
+  if (options_.deterministic) {
+    const std::string mixed = blas_check_.Record(rank, args.blas_kernels);
+    if (!mixed.empty()) LOG(WARNING) << "server " << options_.server_rank << ": " << mixed;
+  }
   sessions_[rank] = NewIncarnation();
   incarnations_[rank] = args.incarnation;
   done_[rank] = 0;
@@ -1187,6 +1191,7 @@ StoreStatus ShardStore::GetStatus() const {
     status.ready = ready_;
     status.generation = generation_;
     status.generation_start_version = generation_start_version_;
+    status.mixed_blas = blas_check_.Mixed();
     shard = shard_;
     const int64_t now_ms = UnixMs(absl::Now());
     for (int w = 0; w < options_.num_workers; ++w) {

@@ -26,6 +26,7 @@
 #include "common/training_shape.h"
 #include "common/thread_pool.h"
 #include "common/wire_dtype.h"
+#include "server/blas_check.h"
 #include "server/chunk_state.h"
 #include "server/optimizer.h"
 
@@ -123,6 +124,9 @@ struct RegisterArgs {
   TrainingShape shape;
   // UpdateRuleOf the worker's job; empty: not checked.
   std::string update_rule;
+  // The worker's BLAS library and kernels (RegisterRequest.blas_kernels);
+  // empty: not said.
+  std::string blas_kernels;
   // Where the registration came from (the transport's peer), for errors
   // that name the registration that fixed the layout; may be empty.
   std::string peer;
@@ -186,6 +190,9 @@ struct StoreStatus {
   // As HeartbeatResult's.
   std::vector<int> waiting_for;
   absl::Time waiting_since = absl::InfinitePast();
+  // Deterministic mode: workers whose BLAS kernels differ from the first
+  // registered worker's (BlasCheck::Mixed).
+  std::vector<std::string> mixed_blas;
 };
 
 // Receives one chunk's weights during Pull, on the calling thread.
@@ -400,6 +407,7 @@ class ShardStore {
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(mu_);      // 0: none
   std::vector<uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // holder of each rank
+  BlasCheck blas_check_ ABSL_GUARDED_BY(mu_);  // deterministic mode only
   std::vector<int64_t> done_ ABSL_GUARDED_BY(mu_);           // version, 0: not done
   // The version every worker reported done at (0: none), kept across
   // rollbacks: the job's end, whatever the servers hold since.

@@ -43,6 +43,7 @@
 #include "worker/device.h"
 #include "worker/gpu/gpu.h"
 #include "worker/metrics_csv.h"
+#include "worker/model/blas.h"
 #include "worker/model/model.h"
 #include "worker/trace.h"
 #include "worker/client/ps_client.h"
@@ -159,7 +160,8 @@ std::string JsonNumber(double v, int precision, bool measured = true) {
 }
 
 std::string Json(const proto::JobConfig& c, const TrainResult& r, int64_t global_batch,
-                 int64_t train_samples, int servers, const std::string& sha256) {
+                 int64_t train_samples, int servers, const std::string& sha256,
+                 const BlasInfo& blas) {
   // The servers' learning rates, computed the same way (common/lr_policy.h).
   const LrPolicy lr = LrPolicyOf(c);
   const int64_t per_epoch = (train_samples + global_batch - 1) / global_batch;
@@ -170,14 +172,17 @@ std::string Json(const proto::JobConfig& c, const TrainResult& r, int64_t global
       "\"model\": \"%s\", \"servers\": %d, \"workers\": %d, \"devices_per_worker\": %d, "
       "\"batch_per_device\": %d, \"accumulation_steps\": %d, \"seed\": %d, "
       "\"lr_policy\": \"%s\", "
-      "\"learning_rate_first\": %.9g, \"learning_rate_last\": %.9g}\n",
+      "\"learning_rate_first\": %.9g, \"learning_rate_last\": %.9g, "
+      "\"blas_library\": \"%s\", \"blas_core\": \"%s\", \"blas_threads\": %d, "
+      "\"blas_chosen_by\": \"%s\"}\n",
       JsonNumber(r.last.test_accuracy, 6, tested), JsonNumber(r.last.test_loss, 6, tested),
       JsonNumber(r.last.loss, 6), r.steps, global_batch, JsonNumber(r.samples_per_sec, 1), sha256,
       c.training().model(), servers, c.cluster().num_workers(),
       c.training().devices(), c.training().batch_per_device(),
       c.training().accumulation_steps(), c.training().seed(),
       lr.Describe(), lr.Rate(0, global_batch, r.steps, per_epoch),
-      lr.Rate(std::max<int64_t>(0, r.steps - 1), global_batch, r.steps, per_epoch));
+      lr.Rate(std::max<int64_t>(0, r.steps - 1), global_batch, r.steps, per_epoch),
+      blas.library, blas.core, blas.threads, blas.chosen_by);
 }
 
 // SIGTERM or SIGINT: the trainer stops before its next step; a step that
@@ -254,7 +259,7 @@ class StopOnSignal {
 };
 
 // Trains; a failure's Status carries its exit code (see ExitCode).
-absl::Status Run(const proto::JobConfig& c, int rank) {
+absl::Status Run(const proto::JobConfig& c, int rank, const BlasInfo& blas) {
   const std::vector<std::string> servers = ServerAddresses(c);  // checked by LoadJobConfig
   if (servers.empty()) {
     return BadConfig(absl::InvalidArgumentError(
@@ -381,6 +386,7 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
   client_options.wire_dtype = *wire_dtype;
   client_options.push_window_bytes = c.training().push_window_kb() << 10;
   client_options.update_rule = UpdateRuleOf(c);
+  client_options.blas_kernels = blas.Kernels();
   absl::StatusOr<TcpCongestion> tcp_congestion =
       ParseTcpCongestion(c.cluster().tcp_congestion());
   if (!tcp_congestion.ok()) return BadConfig(tcp_congestion.status());
@@ -492,7 +498,7 @@ absl::Status Run(const proto::JobConfig& c, int rank) {
     PSYNC_RETURN_IF_ERROR(WriteFileAtomically(
         "--summary", summary,
         Json(c, result, global_batch, data.train.size, static_cast<int>(servers.size()),
-             digest)));
+             digest, blas)));
   }
   return absl::OkStatus();
 }
@@ -528,11 +534,23 @@ int main(int argc, char** argv) {
     return psync::kExitBadConfig;
   }
   psync::SetLogRank(*rank);
+  // Before anything is logged: pinning may start this binary again.
+  const std::string& blas_core = loaded->config.training().blas_core();
+  if (!blas_core.empty()) {
+    const absl::Status pinned = psync::PinBlasCore(blas_core, argv);
+    if (!pinned.ok()) {
+      LOG(ERROR) << "bad configuration: " << pinned.message();
+      return psync::kExitBadConfig;
+    }
+  }
+  const psync::BlasInfo blas = psync::CurrentBlas(/*pinned=*/!blas_core.empty());
   LOG(INFO) << "worker " << *rank << " starting; configuration: "
             << loaded->config.ShortDebugString();
+  // What bit-identity depends on below the model (README "Determinism").
+  LOG(INFO) << "worker " << *rank << ": BLAS: " << blas.Describe();
   LOG(INFO) << "worker " << *rank << ": " << psync::RaiseOpenFileLimit();
   // A worker stopped by a signal before its last step exits 128 + signal.
-  const absl::Status s = psync::Run(loaded->config, *rank);
+  const absl::Status s = psync::Run(loaded->config, *rank, blas);
   const int code = psync::ExitCode(s);
   if (code > 128) {
     LOG(INFO) << "worker " << *rank << " " << s.message();

@@ -299,6 +299,7 @@ class ParameterService final : public AsyncService {
     args.incarnation = req->worker_incarnation();
     args.shape = TrainingShapeFromProto(req->shape());
     args.update_rule = req->update_rule();
+    args.blas_kernels = req->blas_kernels();
     args.peer = peer;
     auto result = store_->Register(args);
     if (!result.ok()) return result.status();
@@ -566,6 +567,7 @@ class ParameterService final : public AsyncService {
     }
     for (int w : s.missing) resp->add_missing_workers(w);
     resp->set_missing_ms(absl::ToInt64Milliseconds(s.missing_for));
+    for (const std::string& line : s.mixed_blas) resp->add_mixed_blas(line);
     resp->set_checkpoints_on(newest_checkpoint_ != nullptr);
     resp->set_newest_checkpoint(newest_checkpoint_ != nullptr ? newest_checkpoint_() : -1);
     resp->set_incarnation(incarnation_);

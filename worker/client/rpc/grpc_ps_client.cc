@@ -227,6 +227,7 @@ class GrpcPsClient final : public PsClient {
     req.set_worker_incarnation(incarnation_);
     TrainingShapeToProto(options_.shape, req.mutable_shape());
     req.set_update_rule(options_.update_rule);
+    req.set_blas_kernels(options_.blas_kernels);
     {
       absl::MutexLock lock(&session_mu_);
       std::fill(sessions_.begin(), sessions_.end(), 0);

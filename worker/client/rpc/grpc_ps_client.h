@@ -38,6 +38,9 @@ struct GrpcPsClientOptions {
   // UpdateRuleOf the job; a server with other settings refuses it. Empty:
   // not checked.
   std::string update_rule;
+  // BlasInfo::Kernels() of this worker; servers in deterministic mode warn
+  // when workers differ. Empty: not said.
+  std::string blas_kernels;
   // A push-pull to one server is split into requests of about this many
   // payload bytes (whole chunks; a chunk larger than this goes alone), all
   // in flight at once: the server applies each request's chunks as soon as

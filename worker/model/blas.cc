@@ -1,0 +1,74 @@
+#include "worker/model/blas.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+// OpenBLAS's own API (cblas.h declares only some of these).
+extern "C" {
+char* openblas_get_config(void);
+char* openblas_get_corename(void);
+int openblas_get_num_threads(void);
+}
+
+namespace psync {
+namespace {
+
+constexpr char kCoreTypeVariable[] = "OPENBLAS_CORETYPE";
+
+// "OpenBLAS 0.3.21" of "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...".
+std::string LibraryName() {
+  const std::vector<absl::string_view> words =
+      absl::StrSplit(openblas_get_config(), ' ', absl::SkipEmpty());
+  if (words.size() < 2) return "OpenBLAS";
+  return absl::StrCat(words[0], " ", words[1]);
+}
+
+}  // namespace
+
+std::string BlasInfo::Describe() const {
+  return absl::StrCat(library, ", ", core, " kernels (", chosen_by, "), ", threads,
+                      threads == 1 ? " thread" : " threads");
+}
+
+BlasInfo CurrentBlas(bool pinned) {
+  BlasInfo info;
+  info.library = LibraryName();
+  info.core = openblas_get_corename();
+  info.threads = openblas_get_num_threads();
+  const char* env = getenv(kCoreTypeVariable);
+  info.chosen_by = pinned                          ? "pinned by --blas_core"
+                   : env != nullptr && *env != 0 ? absl::StrCat("$", kCoreTypeVariable, "=", env)
+                                                 : "picked for this CPU";
+  return info;
+}
+
+absl::Status PinBlasCore(absl::string_view core, char** argv) {
+  const std::string running = openblas_get_corename();
+  if (absl::EqualsIgnoreCase(running, core)) return absl::OkStatus();
+  const char* env = getenv(kCoreTypeVariable);
+  if (env == nullptr || !absl::EqualsIgnoreCase(env, core)) {
+    // OpenBLAS reads the variable only as it loads: a new image of this
+    // binary loads it again.
+    const std::string value(core);
+    setenv(kCoreTypeVariable, value.c_str(), /*overwrite=*/1);
+    execv("/proc/self/exe", argv);
+    return absl::InternalError(absl::StrCat("--blas_core=", core, ": cannot execute this binary ",
+                                            "again with ", kCoreTypeVariable, "=", core, ": ",
+                                            std::strerror(errno)));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--blas_core is '", core, "' but OpenBLAS runs its ", running, " kernels although ",
+      kCoreTypeVariable, "=", env, ": '", core,
+      "' is not a core this OpenBLAS knows or this CPU can run; expected one such as Haswell, "
+      "SkylakeX, Zen or Sandybridge (the cores of ", LibraryName(), ")"));
+}
+
+}  // namespace psync

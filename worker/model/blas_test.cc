@@ -1,0 +1,50 @@
+#include "worker/model/blas.h"
+
+#include <stdlib.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace psync {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+TEST(BlasTest, SaysTheLibraryTheKernelsAndTheThreads) {
+  openblas_set_num_threads(1);
+  const BlasInfo blas = CurrentBlas(/*pinned=*/true);
+  EXPECT_THAT(blas.library, StartsWith("OpenBLAS 0."));
+  EXPECT_FALSE(blas.core.empty());
+  EXPECT_EQ(blas.threads, 1);
+  EXPECT_EQ(blas.Kernels(), blas.library + " " + blas.core);
+  EXPECT_EQ(blas.Describe(),
+            blas.library + ", " + blas.core + " kernels (pinned by --blas_core), 1 thread");
+}
+
+TEST(BlasTest, PinningTheKernelsThatRunIsDoneAtOnceWhateverTheCase) {
+  const std::string core = CurrentBlas().core;
+  char* argv[] = {nullptr};  // never executed: nothing to change
+  EXPECT_TRUE(PinBlasCore(core, argv).ok());
+  std::string upper = core;
+  for (char& c : upper) c = static_cast<char>(toupper(c));
+  EXPECT_TRUE(PinBlasCore(upper, argv).ok());
+}
+
+// The variable already asks for the core, and OpenBLAS runs others: no
+// second start would change that.
+TEST(BlasTest, ACoreOpenBlasDoesNotRunIsRefusedNamingBoth) {
+  setenv("OPENBLAS_CORETYPE", "Pentium9000", 1);
+  char* argv[] = {nullptr};
+  const absl::Status s = PinBlasCore("Pentium9000", argv);
+  unsetenv("OPENBLAS_CORETYPE");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("--blas_core is 'Pentium9000' but OpenBLAS runs its " +
+                                     CurrentBlas().core + " kernels"));
+  EXPECT_THAT(s.message(), HasSubstr("expected one such as Haswell"));
+}
+
+}  // namespace
+}  // namespace psync

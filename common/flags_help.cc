@@ -6,8 +6,10 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
@@ -48,13 +50,16 @@ std::string Describe(std::vector<const absl::CommandLineFlag*> flags) {
   return out;
 }
 
-}  // namespace
-
-std::string FlagsHelp(absl::string_view main_file) {
+// FlagsHelp, of the job flags all (nullopt) or those named.
+std::string Help(absl::string_view main_file,
+                 std::optional<absl::Span<const absl::string_view>> job_flags) {
   std::vector<const absl::CommandLineFlag*> own, job;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
     if (flag->Filename() == main_file) own.push_back(flag);
-    if (absl::EndsWith(flag->Filename(), "common/job_flags.cc")) job.push_back(flag);
+    if (absl::EndsWith(flag->Filename(), "common/job_flags.cc") &&
+        (!job_flags.has_value() || absl::c_linear_search(*job_flags, name))) {
+      job.push_back(flag);
+    }
   }
   std::string out = absl::StrCat(absl::ProgramUsageMessage(), "\n\nFlags:\n", Describe(own));
   if (!job.empty()) {
@@ -64,18 +69,42 @@ std::string FlagsHelp(absl::string_view main_file) {
   return out;
 }
 
-bool PrintHelpIfRequested(int argc, char** argv, absl::string_view main_file) {
+// True if argv asks for help: --help, -h, --helpfull or --helpshort, with
+// one dash or two, before any "--".
+bool HelpRequested(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
     if (arg == "--") break;  // the rest are positional arguments
     if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) continue;
-    if (arg != "h" && arg != "help" && arg != "helpfull" && arg != "helpshort") continue;
-    const std::string help = FlagsHelp(main_file);
-    std::fwrite(help.data(), 1, help.size(), stdout);
-    std::fflush(stdout);
-    return true;
+    if (arg == "h" || arg == "help" || arg == "helpfull" || arg == "helpshort") return true;
   }
   return false;
+}
+
+void Print(const std::string& help) {
+  std::fwrite(help.data(), 1, help.size(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+std::string FlagsHelp(absl::string_view main_file) { return Help(main_file, std::nullopt); }
+
+std::string FlagsHelp(absl::string_view main_file, absl::Span<const absl::string_view> job_flags) {
+  return Help(main_file, job_flags);
+}
+
+bool PrintHelpIfRequested(int argc, char** argv, absl::string_view main_file) {
+  if (!HelpRequested(argc, argv)) return false;
+  Print(FlagsHelp(main_file));
+  return true;
+}
+
+bool PrintHelpIfRequested(int argc, char** argv, absl::string_view main_file,
+                          absl::Span<const absl::string_view> job_flags) {
+  if (!HelpRequested(argc, argv)) return false;
+  Print(FlagsHelp(main_file, job_flags));
+  return true;
 }
 
 std::vector<char*> ParseFlagsOrExit(int argc, char** argv) {

@@ -30,7 +30,25 @@ TEST(FlagsHelpTest, ListsThisFilesFlagsSortedWithTypeDefaultAndHelp) {
 }
 
 TEST(FlagsHelpTest, OmitsFlagsOfOtherFiles) {
-  EXPECT_EQ(FlagsHelp("other/main.cc").find("--"), std::string::npos);
+  EXPECT_EQ(FlagsHelp("other/main.cc", {}).find("--"), std::string::npos);
+}
+
+// This test links the job flags (common/job_flags.cc): all are listed after
+// the program's own, or only those named.
+TEST(FlagsHelpTest, ListsAllJobFlagsOrOnlyThoseNamed) {
+  const std::string all = FlagsHelp(__FILE__);
+  for (const char* flag : {"--config", "--servers", "--lr", "--batch_per_device"}) {
+    EXPECT_TRUE(all.find(std::string("\n  ") + flag + " (") != std::string::npos) << flag << all;
+  }
+  const std::string some = FlagsHelp(__FILE__, {"config", "servers"});
+  EXPECT_NE(some.find("\n  --aa_name ("), std::string::npos) << some;
+  EXPECT_NE(some.find("\n  --config ("), std::string::npos) << some;
+  EXPECT_NE(some.find("\n  --servers ("), std::string::npos) << some;
+  EXPECT_EQ(some.find("--lr ("), std::string::npos) << some;
+  EXPECT_EQ(some.find("--batch_per_device ("), std::string::npos) << some;
+  const std::string none = FlagsHelp(__FILE__, {});
+  EXPECT_EQ(none.find("Job configuration"), std::string::npos) << none;
+  EXPECT_EQ(none.find("--config ("), std::string::npos) << none;
 }
 
 TEST(FlagsHelpTest, RecognizesHelpFlagsOnly) {

@@ -106,13 +106,14 @@ int Export(const std::vector<std::string>& dirs) {
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
-  if (PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
+  // psync_ckpt reads no job flag (common/job_flags.h): its help lists none.
+  if (PrintHelpIfRequested(argc, argv, __FILE__, /*job_flags=*/{})) return 0;
   // The positional arguments, after argv[0]: the command.
   const std::vector<char*> args = psync::ParseFlagsOrExit(argc, argv);
   if (args.size() > 2) return BadArguments(std::string("more than one command: ") + args[2]);
   const std::string command = args.size() == 2 ? args[1] : "";
   if (command == "help") {
-    const std::string help = FlagsHelp(__FILE__);
+    const std::string help = FlagsHelp(__FILE__, /*job_flags=*/{});
     std::fwrite(help.data(), 1, help.size(), stdout);
     return 0;
   }

@@ -49,6 +49,8 @@ TEST(CliTest, HelpListsEachBinarysOwnFlags) {
       {"worker/psync_worker", "psync worker", {"--batch_per_device", "--synthetic_samples"}},
       {"deploy/local/psync_launch", "Runs a psync cluster", {"--num_servers", "--max_restarts"}},
       {"server/psync_ctl", "psync_ctl status", {"--stall_s", "--servers"}},
+      {"server/psync_ckpt", "Usage: psync_ckpt", {"--checkpoint_dir", "--out"}},
+      {"tests/bench/psync_bench", "psync_bench [flags]", {"--model_mb", "--num_workers"}},
   };
   for (const Case& c : cases) {
     for (const char* help : {"--help", "-h", "--helpfull"}) {
@@ -64,12 +66,33 @@ TEST(CliTest, HelpListsEachBinarysOwnFlags) {
   }
 }
 
+// psync_ctl lists the job flags it reads (where the servers are, how to
+// reach them), not the ~70 of training; psync_ckpt and psync_bench none.
+TEST(CliTest, HelpListsOnlyTheJobFlagsABinaryReads) {
+  const Ended ctl = StdoutOf(Runfile("server/psync_ctl"), "--help");
+  EXPECT_EQ(ctl.exit_code, 0) << ctl.output;
+  for (const char* flag : {"--config", "--servers", "--num_servers", "--tls_cert", "--tls_key",
+                           "--tls_ca", "--auth_token_file"}) {
+    EXPECT_TRUE(Contains(ctl.output, absl::StrCat("\n  ", flag, " ("))) << flag << ctl.output;
+  }
+  for (const char* flag : {"--lr (", "--batch_per_device (", "--checkpoint_dir (", "--port ("}) {
+    EXPECT_FALSE(Contains(ctl.output, flag)) << flag << ctl.output;
+  }
+  EXPECT_LT(Count(ctl.output, "\n  --"), 15) << ctl.output;
+  for (const char* binary : {"server/psync_ckpt", "tests/bench/psync_bench"}) {
+    const Ended run = StdoutOf(Runfile(binary), "--help");
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_FALSE(Contains(run.output, "Job configuration")) << binary << run.output;
+  }
+}
+
 // A flag Abseil cannot parse (unknown, or a value of the wrong type) exits
 // 2, the code for bad flags that supervisors do not restart, from every
 // binary, after Abseil's message naming the flag.
 TEST(CliTest, UnparsableFlagsExit2) {
-  for (const char* binary : {"server/psync_server", "worker/psync_worker",
-                             "deploy/local/psync_launch", "server/psync_ctl", "server/psync_ckpt"}) {
+  for (const char* binary :
+       {"server/psync_server", "worker/psync_worker", "deploy/local/psync_launch",
+        "server/psync_ctl", "server/psync_ckpt", "tests/bench/psync_bench"}) {
     for (const char* flag : {"--num_workers=abc", "--no_such_flag=1"}) {
       SCOPED_TRACE(absl::StrCat(binary, " ", flag));
       const Ended run = RunToEnd({Runfile(binary), flag});

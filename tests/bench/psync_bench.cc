@@ -21,7 +21,7 @@
 #include <type_traits>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -31,6 +31,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "common/cluster_spec.h"
+#include "common/flags_help.h"
 #include "common/layout.h"
 #include "common/process_tuning.h"
 #include "common/process_metrics.h"
@@ -866,7 +867,16 @@ absl::Status RunDriver() {
 }  // namespace psync
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  absl::SetProgramUsageMessage(
+      "psync_bench [flags]: synchronous push-pull steps through psync_server and GrpcPsClient "
+      "(--num_servers servers, --num_workers clients, separate processes), side by side with a "
+      "plain TCP round trip and a plain gRPC echo of the same bytes; prints a table and one "
+      "JSON line. Exit 0 done, 1 failed, 2 bad flags.\n"
+      "  psync_bench --num_servers=1 --num_workers=1 --model_mb=16 --tensors=4\n"
+      "  psync_bench --model_mb=16 --tensors=8 --compute_ms=4    # overlap mode");
+  // Its flags are its own: it reads no job flag (common/job_flags.h).
+  if (psync::PrintHelpIfRequested(argc, argv, __FILE__, /*job_flags=*/{})) return 0;
+  psync::ParseFlagsOnlyOrExit(argc, argv);
   psync::KeepLargeAllocationsInHeap();
   psync::SkipMutexDeadlockDetection();
   const std::string role = absl::GetFlag(FLAGS_role);

@@ -267,8 +267,14 @@ int Run() {
   }
   auto server = GrpcServer::Start(store->get(), server_options);
   if (!server.ok()) {
-    LOG(ERROR) << server.status().message() << " (is another server already listening there?)";
-    return 1;
+    // The reason, e.g. a port below 1024 without root (final: exit 2, as
+    // for a bad flag) or one another process holds (1: it may be freed).
+    LOG(ERROR) << "server " << options->server_rank << ": " << server.status().message();
+    const absl::StatusCode code = server.status().code();
+    return code == absl::StatusCode::kPermissionDenied ||
+                   code == absl::StatusCode::kInvalidArgument
+               ? 2
+               : 1;
   }
   LOG(INFO) << "server " << options->server_rank << "/" << options->num_servers
             << " listening on " << *listen_host << ":" << (*server)->port()

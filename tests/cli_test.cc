@@ -1,7 +1,12 @@
 // Bad command lines given to the real binaries: --help lists each binary's
 // flags, and bad values fail at start, before any server is contacted or
 // any training is done. Every run is bounded by a deadline.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +42,18 @@ std::vector<std::string> Launch(std::vector<std::string> flags) {
                                    "--synthetic_samples=64", "--steps=1", "--timeout_s=30"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   return argv;
+}
+
+// Whether this process may bind 127.0.0.1:`port`.
+bool CanBind(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return bound;
 }
 
 TEST(CliTest, HelpListsEachBinarysOwnFlags) {
@@ -178,6 +195,34 @@ TEST(CliTest, ServerHostIsCheckedAtStart) {
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_TRUE(Contains(run.output, "--host is '192.0.2.1', where nothing can listen ("))
       << run.output;
+}
+
+// A port below the unprivileged ones, without the capability to bind it,
+// is refused with the system's reason and what would allow it (not
+// "another server already listening there?"), and exit 2: starting again
+// would not help. As root, the server runs without CAP_NET_BIND_SERVICE
+// (setpriv; a user id of its own may not exist in a sandbox's namespace).
+TEST(CliTest, APrivilegedPortSaysPermissionDenied) {
+  int start = 1024;
+  std::ifstream("/proc/sys/net/ipv4/ip_unprivileged_port_start") >> start;
+  if (start <= 1) GTEST_SKIP() << "every port is unprivileged here (start " << start << ")";
+  const int port = start - 1;
+  std::vector<std::string> argv = {Runfile("server/psync_server"), absl::StrCat("--port=", port)};
+  if (geteuid() == 0) {
+    if (!std::filesystem::exists("/usr/bin/setpriv")) GTEST_SKIP() << "root, and no setpriv";
+    argv.insert(argv.begin(), {"/usr/bin/setpriv", "--inh-caps=-net_bind_service",
+                               "--bounding-set=-net_bind_service", "--"});
+  } else if (CanBind(port)) {
+    GTEST_SKIP() << "this user may bind port " << port << " (CAP_NET_BIND_SERVICE?)";
+  }
+  const Ended run = RunToEnd(argv);
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(Contains(run.output,
+                       absl::StrCat("server 0: cannot listen on 127.0.0.1:", port,
+                                    ": Permission denied (ports below ", start,
+                                    " need root or CAP_NET_BIND_SERVICE)")))
+      << run.output;
+  EXPECT_FALSE(Contains(run.output, "already listening")) << run.output;
 }
 
 TEST(CliTest, UnknownWireDTypeFailsAtStart) {

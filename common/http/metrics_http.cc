@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/listen_error.h"
 #include "httplib.h"
 
 namespace psync {
@@ -123,9 +124,8 @@ class HttplibMetricsServer final : public MetricsHttpServer {
   absl::Status Start(const std::string& host, int port) {
     port_ = port == 0 ? server_.bind_to_any_port(host) : (server_.bind_to_port(host, port) ? port : -1);
     if (port_ <= 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "metrics: cannot listen on ", host, ":", port,
-          " (is the port taken? expected a free port for --metrics_port)"));
+      const absl::Status why = ListenError(absl::StrCat(host, ":", port), "--metrics_port");
+      return absl::Status(why.code(), absl::StrCat("metrics: ", why.message()));
     }
     thread_ = std::thread([this] {
       server_.listen_after_bind();

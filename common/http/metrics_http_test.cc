@@ -57,8 +57,10 @@ TEST(MetricsHttpTest, APortInUseIsAnErrorNamingTheAddress) {
   ASSERT_TRUE(first.ok());
   auto second = MetricsHttpServer::Start(&registry, "127.0.0.1", (*first)->port());
   ASSERT_FALSE(second.ok());
-  EXPECT_THAT(std::string(second.status().message()),
-              HasSubstr(absl::StrCat("127.0.0.1:", (*first)->port())));
+  EXPECT_EQ(second.status().message(),
+            absl::StrCat("metrics: cannot listen on 127.0.0.1:", (*first)->port(),
+                         " (--metrics_port): Address already in use (is another server already "
+                         "listening there?)"));
 }
 
 TEST(MetricsHttpTest, StartsAndStopsAtOnce) {

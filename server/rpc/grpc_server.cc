@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/layout_proto.h"
+#include "common/listen_error.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
@@ -859,7 +860,7 @@ class GrpcServerImpl final : public GrpcServer {
     builder.SetMaxSendMessageSize(limit);
     server_ = AsyncServer::Start(builder, {&service_, &health_}, rpc_threads_);
     if (server_ == nullptr || port_ == 0) {
-      return absl::UnavailableError(absl::StrCat("GrpcServer: cannot listen on ", address));
+      return ListenError(address, "");  // gRPC does not say why
     }
     if (!health_address_.empty()) {
       // Only the health service, in plaintext, on a thread of its own: the
@@ -874,8 +875,7 @@ class GrpcServerImpl final : public GrpcServer {
       health_server_ = AsyncServer::Start(health, {&health_port_service_}, 1);
       if (health_server_ == nullptr || health_port_ == 0) {
         server_->Shutdown(absl::Now());
-        return absl::UnavailableError(
-            absl::StrCat("GrpcServer: cannot listen on ", health_address_, " (health port)"));
+        return ListenError(health_address_, "health port");
       }
     }
     return absl::OkStatus();

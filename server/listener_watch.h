@@ -1,8 +1,13 @@
-// Finds a listening socket that no longer accepts: gRPC 1.51 stops
-// accepting on a port for good after accept4 fails with anything but
-// EAGAIN (EMFILE when descriptors run out), and then connections only pile
-// up in the kernel's accept queue. A queue that stays non-empty for a
-// while means nobody accepts.
+// Finds a listening socket that no longer accepts. In gRPC 1.51 (the
+// iomgr TCP server, src/core/lib/iomgr/tcp_server_posix.cc, on_read) an
+// accept4 that fails with anything but EINTR, EAGAIN or ECONNABORTED, such
+// as EMFILE when the process's descriptors run out, logs "Failed accept4"
+// and returns without asking to be told of the socket's next read event:
+// the socket stays open and bound, the kernel keeps completing handshakes
+// into its accept queue, and nothing in the process ever accepts from it
+// again, however many descriptors are freed later (gRPC retries EMFILE
+// after a delay only from grpc/grpc#33656, 2023). A queue that stays
+// non-empty for a while means nobody accepts.
 #ifndef PSYNC_SERVER_LISTENER_WATCH_H_
 #define PSYNC_SERVER_LISTENER_WATCH_H_
 

@@ -50,6 +50,19 @@ ABSL_FLAG(std::string, server_rank, "0",
 namespace psync {
 namespace {
 
+// Exit codes, read by psync_launch, Kubernetes and systemd: 0 stopped by
+// SIGTERM; 1 a failure (start it again); 2 bad flags or configuration and
+// 3 the job cannot continue (both final); kExitListenerStuck below.
+//
+// A listening port stopped accepting (gRPC 1.51 never accepts on it again
+// after accept4 failed with EMFILE, see listener_watch.h), so no restarted
+// worker or peer could reach this server: a new process listens afresh.
+// Not final: start it again, as after a crash.
+constexpr int kExitListenerStuck = 4;
+// How long a port's accept queue must stay non-empty and not shrink before
+// the server gives up on it.
+constexpr absl::Duration kListenerStuckAfter = absl::Seconds(5);
+
 absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c) {
   ShardStoreOptions o;
   PSYNC_ASSIGN_OR_RETURN(o.server_rank, ResolveRank(Role::kServer, "--server_rank",
@@ -237,8 +250,9 @@ int Run() {
   AddServerMetrics(&metrics, store->get(), checkpoints.get());
   Gauge* listener_stuck = metrics.GetGauge(
       "psync_server_listener_stuck",
-      "1 while a listening port has had connections waiting to be accepted for 5 s: it no "
-      "longer accepts (the health service then answers NOT_SERVING).");
+      "1 once a listening port has had connections waiting to be accepted for 5 s: it no "
+      "longer accepts, and the server (health NOT_SERVING) writes its final checkpoint and "
+      "exits 4 to be started again.");
 
   GrpcServerOptions server_options;
   server_options.metrics = &metrics;
@@ -319,13 +333,13 @@ int Run() {
   membership.Start();
 
   // A listener that stops accepting (descriptors ran out) cannot recover in
-  // gRPC 1.51: say so, and fail the liveness probe so the pod is restarted.
+  // gRPC 1.51: this process exits for its supervisor to start a new one.
   std::vector<int> listening = {(*server)->port()};
   if ((*server)->health_port() > 0) listening.push_back((*server)->health_port());
-  ListenerWatch listener_watch(listening, absl::Seconds(5));
-  bool stuck = false;
+  ListenerWatch listener_watch(listening, kListenerStuckAfter);
 
-  // Until a stop signal, or until a missing worker fails the job.
+  // Until a stop signal, a missing worker fails the job, or a port stops
+  // accepting.
   int exit_code = 0;
   int signal = 0;
   const timespec slice = {0, 250 * 1000 * 1000};
@@ -333,20 +347,22 @@ int Run() {
     signal = sigtimedwait(&stop_signals, nullptr, &slice);
     if (signal > 0) break;
     const std::vector<std::string> stuck_ports = listener_watch.Check(absl::Now());
-    if (stuck_ports.empty() == stuck) {
-      stuck = !stuck;
-      listener_stuck->Set(stuck ? 1 : 0);
-      (*server)->SetServing(!stuck);
-      if (stuck) {
-        LOG(ERROR) << "server " << options->server_rank << ": port "
-                   << absl::StrJoin(stuck_ports, ", ")
-                   << " no longer accepts connections (were file descriptors exhausted? see "
-                      "process_open_fds); health is NOT_SERVING so that the liveness probe "
-                      "restarts this server";
-      } else {
-        LOG(INFO) << "server " << options->server_rank
-                  << ": accepting connections again; health is SERVING";
-      }
+    if (!stuck_ports.empty()) {
+      listener_stuck->Set(1);
+      (*server)->SetServing(false);
+      LOG(ERROR) << "server " << options->server_rank << ": port "
+                 << absl::StrJoin(stuck_ports, ", ")
+                 << " no longer accepts connections (none accepted for "
+                 << absl::FormatDuration(kListenerStuckAfter)
+                 << "; gRPC stops accepting on a port for good once accept4 fails, e.g. with "
+                    "'Too many open files' at the descriptor limit: see process_open_fds); "
+                    "health is NOT_SERVING; "
+                 << (checkpoints != nullptr ? "writing a final checkpoint and " : "")
+                 << "exiting " << kExitListenerStuck
+                 << " so that a supervisor (psync_launch, Kubernetes, systemd) starts this "
+                    "server again, listening afresh";
+      exit_code = kExitListenerStuck;
+      break;
     }
     absl::Status peers = (*store)->CheckPeers();
     if (!peers.ok()) {
@@ -362,7 +378,13 @@ int Run() {
               << (signal == SIGTERM ? "SIGTERM" : "SIGINT") << ", shutting down at version "
               << status.version;
   }
-  if (checkpoints != nullptr && exit_code == 0) {
+  if (exit_code == kExitListenerStuck) {
+    // Its connections may hold every descriptor the checkpoint file needs:
+    // close them first (waiting calls end UNAVAILABLE; workers retry).
+    (*server)->Shutdown(absl::Now() + absl::Seconds(2));
+    server->reset();
+  }
+  if (checkpoints != nullptr && (exit_code == 0 || exit_code == kExitListenerStuck)) {
     // Within Kubernetes' default grace of 30 s after SIGTERM.
     std::vector<Snapshot> snapshots = (*store)->SnapshotForShutdown();
     int64_t state_version = 0;
@@ -386,13 +408,15 @@ int Run() {
                    << "; the state at version " << state_version
                    << " is NOT saved (newest checkpoint on disk: "
                    << (newest > 0 ? absl::StrCat("version ", newest) : std::string("none"))
-                   << "); exiting 1";
-        exit_code = 1;
+                   << "); exiting " << (exit_code == 0 ? 1 : exit_code);
+        if (exit_code == 0) exit_code = 1;
       }
     }
   }
-  (*server)->Shutdown(absl::Now() + absl::Seconds(2));
-  server->reset();
+  if (*server != nullptr) {
+    (*server)->Shutdown(absl::Now() + absl::Seconds(2));
+    server->reset();
+  }
   LOG(INFO) << "server " << options->server_rank << " stopped"
             << (checkpoints == nullptr
                     ? std::string()

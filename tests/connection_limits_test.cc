@@ -3,8 +3,11 @@
 // sockets held against it do not stop it accepting: the job keeps training,
 // a killed worker's replacement joins, and the server closes the idle
 // sockets after --handshake_timeout_s. A server whose hard limit is too low
-// to raise stops accepting (gRPC gives up on the listener): it says so, and
-// its health service answers NOT_SERVING so that a liveness probe fails.
+// to raise stops accepting (gRPC gives up on the listener): it says so,
+// writes its final checkpoint and exits 4, and whatever starts it again
+// (psync_launch here, or a loop by hand) gets a server that accepts again:
+// a worker killed later rejoins and the job ends with the undisturbed
+// weights.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -90,6 +93,28 @@ int ReadPid(const std::string& path) {
   return pid;
 }
 
+// Waits until `text` occurs `n` times in the process's output; false if it
+// ended or `deadline` passed first.
+bool WaitForCount(Subprocess& p, const std::string& text, int n, absl::Time deadline) {
+  while (absl::Now() < deadline) {
+    if (Count(p.output(), text) >= n) return true;
+    if (p.Poll().has_value()) return Count(p.output(), text) >= n;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+// The port of the job's first server, from the launcher's "servers up at"
+// line; 0 if it has none.
+int FirstServerPort(const std::string& output) {
+  const std::vector<std::string> up = LinesWith(output, "servers up at 127.0.0.1:");
+  int port = 0;
+  if (up.empty() || !absl::SimpleAtoi(up[0].substr(up[0].find("127.0.0.1:") + 10, 5), &port)) {
+    return 0;
+  }
+  return port;
+}
+
 TEST(ConnectionLimitsTest, TrainingGoesOnAndAWorkerRejoinsWhile2000IdleSocketsAreHeld) {
   RaiseOwnLimit();
   const rlim_t hard = HardLimit();
@@ -106,9 +131,8 @@ TEST(ConnectionLimitsTest, TrainingGoesOnAndAWorkerRejoinsWhile2000IdleSocketsAr
   double version_before = 0, version_held = 0, version_after = 0;
   options.during = [&](Subprocess* launcher) {
     ASSERT_TRUE(WaitForOutput(*launcher, "training steps", absl::Now() + absl::Seconds(60)));
-    const std::string up = LinesWith(launcher->output(), "servers up at 127.0.0.1:")[0];
-    int port = 0;
-    ASSERT_TRUE(absl::SimpleAtoi(up.substr(up.find("127.0.0.1:") + 10, 5), &port)) << up;
+    const int port = FirstServerPort(launcher->output());
+    ASSERT_GT(port, 0) << launcher->output();
     const auto version = [&] {
       return MetricValue(HttpGet(*metrics_port, "/metrics"), "psync_server_version");
     };
@@ -180,36 +204,124 @@ std::string HealthCheck(int port) {
                                                : "unexpected reply";
 }
 
-TEST(ConnectionLimitsTest, AListenerThatRanOutOfDescriptorsFailsTheHealthCheck) {
+// By hand: a server whose hard limit of 200 it cannot raise stops
+// accepting, says why and exits 4 by itself, still held by the idle
+// sockets; started again on the same ports, as a supervisor would, it
+// serves.
+TEST(ConnectionLimitsTest, AListenerThatRanOutOfDescriptorsEndsTheServerForItsSupervisor) {
   RaiseOwnLimit();
   PortReservation reserved;
   std::vector<int> ports;
-  for (int i = 0; i < 3; ++i) ports.push_back(*reserved.Add());
+  for (int i = 0; i < 2; ++i) ports.push_back(*reserved.Add());
   reserved.Release();
-  // A hard limit of 200: the server cannot raise it.
-  auto server = StartProcess(
-      {"/usr/bin/prlimit", "--nofile=200:200", "--", Runfile("server/psync_server"),
-       absl::StrCat("--port=", ports[0]), absl::StrCat("--health_port=", ports[1]),
-       absl::StrCat("--metrics_port=", ports[2]), "--num_workers=1", "--handshake_timeout_s=2"},
-      "server");
+  const std::vector<std::string> argv = {
+      "/usr/bin/prlimit", "--nofile=200:200", "--", Runfile("server/psync_server"),
+      absl::StrCat("--port=", ports[0]), absl::StrCat("--health_port=", ports[1]),
+      "--num_workers=1", "--handshake_timeout_s=2",
+      "--checkpoint_dir=" + FreshDir("stuck_by_hand_ckpt")};
+  auto server = StartProcess(argv, "server");
   ASSERT_NE(server, nullptr);
   ASSERT_TRUE(WaitForOutput(*server, "listening on", absl::Now() + absl::Seconds(30)));
   EXPECT_EQ(HealthCheck(ports[1]), "SERVING");
   {
     IdleSockets sockets(ports[0], 400);
     EXPECT_EQ(sockets.size(), 400);
-    EXPECT_TRUE(WaitForOutput(*server, "no longer accepts connections",
-                              absl::Now() + absl::Seconds(30)))
-        << server->output();
+    // 5 s without an accept, then the final checkpoint: well within 60 s.
+    EXPECT_EQ(server->Wait(absl::Now() + absl::Seconds(60)), 4) << server->output();
   }
-  // Its descriptors are free again, but the listener is gone for good: the
-  // probe must fail rather than report a healthy server.
-  absl::SleepFor(absl::Seconds(3));
-  EXPECT_EQ(HealthCheck(ports[1]), "NOT_SERVING");
-  EXPECT_EQ(MetricValue(HttpGet(ports[2], "/metrics"), "psync_server_listener_stuck"), 1);
-  EXPECT_TRUE(Contains(server->output(), "health is NOT_SERVING")) << server->output();
+  const std::string& output = server->output();
+  EXPECT_TRUE(Contains(output, "Failed accept4: Too many open files")) << output;
+  EXPECT_TRUE(Contains(output, "no longer accepts connections")) << output;
+  EXPECT_TRUE(Contains(output, "writing a final checkpoint and exiting 4")) << output;
+
+  server = StartProcess(argv, "server again");
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(WaitForOutput(*server, "listening on", absl::Now() + absl::Seconds(30)))
+      << server->output();
+  EXPECT_EQ(HealthCheck(ports[1]), "SERVING");
   server->Signal(SIGTERM);
-  EXPECT_EQ(server->Wait(absl::Now() + absl::Seconds(30)), 0);
+  EXPECT_EQ(server->Wait(absl::Now() + absl::Seconds(30)), 0) << server->output();
+}
+
+// The issue as a user met it: a job under `ulimit -n 1024` (soft and hard)
+// whose only server had 1,100 idle connections held against it. Its
+// listener stops for good; the server exits 4 after a final checkpoint and
+// psync_launch restarts it like any death; after the sockets are released a
+// killed worker's replacement connects and registers anew, and the job
+// ends with the weights of an undisturbed run.
+TEST(ConnectionLimitsTest, AJobUnderAHardLimitOf1024OutlivesAStuckListener) {
+  RaiseOwnLimit();
+  constexpr int kIdle = 1100;  // more than the server's 1024 descriptors
+  const rlim_t hard = HardLimit();
+  if (hard < kIdle + 200) GTEST_SKIP() << "the hard descriptor limit " << hard << " is below "
+                                       << kIdle + 200;
+  // Long enough (some seconds) that worker 1 is stopped mid-training below.
+  const std::vector<std::string> job = {
+      "--num_servers=1", "--num_workers=2", "--devices=1", "--batch_per_device=16",
+      "--steps=3000", "--synthetic_samples=3200", "--deterministic", "--checkpoint_every=100",
+      "--peer_timeout_s=120", "--max_restarts=4", "--timeout_s=150"};
+  std::vector<std::string> flags = job;
+  flags.push_back("--checkpoint_dir=" + FreshDir("stuck_calm_ckpt"));
+  const JobRun calm = RunLaunch("stuck_calm", flags);
+  ASSERT_EQ(calm.exit_code, 0) << calm.output;
+  ASSERT_FALSE(calm.sha.empty()) << calm.output;
+
+  const std::string pid_dir = FreshDir("stuck_pids");
+  flags = job;
+  flags.insert(flags.end(),
+               {"--checkpoint_dir=" + FreshDir("stuck_ckpt"), "--pid_dir=" + pid_dir});
+  LaunchOptions options;
+  options.wrapper = {"/usr/bin/prlimit", "--nofile=1024:1024", "--"};
+  int held = 0;
+  options.during = [&](Subprocess* launcher) {
+    // Both workers train (worker 0 logs each epoch of 100 steps).
+    ASSERT_TRUE(WaitForOutput(*launcher, "epoch 1 step 100", absl::Now() + absl::Seconds(60)));
+    const int port = FirstServerPort(launcher->output());
+    ASSERT_GT(port, 0) << launcher->output();
+    // Stopped, worker 1 holds the job at one step however fast this
+    // machine trains; the server waits for it (--peer_timeout_s).
+    const int worker_1 = ReadPid(pid_dir + "/worker-1.pid");
+    ASSERT_GT(worker_1, 0);
+    ASSERT_EQ(kill(worker_1, SIGSTOP), 0);
+    {
+      IdleSockets sockets(port, kIdle);
+      held = sockets.size();
+      ASSERT_TRUE(WaitForOutput(*launcher, "no longer accepts connections",
+                                absl::Now() + absl::Seconds(60)));
+    }
+    ASSERT_TRUE(WaitForOutput(*launcher, "server 0 exited with code 4",
+                              absl::Now() + absl::Seconds(60)));
+    ASSERT_TRUE(WaitForCount(*launcher, "listening on", 2, absl::Now() + absl::Seconds(60)))
+        << "the restarted server did not listen";
+    // The stopped worker dies; its replacement must reach the new listener.
+    ASSERT_EQ(kill(worker_1, SIGKILL), 0);
+  };
+  const JobRun run = RunLaunch("stuck_listener", flags, options);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(held, kIdle);
+  EXPECT_TRUE(Contains(run.output, "open-file limit 1024 (already the hard limit)"))
+      << run.output;
+  EXPECT_TRUE(Contains(run.output, "Failed accept4: Too many open files")) << run.output;
+  EXPECT_TRUE(Contains(run.output,
+                       "server 0 exited with code 4 (its listener stopped accepting "
+                       "connections); restarting it (restart 1 of 4)"))
+      << run.output;
+  EXPECT_TRUE(Contains(run.output, "worker 1 exited with code 137 (killed by SIGKILL); "
+                                   "restarting it (restart 2 of 4)"))
+      << run.output;
+  // The restarted server resumed from the final checkpoint the stuck one
+  // wrote after saying so.
+  const std::vector<std::string> restored = LinesWith(run.output, "restored checkpoint version ");
+  ASSERT_EQ(restored.size(), 1u) << run.output;
+  const std::string version =
+      restored[0].substr(restored[0].find("version ") + 8);  // the line ends with it
+  const size_t stuck_at = run.output.find("no longer accepts connections");
+  ASSERT_NE(stuck_at, std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(absl::StrCat("checkpoint of version ", version, " written"), stuck_at),
+            std::string::npos)
+      << "version '" << version << "' restored, expected the final checkpoint's\n"
+      << run.output;
+  EXPECT_EQ(run.sha, calm.sha) << run.output;
 }
 
 }  // namespace

@@ -51,7 +51,8 @@ ABSL_FLAG(bool, secure, false,
           "connection with mutual TLS and the token; not with the security flags.");
 ABSL_FLAG(int, max_restarts, 3,
           "Restarts of dead servers and workers allowed in the whole job; 0: fail at the first "
-          "death. Exit codes 2 (bad flags) and 3 (the job cannot continue) are never restarted.");
+          "death. Exit codes 2 (bad flags) and 3 (the job cannot continue) are never restarted; "
+          "a server's 4 (a port stopped accepting connections) is, like a crash.");
 ABSL_FLAG(std::string, pid_dir, "",
           "If set, DIR/server-<i>.pid and DIR/worker-<j>.pid hold each process's current pid, "
           "rewritten atomically at every (re)start (e.g. for tests that kill one); DIR is "
@@ -70,9 +71,11 @@ std::atomic<int> g_stop_signal{0};
 void OnStopSignal(int signal) { g_stop_signal.store(signal); }
 
 // "code 1", or "code 137 (killed by SIGKILL)" (Subprocess reports a signal
-// as 128 + its number).
-std::string DescribeExit(int code) {
+// as 128 + its number), or a server's "code 4 (its listener stopped
+// accepting connections)": psync_server's own, restarted like a crash.
+std::string DescribeExit(int code, bool server) {
   std::string text = absl::StrCat("code ", code);
+  if (server && code == 4) absl::StrAppend(&text, " (its listener stopped accepting connections)");
   if (code > 128 && code < 128 + NSIG) {
     const char* name = sigabbrev_np(code - 128);
     if (name != nullptr) absl::StrAppend(&text, " (killed by SIG", name, ")");
@@ -319,7 +322,8 @@ class Launcher {
   // `d` ended with `code` while it was needed: restarts it if the code
   // allows and the job has restarts left; otherwise the job fails.
   absl::Status RestartOrFail(Daemon& d, int code) {
-    const std::string exited = absl::StrCat(d.name, " exited with ", DescribeExit(code));
+    const std::string exited =
+        absl::StrCat(d.name, " exited with ", DescribeExit(code, !d.port_file.empty()));
     // A failure of the job ends with what the daemon last logged as an error.
     auto fail = [&](absl::StatusCode status, absl::string_view why) {
       const std::string error = LastError(d.process->DrainedOutput(absl::Now() + kDrainWait));
@@ -430,7 +434,7 @@ class Launcher {
       }
       if (success && *code != 0) {
         std::printf("[launch] %s exited with %s at shutdown\n", d.name.c_str(),
-                    DescribeExit(*code).c_str());
+                    DescribeExit(*code, /*server=*/true).c_str());
       }
     }
     std::fflush(stdout);

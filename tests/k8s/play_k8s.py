@@ -39,6 +39,8 @@ Usage:
   play_k8s.py play RENDERED.yaml --work DIR [--run-id ID]
               [--kill POD --when GLOB [--signal SIG]] [--exec-after POD COMMAND]
   play_k8s.py native RENDERED.yaml --work DIR
+Either takes --blas-core CORE, which pins the job's BLAS kernels in its
+ConfigMap (training.blas_core).
 The second writes DIR/job.pbtxt (the ConfigMap's file) and prints the job
 flags a worker's command line adds to it, one per line, so that a native
 run can use the same configuration. Exit status 0 when the Job completed.
@@ -48,6 +50,7 @@ import argparse
 import base64
 import glob
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -361,6 +364,20 @@ def play(args, docs):
     return 0 if outcome == "complete" else 1
 
 
+def pin_blas_core(docs, core):
+    """Sets training.blas_core in every ConfigMap's job configuration."""
+    for doc in docs:
+        if doc["kind"] != "ConfigMap":
+            continue
+        for key, text in doc.get("data", {}).items():
+            if not key.endswith(".pbtxt"):
+                continue
+            text = re.sub(r'(?m)^[ \t]*blas_core:.*\n', "", text)
+            pinned, found = re.subn(r'(?m)^training \{\n', f'training {{\n  blas_core: "{core}"\n',
+                                    text, count=1)
+            doc["data"][key] = pinned if found else text + f'\ntraining {{ blas_core: "{core}" }}\n'
+
+
 def native(args, docs):
     """Writes the ConfigMap's file and prints the job flags of a worker."""
     job = next(d for d in docs if d["kind"] == "Job")
@@ -391,11 +408,15 @@ def main():
     parser.add_argument("--exec-after", nargs=2, metavar=("POD", "COMMAND"),
                         help="once the Job completes, run COMMAND in POD; it must exit 0")
     parser.add_argument("--timeout", type=int, default=600)
+    parser.add_argument("--blas-core",
+                        help="pin the job's BLAS kernels (training.blas_core in the ConfigMap)")
     args = parser.parse_args()
     if (args.kill is None) != (args.when is None):
         parser.error("--kill and --when go together")
     with open(args.rendered) as f:
         docs = [d for d in yaml.safe_load_all(f) if d]
+    if args.blas_core:
+        pin_blas_core(docs, args.blas_core)
     try:
         return play(args, docs) if args.mode == "play" else native(args, docs)
     except (ValueError, RuntimeError) as e:

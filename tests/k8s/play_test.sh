@@ -16,6 +16,10 @@
 #      by deploy/k8s/tools/make_security_secret.sh) completes with the same
 #      weights, and psync_ctl in a server pod is answered with the token and
 #      refused without it.
+# Every run, the native one included, is pinned to BLAS kernels other than
+# those OpenBLAS picks for this CPU (training.blas_core): the pods do not
+# inherit this host's environment (OPENBLAS_CORETYPE, say), so equal weights
+# prove that the pin, not the luck of the environment, chose the kernels.
 # Prints "PASS name" / "FAIL name" per check; exits non-zero if one failed.
 # Needs root, podman, buildah, debootstrap, kubectl and Debian's python3-yaml
 # (deploy/bootstrap_tools.sh installs them).
@@ -50,9 +54,26 @@ result "k8s play: build $image" 1
 timeout 60 kubectl kustomize deploy/k8s/overlays/cpu-demo >"$work/rendered.yaml" || {
   result "k8s play: render cpu-demo" 0; exit 1; }
 
+# The kernels OpenBLAS runs here with OPENBLAS_CORETYPE=$1 (none: those it
+# picks for this CPU, as in a container).
+openblas_core() {
+  env -u OPENBLAS_CORETYPE ${1:+OPENBLAS_CORETYPE=$1} /usr/bin/python3 -c 'import ctypes
+blas = ctypes.CDLL("libopenblas.so.0")
+blas.openblas_get_corename.restype = ctypes.c_char_p
+print(blas.openblas_get_corename().decode())'
+}
+host_core=$(openblas_core)
+core=Sandybridge  # runs on every x86-64 CPU with AVX; sums unlike Haswell, Zen, SkylakeX
+[[ "${host_core,,}" == "${core,,}" ]] && core=Haswell
+if [[ -z "$host_core" || "$(openblas_core "$core")" != "$core" ]]; then
+  result "k8s play: BLAS kernels $core other than this CPU's ('$host_core')" 0; exit 1
+fi
+echo "BLAS kernels: this CPU's are $host_core; every run here is pinned to $core"
+
 # The native run: the ConfigMap's file and the workers' job flags, with this
 # host's paths for what the pods keep on volumes.
 /usr/bin/python3 tests/k8s/play_k8s.py native "$work/rendered.yaml" --work "$work/native" \
+  --blas-core "$core" \
   >"$work/native.flags" || { result "k8s play: native configuration" 0; exit 1; }
 mapfile -t flags <"$work/native.flags"
 timeout 120 bazel build --config=nocuda //deploy/local:psync_launch 2>&1 | tail -1
@@ -63,6 +84,8 @@ timeout 300 "$(bazel info --config=nocuda bazel-bin 2>/dev/null)/deploy/local/ps
   >"$work/native.log" 2>&1
 native=$(sha_of "$work/native/summary.json")
 [[ -n "$native" ]] || { tail -20 "$work/native.log"; result "k8s play: native run" 0; exit 1; }
+grep -q "\"blas_core\": \"$core\"" "$work/native/summary.json" ||
+  { result "k8s play: the native run computed with $core" 0; exit 1; }
 echo "native run (${flags[*]}): weights_sha256 $native"
 
 # The secure-demo overlay, with a Secret made as an operator would.
@@ -77,11 +100,14 @@ play() {
   plays+=("$id")
   # The play's own deadline (400 s) plus its teardown, with room to spare.
   timeout 540 /usr/bin/python3 tests/k8s/play_k8s.py play "$rendered" --work "$dir" \
-    --image "$image" --run-id "$id" --timeout 400 "$@" >"$dir.log" 2>&1
+    --image "$image" --run-id "$id" --timeout 400 --blas-core "$core" "$@" >"$dir.log" 2>&1
   local rc=$? sha
   sha=$(sha_of "$dir/pvc/psync-output/summary.json")
   grep '^\[play\]' "$dir.log" | grep -v "not translated" | sed 's/^/  /'
-  if [[ $rc -ne 0 || "$sha" != "$native" ]]; then
+  if ! grep -q "\"blas_core\": \"$core\"" "$dir/pvc/psync-output/summary.json" 2>/dev/null; then
+    rc="$rc, kernels not $core"
+  fi
+  if [[ $rc != 0 || "$sha" != "$native" ]]; then
     tail -5 "$dir"/logs/psync-worker-*.log "$dir"/logs/psync-server-*.log 2>/dev/null
     result "k8s play: $name" 0 "exit $rc, weights_sha256 '${sha}', native $native"
   else

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,10 +23,11 @@ std::vector<std::string> RunfilesCandidates(const std::string& self, const std::
       candidates.push_back(absl::StrCat(dir, "/psync/", package, "/", name));
     }
   }
-  // <bazel-bin>/<self's package>/<self>: walk up to bazel-bin.
+  // <bazel-out>/<configuration>/bin/<self's package>/<self>: walk up to bin
+  // (not an install's PREFIX/bin).
   for (auto dir = std::filesystem::path(self).parent_path(); dir.has_relative_path();
        dir = dir.parent_path()) {
-    if (dir.filename() == "bin") {
+    if (dir.filename() == "bin" && dir.parent_path().parent_path().filename() == "bazel-out") {
       candidates.push_back((dir / package / name).string());
       break;
     }
@@ -33,10 +35,18 @@ std::vector<std::string> RunfilesCandidates(const std::string& self, const std::
   return candidates;
 }
 
+std::vector<std::string> BinaryCandidates(const std::string& self, const std::string& package,
+                                          const std::string& name) {
+  std::vector<std::string> candidates = {
+      (std::filesystem::path(self).parent_path() / name).string()};
+  for (std::string& c : RunfilesCandidates(self, package, name)) candidates.push_back(std::move(c));
+  return candidates;
+}
+
 absl::StatusOr<std::string> FindBinary(const std::string& package, const std::string& name,
                                        const std::string& bin_dir) {
   const std::vector<std::string> candidates =
-      bin_dir.empty() ? RunfilesCandidates(SelfPath(), package, name)
+      bin_dir.empty() ? BinaryCandidates(SelfPath(), package, name)
                       : std::vector<std::string>{absl::StrCat(bin_dir, "/", name)};
   for (const std::string& c : candidates) {
     if (access(c.c_str(), X_OK) == 0) return c;
@@ -48,7 +58,9 @@ absl::StatusOr<std::string> FindBinary(const std::string& package, const std::st
   }
   return absl::NotFoundError(absl::StrCat("cannot find ", name, "; looked at ",
                                           absl::StrJoin(candidates, ", "),
-                                          " (build it with bazel, or pass --bin_dir)"));
+                                          " (build it with bazel and run this binary from "
+                                          "bazel-bin, install them together with `bazel run "
+                                          "//deploy:install -- PREFIX`, or pass --bin_dir)"));
 }
 
 }  // namespace psync

@@ -45,7 +45,8 @@
 
 ABSL_FLAG(int, timeout_s, 1800, "Stop everything and fail after this many seconds.");
 ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server and psync_worker "
-          "(default: found next to this binary in the Bazel output tree).");
+          "(default: the folder of this binary, where `bazel run //deploy:install -- PREFIX` "
+          "puts them all, else this binary's Bazel runfiles and output tree).");
 ABSL_FLAG(bool, secure, false,
           "Make a throwaway CA, certificate and token for this run (openssl) and run every "
           "connection with mutual TLS and the token; not with the security flags.");

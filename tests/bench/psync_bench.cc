@@ -91,7 +91,8 @@ ABSL_FLAG(std::string, server_netns, "",
           "process's. tests/bench/link_bench.sh puts them behind an emulated link this way.");
 ABSL_FLAG(bool, baselines, true, "Also time plain TCP and plain gRPC (off: psync only, for profiling).");
 ABSL_FLAG(std::string, label, "", "Name of this configuration in the output.");
-ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server (default: bazel-bin).");
+ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server (default: the folder of "
+          "this binary, as //deploy:install puts them, else its Bazel runfiles).");
 ABSL_FLAG(bool, compare_tls, false,
           "Also time each run's psync with mutual TLS and a token (a throwaway CA), side by "
           "side with plaintext, and print the ratio.");

@@ -18,6 +18,7 @@
 #include "common/free_ports.h"
 #include "common/subprocess.h"
 #include "gtest/gtest.h"
+#include "tests/job_progress.h"
 #include "tests/test_util.h"
 #include "worker/gpu/cuda_maps.h"
 
@@ -81,7 +82,9 @@ TEST(CpuWorkerMapsTest, CpuWorkersMapNoCudaLibrary) {
     ASSERT_TRUE(WaitForOutput(*workers[w], absl::StrCat("worker ", w, " registered"), deadline))
         << workers[w]->output();
   }
-  absl::SleepFor(absl::Seconds(1));  // some steps in: models, reducers and gRPC all busy
+  // Some steps in: models, reducers and gRPC all busy.
+  ASSERT_GE(JobProgress({address}).AwaitVersion(10, *workers[0], deadline), 10)
+      << workers[0]->output();
   for (int w = 0; w < 3; ++w) {
     ASSERT_FALSE(workers[w]->Poll().has_value()) << workers[w]->output();
   }

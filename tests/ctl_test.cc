@@ -57,8 +57,17 @@ TEST(CtlTest, StatusOfALiveClusterAStallAndAServerDown) {
   }
   EXPECT_TRUE(Contains(healthy.output, "healthy: 2 servers answered")) << healthy.output;
 
-  absl::SleepFor(absl::Seconds(2));
-  const Ended stalled = RunToEnd({ctl, "status", servers, "--stall_s=1"});
+  // Asks until the answer has `text` (a stall is one once it has lasted
+  // --stall_s on the server's clock), at most 30 s: the last answer.
+  auto status_until = [&](const std::string& text) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    Ended answer;
+    do {
+      answer = RunToEnd({ctl, "status", servers, "--stall_s=1"});
+    } while (!Contains(answer.output, text) && absl::Now() < deadline);
+    return answer;
+  };
+  const Ended stalled = status_until("UNHEALTHY: stalled: server 0 has waited");
   EXPECT_EQ(stalled.exit_code, 1) << stalled.output;
   EXPECT_TRUE(Contains(stalled.output, "UNHEALTHY: stalled: server 0 has waited"))
       << stalled.output;
@@ -67,8 +76,8 @@ TEST(CtlTest, StatusOfALiveClusterAStallAndAServerDown) {
   // Worker 0 dies too: now nobody pushes, and the stall is its silence.
   worker->Signal(SIGKILL);
   ASSERT_TRUE(worker->Wait(absl::Now() + absl::Seconds(10)).has_value());
-  absl::SleepFor(absl::Seconds(3));  // past its 1 s lease and --stall_s=1
-  const Ended silent = RunToEnd({ctl, "status", servers, "--stall_s=1"});
+  // Past its 1 s lease and --stall_s=1.
+  const Ended silent = status_until("stalled: worker(s) 0 registered with server 0");
   EXPECT_EQ(silent.exit_code, 1) << silent.output;
   EXPECT_TRUE(Contains(silent.output, "stalled: worker(s) 0 registered with server 0 and have "
                                       "been silent for"))

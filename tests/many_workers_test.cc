@@ -134,8 +134,10 @@ struct FloodResult {
 };
 
 // `n` pulls of version 1 from worker 1's session on one connection, each
-// with `deadline`; returns once all have ended.
-FloodResult Flood(const std::string& address, uint64_t session, int n, absl::Time deadline) {
+// with `deadline`; returns once all have ended. Counts each refusal in
+// `refused` (if given) as it comes.
+FloodResult Flood(const std::string& address, uint64_t session, int n, absl::Time deadline,
+                  std::atomic<int>* refused = nullptr) {
   auto stub = NewStub(address);
   grpc::CompletionQueue cq;
   struct Call {
@@ -164,6 +166,7 @@ FloodResult Flood(const std::string& address, uint64_t session, int n, absl::Tim
     const Call& call = *static_cast<Call*>(tag);
     if (call.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
       if (result.exhausted++ == 0) result.message = call.status.error_message();
+      if (refused != nullptr) ++*refused;
     } else {
       ++result.waited;
     }
@@ -204,12 +207,16 @@ TEST(ManyWorkersTest, AFloodOfPullsIsBoundedPerConnectionAndInTotalAndTrainingFi
   const absl::Time flood_deadline = absl::Now() + absl::Seconds(4);
   std::vector<FloodResult> floods(4);
   std::vector<std::thread> flooders;
+  std::atomic<int> refused{0};
   for (int c = 0; c < 3; ++c) {
     flooders.emplace_back([&, c] {
-      floods[c] = Flood(server.address(), registered.session(), 40, flood_deadline);
+      floods[c] = Flood(server.address(), registered.session(), 40, flood_deadline, &refused);
     });
   }
-  absl::SleepFor(absl::Seconds(1));  // the first three are waiting by now
+  // Once the three have had their refusals, their admitted pulls wait.
+  while (refused.load() < 3 * (40 - kPerConnection) && absl::Now() < flood_deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   floods[3] = Flood(server.address(), registered.session(), 40, flood_deadline);
   EXPECT_EQ(floods[3].exhausted, 40 - (kTotal - 3 * kPerConnection));
   EXPECT_TRUE(Contains(floods[3].message, "--max_waiting_calls")) << floods[3].message;

@@ -12,6 +12,7 @@
 #include "common/free_ports.h"
 #include "common/subprocess.h"
 #include "gtest/gtest.h"
+#include "tests/job_progress.h"
 #include "tests/test_util.h"
 
 namespace psync {
@@ -43,7 +44,9 @@ TEST(PeerTimeoutTest, AWorkerThatStaysDeadFailsTheJobByName) {
   ASSERT_NE(victim, nullptr);
   ASSERT_TRUE(WaitForOutput(*victim, "worker 1 registered", absl::Now() + absl::Seconds(30)))
       << victim->output();
-  absl::SleepFor(absl::Milliseconds(300));  // a few steps in
+  // A few steps in, whatever the machine's speed.
+  ASSERT_GE(JobProgress({address}).AwaitVersion(5, *victim, absl::Now() + absl::Seconds(60)), 5)
+      << victim->output();
   victim->Signal(SIGKILL);
   const absl::Time killed = absl::Now();
 

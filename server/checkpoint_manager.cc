@@ -271,12 +271,6 @@ absl::Status CheckpointManager::Write(const Snapshot& s) {
   LOG(INFO) << "server " << options_.server_rank << ": checkpoint of version " << s.version
             << " written to " << path << " in "
             << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)));
-  if (s.version == s.shape.total_steps && !finish_logged_.exchange(true)) {
-    // What a cluster operator watches for: this server holds the job's
-    // result and now only serves it (and status) until it is stopped.
-    LOG(INFO) << "server " << options_.server_rank << ": training finished at step "
-              << s.version << "; idle until stopped (SIGTERM)";
-  }
   if (on_done) on_done(s.version, absl::OkStatus());
   return absl::OkStatus();
 }

@@ -4,7 +4,6 @@
 #ifndef PSYNC_SERVER_CHECKPOINT_MANAGER_H_
 #define PSYNC_SERVER_CHECKPOINT_MANAGER_H_
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -83,9 +82,6 @@ class CheckpointManager {
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t written_ ABSL_GUARDED_BY(mu_) = 0;
-  // The end of training is logged once, though the last version may be
-  // written again at shutdown.
-  std::atomic<bool> finish_logged_{false};
   int64_t failed_ ABSL_GUARDED_BY(mu_) = 0;
   std::function<void(int64_t, const absl::Status&)> on_done_ ABSL_GUARDED_BY(mu_);
   std::thread writer_;

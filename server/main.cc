@@ -125,6 +125,31 @@ absl::StatusOr<std::string> ListenHost(const std::string& host) {
   return absl::StrContains(bare, ':') ? absl::StrCat("[", bare, "]") : bare;
 }
 
+// Logs, once every worker has said it trained every step, what a server
+// started by hand has no other way to learn: the job is done, what is saved,
+// and how to stop it. False (nothing logged) until then. `checkpoints` may
+// be null (no --checkpoint_dir).
+bool LogIfJobFinished(const ShardStore& store, int server_rank, CheckpointManager* checkpoints,
+                      const std::string& checkpoint_dir) {
+  const int64_t version = store.FinishedVersion();
+  if (version == 0) return false;
+  const std::string stop = absl::StrCat("stop me with SIGTERM (kill ", getpid(), ")");
+  std::string saved;
+  if (checkpoints == nullptr) {
+    saved = absl::StrCat("no --checkpoint_dir, so nothing is saved here; ", stop);
+  } else {
+    const std::vector<CheckpointVersion> versions = checkpoints->Versions();
+    saved = !versions.empty() && versions.front().version >= version
+                ? absl::StrCat("final checkpoint written (version ", version, " in ",
+                               checkpoint_dir, "); ", stop)
+                : absl::StrCat(stop, ", which writes the final checkpoint (version ", version,
+                               " in ", checkpoint_dir, ")");
+  }
+  LOG(INFO) << "server " << server_rank << ": the job finished at version " << version
+            << " (every worker done); " << saved;
+  return true;
+}
+
 int Run() {
   absl::StatusOr<LoadedJobConfig> loaded = LoadJobConfig();
   if (!loaded.ok()) {
@@ -343,6 +368,7 @@ int Run() {
   int exit_code = 0;
   int signal = 0;
   const timespec slice = {0, 250 * 1000 * 1000};
+  bool finish_logged = false;
   while (true) {
     signal = sigtimedwait(&stop_signals, nullptr, &slice);
     if (signal > 0) break;
@@ -370,6 +396,10 @@ int Run() {
       absl::SleepFor(absl::Seconds(1));  // waiting workers get the error first
       exit_code = 3;
       break;
+    }
+    if (!finish_logged) {
+      finish_logged =
+          LogIfJobFinished(**store, options->server_rank, checkpoints.get(), checkpoint_dir);
     }
   }
   const StoreStatus status = (*store)->GetStatus();

@@ -1033,6 +1033,12 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
   return result;
 }
 
+int64_t ShardStore::FinishedVersion() const {
+  absl::MutexLock lock(&mu_);
+  if (options_.checkpoint_every > 0 && checkpoint_done_ < finished_version_) return 0;
+  return finished_version_;
+}
+
 void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state) {
   // Built before taking mu_: allocating and filling a shard takes a while.
   std::shared_ptr<Shard> fresh;

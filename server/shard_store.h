@@ -263,6 +263,10 @@ class ShardStore {
   // Finish must not take it back to train a done job; see finished_version_).
   absl::StatusOr<HeartbeatResult> Heartbeat(int worker_rank, uint64_t session,
                                             int64_t done_version);
+  // The version every worker has said it trained every step at, once
+  // Heartbeat answers all_done for it (with checkpoint_every, once its
+  // checkpoint was written or failed): the job is complete. 0 until then.
+  int64_t FinishedVersion() const;
 
   // Starts `generation` from `state` (nullopt: afresh, the next Register
   // fixes the layout). Not ready until SetReady(true).

@@ -812,6 +812,28 @@ TEST_F(ShardStoreTest, AJobEveryWorkerFinishedStaysFinishedAcrossARollback) {
   }
 }
 
+// FinishedVersion (what psync_server logs once) follows all_done: 0 until
+// every worker has said it is done at one version, and, with checkpoints
+// every few steps, until that version's checkpoint is done too.
+TEST_F(ShardStoreTest, FinishedVersionIsSetOnceEveryWorkerIsDone) {
+  checkpoint_every_ = 5;
+  Make(2, false);
+  for (int w = 0; w < 2; ++w) {
+    for (int32_t id : layout_.ChunksOnServer(0)) ASSERT_TRUE(Push(w, 0, 1, id, {1.0f, 1.0f}).ok());
+  }
+  ASSERT_TRUE(store_->Heartbeat(0, S(0), 1).ok());
+  EXPECT_EQ(store_->FinishedVersion(), 0);  // worker 1 has not said it is done
+  auto beat = store_->Heartbeat(1, S(1), 1);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  EXPECT_FALSE(beat->all_done);
+  EXPECT_EQ(store_->FinishedVersion(), 0);  // version 1's checkpoint is not done
+  store_->CheckpointDone(1);
+  EXPECT_EQ(store_->FinishedVersion(), 1);
+  beat = store_->Heartbeat(1, S(1), 1);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  EXPECT_TRUE(beat->all_done);
+}
+
 // A worker whose optimizer settings differ from the server's is refused,
 // naming both; one that sends none (a tool) is not checked.
 TEST(ShardStoreUpdateRuleTest, AWorkerWithOtherOptimizerSettingsIsRefused) {

@@ -96,6 +96,14 @@ TEST(ObservabilityTest, MetricsPrometheusAndJsonLogsOfALiveJob) {
   EXPECT_EQ(MetricValue(server_live, "psync_server_registered_workers"), 1) << server_live;
 
   ASSERT_EQ(worker->Wait(absl::Now() + absl::Seconds(120)), 0) << worker->output();
+  // A server started by hand says once that the job is done, what it saved
+  // and how to stop it.
+  EXPECT_TRUE(WaitForOutput(*server,
+                            absl::StrCat("server 0: the job finished at version ", kSteps,
+                                         " (every worker done); final checkpoint written (version ",
+                                         kSteps, " in "),
+                            absl::Now() + absl::Seconds(30)))
+      << server->output();
   // The server has applied every step and stays up, idle.
   const std::string done = HttpGet(server_metrics, "/metrics");
   EXPECT_EQ(Promtool(done, "server_done"), "");
@@ -151,9 +159,10 @@ TEST(ObservabilityTest, MetricsPrometheusAndJsonLogsOfALiveJob) {
   for (const char* event :
        {"server 0 starting; configuration: ", "listening on 127.0.0.1:", "metrics on http://",
         "worker 0 registered", "checkpoint of version 100 written",
-        "training finished at step 240", "received SIGTERM", "server 0 stopped"}) {
+        "stop me with SIGTERM", "received SIGTERM", "server 0 stopped"}) {
     EXPECT_EQ(LinesWith(server_log, event).size() >= 1, true) << event << "\n" << server_log;
   }
+  EXPECT_EQ(Count(server_log, "the job finished at version"), 1) << server_log;
   for (const char* event : {"worker 0 starting; configuration: ", "worker 0 registered",
                             "epoch 1 step ", "worker 0 finished 240 steps"}) {
     EXPECT_EQ(LinesWith(worker_log, event).size() >= 1, true) << event << "\n" << worker_log;

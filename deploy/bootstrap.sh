@@ -13,6 +13,10 @@ packages=(
   python3 python3-matplotlib zlib1g-dev
   prometheus
   iproute2
+  # What the tests run besides the project's binaries (util-linux, with
+  # prlimit, setpriv and taskset, is essential to Debian): --secure and the
+  # TLS tests make certificates with openssl.
+  openssl
 )
 
 missing=()

@@ -37,7 +37,8 @@ cleanup() {
   [[ -n "${PSYNC_KEEP_PLAY:-}" ]] || rm -rf "$work"
 }
 trap cleanup EXIT
-export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/tests/k8s/containers.conf}
+# This test's podman settings, whatever the environment says (runc, limits).
+export CONTAINERS_CONF=$PWD/tests/k8s/containers.conf
 failed=0
 result() {  # NAME OK [DETAIL]
   if [[ "$2" == 1 ]]; then echo "PASS $1"; else echo "${3:+$3

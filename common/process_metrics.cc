@@ -59,17 +59,19 @@ std::string CgroupFolder() {
 
 }  // namespace
 
-int64_t AvailableMemoryBytes() {
-  int64_t available = -1;
-  auto at_most = [&](int64_t left) {
-    available = available < 0 ? left : std::min(available, left);
+AvailableMemory AvailableMemoryNow() {
+  AvailableMemory available;
+  auto at_most = [&](int64_t left, const char* source) {
+    if (available.bytes >= 0 && available.bytes <= left) return;
+    available.bytes = left;
+    available.source = source;
   };
   std::ifstream meminfo("/proc/meminfo");
   std::string key, unit;
   int64_t kb = 0;
   while (meminfo >> key >> kb >> unit) {
     if (key == "MemAvailable:") {
-      available = kb << 10;
+      at_most(kb << 10, "MemAvailable in /proc/meminfo");
       break;
     }
   }
@@ -80,17 +82,23 @@ int64_t AvailableMemoryBytes() {
     int64_t mapped_pages = 0;
     if (statm >> mapped_pages) {
       at_most(std::max<int64_t>(
-          0, static_cast<int64_t>(as.rlim_cur) - mapped_pages * sysconf(_SC_PAGESIZE)));
+                  0, static_cast<int64_t>(as.rlim_cur) - mapped_pages * sysconf(_SC_PAGESIZE)),
+              "the address-space limit (ulimit -v) less what this process maps");
     }
   }
   const std::string cgroup = CgroupFolder();
   if (!cgroup.empty()) {
     const int64_t limit = ReadNumber(cgroup + "/memory.max");
     const int64_t used = ReadNumber(cgroup + "/memory.current");
-    if (limit >= 0 && used >= 0) at_most(std::max<int64_t>(0, limit - used));
+    if (limit >= 0 && used >= 0) {
+      at_most(std::max<int64_t>(0, limit - used),
+              "the cgroup's memory.max less its memory.current (a container's limit)");
+    }
   }
   return available;
 }
+
+int64_t AvailableMemoryBytes() { return AvailableMemoryNow().bytes; }
 
 int64_t PeakResidentBytes(int pid) {
   std::ifstream status(pid == 0 ? std::string("/proc/self/status")

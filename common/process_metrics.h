@@ -34,6 +34,13 @@ Resident ResidentNow(int pid);
 // can be read.
 int64_t AvailableMemoryBytes();
 
+// AvailableMemoryBytes() and which of the three bounds it, for messages.
+struct AvailableMemory {
+  int64_t bytes = -1;  // -1: none could be read
+  std::string source;  // e.g. "MemAvailable in /proc/meminfo"
+};
+AvailableMemory AvailableMemoryNow();
+
 // CPU time (user and system, all threads) process `pid` (0: this one) has
 // used, in seconds; -1 when it cannot be read (the process is gone).
 double CpuSeconds(int pid = 0);

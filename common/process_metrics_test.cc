@@ -33,9 +33,18 @@ TEST(ProcessMetricsTest, AvailableMemoryHonoursTheAddressSpaceLimit) {
   lowered.rlim_cur = static_cast<rlim_t>(pages * sysconf(_SC_PAGESIZE) + (int64_t{256} << 20));
   ASSERT_EQ(setrlimit(RLIMIT_AS, &lowered), 0);
   const int64_t limited = AvailableMemoryBytes();
+  const AvailableMemory described = AvailableMemoryNow();
   ASSERT_EQ(setrlimit(RLIMIT_AS, &saved), 0);
   EXPECT_LE(limited, int64_t{256} << 20);
   EXPECT_GT(limited, int64_t{200} << 20);
+  EXPECT_LE(described.bytes, int64_t{256} << 20);
+  EXPECT_THAT(described.source, HasSubstr("address-space limit (ulimit -v)"));
+}
+
+TEST(ProcessMetricsTest, AvailableMemoryNamesWhatBoundsIt) {
+  const AvailableMemory available = AvailableMemoryNow();
+  EXPECT_GT(available.bytes, int64_t{64} << 20);
+  EXPECT_THAT(available.source, ContainsRegex("MemAvailable|ulimit|cgroup"));
 }
 
 TEST(ProcessMetricsTest, RaisesTheSoftOpenFileLimitToTheHardOne) {

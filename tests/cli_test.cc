@@ -290,5 +290,30 @@ TEST(CliTest, WritableOutputPathsPassTheStartChecks) {
   EXPECT_TRUE(std::filesystem::is_empty(dir));
 }
 
+// A model no machine of this kind holds (7.6 TB for 1024 CPU devices of
+// 3.7 GB of weights; the machines have 24 to 128 GiB): refused at start with
+// exit 2, saying what it needs and what the machine has. Allocating any of
+// it first would have failed otherwise (or taken the host down), not exited 2.
+TEST(CliTest, AModelTheMachineCannotHoldIsRefusedAtStart) {
+  const std::string model = "--model=mlp:784-30000-30000-10";
+  const Ended worker = RunToEnd(Worker({model, "--devices=1024"}));
+  EXPECT_EQ(worker.exit_code, 2) << worker.output;
+  for (const char* part : {"--model=mlp:784-30000-30000-10 has 924 M parameters (3.7 GB of "
+                           "float32 weights): with --devices=1024 (CPU) this worker needs about "
+                           "7586.9 GB (2053 copies of 3.7 GB",
+                           "GB available (", "fewer --devices"}) {
+    EXPECT_TRUE(Contains(worker.output, part)) << part << "\n" << worker.output;
+  }
+  EXPECT_FALSE(Contains(worker.output, kPastStartChecks)) << worker.output;
+
+  // The launcher counts every worker and the servers, before it starts any.
+  const Ended launch = RunToEnd(Launch({model, "--devices=1024", "--device=cpu"}));
+  EXPECT_EQ(launch.exit_code, 2) << launch.output;
+  EXPECT_TRUE(Contains(launch.output, "1 worker with --devices=1024 (CPU) and the servers on "
+                                      "this host need about 7594.3 GB"))
+      << launch.output;
+  EXPECT_FALSE(Contains(launch.output, "[server 0]")) << "started a server: " << launch.output;
+}
+
 }  // namespace
 }  // namespace psync

@@ -43,6 +43,7 @@
 #include "worker/device.h"
 #include "worker/gpu/gpu.h"
 #include "worker/metrics_csv.h"
+#include "worker/memory_check.h"
 #include "worker/model/blas.h"
 #include "worker/model/model.h"
 #include "worker/trace.h"
@@ -338,6 +339,9 @@ absl::Status Run(const proto::JobConfig& c, int rank, const BlasInfo& blas) {
   const DeviceChoice& device = *chosen;
   LOG(INFO) << "worker " << options.worker_rank << " uses " << devices << " "
             << (device.cuda ? "CUDA" : "CPU") << " devices: " << device.reason;
+  // Before any buffer is allocated: a model the machine cannot hold fails here.
+  PSYNC_RETURN_IF_ERROR(BadConfig(
+      CheckWorkerMemory(*ParseModelSpec(model), devices, device.cuda, AvailableMemoryNow())));
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
                          device.cuda ? CreateNcclReducer(devices) : CpuReducer::Create(devices));
   std::vector<std::unique_ptr<Model>> replicas;

@@ -38,10 +38,13 @@
 #include "common/job_flags.h"
 #include "common/output_path.h"
 #include "common/free_ports.h"
+#include "common/model_spec.h"
+#include "common/process_metrics.h"
 #include "common/runfiles.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
 #include "common/throwaway_pki.h"
+#include "worker/memory_check.h"
 
 ABSL_FLAG(int, timeout_s, 1800, "Stop everything and fail after this many seconds.");
 ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server and psync_worker "
@@ -156,6 +159,12 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
         "--max_restarts is ", absl::GetFlag(FLAGS_max_restarts), ", expected >= 0 (0: none)"));
   }
   const proto::JobConfig& c = loaded.config;
+  // Every process shares this host's memory. --device=auto counts as CUDA,
+  // whose devices' buffers are not in host memory: refused only if it cannot
+  // fit either way.
+  PSYNC_RETURN_IF_ERROR(CheckSingleHostJobMemory(
+      *ParseModelSpec(c.training().model()), cluster.num_workers(), c.training().devices(),
+      /*cuda=*/c.training().device() != "cpu", AvailableMemoryNow()));
   PSYNC_RETURN_IF_ERROR(CheckDirFlag("--checkpoint_dir", c.checkpoint().checkpoint_dir()));
   PSYNC_RETURN_IF_ERROR(CheckDirFlag("--pid_dir", absl::GetFlag(FLAGS_pid_dir)));
   // Checked before any process starts (worker 0 checks them again).

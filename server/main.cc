@@ -406,7 +406,11 @@ int Run() {
   if (signal > 0) {
     LOG(INFO) << "server " << options->server_rank << ": received "
               << (signal == SIGTERM ? "SIGTERM" : "SIGINT") << ", shutting down at version "
-              << status.version;
+              << status.version
+              << (checkpoints == nullptr && !finish_logged && status.version > 0
+                      ? "; no --checkpoint_dir, so the training state is lost: the job cannot "
+                        "be resumed"
+                      : "");
   }
   if (exit_code == kExitListenerStuck) {
     // Its connections may hold every descriptor the checkpoint file needs:

@@ -455,13 +455,33 @@ absl::Status Run(const proto::JobConfig& c, int rank, const BlasInfo& blas) {
         worker_metrics.OnStep(r);
       });
   if (absl::IsCancelled(trained.status()) && stopper.signalled()) {
+    if (tracer != nullptr) {  // the steps it recorded tell where the time went
+      const absl::Status written = tracer->Write(trace_path);
+      if (written.ok()) {
+        LOG(INFO) << "worker " << options.worker_rank
+                  << ": wrote the trace of the steps recorded before the signal to " << trace_path;
+      } else {
+        LOG(ERROR) << "worker " << options.worker_rank << ": " << written.message();
+      }
+    }
+    // A worker started again rejoins while the servers run; what outlives
+    // them is their checkpoints.
+    const std::string& checkpoint_dir = c.checkpoint().checkpoint_dir();
+    const std::string resume =
+        checkpoint_dir.empty()
+            ? "a worker started again rejoins while the servers run, but without "
+              "--checkpoint_dir the training of this job is lost once they stop: then run it "
+              "again from step 0"
+            : absl::StrCat("the job can be resumed: a worker started again rejoins while the "
+                           "servers run, and once they stop, from their newest checkpoint in ",
+                           checkpoint_dir);
     // Not 0: its work is not done. Kubernetes runs the Job's index again
     // (a pod that exited 0 would count as completed, and its peers would
     // wait for it in vain), and psync_launch restarts it.
     return WithExitCode(128 + stopper.signal(),
                         absl::CancelledError(absl::StrCat(
                             "stopped by a signal before the last step (",
-                            trained.status().message(), "); the job can be resumed")));
+                            trained.status().message(), "); ", resume)));
   }
   // A gradient or weight that overflows the wire's dtype (OUT_OF_RANGE, only
   // from EncodeWireChecked, here or on a server) comes back at the same step

@@ -9,10 +9,31 @@
 
 namespace psync {
 
-JobProgress::JobProgress(const std::vector<std::string>& servers) {
-  for (const std::string& address : servers) {
+JobProgress::JobProgress(const std::vector<std::string>& servers)
+    : versions_(new std::atomic<int64_t>[servers.size()]) {
+  for (size_t i = 0; i < servers.size(); ++i) {
+    versions_[i] = -1;
     stubs_.push_back(proto::ParameterServer::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials())));
+        grpc::CreateChannel(servers[i], grpc::InsecureChannelCredentials())));
+  }
+  for (size_t i = 0; i < servers.size(); ++i) {
+    askers_.emplace_back([this, i] { Ask(stubs_[i].get(), &versions_[i]); });
+  }
+}
+
+JobProgress::~JobProgress() {
+  done_ = true;
+  for (std::thread& t : askers_) t.join();
+}
+
+void JobProgress::Ask(proto::ParameterServer::Stub* stub, std::atomic<int64_t>* version) {
+  while (!done_) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    proto::StatusResponse status;
+    const bool answered = stub->GetStatus(&context, proto::StatusRequest(), &status).ok();
+    *version = answered && status.registered() ? status.version() : -1;
+    absl::SleepFor(absl::Milliseconds(1));
   }
 }
 
@@ -32,16 +53,9 @@ std::unique_ptr<JobProgress> JobProgress::OfLaunch(Subprocess& launcher, absl::T
   return nullptr;
 }
 
-int64_t JobProgress::Version() {
+int64_t JobProgress::Version() const {
   int64_t version = -1;
-  for (auto& stub : stubs_) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    proto::StatusResponse status;
-    if (stub->GetStatus(&context, proto::StatusRequest(), &status).ok() && status.registered()) {
-      version = std::max<int64_t>(version, status.version());
-    }
-  }
+  for (size_t i = 0; i < stubs_.size(); ++i) version = std::max<int64_t>(version, versions_[i]);
   return version;
 }
 
@@ -49,7 +63,7 @@ int64_t JobProgress::AwaitVersion(int64_t version, Subprocess& running, absl::Ti
   while (absl::Now() < deadline && !running.Poll().has_value()) {
     const int64_t now = Version();
     if (now >= version) return now;
-    absl::SleepFor(absl::Milliseconds(2));
+    absl::SleepFor(absl::Milliseconds(1));
   }
   return -1;
 }

@@ -94,7 +94,12 @@ std::vector<int64_t> KillOnSchedule(const std::vector<PlannedKill>& plan,
   return landed;
 }
 
-// Every kill of `plan` landed at or after its version and before the end.
+// How far past its version a kill may land: the servers are asked every
+// millisecond or so, a few steps at most on this machine.
+constexpr int64_t kLandingSlack = kSteps / 10;
+
+// Every kill of `plan` landed at its version or a few steps after, and so
+// before the end.
 void ExpectLandedAsPlanned(const ChaosRun& run, const std::vector<PlannedKill>& plan) {
   ASSERT_EQ(run.kills(), static_cast<int>(plan.size())) << run.output;
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -103,7 +108,7 @@ void ExpectLandedAsPlanned(const ChaosRun& run, const std::vector<PlannedKill>& 
                 plan[i].victim.c_str(), static_cast<long long>(plan[i].at_version),
                 static_cast<long long>(run.landed[i]));
     EXPECT_GE(run.landed[i], plan[i].at_version);
-    EXPECT_LT(run.landed[i], kSteps);
+    EXPECT_LT(run.landed[i], plan[i].at_version + kLandingSlack);
   }
   EXPECT_GE(Count(run.output, "restarting it"), run.kills()) << run.output;
 }
@@ -177,8 +182,9 @@ TEST_F(RecoveryTest, TwoFailuresCloseTogether) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
   ASSERT_EQ(run.kills(), 4) << run.output;
   EXPECT_GE(run.landed[0], 60);
+  EXPECT_LT(run.landed[0], 60 + kLandingSlack);
   EXPECT_GE(run.landed[2], 300);
-  EXPECT_LT(run.landed[2], kSteps);
+  EXPECT_LT(run.landed[2], 300 + kLandingSlack);
   EXPECT_GE(Count(run.output, "restarting it"), 4) << run.output;
   EXPECT_EQ(run.sha, *reference_) << run.output;
 }
@@ -223,7 +229,7 @@ TEST_F(RecoveryTest, WholeJobStopsAndResumesAlsoOntoAnotherServerCount) {
       return stopped;
     });
     ASSERT_EQ(first.kills(), 1) << first.output;
-    EXPECT_LT(first.landed[0], kSteps);
+    EXPECT_LT(first.landed[0], kSteps / 2 + kLandingSlack);
     EXPECT_NE(first.exit_code, 0);  // stopped before the end
     ASSERT_TRUE(std::filesystem::exists(dir)) << first.output;
     const JobRun second = Launch(name + "b", Job(dir, resume_servers));

@@ -27,6 +27,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/psync.grpc.pb.h"
+#include "worker/client/rpc/silent_server.h"
 
 namespace psync {
 namespace {
@@ -165,6 +166,7 @@ class GrpcPsClient final : public PsClient {
       SetTcpCongestion(options_.tcp_congestion, address, channel_args);
       auto channel = CreatePeerChannel(address, options_.security, channel_args);
       stubs_.push_back(proto::ParameterServer::NewStub(channel));
+      channels_.push_back(channel);
       generic_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
     }
     // Every tensor has at least one chunk, and a tensor's chunks are numbered
@@ -234,7 +236,8 @@ class GrpcPsClient final : public PsClient {
       done_version_ = 0;
     }
     std::vector<SharedSlots> offered = OfferSharedMemory();
-    const absl::Time deadline = absl::Now() + options_.connect_timeout;
+    const absl::Time start = absl::Now();
+    const absl::Time deadline = start + options_.connect_timeout;
     absl::Time last_log = absl::Now();
     // Each server's latest refusal: more telling than the deadline of an
     // attempt cut short by the connect timeout.
@@ -246,7 +249,9 @@ class GrpcPsClient final : public PsClient {
       // Sequential: each call may wait for its server to come up.
       for (size_t server = 0; server < stubs_.size() && why.ok(); ++server) {
         grpc::ClientContext ctx;
-        ctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + kRegisterAttempt)));
+        const absl::Duration attempt =
+            std::clamp(deadline - absl::Now(), absl::ZeroDuration(), kRegisterAttempt);
+        ctx.set_deadline(absl::ToChronoTime(absl::Now() + attempt));
         ctx.set_wait_for_ready(true);
         req.clear_shared_memory();
         if (const SharedSlots& shared = offered[server]; shared.region != nullptr) {
@@ -277,7 +282,8 @@ class GrpcPsClient final : public PsClient {
         if (st.ok()) continue;
         why = ServerError("Register", static_cast<int>(server), st);
         if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-          why = refused[server].ok() ? NoAnswer(static_cast<int>(server)) : refused[server];
+          why = refused[server].ok() ? NoAnswer(static_cast<int>(server), attempt)
+                                     : refused[server];
         } else if (!RegisterMayRetry(st.error_code()) || cancelled_.load()) {
           return why;  // refused for good (another layout or shape, say), or cancelled by us
         } else {
@@ -301,7 +307,9 @@ class GrpcPsClient final : public PsClient {
                                                     absl::ToInt64Seconds(options_.connect_timeout), ")"));
       }
       if (absl::Now() - last_log >= kLogInterval) {
-        LOG(INFO) << "worker " << options_.worker_rank << ": waiting to register: " << why.message();
+        LOG(INFO) << "worker " << options_.worker_rank << ": "
+                  << WaitingToRegister(absl::Now() - start, options_.connect_timeout,
+                                       why.message());
         last_log = absl::Now();
       }
       absl::SleepFor(kRetryBackoff);
@@ -922,28 +930,22 @@ class GrpcPsClient final : public PsClient {
     }
   }
 
-  // Why `server` did not answer a Register that waited for it: a call that
-  // does not wait (a GetStatus, which changes nothing) fails with the
-  // connection's own error, such as a refused connection or a failed TLS
-  // handshake.
-  absl::Status NoAnswer(int server) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-    proto::StatusResponse ignored;
-    const grpc::Status probe = stubs_[server]->GetStatus(&ctx, proto::StatusRequest(), &ignored);
-    const std::string peer =
+  // Why `server` did not answer a Register that waited `attempt` for it: a
+  // call that does not wait (a GetStatus, which changes nothing) fails with
+  // the connection's own error, such as a refused connection or a failed TLS
+  // handshake, or answers late from a connected but busy server.
+  absl::Status NoAnswer(int server, absl::Duration attempt) {
+    SilentServer silent;
+    silent.peer =
         absl::StrCat("Register: server ", server, " (", options_.server_addresses[server], ")");
-    if (probe.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          peer, " could not be reached: ",
-          ConnectionErrorMessage(probe, options_.security)));
-    }
-    if (probe.ok()) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          peer, " is running but did not answer Register within ",
-          absl::FormatDuration(kRegisterAttempt), "; is it overloaded?"));
-    }
-    return absl::DeadlineExceededError(absl::StrCat(peer, " did not answer; is it running?"));
+    silent.register_deadline = attempt;
+    silent.probe_deadline = absl::Seconds(1);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + silent.probe_deadline));
+    proto::StatusResponse ignored;
+    silent.probe = stubs_[server]->GetStatus(&ctx, proto::StatusRequest(), &ignored);
+    silent.channel = channels_[server]->GetState(/*try_to_connect=*/false);
+    return DescribeSilence(silent, options_.security);
   }
 
   absl::Status ServerError(const char* op, int server, const grpc::Status& st) const {
@@ -1143,6 +1145,7 @@ class GrpcPsClient final : public PsClient {
   std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(session_mu_);  // by server; 0: none
   int64_t done_version_ ABSL_GUARDED_BY(session_mu_) = 0;
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;  // Register, Heartbeat
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;             // their state, in NoAnswer
   std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs_;     // chunk calls
   // By server: set by Register, when no call is in flight.
   std::vector<SharedSlots> shared_;

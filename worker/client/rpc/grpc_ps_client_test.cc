@@ -30,6 +30,7 @@ namespace psync {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Two tensors, 4 + 2 floats, in chunks of 2 floats: chunks 0..2.
 Layout TestLayout(int num_servers) {
@@ -141,10 +142,14 @@ class FakeService final : public proto::ParameterServer::Service {
   int heartbeat_failures ABSL_GUARDED_BY(mu) = 0;
   grpc::Status heartbeat_failure ABSL_GUARDED_BY(mu);
   bool all_done ABSL_GUARDED_BY(mu) = false;
+  // While set, Register and GetStatus wait (at most 20 s) for it to clear:
+  // a server busy with something else.
+  bool busy ABSL_GUARDED_BY(mu) = false;
 
   grpc::Status Register(grpc::ServerContext*, const proto::RegisterRequest* req,
                         proto::RegisterResponse* resp) override {
     absl::MutexLock lock(&mu);
+    WaitWhileBusyLocked();
     ++register_calls;
     if (!register_failure.ok()) return register_failure;
     resp->set_server_rank(server_rank);
@@ -181,6 +186,20 @@ class FakeService final : public proto::ParameterServer::Service {
     if (heartbeat_calls++ < heartbeat_failures) return heartbeat_failure;
     resp->set_all_done(all_done);
     return grpc::Status::OK;
+  }
+
+  grpc::Status GetStatus(grpc::ServerContext*, const proto::StatusRequest*,
+                         proto::StatusResponse*) override {
+    absl::MutexLock lock(&mu);
+    WaitWhileBusyLocked();
+    return grpc::Status::OK;
+  }
+
+ private:
+  void WaitWhileBusyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    mu.AwaitWithTimeout(absl::Condition(
+                            +[](bool* busy) { return !*busy; }, &busy),
+                        absl::Seconds(20));
   }
 };
 
@@ -691,7 +710,35 @@ TEST(GrpcPsClientTest, RegisterGivesUpAfterTheConnectTimeout) {
   EXPECT_FALSE(version.ok());
   EXPECT_THAT(version.status().message(), HasSubstr(address));
   EXPECT_THAT(version.status().message(), HasSubstr("--connect_timeout_s=1"));
+  EXPECT_THAT(version.status().message(),
+              HasSubstr("could not be reached: failed to connect to all addresses"));
+  EXPECT_THAT(version.status().message(), HasSubstr("is it running, at that address?"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(8));
+}
+
+// A server that accepted the connection but answers nothing (busy) is not
+// asked whether it is running.
+TEST(GrpcPsClientTest, RegisterTellsABusyServerFromAnUnreachableOne) {
+  const Layout layout = TestLayout(1);
+  FakeServer fake;
+  {
+    absl::MutexLock lock(&fake.service.mu);
+    fake.service.busy = true;
+  }
+  auto client = Client(layout, {fake.address()}, 0, 1, absl::Seconds(2));
+  const absl::StatusOr<int64_t> version = client->Register();
+  {
+    absl::MutexLock lock(&fake.service.mu);
+    fake.service.busy = false;
+  }
+  ASSERT_FALSE(version.ok());
+  EXPECT_EQ(version.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(version.status().message(),
+              HasSubstr(absl::StrCat("Register: server 0 (", fake.address(),
+                                     ") is connected but slow to answer: neither Register (2s) "
+                                     "nor a status request (1s) got an answer; it is busy")));
+  EXPECT_THAT(version.status().message(), HasSubstr("(gave up after --connect_timeout_s=2)"));
+  EXPECT_THAT(version.status().message(), Not(HasSubstr("is it running")));
 }
 
 TEST(GrpcPsClientTest, RegisterChecksTheOrderOfServers) {

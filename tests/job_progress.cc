@@ -11,10 +11,16 @@ namespace psync {
 
 JobProgress::JobProgress(const std::vector<std::string>& servers)
     : versions_(new std::atomic<int64_t>[servers.size()]) {
+  // A restarted server is asked again at once: gRPC's default backoff
+  // (1 s, growing with each failure) let a job run past a kill's version.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 10);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 10);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 50);
   for (size_t i = 0; i < servers.size(); ++i) {
     versions_[i] = -1;
     stubs_.push_back(proto::ParameterServer::NewStub(
-        grpc::CreateChannel(servers[i], grpc::InsecureChannelCredentials())));
+        grpc::CreateCustomChannel(servers[i], grpc::InsecureChannelCredentials(), args)));
   }
   for (size_t i = 0; i < servers.size(); ++i) {
     askers_.emplace_back([this, i] { Ask(stubs_[i].get(), &versions_[i]); });

@@ -229,6 +229,7 @@ class Launcher {
                   dir_.c_str());
     }
     deadline_ = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+    worker_stop_grace_ = absl::Seconds(config.timeouts().stop_grace_s());
     absl::Status s = Supervise(server_bin, worker_bin, std::move(config));
     StopAll(s.ok());
     std::filesystem::remove_all(dir_);
@@ -236,6 +237,8 @@ class Launcher {
   }
 
   int restarts() const { return restarts_; }
+  // Absolute; empty without --checkpoint_dir. Valid after Run.
+  const std::string& checkpoint_dir() const { return checkpoint_dir_; }
 
  private:
   // Every daemon reads the job from one file, written here with this
@@ -415,7 +418,10 @@ class Launcher {
 
   absl::Status CheckStopAndDeadline(const char* phase) {
     if (const int sig = g_stop_signal.load()) {
-      return absl::CancelledError(absl::StrCat("received signal ", sig, " during ", phase));
+      const char* name = sigabbrev_np(sig);
+      return absl::CancelledError(absl::StrCat(
+          "received ", name != nullptr ? absl::StrCat("SIG", name) : absl::StrCat("signal ", sig),
+          " during ", phase));
     }
     if (absl::Now() > deadline_) {
       return absl::DeadlineExceededError(absl::StrCat(
@@ -424,11 +430,20 @@ class Launcher {
     return absl::OkStatus();
   }
 
-  // Workers first (they may still be running after a failure), then every
-  // server at once: on SIGTERM each writes a final checkpoint and exits 0.
+  // Workers first (they may still be running after a failure or a signal),
+  // all at once: each stops after its step, or abandons a step its stopped
+  // peers will not finish after --stop_grace_s, and writes its trace. Then
+  // every server at once: on SIGTERM each writes a final checkpoint and
+  // exits 0.
   void StopAll(bool success) {
     for (Daemon& d : workers_) {
-      if (d.process != nullptr && !d.process->Poll().has_value()) d.process->Stop(absl::Seconds(2));
+      if (d.process != nullptr && !d.process->Poll().has_value()) d.process->Signal(SIGTERM);
+    }
+    const absl::Time workers_until = absl::Now() + worker_stop_grace_ + absl::Seconds(2);
+    for (Daemon& d : workers_) {
+      if (d.process != nullptr && !d.process->Wait(workers_until).has_value()) {
+        d.process->Stop(absl::ZeroDuration());
+      }
     }
     for (Daemon& d : servers_) {
       if (d.process != nullptr) d.process->Signal(SIGTERM);
@@ -457,6 +472,7 @@ class Launcher {
   std::string checkpoint_dir_;  // absolute; kept at the end
   std::string pid_dir_;
   absl::Time deadline_;
+  absl::Duration worker_stop_grace_;  // --stop_grace_s
   int restarts_ = 0;
   std::vector<Daemon> servers_, workers_;
 };
@@ -491,6 +507,18 @@ int main(int argc, char** argv) {
   const absl::Time start = absl::Now();
   psync::Launcher launcher;
   absl::Status s = launcher.Run(std::move(loaded->config));
+  if (absl::IsCancelled(s) && psync::g_stop_signal.load() != 0) {
+    // Ctrl-C: what can be run again, and from where.
+    const std::string& dir = launcher.checkpoint_dir();
+    std::printf("[launch] interrupted: %s; %s\n", std::string(s.message()).c_str(),
+                dir.empty() ? "no --checkpoint_dir, so the training of this job is lost: run it "
+                              "again from step 0"
+                            : absl::StrCat("the job can be resumed: run the same command again "
+                                           "and the servers start from their newest checkpoint "
+                                           "in ", dir)
+                                  .c_str());
+    return 1;
+  }
   if (!s.ok()) {
     std::printf("[launch] FAILED: %s\n", std::string(s.message()).c_str());
     return absl::IsInvalidArgument(s) ? 2 : 1;  // a daemon's bad flags are ours

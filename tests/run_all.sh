@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bootstraps, builds and runs every test, then checks that the build without
-# CUDA still works, lints the deployment files (tests/k8s/check_manifests.sh)
+# CUDA still works, the sources' size limits (tests/code_limits.py), lints
+# the deployment files (tests/k8s/check_manifests.sh)
 # and plays the Kubernetes manifests as containers (tests/k8s/play_test.sh);
 # ends with "N passed, N failed" counted from the test cases in Bazel's
 # test.xml files plus one item per build and deployment check.
@@ -31,9 +32,11 @@ rm -f "$log.nocuda"
 # Deployment: each script prints "PASS name" / "FAIL name" per check; a
 # script that dies without printing a result counts as one failure.
 extra=("nocuda build" "$nocuda")
-deployment_check() {  # SCRIPT
+deployment_check() {  # SCRIPT (.sh run by bash, .py by Debian's python3)
   echo "== $1"
-  bash "$1" 2>&1 | tee "$log.deploy"
+  local run=bash
+  [[ "$1" == *.py ]] && run=/usr/bin/python3
+  "$run" "$1" 2>&1 | tee "$log.deploy"
   local rc=${PIPESTATUS[0]} before=${#extra[@]}
   while read -r verdict name; do
     [[ "$verdict" == PASS ]] && extra+=("$name" PASSED)
@@ -45,6 +48,8 @@ deployment_check() {  # SCRIPT
     extra+=("$1 (exit $rc)" FAILED)
   fi
 }
+# The sources' size limits (no file over 600 lines, no function over 80).
+deployment_check tests/code_limits.py
 if bash deploy/bootstrap_tools.sh; then
   deployment_check tests/k8s/check_manifests.sh
   deployment_check tests/k8s/play_test.sh

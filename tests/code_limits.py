@@ -1,0 +1,204 @@
+#!/usr/bin/python3
+"""Size limits of the project's C++ sources, as STYLE asks: no non-test
+source file over 600 lines and no function over 80 lines.
+
+Lists every offender. Files and functions named in tests/code_limits_known.txt
+are known offenders being cut down: they are reported but do not fail the
+check, and an entry that no longer offends fails it (so the list only
+shrinks). Prints "PASS name" / "FAIL name" lines, as the deployment checks
+of tests/run_all.sh do; exits 1 if one failed.
+
+Usage: tests/code_limits.py [--root DIR]
+
+A function is a brace block opened after a parameter list ")" (and what may
+follow it: const, override, noexcept, a trailing return type, a constructor's
+initializer list) at namespace or class level; lambdas and blocks inside it
+count as its lines. Its length is from the line of its "{" to the line of
+its "}". Comments, string and character literals are ignored.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+MAX_FILE_LINES = 600
+MAX_FUNCTION_LINES = 80
+SOURCE_DIRS = ("common", "server", "worker", "deploy", "tests", "proto")
+KNOWN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "code_limits_known.txt")
+
+
+def is_test_file(path):
+    """Tests and their helpers; the benchmarks under tests/bench are programs
+    users run, and count."""
+    if path.endswith("_test.cc"):
+        return True
+    return path.startswith("tests/") and not path.startswith("tests/bench/")
+
+
+def strip_comments_and_literals(text):
+    """The text with comments and literals blanked, newlines kept."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+        elif text.startswith('R"', i) and re.match(r'R"([^(\s]*)\(', text[i:]):
+            delim = re.match(r'R"([^(\s]*)\(', text[i:]).group(1)
+            end = text.find(")" + delim + '"', i)
+            j = n if end < 0 else end + len(delim) + 2
+            out.append('""' + "\n" * text.count("\n", i, j))
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(c + c)
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+# What may stand between a parameter list's ")" and a function body's "{".
+TAIL = re.compile(r"\)\s*(const|override|final|noexcept|mutable|&|&&|->[^{;]*|\s)*"
+                  r"(:[^;{}]*(\{[^{}]*\}[^;{}]*)*)?$", re.S)
+
+
+def functions(text):
+    """(name, first line, last line) of every function body in `text`."""
+    code = strip_comments_and_literals(text)
+    found = []
+    stack = []  # per open brace: (kind, name, line); kind: function, init or block
+    line = 1
+    start = 0  # where the text before the next brace starts
+    for i, c in enumerate(code):
+        if c == "\n":
+            line += 1
+        elif c == "{":
+            # The head without the initializer braces met so far (x{1}).
+            raw = code[start:i]
+            head = re.sub(r"\{[^{}]*\}", "", raw)[-2000:]
+            inside = any(kind == "function" for kind, _, _ in stack)
+            kind, name = "block", ""
+            if (not inside and re.search(r"\)\s*(noexcept\s*)?:[^;{}]*$", head) and
+                    re.search(r"[\w>]\s*$", raw)):
+                kind = "init"  # a member's braces in a constructor's initializer list
+            elif (not inside and TAIL.search(head) and
+                  not re.search(r"\b(if|for|while|switch|catch)\s*\([^()]*$", head) and
+                  not re.search(r"\b(struct|class|enum|namespace|union)\b[^;]*$", head)):
+                # A constructor's name stands before its initializer list.
+                init = re.search(r"\)\s*(noexcept\s*)?:(?!:)", head)
+                signature = head[:init.start() + 1] if init else head
+                m = re.search(r"([~\w:<>]+)\s*\([^()]*(\([^()]*\)[^()]*)*\)[^()]*$", signature)
+                if m:
+                    kind, name = "function", m.group(1)
+            stack.append((kind, name, line))
+            if kind != "init":
+                start = i + 1
+        elif c == "}":
+            if stack:
+                kind, name, first = stack.pop()
+                if kind == "function":
+                    found.append((name, first, line))
+                if kind == "init":
+                    continue
+            start = i + 1
+        elif c == ";":
+            start = i + 1
+    return found
+
+
+def sources(root):
+    listed = subprocess.run(["git", "-C", root, "ls-files", "--cached", "--others",
+                             "--exclude-standard", *SOURCE_DIRS],
+                            capture_output=True, text=True, check=True).stdout.split()
+    return sorted(p for p in listed if p.endswith((".cc", ".h", ".cu", ".inc")))
+
+
+def offenders(root):
+    """Offences as "path" (file) and "path:function" keys, with a description."""
+    found = {}
+    for path in sources(root):
+        if is_test_file(path) or path.endswith(".inc"):
+            continue  # tests and generated reference tables
+        with open(os.path.join(root, path), encoding="utf-8") as f:
+            text = f.read()
+        lines = text.count("\n")
+        if lines > MAX_FILE_LINES:
+            found[path] = f"{path}: {lines} lines (limit {MAX_FILE_LINES})"
+        for name, first, last in functions(text):
+            length = last - first + 1
+            if length > MAX_FUNCTION_LINES:
+                key = f"{path}:{name}"
+                found[key] = (f"{path}:{first}: {name} is {length} lines "
+                              f"(limit {MAX_FUNCTION_LINES})")
+    return found
+
+
+SELF_TEST = r"""
+namespace x {
+struct S { int a{1}; };
+int Add(int a, int b) const {
+  if (a > b) { return a; }
+  auto f = [&](int c) { return c + 1; };
+  const char* s = "}{";  // }
+  return f(a) + b;
+}
+S::S(int v) : member_(v), other_{v} {
+  /* { */
+}
+}  // namespace x
+"""
+
+
+def self_test():
+    """The function finder on a known snippet: what it must find and skip."""
+    got = [(name, first, last) for name, first, last in functions(SELF_TEST)]
+    want = [("Add", 4, 9), ("S::S", 10, 12)]
+    if got != want:
+        raise AssertionError(f"functions() found {got}, expected {want}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    args = parser.parse_args()
+    self_test()
+    with open(KNOWN, encoding="utf-8") as f:
+        known = {l.strip() for l in f if l.strip() and not l.startswith("#")}
+    found = offenders(args.root)
+    new = sorted(k for k in found if k not in known)
+    fixed = sorted(k for k in known if k not in found)
+    for key in sorted(found):
+        print(("known: " if key in known else "NEW:   ") + found[key])
+    print(f"{len(found)} offenders, {len(found) - len(new)} of them known "
+          f"(tests/code_limits_known.txt)")
+    failed = False
+    if new:
+        print(f"FAIL code limits: {len(new)} new offenders: {', '.join(new)}")
+        failed = True
+    else:
+        print(f"PASS code limits: no file over {MAX_FILE_LINES} lines or function over "
+              f"{MAX_FUNCTION_LINES} lines besides the known ones")
+    if fixed:
+        print(f"FAIL code limits list: no longer offending, remove from "
+              f"tests/code_limits_known.txt: {', '.join(fixed)}")
+        failed = True
+    else:
+        print("PASS code limits list: every known offender still offends")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,7 +17,7 @@ namespace psync {
 // address, a container restarted on another IP) sends no RST, and a call in
 // flight to it would wait for its deadline; a ping unanswered for
 // kKeepaliveTimeoutMs closes the connection and fails the call at once.
-// Servers accept pings this often (grpc_server.cc). Not shorter: a ping
+// Servers accept pings this often (server/rpc/grpc_server.cc). Not shorter: a ping
 // may queue behind a large push on a loaded link, and a false alarm would
 // cut a healthy transfer.
 inline constexpr int kKeepaliveTimeMs = 5000;

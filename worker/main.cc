@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/types/optional.h"
+#include "common/exit_code.h"
 #include "common/flags_help.h"
 #include "common/http/metrics_http.h"
 #include "common/job_config.h"
@@ -70,26 +71,14 @@ constexpr int kExitBadConfig = 2;         // bad configuration, rank or options
 constexpr int kExitCannotContinue = 3;    // the servers refuse this worker for good, or
                                           // its gradients overflow --wire_dtype
 
-// A failure's exit code travels to main() in its Status, as this payload;
-// a failure without one exits kExitFailed.
-constexpr char kExitCodePayload[] = "psync.worker.exit_code";
-
-absl::Status WithExitCode(int code, absl::Status s) {
-  if (!s.ok()) s.SetPayload(kExitCodePayload, absl::Cord(absl::StrCat(code)));
-  return s;
-}
+// A failure's exit code travels to main() in its Status (WithExitCode); a
+// failure without one exits kExitFailed.
 
 // Found before training; the same configuration would fail the same way
 // after a restart.
 absl::Status BadConfig(absl::Status s) { return WithExitCode(kExitBadConfig, std::move(s)); }
 
-int ExitCode(const absl::Status& s) {
-  if (s.ok()) return 0;
-  const absl::optional<absl::Cord> payload = s.GetPayload(kExitCodePayload);
-  int code = kExitFailed;
-  if (payload.has_value()) absl::SimpleAtoi(std::string(*payload), &code);
-  return code;
-}
+int ExitCode(const absl::Status& s) { return ExitCodeOf(s, kExitFailed); }
 
 // Forwards to another PsClient and remembers whether Register was refused
 // for good: the servers hold another layout or training shape

@@ -4,7 +4,8 @@ Usage: check_docs.py --root DIR --bin NAME=PATH [--bin NAME=PATH]... [FILE.md]..
 
 - Every relative link (and image) resolves to a file or folder inside the
   repository that git does not ignore, and a #anchor to a heading of the
-  target page. Nothing points outside the repository.
+  target page. No path in the text, linked or not, climbs out of the
+  repository.
 - Every --flag named for a psync binary is in that binary's --help: in a
   shell block, the flags after the binary's name up to the end of its
   command; in an inline code span, the same when the span names a binary,
@@ -148,10 +149,15 @@ def tracked(root):
 
 def check_links(path, text, root, files):
     problems = []
-    if "../shared" in text:
-        problems.append(f"{path}: mentions ../shared, a folder outside the repository")
     _, prose = doc_markdown.split(text)
     here = os.path.dirname(os.path.join(root, path))
+    # A path named in the text, linked or not, that climbs out of the
+    # repository: a clone would not have it.
+    for m in re.finditer(r"(?<![\w./])((?:\.\./)+)[\w.-]+", prose):
+        full = os.path.normpath(os.path.join(here, m.group(0)))
+        if os.path.relpath(full, root).startswith(".."):
+            line = prose.count("\n", 0, m.start()) + 1
+            problems.append(f"{path}:{line}: {m.group(0)} is outside the repository")
     for line, target in doc_markdown.links(prose):
         if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # http:, https:, mailto:
             continue

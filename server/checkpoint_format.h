@@ -1,5 +1,5 @@
 // Internal to //server:checkpoint: the names, metadata and validation of a
-// single checkpoint file (the format is described in checkpoint.h).
+// single checkpoint file (the format is described in docs/checkpoint_format.md).
 #ifndef PSYNC_SERVER_CHECKPOINT_FORMAT_H_
 #define PSYNC_SERVER_CHECKPOINT_FORMAT_H_
 
@@ -39,7 +39,7 @@ absl::Status CheckHeaderDescribes(const CheckpointHeader& header, const Layout& 
 // Every metadata key but sha256.
 SafetensorsMetadata HeaderToMetadata(const CheckpointHeader& header);
 
-// The checksum of checkpoint.h, fed in order: constructor, then the data
+// The checksum of docs/checkpoint_format.md, fed in order: constructor, then the data
 // section. Not thread-safe.
 class CheckpointDigest {
  public:

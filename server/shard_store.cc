@@ -195,8 +195,8 @@ absl::Status ShardStore::CheckMemoryFor(int64_t share_bytes) const {
   // What the store surely allocates, in shares: the weights of the current
   // and the previous version, the optimizer state (twice when version - 1's
   // is kept), and deterministic mode's gradient per worker. Measured peaks
-  // are higher (3.6x with momentum, README): a share refused here would not
-  // have fit.
+  // are higher (docs/performance.md, "Server memory"): a share refused here
+  // would not have fit.
   const int state = options_.optimizer.KeepsMomentum() + options_.optimizer.KeepsSecondMoment();
   const int64_t shares = 2 + state + (options_.keep_previous_state ? state : 0) +
                          (options_.deterministic ? options_.num_workers : 0);

@@ -559,7 +559,7 @@ int main(int argc, char** argv) {
   const psync::BlasInfo blas = psync::CurrentBlas(/*pinned=*/!blas_core.empty());
   LOG(INFO) << "worker " << *rank << " starting; configuration: "
             << loaded->config.ShortDebugString();
-  // What bit-identity depends on below the model (README "Determinism").
+  // What bit-identity depends on below the model (docs/design.md, "Determinism").
   LOG(INFO) << "worker " << *rank << ": BLAS: " << blas.Describe();
   LOG(INFO) << "worker " << *rank << ": " << psync::RaiseOpenFileLimit();
   // A worker stopped by a signal before its last step exits 128 + signal.

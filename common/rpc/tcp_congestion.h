@@ -6,8 +6,8 @@
 // timer that may run on the other core, which reorders the connection's
 // segments and sets off spurious retransmissions. A push-pull sends both
 // ways at once and suffers most: on 2 cores a 2 MiB push-pull took 3.5 ms
-// with BBR and 2.3 ms with reno, and 16 MiB 20 ms against 13 (README
-// "Performance"). Between hosts the system's choice is kept: there it is
+// with BBR and 2.3 ms with reno, and 16 MiB 20 ms against 13
+// (docs/performance.md). Between hosts the system's choice is kept: there it is
 // the operator's to make.
 #ifndef PSYNC_COMMON_RPC_TCP_CONGESTION_H_
 #define PSYNC_COMMON_RPC_TCP_CONGESTION_H_

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The longer CNN run behind the README's accuracy figure: the demo cluster
+# The longer CNN run behind the accuracy figure in docs/performance.md: the demo cluster
 # (2 servers) with 2 workers x 1 CPU device training the CNN for 12 epochs
 # (about 16-25 s per epoch on 2 cores). Writes psync_cnn/weights.safetensors
 # and summary.json (or under $PSYNC_DEMO_OUT). Extra flags go to psync_launch.

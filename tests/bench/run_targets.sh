@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs psync_bench on the configurations behind the README's performance
-# targets and prints each one's table. Every figure is the median of 5 runs'
-# medians; each ratio is measured side by side in one psync_bench run.
+# Runs psync_bench on the configurations behind the performance targets of
+# docs/performance.md and prints each one's table. Every figure is the
+# median of 5 runs' medians; each ratio is measured side by side in one
+# psync_bench run.
 # Takes about ten minutes on 2 cores. Extra flags go to every psync_bench
 # run (not to the end-to-end runs of psync_launch).
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Reproduces, through psync, what the articles psync grew from say about
-large-batch training, and draws it (README "Large-batch training").
+large-batch training, and draws it (docs/large_batch.md).
 
 (a) 4 devices x batch 32, 1 device x batch 32 x 4 accumulation steps and
     1 device x batch 128 train the same model: the largest weight

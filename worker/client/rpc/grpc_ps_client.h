@@ -49,7 +49,7 @@ struct GrpcPsClientOptions {
   // share is cut into at most 32 requests (larger ones when it holds more
   // than 32 times this), so that a push-pull's waiting calls stay far below
   // the servers' bounds (--max_waiting_calls). On 2 cores, 16 MiB in 1 MiB
-  // requests took about 0.8 times as long as in one (README "Performance").
+  // requests took about 0.8 times as long as in one (docs/performance.md).
   // Across a network (a server whose address is not loopback) a share is
   // cut into at least 4 requests (of a chunk at least): the link then
   // bounds the step, and the pipeline's fill and drain are a request each.

@@ -23,6 +23,7 @@
 #include "common/job_flags.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/optimizer_kind.h"
 #include "common/output_path.h"
 #include "common/process_metrics.h"
 #include "common/rpc/grpc_logging.h"
@@ -75,7 +76,7 @@ absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c) {
   o.optimizer.learning_rate = static_cast<float>(c.optimizer().lr());
   o.optimizer.momentum = static_cast<float>(c.optimizer().momentum());
   o.optimizer.weight_decay = static_cast<float>(c.optimizer().weight_decay());
-  o.optimizer.kind = c.optimizer().optimizer();
+  PSYNC_ASSIGN_OR_RETURN(o.optimizer.kind, ParseOptimizerKind(c.optimizer().optimizer()));
   o.optimizer.nesterov = c.optimizer().nesterov();
   o.optimizer.beta1 = static_cast<float>(c.optimizer().beta1());
   o.optimizer.beta2 = static_cast<float>(c.optimizer().beta2());

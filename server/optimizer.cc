@@ -15,10 +15,6 @@
 namespace psync {
 
 absl::Status OptimizerOptions::Validate() const {
-  if (kind != "sgd" && kind != "adam" && kind != "adamw") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--optimizer is '", kind, "', expected sgd, adam or adamw"));
-  }
   if (!(learning_rate > 0.0f) || !std::isfinite(learning_rate)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--lr is ", learning_rate, ", expected a finite value > 0"));
@@ -31,10 +27,10 @@ absl::Status OptimizerOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "--weight_decay is ", weight_decay, ", expected a finite value >= 0"));
   }
-  if (nesterov && (kind != "sgd" || momentum == 0.0f)) {
+  if (nesterov && (kind != OptimizerKind::kSgd || momentum == 0.0f)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--nesterov needs --optimizer=sgd and --momentum > 0 (got ", kind, ", momentum ",
-        momentum, ")"));
+        "--nesterov needs --optimizer=sgd and --momentum > 0 (got ", OptimizerKindName(kind),
+        ", momentum ", momentum, ")"));
   }
   for (const auto& [flag, beta] : {std::pair<const char*, float>{"--beta1", beta1},
                                    std::pair<const char*, float>{"--beta2", beta2}}) {
@@ -51,12 +47,13 @@ absl::Status OptimizerOptions::Validate() const {
 }
 
 std::string OptimizerOptions::Describe() const {
-  if (kind == "sgd") {
+  if (kind == OptimizerKind::kSgd) {
     return absl::StrFormat("sgd lr=%.9g momentum=%.9g weight_decay=%.9g%s", learning_rate,
                            momentum, weight_decay, nesterov ? " nesterov" : "");
   }
-  return absl::StrFormat("%s lr=%.9g beta1=%.9g beta2=%.9g epsilon=%.9g weight_decay=%.9g", kind,
-                         learning_rate, beta1, beta2, epsilon, weight_decay);
+  return absl::StrFormat("%s lr=%.9g beta1=%.9g beta2=%.9g epsilon=%.9g weight_decay=%.9g",
+                         OptimizerKindName(kind), learning_rate, beta1, beta2, epsilon,
+                         weight_decay);
 }
 
 OptimizerBuffers OptimizerBuffers::From(int64_t first) const {
@@ -243,7 +240,7 @@ inline bool AdamPass(const OptimizerOptions& o, int64_t step, const Grad& grad, 
   const float b1 = o.beta1, b2 = o.beta2;
   const float one_minus_b1 = static_cast<float>(1.0 - static_cast<double>(o.beta1));
   const float one_minus_b2 = static_cast<float>(1.0 - static_cast<double>(o.beta2));
-  const bool decoupled = o.kind == "adamw";
+  const bool decoupled = o.kind == OptimizerKind::kAdamW;
   const float l2 = decoupled ? 0.0f : o.weight_decay;
   const float shrink = static_cast<float>(
       1.0 - (decoupled ? static_cast<double>(o.learning_rate) * o.weight_decay : 0.0));
@@ -296,7 +293,7 @@ inline bool AdamPass(const OptimizerOptions& o, int64_t step, const Grad& grad, 
 template <typename Grad>
 inline bool Pass(const OptimizerOptions& o, int64_t step, const Grad& grad, float count,
                  const OptimizerBuffers& b, int64_t n) {
-  if (o.kind == "sgd") return SgdPass(o, grad, count, b, n);
+  if (o.kind == OptimizerKind::kSgd) return SgdPass(o, grad, count, b, n);
   return AdamPass(o, step, grad, count, b, n);
 }
 

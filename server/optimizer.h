@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "common/byte_pieces.h"
+#include "common/optimizer_kind.h"
 #include "common/wire_dtype.h"
 
 namespace psync {
@@ -31,8 +32,8 @@ struct OptimizerOptions {
   float learning_rate = 0.1f;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
-  std::string kind = "sgd";  // sgd, adam or adamw
-  bool nesterov = false;     // sgd only; needs momentum > 0
+  OptimizerKind kind = OptimizerKind::kSgd;
+  bool nesterov = false;  // sgd only; needs momentum > 0
   float beta1 = 0.9f;        // adam and adamw
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
@@ -45,8 +46,8 @@ struct OptimizerOptions {
   // with other options refuses to continue.
   std::string Describe() const;
   // The per-element state it keeps (ChunkState::momentum, ::second).
-  bool KeepsMomentum() const { return kind != "sgd" || momentum != 0.0f; }
-  bool KeepsSecondMoment() const { return kind != "sgd"; }
+  bool KeepsMomentum() const { return kind != OptimizerKind::kSgd || momentum != 0.0f; }
+  bool KeepsSecondMoment() const { return kind != OptimizerKind::kSgd; }
 };
 
 // The state a step reads (version t) and the buffers it writes (version

@@ -604,7 +604,9 @@ absl::Status ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload*
     if (phase > logged) {
       LOG(INFO) << "server " << options_.server_rank << ": step " << c.version
                 << " learning rate " << step_options.learning_rate << " ("
-                << (phase == 0 ? "warmup" : options_.lr_policy.schedule) << ")";
+                << (phase == 0 ? absl::string_view("warmup")
+                               : LrScheduleName(options_.lr_policy.schedule))
+                << ")";
     }
   }
   const bool finite =

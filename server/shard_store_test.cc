@@ -139,7 +139,7 @@ class ShardStoreTest : public ::testing::Test {
 TEST_F(ShardStoreTest, EachStepUsesItsLearningRate) {
   lr_policy_.lr = 1.0;
   lr_policy_.warmup_steps = 2;
-  lr_policy_.schedule = "step";
+  lr_policy_.schedule = LrSchedule::kStep;
   lr_policy_.decay_steps = {3};
   lr_policy_.decay_factor = 0.5;
   Make(1, false);
@@ -161,7 +161,7 @@ TEST_F(ShardStoreTest, EachStepUsesItsLearningRate) {
 TEST(ShardStoreLrTest, AScaledLearningRatePastFloat32IsRefusedAtRegistration) {
   ShardStoreOptions o;
   o.lr_policy.lr = 3e38;
-  o.lr_policy.scaling = "linear";
+  o.lr_policy.scaling = LrScaling::kLinear;
   o.lr_policy.base_batch = 1;
   auto store = ReadyStore(o);
   const Layout layout = SmallLayout();
@@ -699,7 +699,7 @@ TEST_F(ShardStoreTest, SnapshotsHoldEveryChunkAtTheSameVersion) {
 // current state as the step applies (the store then writes elsewhere).
 TEST_F(ShardStoreTest, OptimizerStateInPlaceGivesTheSameBits) {
   OptimizerOptions adam;
-  adam.kind = "adam";
+  adam.kind = OptimizerKind::kAdam;
   adam.learning_rate = 0.01f;
   for (const OptimizerOptions& o : {OptimizerOptions{0.1f, 0.9f, 0.01f}, adam}) {
     std::vector<std::vector<float>> pulled[2];

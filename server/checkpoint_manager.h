@@ -26,8 +26,9 @@ struct CheckpointManagerOptions {
   int server_rank = 0;
   int num_servers = 1;
   int keep = 3;  // newest versions kept
-  // OptimizerOptions::Describe() of this server: checkpoints written with other
-  // options are refused at Open.
+  // ShardStoreOptions::DescribeOptimizer() of this server (and its learning-
+  // rate policy unless constant): checkpoints written with other options are
+  // refused at Open.
   std::string optimizer;
 };
 

@@ -73,7 +73,6 @@ absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c) {
   o.num_workers = c.cluster().num_workers();
   o.deterministic = c.training().deterministic();
   o.max_message_bytes = int64_t{c.server().max_message_mb()} << 20;
-  o.optimizer.learning_rate = static_cast<float>(c.optimizer().lr());
   o.optimizer.momentum = static_cast<float>(c.optimizer().momentum());
   o.optimizer.weight_decay = static_cast<float>(c.optimizer().weight_decay());
   PSYNC_ASSIGN_OR_RETURN(o.optimizer.kind, ParseOptimizerKind(c.optimizer().optimizer()));
@@ -222,7 +221,7 @@ int Run() {
     c.server_rank = options->server_rank;
     c.num_servers = options->num_servers;
     c.keep = config.checkpoint().keep_checkpoints();
-    c.optimizer = options->optimizer.Describe();
+    c.optimizer = options->DescribeOptimizer();
     // A checkpoint of another learning-rate policy is refused too (the
     // constant one keeps the text older checkpoints carry).
     if (!options->lr_policy.IsConstant()) {
@@ -318,7 +317,7 @@ int Run() {
   }
   LOG(INFO) << "server " << options->server_rank << "/" << options->num_servers
             << " listening on " << *listen_host << ":" << (*server)->port()
-            << " for " << options->num_workers << " workers (" << options->optimizer.Describe()
+            << " for " << options->num_workers << " workers (" << options->DescribeOptimizer()
             << ", " << options->lr_policy.Describe() << ", deterministic "
             << (options->deterministic ? "on" : "off") << ", checkpoints "
             << (checkpoint_dir.empty() ? std::string("off")

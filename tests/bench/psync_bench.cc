@@ -522,8 +522,8 @@ struct PassTimes {
   double copy_ms = 0;  // memcpy of the share
 };
 PassTimes PrintOptimizerBandwidth(int64_t floats) {
+  constexpr float kLearningRate = 1e-4f;
   OptimizerOptions o;
-  o.learning_rate = 1e-4f;
   o.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
   std::vector<float> w(floats, 0.5f), m(floats, 0.0f), sum(floats, 1.0f), m_out(floats);
   std::vector<float> src(floats, 1.0f), dst(floats, 0.0f);
@@ -543,7 +543,7 @@ PassTimes PrintOptimizerBandwidth(int64_t floats) {
   const bool kept = absl::GetFlag(FLAGS_checkpoints);
   const double step_s = median_s([&] {
     // In place, as the store runs it: the sum's buffer becomes the weights.
-    OptimizerStep(o, 0, sum.data(), 4.0f,
+    OptimizerStep(o, 0, kLearningRate, sum.data(), 4.0f,
                   {w.data(), momentum ? m.data() : nullptr, sum.data(),
                    momentum ? (kept ? m_out.data() : m.data()) : nullptr, nullptr, nullptr,
                    kept && StreamStateFor(4 * floats)},

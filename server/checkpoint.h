@@ -3,40 +3,8 @@
 // server finds the newest valid version, possibly written by a cluster with
 // another number of servers, and loads its chunks from it.
 //
-// Checkpoint format ("psync-checkpoint-1")
-// ----------------------------------------
-// A checkpoint directory D holds, per version V, a folder
-// D/ckpt-<V as 12 zero-padded digits>/ with one file per server:
-// server-<rank>-of-<num_servers>.safetensors. Several servers may share D
-// (single host) or each have its own (a Kubernetes volume per server).
-// Files are written to a temporary file (<name>.tmp.<pid>.<n>), fsynced and
-// renamed, so a file under its final name is complete. Each file is a
-// standard safetensors file (safetensors.numpy.load_file reads it):
-//   tensors: for each chunk the server owns, a 1-D F32 entry
-//     "weights/<tensor name>@<first element of the chunk within the tensor>"
-//     and, when the optimizer keeps momentum, "momentum/<tensor name>@<first>".
-//   __metadata__ (all values are strings, numbers in decimal):
-//     format              "psync-checkpoint-1"
-//     version, generation the parameter version and the caller's generation
-//     server_rank, num_servers   must match the file name
-//     tensors             the model in layout order, "<name>:<d0>x<d1>...,"
-//                         joined by ","; '%', ',' and ':' in a name are
-//                         written %25, %2C and %3A (e.g. "fc1.weight:256x784,
-//                         fc1.bias:256")
-//     chunk_bytes, init_seed     the rest of the layout's inputs
-//     layout_fingerprint  Layout::fingerprint() of that layout
-//     model_id            the fingerprint of the same model laid out for one
-//                         server: equal for every server count
-//     optimizer, training opaque strings from the caller
-//     sha256              lower-case hex SHA-256 of, in order:
-//       for each other metadata key in byte order: u64(len) key u64(len) value;
-//       u64(number of tensors), then for each tensor in data order:
-//       u64(len) name u64(rank) u64(dim)... u64(begin) u64(end);
-//       the data section
-//     (u64 = 8 bytes little-endian; len = bytes). Any corrupt byte of the
-//     file thus fails either the safetensors parse or this checksum.
-// A reader refuses a file unless all of this holds and every chunk the
-// layout puts on that server is present exactly once with its size.
+// The files' format ("psync-checkpoint-1") is described, and its header
+// and names defined, in checkpoint_format.h.
 //
 // Thread safety: every function may run concurrently with the others,
 // except that one server's WriteCheckpoint and PruneCheckpoints calls must
@@ -53,27 +21,10 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/layout.h"
-#include "common/tensor.h"
+#include "server/checkpoint_format.h"
 #include "server/chunk_state.h"
 
 namespace psync {
-
-struct CheckpointHeader {
-  int64_t version = 0;
-  int64_t generation = 0;
-  int server_rank = 0;
-  int num_servers = 1;
-  std::vector<TensorSpec> tensors;
-  int64_t chunk_bytes = 0;
-  uint64_t init_seed = 0;
-  uint64_t layout_fingerprint = 0;
-  uint64_t model_id = 0;
-  std::string optimizer;
-  std::string training;
-};
-
-// The fingerprint of `layout`'s model laid out for one server.
-absl::StatusOr<uint64_t> ModelId(const Layout& layout);
 
 // A header whose layout fields describe `layout` and `rank`; the caller
 // fills in version, generation, optimizer and training.
@@ -84,7 +35,7 @@ struct CheckpointChunk {
   ChunkStateRef state;
 };
 
-// Writes D/ckpt-V/server-R-of-K.safetensors atomically (see above), then
+// Writes D/ckpt-V/server-R-of-K.safetensors atomically (checkpoint_format.h), then
 // fsyncs the version folder, and D when the version folder is new (D itself
 // is created when missing). The header's layout fields must describe
 // `layout` and `chunks` must be exactly layout.ChunksOnServer(rank), in any

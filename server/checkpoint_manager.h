@@ -1,6 +1,6 @@
 // A server's checkpoints at run time: the versions it can restore, the
-// background writer of the store's snapshots, and pruning. File format and
-// I/O are in checkpoint.h.
+// background writer of the store's snapshots, and pruning. The file format
+// is in checkpoint_format.h, the I/O in checkpoint.h.
 #ifndef PSYNC_SERVER_CHECKPOINT_MANAGER_H_
 #define PSYNC_SERVER_CHECKPOINT_MANAGER_H_
 

@@ -35,7 +35,7 @@ struct OptimizerOptions {
   float weight_decay = 0.0f;
   OptimizerKind kind = OptimizerKind::kSgd;
   bool nesterov = false;  // sgd only; needs momentum > 0
-  float beta1 = 0.9f;        // adam and adamw
+  float beta1 = 0.9f;     // adam and adamw
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
 

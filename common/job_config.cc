@@ -24,6 +24,7 @@
 #include "common/json_keys.h"
 #include "common/lr_policy.h"
 #include "common/model_spec.h"
+#include "common/optimizer_kind.h"
 #include "common/rpc/tcp_congestion.h"
 #include "common/status_macros.h"
 #include "common/wire_dtype.h"
@@ -124,9 +125,8 @@ class Checker {
   absl::Status error_;
 };
 
-absl::Status Validate(const LoadedJobConfig& loaded) {
-  const proto::JobConfig& c = loaded.config;
-  Checker check(loaded);
+// cluster.*: the processes and their addresses.
+void CheckCluster(const proto::JobConfig& c, Checker& check) {
   check.Expect("num_servers", c.cluster().num_servers() >= 1 && c.cluster().num_servers() <= 4096,
                "1..4096");
   check.Expect("num_workers", c.cluster().num_workers() >= 1 && c.cluster().num_workers() <= 65536,
@@ -155,6 +155,10 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                                           absl::StrCat("--tcp_congestion is '",
                                                        c.cluster().tcp_congestion(),
                                                        "', expected ")));
+}
+
+// training.* and data.*.
+void CheckTraining(const proto::JobConfig& c, Checker& check) {
   const proto::TrainingConfig& t = c.training();
   const absl::StatusOr<ModelSpec> model = ParseModelSpec(t.model());
   check.Expect("model", model.ok(),
@@ -184,9 +188,16 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   check.Expect("chunk_kb", t.chunk_kb() >= 1 && t.chunk_kb() <= (1 << 20), "1..1048576");
   check.Expect("synthetic_samples", c.data().synthetic_samples() >= 0,
                ">= 0 (0: Fashion-MNIST)");
-  const proto::OptimizerConfig& o = c.optimizer();
+}
+
+// optimizer.*: the optimizer and its learning-rate policy.
+void CheckOptimizer(const proto::OptimizerConfig& o, Checker& check) {
   // The servers step in float32: each value is checked as it will be used.
   auto f32 = [](double v) { return static_cast<float>(v); };
+  const absl::StatusOr<OptimizerKind> kind = ParseOptimizerKind(o.optimizer());
+  const absl::StatusOr<LrScaling> scaling = ParseLrScaling(o.lr_scaling());
+  const absl::StatusOr<LrSchedule> schedule = ParseLrSchedule(o.lr_schedule());
+  auto is = [](const auto& parsed, auto value) { return parsed.ok() && *parsed == value; };
   check.Expect("lr", std::isfinite(f32(o.lr())) && f32(o.lr()) > 0,
                "a number > 0 that float32 holds (about 1.4e-45 to 3.4e38)");
   check.Expect("momentum", f32(o.momentum()) >= 0 && f32(o.momentum()) < 1,
@@ -194,10 +205,8 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
   check.Expect("weight_decay",
                std::isfinite(f32(o.weight_decay())) && f32(o.weight_decay()) >= 0,
                "a number >= 0 that float32 holds (at most about 3.4e38)");
-  check.Expect("optimizer",
-               o.optimizer() == "sgd" || o.optimizer() == "adam" || o.optimizer() == "adamw",
-               "sgd, adam or adamw");
-  check.Expect("nesterov", !o.nesterov() || (o.optimizer() == "sgd" && o.momentum() > 0),
+  check.Expect("optimizer", kind.ok(), kOptimizerKindChoices);
+  check.Expect("nesterov", !o.nesterov() || (is(kind, OptimizerKind::kSgd) && o.momentum() > 0),
                "false unless optimizer is sgd with momentum > 0");
   check.Expect("beta1", f32(o.beta1()) >= 0 && f32(o.beta1()) < 1,
                "0 <= beta1 < 1 in float32 (at most 0.99999994)");
@@ -205,24 +214,20 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                "0 <= beta2 < 1 in float32 (at most 0.99999994)");
   check.Expect("epsilon", std::isfinite(f32(o.epsilon())) && f32(o.epsilon()) > 0,
                "a number > 0 that float32 holds (about 1.4e-45 to 3.4e38)");
-  check.Expect("lr_scaling",
-               o.lr_scaling() == "none" || o.lr_scaling() == "linear" || o.lr_scaling() == "sqrt",
-               "none, linear or sqrt");
-  check.Expect("base_batch", o.lr_scaling() == "none" || o.base_batch() >= 1,
+  check.Expect("lr_scaling", scaling.ok(), kLrScalingChoices);
+  check.Expect("base_batch", is(scaling, LrScaling::kNone) || o.base_batch() >= 1,
                "the global batch optimizer.lr was tuned for (>= 1), with lr_scaling");
   check.Expect("warmup_steps", o.warmup_steps() >= 0, ">= 0");
-  check.Expect("lr_schedule",
-               o.lr_schedule() == "constant" || o.lr_schedule() == "step" ||
-                   o.lr_schedule() == "cosine",
-               "constant, step or cosine");
+  check.Expect("lr_schedule", schedule.ok(), kLrScheduleChoices);
   for (const char* f : {"lr_decay_steps", "lr_decay_epochs"}) {
     const std::string& text =
         o.GetReflection()->GetString(o, FindField(f)->field);
     check.Expect(f, ParseMilestones(f, text).ok(), "ascending whole numbers > 0, e.g. 30,60");
-    check.Expect(f, text.empty() || o.lr_schedule() == "step", "empty unless lr_schedule is step");
+    check.Expect(f, text.empty() || is(schedule, LrSchedule::kStep),
+                 "empty unless lr_schedule is step");
   }
   check.Expect("lr_decay_steps",
-               o.lr_schedule() != "step" ||
+               !is(schedule, LrSchedule::kStep) ||
                    o.lr_decay_steps().empty() != o.lr_decay_epochs().empty(),
                "milestones in exactly one of lr_decay_steps and lr_decay_epochs with "
                "lr_schedule step");
@@ -230,8 +235,12 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                "0 < factor <= 1");
   check.Expect("lr_final", std::isfinite(o.lr_final()) && o.lr_final() >= 0,
                "a finite number >= 0");
-  check.Expect("lr_final", o.lr_schedule() != "cosine" || o.lr_final() <= o.lr(),
+  check.Expect("lr_final", !is(schedule, LrSchedule::kCosine) || o.lr_final() <= o.lr(),
                "at most optimizer.lr (cosine decays from lr to lr_final)");
+}
+
+// checkpoint.* and timeouts.*.
+void CheckCheckpointsAndTimeouts(const proto::JobConfig& c, Checker& check) {
   const proto::CheckpointConfig& k = c.checkpoint();
   check.Expect("checkpoint_every", k.checkpoint_every() >= 0, ">= 0 (0: only at shutdown)");
   check.Expect("checkpoint_every", k.checkpoint_every() == 0 || !k.checkpoint_dir().empty(),
@@ -255,6 +264,10 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                to.handshake_timeout_s() >= 1 && to.handshake_timeout_s() <= 86400, "1..86400");
   check.Expect("idle_timeout_s", to.idle_timeout_s() >= 1 && to.idle_timeout_s() <= 86400,
                "1..86400");
+}
+
+// output.*.
+void CheckOutputs(const proto::JobConfig& c, Checker& check) {
   check.Expect("metrics_csv_every", c.output().metrics_csv_every() >= 1, ">= 1");
   check.Expect("trace_steps", c.output().trace_steps() >= 1 && c.output().trace_steps() <= 10000,
                "1..10000 (a trace is kept in memory until the end)");
@@ -275,6 +288,10 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                                 path, ")"));
     }
   }
+}
+
+// server.*, observability.* and security.*.
+void CheckServing(const proto::JobConfig& c, Checker& check) {
   const proto::ServerConfig& s = c.server();
   check.Expect("port", s.port() >= 0 && s.port() <= 65535, "0..65535 (0: a free one)");
   check.Expect("host", !s.host().empty(), "an address to listen on");
@@ -307,6 +324,17 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
                "a CA exactly when security.tls_cert is set: psync's TLS is mutual (one "
                "configuration for every process: each verifies its peers with the CA and "
                "presents the certificate)");
+}
+
+absl::Status Validate(const LoadedJobConfig& loaded) {
+  const proto::JobConfig& c = loaded.config;
+  Checker check(loaded);
+  CheckCluster(c, check);
+  CheckTraining(c, check);
+  CheckOptimizer(c.optimizer(), check);
+  CheckCheckpointsAndTimeouts(c, check);
+  CheckOutputs(c, check);
+  CheckServing(c, check);
   return check.status();
 }
 
@@ -530,10 +558,10 @@ LrPolicy LrPolicyOf(const proto::JobConfig& config) {
   const proto::OptimizerConfig& o = config.optimizer();
   LrPolicy p;
   p.lr = o.lr();
-  p.scaling = o.lr_scaling();
+  p.scaling = ParseLrScaling(o.lr_scaling()).value_or(LrScaling::kNone);
   p.base_batch = o.base_batch();
   p.warmup_steps = o.warmup_steps();
-  p.schedule = o.lr_schedule();
+  p.schedule = ParseLrSchedule(o.lr_schedule()).value_or(LrSchedule::kConstant);
   p.decay_steps = ParseMilestones("--lr_decay_steps", o.lr_decay_steps()).value_or(std::vector<int64_t>());
   p.decay_epochs = ParseMilestones("--lr_decay_epochs", o.lr_decay_epochs()).value_or(std::vector<int64_t>());
   p.decay_factor = o.lr_decay_factor();

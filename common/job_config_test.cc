@@ -44,6 +44,21 @@ TEST(JobConfigTest, UpdateRuleIsTheOptimizerSection) {
   EXPECT_EQ(UpdateRuleOf(b), "optimizer { lr_schedule: \"cosine\" }");
 }
 
+// The policy's kinds are parsed once, here; its text is the configured one.
+TEST(JobConfigTest, LrPolicyOfParsesTheScalingAndTheSchedule) {
+  auto loaded = Load(
+      "optimizer { lr: 0.2 lr_scaling: \"sqrt\" base_batch: 64 lr_schedule: \"step\" "
+      "lr_decay_steps: \"10,20\" }");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const LrPolicy p = LrPolicyOf(loaded->config);
+  EXPECT_EQ(p.scaling, LrScaling::kSqrt);
+  EXPECT_EQ(p.schedule, LrSchedule::kStep);
+  EXPECT_EQ(p.decay_steps, (std::vector<int64_t>{10, 20}));
+  EXPECT_EQ(p.Describe(),
+            "lr=0.2 scaling=sqrt base_batch=64 warmup_steps=0 schedule=step decay_steps=10,20 "
+            "decay_factor=0.1");
+}
+
 TEST(JobConfigTest, ErrorsNameTheFileLineFieldValueAndExpectation) {
   auto loaded = Load("cluster { num_workers: 2 }\ntraining {\n  batch_per_device: 0\n}\n");
   EXPECT_EQ(loaded.status().message(),
@@ -98,6 +113,19 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
               HasSubstr("observability.metrics_port is -1, expected 0..65535 (0: off)"));
   EXPECT_EQ(Load("optimizer { lr_schedule: \"exp\" }").status().message(),
             "job.pbtxt:1: optimizer.lr_schedule is \"exp\", expected constant, step or cosine");
+  EXPECT_EQ(Load("optimizer { optimizer: \"rmsprop\" }").status().message(),
+            "job.pbtxt:1: optimizer.optimizer is \"rmsprop\", expected sgd, adam or adamw");
+  EXPECT_EQ(Load("optimizer { lr_scaling: \"cubic\" }").status().message(),
+            "job.pbtxt:1: optimizer.lr_scaling is \"cubic\", expected none, linear or sqrt");
+  EXPECT_THAT(Load("optimizer { optimizer: \"adam\" nesterov: true }").status().message(),
+              HasSubstr("expected false unless optimizer is sgd with momentum > 0"));
+  EXPECT_THAT(Load("optimizer { lr_schedule: \"cosine\" lr: 0.1 lr_final: 0.2 }")
+                  .status()
+                  .message(),
+              HasSubstr("optimizer.lr_final is 0.2, expected at most optimizer.lr"));
+  EXPECT_TRUE(Load("optimizer { optimizer: \"adamw\" lr_scaling: \"sqrt\" base_batch: 64 "
+                   "lr_schedule: \"cosine\" }")
+                  .ok());
   EXPECT_THAT(Load("optimizer { lr_scaling: \"linear\" }").status().message(),
               HasSubstr("--base_batch (not set) is 0, expected the global batch"));
   EXPECT_THAT(Load("optimizer { warmup_steps: -1 }").status().message(),

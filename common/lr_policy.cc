@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/enum_names.h"
 
 namespace psync {
 namespace {
@@ -27,7 +28,25 @@ int64_t MilestonesPassed(const LrPolicy& p, int64_t t, int64_t steps_per_epoch) 
   return passed;
 }
 
+constexpr EnumName<LrScaling> kScalings[] = {
+    {LrScaling::kNone, "none"}, {LrScaling::kLinear, "linear"}, {LrScaling::kSqrt, "sqrt"}};
+constexpr EnumName<LrSchedule> kSchedules[] = {{LrSchedule::kConstant, "constant"},
+                                               {LrSchedule::kStep, "step"},
+                                               {LrSchedule::kCosine, "cosine"}};
+
 }  // namespace
+
+absl::StatusOr<LrScaling> ParseLrScaling(absl::string_view text) {
+  return ParseEnumName(kScalings, "--lr_scaling", kLrScalingChoices, text);
+}
+
+absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view text) {
+  return ParseEnumName(kSchedules, "--lr_schedule", kLrScheduleChoices, text);
+}
+
+absl::string_view LrScalingName(LrScaling scaling) { return EnumNameOf(kScalings, scaling); }
+
+absl::string_view LrScheduleName(LrSchedule schedule) { return EnumNameOf(kSchedules, schedule); }
 
 absl::StatusOr<std::vector<int64_t>> ParseMilestones(const std::string& flag,
                                                      const std::string& text) {
@@ -48,31 +67,24 @@ absl::Status LrPolicy::Validate() const {
   if (!(lr > 0) || !std::isfinite(lr)) {
     return absl::InvalidArgumentError(absl::StrCat("--lr is ", lr, ", expected a finite value > 0"));
   }
-  if (scaling != "none" && scaling != "linear" && scaling != "sqrt") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--lr_scaling is '", scaling, "', expected none, linear or sqrt"));
-  }
-  if (scaling != "none" && base_batch < 1) {
+  if (scaling != LrScaling::kNone && base_batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--base_batch is ", base_batch, ", expected the global batch --lr was tuned for (>= 1) "
-        "with --lr_scaling=", scaling));
+        "with --lr_scaling=", LrScalingName(scaling)));
   }
   if (warmup_steps < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--warmup_steps is ", warmup_steps, ", expected >= 0"));
   }
-  if (schedule != "constant" && schedule != "step" && schedule != "cosine") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--lr_schedule is '", schedule, "', expected constant, step or cosine"));
-  }
-  if (schedule == "step" && decay_steps.empty() == decay_epochs.empty()) {
+  if (schedule == LrSchedule::kStep && decay_steps.empty() == decay_epochs.empty()) {
     return absl::InvalidArgumentError(
         "--lr_schedule=step needs its milestones in exactly one of --lr_decay_steps and "
         "--lr_decay_epochs");
   }
-  if (schedule != "step" && !(decay_steps.empty() && decay_epochs.empty())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--lr_decay_steps and --lr_decay_epochs are for --lr_schedule=step, not ", schedule));
+  if (schedule != LrSchedule::kStep && !(decay_steps.empty() && decay_epochs.empty())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr_decay_steps and --lr_decay_epochs are for --lr_schedule=step, not ",
+                     LrScheduleName(schedule)));
   }
   if (!(decay_factor > 0 && decay_factor <= 1)) {
     return absl::InvalidArgumentError(
@@ -86,35 +98,37 @@ absl::Status LrPolicy::Validate() const {
 }
 
 bool LrPolicy::IsConstant() const {
-  return scaling == "none" && warmup_steps == 0 && schedule == "constant";
+  return scaling == LrScaling::kNone && warmup_steps == 0 && schedule == LrSchedule::kConstant;
 }
 
 std::string LrPolicy::Describe() const {
-  std::string out = absl::StrFormat("lr=%.9g scaling=%s", lr, scaling);
-  if (scaling != "none") absl::StrAppend(&out, " base_batch=", base_batch);
-  absl::StrAppend(&out, " warmup_steps=", warmup_steps, " schedule=", schedule);
-  if (schedule == "step") {
+  std::string out = absl::StrFormat("lr=%.9g scaling=%s", lr, LrScalingName(scaling));
+  if (scaling != LrScaling::kNone) absl::StrAppend(&out, " base_batch=", base_batch);
+  absl::StrAppend(&out, " warmup_steps=", warmup_steps, " schedule=", LrScheduleName(schedule));
+  if (schedule == LrSchedule::kStep) {
     absl::StrAppend(&out, decay_steps.empty() ? " decay_epochs=" : " decay_steps=",
                     absl::StrJoin(decay_steps.empty() ? decay_epochs : decay_steps, ","),
                     absl::StrFormat(" decay_factor=%.9g", decay_factor));
   }
-  if (schedule == "cosine") absl::StrAppend(&out, absl::StrFormat(" final_lr=%.9g", final_lr));
+  if (schedule == LrSchedule::kCosine) {
+    absl::StrAppend(&out, absl::StrFormat(" final_lr=%.9g", final_lr));
+  }
   return out;
 }
 
 double LrPolicy::Rate(int64_t t, int64_t global_batch, int64_t total_steps,
                       int64_t steps_per_epoch) const {
   double peak = lr;
-  if (scaling != "none" && base_batch > 0) {
+  if (scaling != LrScaling::kNone && base_batch > 0) {
     const double ratio = static_cast<double>(global_batch) / static_cast<double>(base_batch);
-    peak *= scaling == "linear" ? ratio : std::sqrt(ratio);
+    peak *= scaling == LrScaling::kLinear ? ratio : std::sqrt(ratio);
   }
   if (t < warmup_steps) return peak * static_cast<double>(t + 1) / static_cast<double>(warmup_steps);
-  if (schedule == "step") {
+  if (schedule == LrSchedule::kStep) {
     return peak * std::pow(decay_factor,
                            static_cast<double>(MilestonesPassed(*this, t, steps_per_epoch)));
   }
-  if (schedule == "cosine") {
+  if (schedule == LrSchedule::kCosine) {
     const int64_t span = total_steps - warmup_steps;
     if (span == 1) return final_lr;  // the one step left is the last
     if (span < 1) return peak;       // no step left (or no known end)
@@ -131,7 +145,7 @@ std::string LrPolicy::Unreached(int64_t total_steps, int64_t steps_per_epoch) co
     return absl::StrCat("warmup_steps is ", warmup_steps, " and the job has ", total_steps,
                         " steps: the learning rate never reaches lr");
   }
-  if (schedule == "step" && MilestonesPassed(*this, total_steps - 1, steps_per_epoch) <
+  if (schedule == LrSchedule::kStep && MilestonesPassed(*this, total_steps - 1, steps_per_epoch) <
                                 static_cast<int64_t>(std::max(decay_steps.size(),
                                                               decay_epochs.size()))) {
     return absl::StrCat("a learning-rate milestone (", Describe(), ") lies past the job's ",
@@ -142,10 +156,10 @@ std::string LrPolicy::Unreached(int64_t total_steps, int64_t steps_per_epoch) co
 
 int64_t LrPolicy::Phase(int64_t t, int64_t total_steps, int64_t steps_per_epoch) const {
   if (t < warmup_steps) return 0;
-  if (schedule == "step") {
+  if (schedule == LrSchedule::kStep) {
     return 1 + MilestonesPassed(*this, t, steps_per_epoch);
   }
-  if (schedule == "cosine") {
+  if (schedule == LrSchedule::kCosine) {
     const int64_t span = std::max<int64_t>(1, total_steps - warmup_steps);
     return 1 + (t - warmup_steps) * 10 / span;
   }

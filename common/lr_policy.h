@@ -21,15 +21,36 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace psync {
 
+// Parsed once from the job's configuration (--lr_scaling, --lr_schedule):
+// Rate runs per chunk and step on the servers. The names are what Describe
+// prints, which checkpoints store: they never change.
+enum class LrScaling { kNone, kLinear, kSqrt };
+enum class LrSchedule { kConstant, kStep, kCosine };
+
+// The names the parsers take, as errors list them.
+inline constexpr char kLrScalingChoices[] = "none, linear or sqrt";
+inline constexpr char kLrScheduleChoices[] = "constant, step or cosine";
+
+// A name of kLrScalingChoices (kLrScheduleChoices); anything else is an
+// InvalidArgument error naming the flag and the value.
+absl::StatusOr<LrScaling> ParseLrScaling(absl::string_view text);
+absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view text);
+// The name the parser takes.
+absl::string_view LrScalingName(LrScaling scaling);
+absl::string_view LrScheduleName(LrSchedule schedule);
+
 struct LrPolicy {
-  double lr = 0.1;             // the base learning rate
-  std::string scaling = "none";  // none, linear or sqrt
-  int64_t base_batch = 0;      // the global batch `lr` was tuned for
+  // The base learning rate, the only one a job configures: the servers
+  // step with Rate() of each step, as float32.
+  double lr = 0.1;
+  LrScaling scaling = LrScaling::kNone;
+  int64_t base_batch = 0;  // the global batch `lr` was tuned for
   int64_t warmup_steps = 0;
-  std::string schedule = "constant";  // constant, step or cosine
+  LrSchedule schedule = LrSchedule::kConstant;
   std::vector<int64_t> decay_steps;   // step: milestones in steps ...
   std::vector<int64_t> decay_epochs;  // ... or in epochs
   double decay_factor = 0.1;          // step: the factor at each milestone

@@ -22,11 +22,11 @@ TEST(LrPolicyTest, ConstantByDefault) {
 TEST(LrPolicyTest, LinearAndSqrtScalingFollowTheGlobalBatch) {
   LrPolicy p;
   p.lr = 0.1;
-  p.scaling = "linear";
+  p.scaling = LrScaling::kLinear;
   p.base_batch = 128;
   EXPECT_DOUBLE_EQ(p.Rate(0, 1024, 10, 10), 0.8);
   EXPECT_DOUBLE_EQ(p.Rate(0, 64, 10, 10), 0.05);
-  p.scaling = "sqrt";
+  p.scaling = LrScaling::kSqrt;
   EXPECT_DOUBLE_EQ(p.Rate(0, 512, 10, 10), 0.2);
   EXPECT_FALSE(p.IsConstant());
 }
@@ -34,7 +34,7 @@ TEST(LrPolicyTest, LinearAndSqrtScalingFollowTheGlobalBatch) {
 TEST(LrPolicyTest, WarmupRisesLinearlyToThePeak) {
   LrPolicy p;
   p.lr = 0.1;
-  p.scaling = "linear";
+  p.scaling = LrScaling::kLinear;
   p.base_batch = 32;
   p.warmup_steps = 4;
   const double peak = 0.8;  // G = 256
@@ -49,7 +49,7 @@ TEST(LrPolicyTest, WarmupRisesLinearlyToThePeak) {
 TEST(LrPolicyTest, StepDecayAtStepsOrEpochs) {
   LrPolicy p;
   p.lr = 1.0;
-  p.schedule = "step";
+  p.schedule = LrSchedule::kStep;
   p.decay_factor = 0.5;
   p.decay_steps = {10, 20};
   ASSERT_TRUE(p.Validate().ok());
@@ -68,7 +68,7 @@ TEST(LrPolicyTest, StepDecayAtStepsOrEpochs) {
 // Settings a job never reaches are named (for a warning), others not.
 TEST(LrPolicyTest, UnreachedWarmupAndMilestonesAreNamed) {
   LrPolicy p;
-  p.schedule = "step";
+  p.schedule = LrSchedule::kStep;
   p.decay_steps = {10, 20};
   EXPECT_EQ(p.Unreached(21, 5), "");
   EXPECT_THAT(p.Unreached(20, 5), HasSubstr("lies past the job's 20 steps (5 per epoch)"));
@@ -85,7 +85,7 @@ TEST(LrPolicyTest, UnreachedWarmupAndMilestonesAreNamed) {
 TEST(LrPolicyTest, CosineFromThePeakToTheFinalValueAfterWarmup) {
   LrPolicy p;
   p.lr = 1.0;
-  p.schedule = "cosine";
+  p.schedule = LrSchedule::kCosine;
   p.final_lr = 0.1;
   p.warmup_steps = 10;
   EXPECT_DOUBLE_EQ(p.Rate(10, 8, 111, 5), 1.0);   // first step after warmup
@@ -102,22 +102,41 @@ TEST(LrPolicyTest, CosineFromThePeakToTheFinalValueAfterWarmup) {
   EXPECT_DOUBLE_EQ(p.Rate(1, 8, 2, 5), 0.1);
 }
 
+// The names Describe prints (and checkpoints store) are the ones parsed.
+TEST(LrPolicyTest, ScalingAndScheduleNamesRoundTrip) {
+  for (LrScaling s : {LrScaling::kNone, LrScaling::kLinear, LrScaling::kSqrt}) {
+    EXPECT_EQ(ParseLrScaling(LrScalingName(s)).value(), s);
+  }
+  for (LrSchedule s : {LrSchedule::kConstant, LrSchedule::kStep, LrSchedule::kCosine}) {
+    EXPECT_EQ(ParseLrSchedule(LrScheduleName(s)).value(), s);
+  }
+  EXPECT_EQ(LrScalingName(LrScaling::kSqrt), "sqrt");
+  EXPECT_EQ(LrScheduleName(LrSchedule::kCosine), "cosine");
+  EXPECT_FALSE(ParseLrScaling("Linear").ok());
+  EXPECT_FALSE(ParseLrSchedule("").ok());
+  LrPolicy p;
+  p.scaling = LrScaling::kLinear;
+  p.base_batch = 256;
+  p.warmup_steps = 100;
+  p.schedule = LrSchedule::kCosine;
+  EXPECT_EQ(p.Describe(),
+            "lr=0.1 scaling=linear base_batch=256 warmup_steps=100 schedule=cosine final_lr=0");
+}
+
 TEST(LrPolicyTest, BadSettingsNameTheFlagAndTheValue) {
   auto error = [](LrPolicy p) { return std::string(p.Validate().message()); };
+  EXPECT_EQ(ParseLrScaling("cubic").status().message(),
+            "--lr_scaling is 'cubic', expected none, linear or sqrt");
   LrPolicy p;
-  p.scaling = "cubic";
-  EXPECT_EQ(error(p), "--lr_scaling is 'cubic', expected none, linear or sqrt");
-  p = LrPolicy();
-  p.scaling = "linear";
+  p.scaling = LrScaling::kLinear;
   EXPECT_THAT(error(p), HasSubstr("--base_batch is 0, expected the global batch"));
   p = LrPolicy();
   p.warmup_steps = -3;
   EXPECT_EQ(error(p), "--warmup_steps is -3, expected >= 0");
+  EXPECT_EQ(ParseLrSchedule("exp").status().message(),
+            "--lr_schedule is 'exp', expected constant, step or cosine");
   p = LrPolicy();
-  p.schedule = "exp";
-  EXPECT_EQ(error(p), "--lr_schedule is 'exp', expected constant, step or cosine");
-  p = LrPolicy();
-  p.schedule = "step";
+  p.schedule = LrSchedule::kStep;
   EXPECT_THAT(error(p), HasSubstr("exactly one of --lr_decay_steps and --lr_decay_epochs"));
   p.decay_steps = {5};
   p.decay_factor = 1.5;

@@ -23,12 +23,6 @@ using checkpoint_internal::FindServerFiles;
 using checkpoint_internal::GroupFiles;
 using checkpoint_internal::Prefixed;
 
-absl::StatusOr<uint64_t> ModelId(const Layout& layout) {
-  PSYNC_ASSIGN_OR_RETURN(const Layout one, Layout::Create(layout.tensors(), layout.chunk_bytes(),
-                                                          1, layout.init_seed()));
-  return one.fingerprint();
-}
-
 absl::StatusOr<CheckpointHeader> MakeCheckpointHeader(const Layout& layout, int rank) {
   PSYNC_RETURN_IF_ERROR(CheckServer(rank, layout.num_servers()));
   CheckpointHeader h;

@@ -3,7 +3,8 @@
 // server finds the newest valid version, possibly written by a cluster with
 // another number of servers, and loads its chunks from it.
 //
-// The format ("psync-checkpoint-1"), byte by byte: docs/checkpoint_format.md.
+// The format ("psync-checkpoint-1"), byte by byte: docs/checkpoint_format.md;
+// its header and names are defined in checkpoint_format.h.
 //
 // Thread safety: every function may run concurrently with the others,
 // except that one server's WriteCheckpoint and PruneCheckpoints calls must
@@ -20,27 +21,10 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/layout.h"
-#include "common/tensor.h"
+#include "server/checkpoint_format.h"
 #include "server/chunk_state.h"
 
 namespace psync {
-
-struct CheckpointHeader {
-  int64_t version = 0;
-  int64_t generation = 0;
-  int server_rank = 0;
-  int num_servers = 1;
-  std::vector<TensorSpec> tensors;
-  int64_t chunk_bytes = 0;
-  uint64_t init_seed = 0;
-  uint64_t layout_fingerprint = 0;
-  uint64_t model_id = 0;
-  std::string optimizer;
-  std::string training;
-};
-
-// The fingerprint of `layout`'s model laid out for one server.
-absl::StatusOr<uint64_t> ModelId(const Layout& layout);
 
 // A header whose layout fields describe `layout` and `rank`; the caller
 // fills in version, generation, optimizer and training.

@@ -12,6 +12,13 @@
 #include "common/status_macros.h"
 
 namespace psync {
+
+absl::StatusOr<uint64_t> ModelId(const Layout& layout) {
+  PSYNC_ASSIGN_OR_RETURN(const Layout one, Layout::Create(layout.tensors(), layout.chunk_bytes(),
+                                                          1, layout.init_seed()));
+  return one.fingerprint();
+}
+
 namespace checkpoint_internal {
 namespace {
 

@@ -1,5 +1,8 @@
-// Internal to //server:checkpoint: the names, metadata and validation of a
-// single checkpoint file (the format is described in docs/checkpoint_format.md).
+// The checkpoint format: what each file holds (CheckpointHeader), and, in
+// checkpoint_internal (for //server:checkpoint alone), the names, metadata
+// and validation of a single file. checkpoint.h writes and reads whole
+// checkpoints in this format, described byte by byte in
+// docs/checkpoint_format.md.
 #ifndef PSYNC_SERVER_CHECKPOINT_FORMAT_H_
 #define PSYNC_SERVER_CHECKPOINT_FORMAT_H_
 
@@ -13,11 +16,31 @@
 #include "absl/types/span.h"
 #include "common/layout.h"
 #include "common/safetensors.h"
-#include "server/chunk_state.h"
 #include "common/sha256.h"
-#include "server/checkpoint.h"
+#include "common/tensor.h"
+#include "server/chunk_state.h"
 
 namespace psync {
+
+// The metadata of one file: which server wrote it, of which version and
+// layout, with the caller's opaque optimizer and training strings.
+struct CheckpointHeader {
+  int64_t version = 0;
+  int64_t generation = 0;
+  int server_rank = 0;
+  int num_servers = 1;
+  std::vector<TensorSpec> tensors;
+  int64_t chunk_bytes = 0;
+  uint64_t init_seed = 0;
+  uint64_t layout_fingerprint = 0;
+  uint64_t model_id = 0;
+  std::string optimizer;
+  std::string training;
+};
+
+// The fingerprint of `layout`'s model laid out for one server.
+absl::StatusOr<uint64_t> ModelId(const Layout& layout);
+
 namespace checkpoint_internal {
 
 inline constexpr char kFormat[] = "psync-checkpoint-1";

@@ -1,6 +1,6 @@
 // A server's checkpoints at run time: the versions it can restore, the
-// background writer of the store's snapshots, and pruning. File format and
-// I/O are in checkpoint.h.
+// background writer of the store's snapshots, and pruning. The file format
+// is in checkpoint_format.h, the I/O in checkpoint.h.
 #ifndef PSYNC_SERVER_CHECKPOINT_MANAGER_H_
 #define PSYNC_SERVER_CHECKPOINT_MANAGER_H_
 
@@ -26,8 +26,9 @@ struct CheckpointManagerOptions {
   int server_rank = 0;
   int num_servers = 1;
   int keep = 3;  // newest versions kept
-  // OptimizerOptions::Describe() of this server: checkpoints written with other
-  // options are refused at Open.
+  // ShardStoreOptions::DescribeOptimizer() of this server (and its learning-
+  // rate policy unless constant): checkpoints written with other options are
+  // refused at Open.
   std::string optimizer;
 };
 

@@ -1,5 +1,5 @@
 // psync_ckpt: inspects and exports server checkpoints (format in
-// server/checkpoint.h).
+// server/checkpoint_format.h).
 //   psync_ckpt list   --checkpoint_dir=D[,D2...]
 //   psync_ckpt export --checkpoint_dir=D[,D2...] [--version=N] --out=FILE
 // Exit status: 0 done, 1 failed, 2 bad arguments (also a flag that Abseil

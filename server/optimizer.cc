@@ -15,14 +15,6 @@
 namespace psync {
 
 absl::Status OptimizerOptions::Validate() const {
-  if (kind != "sgd" && kind != "adam" && kind != "adamw") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--optimizer is '", kind, "', expected sgd, adam or adamw"));
-  }
-  if (!(learning_rate > 0.0f) || !std::isfinite(learning_rate)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--lr is ", learning_rate, ", expected a finite value > 0"));
-  }
   if (!(momentum >= 0.0f && momentum < 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--momentum is ", momentum, ", expected a value in [0, 1)"));
@@ -31,10 +23,10 @@ absl::Status OptimizerOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "--weight_decay is ", weight_decay, ", expected a finite value >= 0"));
   }
-  if (nesterov && (kind != "sgd" || momentum == 0.0f)) {
+  if (nesterov && (kind != OptimizerKind::kSgd || momentum == 0.0f)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--nesterov needs --optimizer=sgd and --momentum > 0 (got ", kind, ", momentum ",
-        momentum, ")"));
+        "--nesterov needs --optimizer=sgd and --momentum > 0 (got ", OptimizerKindName(kind),
+        ", momentum ", momentum, ")"));
   }
   for (const auto& [flag, beta] : {std::pair<const char*, float>{"--beta1", beta1},
                                    std::pair<const char*, float>{"--beta2", beta2}}) {
@@ -50,13 +42,14 @@ absl::Status OptimizerOptions::Validate() const {
   return absl::OkStatus();
 }
 
-std::string OptimizerOptions::Describe() const {
-  if (kind == "sgd") {
+std::string OptimizerOptions::Describe(float learning_rate) const {
+  if (kind == OptimizerKind::kSgd) {
     return absl::StrFormat("sgd lr=%.9g momentum=%.9g weight_decay=%.9g%s", learning_rate,
                            momentum, weight_decay, nesterov ? " nesterov" : "");
   }
-  return absl::StrFormat("%s lr=%.9g beta1=%.9g beta2=%.9g epsilon=%.9g weight_decay=%.9g", kind,
-                         learning_rate, beta1, beta2, epsilon, weight_decay);
+  return absl::StrFormat("%s lr=%.9g beta1=%.9g beta2=%.9g epsilon=%.9g weight_decay=%.9g",
+                         OptimizerKindName(kind), learning_rate, beta1, beta2, epsilon,
+                         weight_decay);
 }
 
 OptimizerBuffers OptimizerBuffers::From(int64_t first) const {
@@ -175,9 +168,8 @@ struct FiniteWeights {
 // One pass over the elements. Memory-bound: each element is read and
 // written once per buffer. Returns whether every new weight is finite.
 template <typename Grad>
-inline bool SgdPass(const OptimizerOptions& o, const Grad& grad, float count,
+inline bool SgdPass(const OptimizerOptions& o, float lr, const Grad& grad, float count,
                     const OptimizerBuffers& b, int64_t n) {
-  const float lr = o.learning_rate;
   const float mu = o.momentum;
   const float wd = o.weight_decay;
   const float* __restrict w_in = b.weights_in;
@@ -232,21 +224,21 @@ inline bool SgdPass(const OptimizerOptions& o, const Grad& grad, float count,
 }
 
 template <typename Grad>
-inline bool AdamPass(const OptimizerOptions& o, int64_t step, const Grad& grad, float count,
-                     const OptimizerBuffers& b, int64_t n) {
+inline bool AdamPass(const OptimizerOptions& o, int64_t step, float lr, const Grad& grad,
+                     float count, const OptimizerBuffers& b, int64_t n) {
   // Scalars as torch computes them: in double, then used as float32.
   const double k = static_cast<double>(step + 1);
   const float step_size =
-      static_cast<float>(o.learning_rate / (1.0 - std::pow(static_cast<double>(o.beta1), k)));
+      static_cast<float>(lr / (1.0 - std::pow(static_cast<double>(o.beta1), k)));
   const float correction2_sqrt =
       static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(o.beta2), k)));
   const float b1 = o.beta1, b2 = o.beta2;
   const float one_minus_b1 = static_cast<float>(1.0 - static_cast<double>(o.beta1));
   const float one_minus_b2 = static_cast<float>(1.0 - static_cast<double>(o.beta2));
-  const bool decoupled = o.kind == "adamw";
+  const bool decoupled = o.kind == OptimizerKind::kAdamW;
   const float l2 = decoupled ? 0.0f : o.weight_decay;
   const float shrink = static_cast<float>(
-      1.0 - (decoupled ? static_cast<double>(o.learning_rate) * o.weight_decay : 0.0));
+      1.0 - (decoupled ? static_cast<double>(lr) * o.weight_decay : 0.0));
   const float eps = o.epsilon;
   const float* __restrict w_in = b.weights_in;
   float* __restrict w_out = b.weights_out;
@@ -294,15 +286,15 @@ inline bool AdamPass(const OptimizerOptions& o, int64_t step, const Grad& grad, 
 }
 
 template <typename Grad>
-inline bool Pass(const OptimizerOptions& o, int64_t step, const Grad& grad, float count,
-                 const OptimizerBuffers& b, int64_t n) {
-  if (o.kind == "sgd") return SgdPass(o, grad, count, b, n);
-  return AdamPass(o, step, grad, count, b, n);
+inline bool Pass(const OptimizerOptions& o, int64_t step, float lr, const Grad& grad,
+                 float count, const OptimizerBuffers& b, int64_t n) {
+  if (o.kind == OptimizerKind::kSgd) return SgdPass(o, lr, grad, count, b, n);
+  return AdamPass(o, step, lr, grad, count, b, n);
 }
 
 // One run of whole wire values of the last worker's gradient; no fence.
 // Returns whether every new weight is finite.
-bool StepRun(const OptimizerOptions& options, int64_t step, const float* grad_sum,
+bool StepRun(const OptimizerOptions& options, int64_t step, float lr, const float* grad_sum,
              WireDType dtype, const char* __restrict payload, float count,
              const OptimizerBuffers& b, int64_t n) {
   if (dtype != WireDType::kFloat32) {
@@ -316,16 +308,16 @@ bool StepRun(const OptimizerOptions& options, int64_t step, const float* grad_su
       if (grad_sum != nullptr) {
         for (int64_t i = 0; i < len; ++i) tile[i] = grad_sum[first + i] + tile[i];
       }
-      finite &= Pass(options, step, Sum{tile}, count, b.From(first), len);
+      finite &= Pass(options, step, lr, Sum{tile}, count, b.From(first), len);
     }
     return finite;
   }
   const Wire wire{payload};
-  if (grad_sum == nullptr) return Pass(options, step, wire, count, b, n);
+  if (grad_sum == nullptr) return Pass(options, step, lr, wire, count, b, n);
   if (grad_sum == b.weights_out) {
-    return Pass(options, step, Plus<InPlaceSum, Wire>{{}, wire}, count, b, n);
+    return Pass(options, step, lr, Plus<InPlaceSum, Wire>{{}, wire}, count, b, n);
   }
-  return Pass(options, step, Plus<Sum, Wire>{{grad_sum}, wire}, count, b, n);
+  return Pass(options, step, lr, Plus<Sum, Wire>{{grad_sum}, wire}, count, b, n);
 }
 
 // Runs run(first, len) over elements [0, n) of `b`, returning whether
@@ -347,26 +339,28 @@ bool WithCopy(const OptimizerBuffers& b, int64_t n, const Run& run) {
 
 }  // namespace
 
-bool OptimizerStep(const OptimizerOptions& options, int64_t step, const float* grad_sum,
-                   float count, OptimizerBuffers b, int64_t n) {
+bool OptimizerStep(const OptimizerOptions& options, int64_t step, float learning_rate,
+                   const float* grad_sum, float count, OptimizerBuffers b, int64_t n) {
   const bool finite = WithCopy(b, n, [&](int64_t first, int64_t len) {
     return grad_sum == b.weights_out
-               ? Pass(options, step, InPlaceSum{}, count, b.From(first), len)
-               : Pass(options, step, Sum{grad_sum + first}, count, b.From(first), len);
+               ? Pass(options, step, learning_rate, InPlaceSum{}, count, b.From(first), len)
+               : Pass(options, step, learning_rate, Sum{grad_sum + first}, count, b.From(first),
+                      len);
   });
   FinishStores(b);
   return finite;
 }
 
 bool OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
-                              const float* grad_sum, WireDType dtype, const BytePieces& payload,
-                              float count, OptimizerBuffers b) {
+                              float learning_rate, const float* grad_sum, WireDType dtype,
+                              const BytePieces& payload, float count, OptimizerBuffers b) {
   bool finite = true;
   const int width = WireBytes(dtype);
   ForEachValueRun(payload, width, [&](int64_t first, const char* bytes, int64_t n) {
     finite &= WithCopy(b.From(first), n, [&](int64_t at, int64_t len) {
-      return StepRun(options, step, grad_sum == nullptr ? nullptr : grad_sum + first + at,
-                     dtype, bytes + at * width, count, b.From(first + at), len);
+      return StepRun(options, step, learning_rate,
+                     grad_sum == nullptr ? nullptr : grad_sum + first + at, dtype,
+                     bytes + at * width, count, b.From(first + at), len);
     });
   });
   FinishStores(b);

@@ -23,30 +23,32 @@
 
 #include "absl/status/status.h"
 #include "common/byte_pieces.h"
+#include "common/optimizer_kind.h"
 #include "common/wire_dtype.h"
 
 namespace psync {
 
+// The optimizer's settings other than the learning rate, which a step
+// takes as an argument (the rate of that step: see common/lr_policy.h).
 struct OptimizerOptions {
-  float learning_rate = 0.1f;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
-  std::string kind = "sgd";  // sgd, adam or adamw
-  bool nesterov = false;     // sgd only; needs momentum > 0
-  float beta1 = 0.9f;        // adam and adamw
+  OptimizerKind kind = OptimizerKind::kSgd;
+  bool nesterov = false;  // sgd only; needs momentum > 0
+  float beta1 = 0.9f;     // adam and adamw
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
 
   // Errors name the flag, the value and what was expected.
   absl::Status Validate() const;
-  // Canonical text that round-trips every value, e.g. "sgd lr=0.1
-  // momentum=0.9 weight_decay=0" (what SGD without Nesterov wrote before
-  // the other optimizers existed): stored with checkpoints, which a server
-  // with other options refuses to continue.
-  std::string Describe() const;
+  // Canonical text that round-trips every value, with `learning_rate` the
+  // base rate, e.g. "sgd lr=0.1 momentum=0.9 weight_decay=0" (what SGD
+  // without Nesterov wrote before the other optimizers existed): stored
+  // with checkpoints, which a server with other options refuses to continue.
+  std::string Describe(float learning_rate) const;
   // The per-element state it keeps (ChunkState::momentum, ::second).
-  bool KeepsMomentum() const { return kind != "sgd" || momentum != 0.0f; }
-  bool KeepsSecondMoment() const { return kind != "sgd"; }
+  bool KeepsMomentum() const { return kind != OptimizerKind::kSgd || momentum != 0.0f; }
+  bool KeepsSecondMoment() const { return kind != OptimizerKind::kSgd; }
 };
 
 // The state a step reads (version t) and the buffers it writes (version
@@ -85,14 +87,15 @@ struct OptimizerBuffers {
 // which matched a separate streamed state, psync_bench's pass, 5 pairs).
 inline bool StreamStateFor(int64_t share_bytes) { return share_bytes >= (10 << 20); }
 
-// Applies step `step` (0-based: the version being left) to `n` elements,
-// with g = grad_sum / count (the division is fused into the same pass).
+// Applies step `step` (0-based: the version being left) with the rate
+// `learning_rate` (lr above) to `n` elements, with g = grad_sum / count
+// (the division is fused into the same pass).
 // grad_sum may equal b.weights_out (and no other buffer). Returns whether
 // every new weight is finite (false: an Inf or NaN gradient, or an update
 // past float32's range; looked at in registers, as the pass goes).
 // REQUIRES: count > 0.
-bool OptimizerStep(const OptimizerOptions& options, int64_t step, const float* grad_sum,
-                   float count, OptimizerBuffers b, int64_t n);
+bool OptimizerStep(const OptimizerOptions& options, int64_t step, float learning_rate,
+                   const float* grad_sum, float count, OptimizerBuffers b, int64_t n);
 
 // The same step with the last worker's gradient still in its wire bytes:
 // g = (grad_sum[i] + payload value i) / count, or payload / count when
@@ -104,8 +107,8 @@ bool OptimizerStep(const OptimizerOptions& options, int64_t step, const float* g
 // grad_sum may equal b.weights_out (and no other buffer). Returns whether
 // every new weight is finite, as OptimizerStep.
 bool OptimizerStepWithPayload(const OptimizerOptions& options, int64_t step,
-                              const float* grad_sum, WireDType dtype, const BytePieces& payload,
-                              float count, OptimizerBuffers b);
+                              float learning_rate, const float* grad_sum, WireDType dtype,
+                              const BytePieces& payload, float count, OptimizerBuffers b);
 
 }  // namespace psync
 

@@ -14,7 +14,7 @@ N = 7
 STEPS = 5
 COUNT = 4.0  # the C++ side gets COUNT * g and divides by COUNT (exact)
 
-# name, constructor, options as OptimizerOptions fields
+# name, constructor, options as OptimizerOptions fields and the learning rate
 CASES = [
     ("sgd", lambda p: torch.optim.SGD(p, lr=0.1),
      dict(kind="sgd", lr=0.1, momentum=0.0, weight_decay=0.0)),

@@ -16,6 +16,7 @@
 #include "common/incarnation.h"
 #include "common/job_flags.h"
 #include "common/logging.h"
+#include "common/optimizer_kind.h"
 #include "common/output_path.h"
 #include "common/process_metrics.h"
 #include "common/process_tuning.h"
@@ -53,10 +54,9 @@ absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c,
   o.num_workers = c.cluster().num_workers();
   o.deterministic = c.training().deterministic();
   o.max_message_bytes = int64_t{c.server().max_message_mb()} << 20;
-  o.optimizer.learning_rate = static_cast<float>(c.optimizer().lr());
   o.optimizer.momentum = static_cast<float>(c.optimizer().momentum());
   o.optimizer.weight_decay = static_cast<float>(c.optimizer().weight_decay());
-  o.optimizer.kind = c.optimizer().optimizer();
+  PSYNC_ASSIGN_OR_RETURN(o.optimizer.kind, ParseOptimizerKind(c.optimizer().optimizer()));
   o.optimizer.nesterov = c.optimizer().nesterov();
   o.optimizer.beta1 = static_cast<float>(c.optimizer().beta1());
   o.optimizer.beta2 = static_cast<float>(c.optimizer().beta2());
@@ -179,7 +179,7 @@ absl::Status ServerProcess::OpenCheckpoints() {
   c.server_rank = options_.server_rank;
   c.num_servers = options_.num_servers;
   c.keep = config.checkpoint().keep_checkpoints();
-  c.optimizer = options_.optimizer.Describe();
+  c.optimizer = options_.DescribeOptimizer();
   // A checkpoint of another learning-rate policy is refused too (the
   // constant one keeps the text older checkpoints carry).
   if (!options_.lr_policy.IsConstant()) {
@@ -286,7 +286,7 @@ void ServerProcess::LogListening(const PeerSecurity& security) const {
   const std::string& checkpoint_dir = loaded_.config.checkpoint().checkpoint_dir();
   LOG(INFO) << "server " << options_.server_rank << "/" << options_.num_servers
             << " listening on " << listen_host_ << ":" << server_->port() << " for "
-            << options_.num_workers << " workers (" << options_.optimizer.Describe() << ", "
+            << options_.num_workers << " workers (" << options_.DescribeOptimizer() << ", "
             << options_.lr_policy.Describe() << ", deterministic "
             << (options_.deterministic ? "on" : "off") << ", checkpoints "
             << (checkpoint_dir.empty() ? std::string("off")

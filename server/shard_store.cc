@@ -1,6 +1,7 @@
 #include "server/shard_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -140,7 +141,17 @@ absl::Status ShardStoreOptions::Validate() const {
         "worker lease of ", absl::FormatDuration(worker_lease)));
   }
   PSYNC_RETURN_IF_ERROR(lr_policy.Validate());
+  // Steps apply the rate in float32.
+  const float lr = static_cast<float>(lr_policy.lr);
+  if (!(lr > 0.0f) || !std::isfinite(lr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr is ", lr, ", expected a finite value > 0"));
+  }
   return optimizer.Validate();
+}
+
+std::string ShardStoreOptions::DescribeOptimizer() const {
+  return optimizer.Describe(static_cast<float>(lr_policy.lr));
 }
 
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(ShardStoreOptions options) {
@@ -531,9 +542,7 @@ void ShardStore::AddPushLocked(Chunk& c, int worker_rank, int64_t sample_count,
   }
 }
 
-absl::Status ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last,
-                                     float* copy) {
-  const int64_t n = c.info.num_elements;
+std::shared_ptr<ChunkState> ShardStore::NextStateLocked(Chunk& c, bool* in_place) {
   // The next version's state: the retired one, else the previous one unless
   // a transport or a checkpoint still holds it (new references are only
   // taken under c.mu, so a count of 1 is exclusive), else a new one.
@@ -558,6 +567,15 @@ absl::Status ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload*
       to.resize(from.size());
     }
   }
+  *in_place = state_in_place;
+  return next;
+}
+
+absl::Status ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload* last,
+                                     float* copy) {
+  const int64_t n = c.info.num_elements;
+  bool state_in_place = false;
+  std::shared_ptr<ChunkState> next = NextStateLocked(c, &state_in_place);
   // The gradient sum goes where the new weights will be, and the step runs
   // in place over it. With one worker (normal mode) it is all in `last`.
   float* grad = nullptr;
@@ -593,26 +611,16 @@ absl::Status ShardStore::ApplyLocked(Shard& shard, Chunk& c, const ChunkPayload*
                                  next->weights.data(),      data(next->momentum),
                                  data(state_in.second),     data(next->second),
                                  shard.stream_state && !state_in_place, copy};
-  OptimizerOptions step_options = options_.optimizer;
-  if (!options_.lr_policy.IsConstant()) {
-    step_options.learning_rate = static_cast<float>(LearningRate(shard, c.version));
-    const int64_t phase = options_.lr_policy.Phase(c.version, shard.shape.total_steps,
-                                                   shard.shape.StepsPerEpoch(options_.num_workers));
-    int64_t logged = lr_phase_logged_.load();
-    while (phase > logged && !lr_phase_logged_.compare_exchange_weak(logged, phase)) {
-    }
-    if (phase > logged) {
-      LOG(INFO) << "server " << options_.server_rank << ": step " << c.version
-                << " learning rate " << step_options.learning_rate << " ("
-                << (phase == 0 ? "warmup" : options_.lr_policy.schedule) << ")";
-    }
-  }
+  const float learning_rate = LearningRate(shard, c.version);
+  LogLearningRatePhase(shard, c.version, learning_rate);
   const bool finite =
       last == nullptr
-          ? OptimizerStep(step_options, c.version, grad, static_cast<float>(total), buffers, n)
+          ? OptimizerStep(options_.optimizer, c.version, learning_rate, grad,
+                          static_cast<float>(total), buffers, n)
           // `grad` holds the other workers' gradients, if there are any.
-          : OptimizerStepWithPayload(step_options, c.version, grad, last->dtype, last->pieces,
-                                     static_cast<float>(total), buffers);
+          : OptimizerStepWithPayload(options_.optimizer, c.version, learning_rate, grad,
+                                     last->dtype, last->pieces, static_cast<float>(total),
+                                     buffers);
   if (!finite) {
     // Never published: workers and checkpoints keep the last finite version.
     // (An in-place optimizer state is spoilt; the job fails, see Push.)
@@ -654,11 +662,26 @@ bool ShardStore::HasOptimizerState(const ChunkState& state) const {
          (!options_.optimizer.KeepsSecondMoment() || !state.second.empty());
 }
 
-double ShardStore::LearningRate(const Shard& shard, int64_t step) const {
-  if (options_.lr_policy.IsConstant()) return options_.optimizer.learning_rate;
-  return options_.lr_policy.Rate(step, shard.shape.GlobalBatch(options_.num_workers),
-                                 shard.shape.total_steps,
-                                 shard.shape.StepsPerEpoch(options_.num_workers));
+float ShardStore::LearningRate(const Shard& shard, int64_t step) const {
+  // A constant policy's Rate is its lr, whatever the shape.
+  return static_cast<float>(options_.lr_policy.Rate(
+      step, shard.shape.GlobalBatch(options_.num_workers), shard.shape.total_steps,
+      shard.shape.StepsPerEpoch(options_.num_workers)));
+}
+
+void ShardStore::LogLearningRatePhase(const Shard& shard, int64_t step, float rate) {
+  const LrPolicy& p = options_.lr_policy;
+  if (p.IsConstant()) return;
+  const int64_t phase =
+      p.Phase(step, shard.shape.total_steps, shard.shape.StepsPerEpoch(options_.num_workers));
+  int64_t logged = lr_phase_logged_.load();
+  while (phase > logged && !lr_phase_logged_.compare_exchange_weak(logged, phase)) {
+  }
+  if (phase > logged) {
+    LOG(INFO) << "server " << options_.server_rank << ": step " << step << " learning rate "
+              << rate << " ("
+              << (phase == 0 ? absl::string_view("warmup") : LrScheduleName(p.schedule)) << ")";
+  }
 }
 
 void ShardStore::CollectSnapshotLocked(Shard& shard, Chunk& c) {

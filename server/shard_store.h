@@ -49,8 +49,8 @@ struct ShardStoreOptions {
   // request in parallel; 0 means one per hardware thread.
   int apply_threads = 0;
   OptimizerOptions optimizer;
-  // The learning rate of each step. When it is not constant it replaces
-  // optimizer.learning_rate, step by step, from the registered training shape.
+  // The one source of the learning rate: each step applies its Rate() (from
+  // the registered training shape) as float32; lr_policy.lr is the base.
   LrPolicy lr_policy;
   // UpdateRuleOf the job (optimizer and lr_policy as configured): a worker
   // registering with another is refused. Empty: not checked.
@@ -77,6 +77,9 @@ struct ShardStoreOptions {
   std::function<int64_t()> available_memory;
 
   absl::Status Validate() const;
+  // The optimizer as checkpoints store it and the log names it:
+  // OptimizerOptions::Describe with the base learning rate in float32.
+  std::string DescribeOptimizer() const;
 };
 
 // One chunk's payload in a push: the chunk's values as little-endian
@@ -352,8 +355,17 @@ class ShardStore {
   // Whether `state` has every optimizer-state buffer the optimizer keeps
   // (version - 1's lacks them without keep_previous_state).
   bool HasOptimizerState(const ChunkState& state) const;
-  // The learning rate of step `step` of `shard`'s job.
-  double LearningRate(const Shard& shard, int64_t step) const;
+  // The learning rate step `step` of `shard`'s job applies.
+  float LearningRate(const Shard& shard, int64_t step) const;
+  // Logs `rate`, step `step`'s, where a policy that is not constant enters
+  // a new phase (warmup's end, a milestone, a tenth of a cosine). Called by
+  // every apply, on its thread; logs each phase once per server.
+  void LogLearningRatePhase(const Shard& shard, int64_t step, float rate);
+  // The buffers step c.version writes: c.retired, c.previous or new ones,
+  // with the optimizer state moved over from c.current when it moves on in
+  // place (*in_place; then c.current keeps none).
+  std::shared_ptr<ChunkState> NextStateLocked(Chunk& c, bool* in_place)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Adds the chunk's new version to a pending snapshot, handing complete
   // ones to the sink.
   void CollectSnapshotLocked(Shard& shard, Chunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);

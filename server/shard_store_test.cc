@@ -68,14 +68,17 @@ std::unique_ptr<ShardStore> ReadyStore(ShardStoreOptions o) {
 
 class ShardStoreTest : public ::testing::Test {
  protected:
-  void Make(int workers, bool deterministic, OptimizerOptions sgd = {1.0f, 0.0f, 0.0f},
+  ShardStoreTest() { lr_policy_.lr = 1.0; }
+
+  // A store stepping with lr_policy_ (lr 1 unless a test sets another).
+  void Make(int workers, bool deterministic, OptimizerOptions optimizer = {0.0f, 0.0f},
             int num_servers = 1, int rank = 0) {
     ShardStoreOptions o;
     o.num_workers = workers;
     o.num_servers = num_servers;
     o.server_rank = rank;
     o.deterministic = deterministic;
-    o.optimizer = sgd;
+    o.optimizer = optimizer;
     o.checkpoint_every = checkpoint_every_;
     o.keep_previous_state = keep_previous_state_;
     o.lr_policy = lr_policy_;
@@ -139,7 +142,7 @@ class ShardStoreTest : public ::testing::Test {
 TEST_F(ShardStoreTest, EachStepUsesItsLearningRate) {
   lr_policy_.lr = 1.0;
   lr_policy_.warmup_steps = 2;
-  lr_policy_.schedule = "step";
+  lr_policy_.schedule = LrSchedule::kStep;
   lr_policy_.decay_steps = {3};
   lr_policy_.decay_factor = 0.5;
   Make(1, false);
@@ -158,10 +161,24 @@ TEST_F(ShardStoreTest, EachStepUsesItsLearningRate) {
 
 // A scaled rate past float32's range is refused when a registration
 // brings the global batch, before any step.
+// The steps apply the rate in float32: a base rate float32 cannot hold is
+// refused at the start.
+TEST(ShardStoreLrTest, ABaseLearningRatePastFloat32IsRefused) {
+  ShardStoreOptions o;
+  o.lr_policy.lr = 1e300;
+  EXPECT_EQ(ShardStore::Create(o).status().message(),
+            "--lr is inf, expected a finite value > 0");
+  o.lr_policy.lr = 1e-50;
+  EXPECT_EQ(ShardStore::Create(o).status().message(), "--lr is 0, expected a finite value > 0");
+  o.lr_policy.lr = 0.5;
+  EXPECT_TRUE(ShardStore::Create(o).ok());
+  EXPECT_EQ(o.DescribeOptimizer(), "sgd lr=0.5 momentum=0.899999976 weight_decay=0");
+}
+
 TEST(ShardStoreLrTest, AScaledLearningRatePastFloat32IsRefusedAtRegistration) {
   ShardStoreOptions o;
   o.lr_policy.lr = 3e38;
-  o.lr_policy.scaling = "linear";
+  o.lr_policy.scaling = LrScaling::kLinear;
   o.lr_policy.base_batch = 1;
   auto store = ReadyStore(o);
   const Layout layout = SmallLayout();
@@ -292,7 +309,8 @@ TEST_F(ShardStoreTest, DeterministicModeSumsInRankOrder) {
 }
 
 TEST_F(ShardStoreTest, ConcurrentWorkersAllAdvance) {
-  Make(4, false, {0.5f, 0.9f, 0.0f});
+  lr_policy_.lr = 0.5;
+  Make(4, false, {0.9f, 0.0f});
   std::vector<std::thread> threads;
   for (int w = 0; w < 4; ++w) {
     threads.emplace_back([&, w] {
@@ -307,7 +325,7 @@ TEST_F(ShardStoreTest, ConcurrentWorkersAllAdvance) {
 }
 
 TEST_F(ShardStoreTest, BadRequestsNameTheValue) {
-  Make(2, false, {1.0f, 0.0f, 0.0f}, 2, 0);
+  Make(2, false, {0.0f, 0.0f}, 2, 0);
   // Server 0 owns chunks 0 and 2; chunk 1 is on server 1.
   auto s = Push(0, 0, 1, 1, {1.0f, 1.0f});
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
@@ -448,9 +466,10 @@ TEST_F(ShardStoreTest, AStepPushedHalfwayCanBeRecomputed) {
 // this one): its buffers carry the sum and the next version, unless someone
 // still holds them, and the results are the same either way.
 TEST_F(ShardStoreTest, AStepsFirstPushRetiresTheVersionBefore) {
+  lr_policy_.lr = 0.5;
   for (bool hold : {false, true}) {
     SCOPED_TRACE(hold ? "version 0 held by a transport" : "nothing held");
-    Make(2, false, {0.5f, 0.9f, 0.0f});
+    Make(2, false, {0.9f, 0.0f});
     for (int w = 0; w < 2; ++w) ASSERT_TRUE(Push(w, 0, 1, 0, {1.0f, 2.0f}).ok());
     WireWeights held;
     if (hold) {
@@ -626,7 +645,7 @@ TEST_F(ShardStoreTest, RegistrationWaitsUntilTheServerIsReady) {
 }
 
 TEST_F(ShardStoreTest, RestoreWakesWaitersAndStartsANewGeneration) {
-  Make(2, false, {1.0f, 0.9f, 0.0f});
+  Make(2, false, {0.9f, 0.0f});
   ASSERT_TRUE(Push(0, 0, 1, 0, {1.0f, 1.0f}).ok());
   absl::Status waited;
   std::thread waiter([&] { waited = Pull(1, 0, absl::Seconds(20)).status(); });
@@ -667,7 +686,7 @@ TEST_F(ShardStoreTest, RestoreWakesWaitersAndStartsANewGeneration) {
 
 TEST_F(ShardStoreTest, SnapshotsHoldEveryChunkAtTheSameVersion) {
   checkpoint_every_ = 2;
-  Make(1, false, {1.0f, 0.9f, 0.0f});
+  Make(1, false, {0.9f, 0.0f});
   for (int step = 0; step < 5; ++step) {
     for (int32_t c = 0; c < 3; ++c) ASSERT_TRUE(Push(0, step, 1, c, {1.0f, 1.0f}).ok());
   }
@@ -699,12 +718,12 @@ TEST_F(ShardStoreTest, SnapshotsHoldEveryChunkAtTheSameVersion) {
 // current state as the step applies (the store then writes elsewhere).
 TEST_F(ShardStoreTest, OptimizerStateInPlaceGivesTheSameBits) {
   OptimizerOptions adam;
-  adam.kind = "adam";
-  adam.learning_rate = 0.01f;
-  for (const OptimizerOptions& o : {OptimizerOptions{0.1f, 0.9f, 0.01f}, adam}) {
+  adam.kind = OptimizerKind::kAdam;
+  for (const auto& [lr, o] : {std::pair{0.1, OptimizerOptions{0.9f, 0.01f}}, {0.01, adam}}) {
     std::vector<std::vector<float>> pulled[2];
+    lr_policy_.lr = lr;
     for (int in_place = 0; in_place < 2; ++in_place) {
-      SCOPED_TRACE(absl::StrCat(o.Describe(), in_place ? ", in place" : ", kept"));
+      SCOPED_TRACE(absl::StrCat(o.Describe(lr), in_place ? ", in place" : ", kept"));
       keep_previous_state_ = in_place == 0;
       Make(2, false, o);
       std::shared_ptr<const void> held;
@@ -929,7 +948,7 @@ TEST(ShardStoreLimitTest, AShareBeyondTheServersMemoryIsRefusedAtRegistration) {
   int64_t available = 0;
   ShardStoreOptions o;
   o.num_workers = 2;
-  o.optimizer = {0.1f, 0.9f, 0.0f};  // momentum: weights x2 + momentum, checkpoints: + momentum
+  o.optimizer = {0.9f, 0.0f};  // momentum: weights x2 + momentum, checkpoints: + momentum
   o.available_memory = [&] { return available; };
   auto store = ReadyStore(o);
   const Layout layout = *Layout::Create({{"w", {1 << 20}}}, 1 << 20, 1, 0);  // 4 MiB
@@ -962,7 +981,8 @@ TEST_F(ShardStoreTest, NarrowPushesMatchAFloat32RunOfTheRoundedValues) {
       SCOPED_TRACE(absl::StrCat(WireDTypeName(dtype), ", ", workers, " worker(s)"));
       std::vector<std::vector<float>> final_weights;
       for (bool narrow : {true, false}) {
-        Make(workers, false, {0.5f, 0.9f, 0.0f});
+        lr_policy_.lr = 0.5;
+        Make(workers, false, {0.9f, 0.0f});
         for (int step = 0; step < 3; ++step) {
           for (int w = 0; w < workers; ++w) {
             ASSERT_TRUE(narrow ? Push(w, step, w + 1, 0, grads[w], dtype).ok()
@@ -997,7 +1017,8 @@ TEST(ShardStoreNarrowTest, LastNarrowGradientOverManyTilesMatchesFloat32) {
       for (bool narrow : {true, false}) {
         ShardStoreOptions o;
         o.num_workers = workers;
-        o.optimizer = {0.1f, 0.9f, 0.01f};
+        o.optimizer = {0.9f, 0.01f};
+        o.lr_policy.lr = 0.1;
         auto store = ReadyStore(o);
         std::vector<uint64_t> sessions;
         for (int w = 0; w < workers; ++w) {
@@ -1059,8 +1080,9 @@ TEST_F(ShardStoreTest, DeterministicNarrowPushesGiveTheSameBitsInAnyOrder) {
       {0.1f, 3e-4f}, {1234.5f, -0.3333f}, {-1234.4f, 7.1f}};
   const std::vector<std::vector<int>> orders = {{0, 1, 2}, {2, 1, 0}, {1, 2, 0}};
   std::vector<std::vector<float>> results, narrow_results;
+  lr_policy_.lr = 0.1;
   for (const std::vector<int>& order : orders) {
-    Make(3, true, {0.1f, 0.9f, 0.0f});
+    Make(3, true, {0.9f, 0.0f});
     for (int step = 0; step < 3; ++step) {
       for (int w : order) {
         std::vector<float> g = grads[w];

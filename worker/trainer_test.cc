@@ -101,7 +101,8 @@ class Cluster {
       o.num_servers = shape.servers;
       o.num_workers = shape.workers;
       o.deterministic = deterministic;
-      o.optimizer = {0.05f, 0.9f, 1e-3f};
+      o.optimizer = {0.9f, 1e-3f};
+      o.lr_policy.lr = 0.05;
       stores_.push_back(*ShardStore::Create(o));
       stores_.back()->SetReady(true);
     }
@@ -290,7 +291,8 @@ TEST(TrainerTest, ResumesFromTheServersVersion) {
 TEST(TrainerTest, LearnsSyntheticData) {
   const Dataset train = SyntheticDataset(2000, kSizes[0], 10, 6);
   ShardStoreOptions so;
-  so.optimizer = {0.1f, 0.9f, 0.0f};
+  so.optimizer = {0.9f, 0.0f};
+  so.lr_policy.lr = 0.1;
   auto store = *ShardStore::Create(so);
   store->SetReady(true);
   auto layout = *Layout::Create(CpuMlp(kSizes).parameters(), 256, 1, 1);

@@ -18,7 +18,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <utility>
@@ -39,6 +38,7 @@
 #include "common/output_path.h"
 #include "common/free_ports.h"
 #include "common/model_spec.h"
+#include "common/port_file.h"
 #include "common/process_metrics.h"
 #include "common/runfiles.h"
 #include "common/status_macros.h"
@@ -365,30 +365,40 @@ class Launcher {
     return Start(d);
   }
 
-  // Until every server has written its port file; a server that dies
-  // first is restarted like any other.
+  // Until every server has written its port file, one server after the
+  // other; a server that dies meanwhile, whichever, is restarted like any
+  // other, and then the round begins again (its new start writes anew).
   absl::Status WaitUntilListening() {
     while (true) {
-      PSYNC_RETURN_IF_ERROR(CheckStopAndDeadline("server start"));
-      bool all_listening = true;
-      for (Daemon& d : servers_) {
-        if (auto code = d.process->Poll()) {
-          PSYNC_RETURN_IF_ERROR(RestartOrFail(d, *code));
-          all_listening = false;
-          continue;
-        }
-        std::ifstream in(d.port_file);
-        int port = 0;
-        if (in >> port && port > 0) continue;
-        all_listening = false;
-        if (absl::Now() - d.started > kListenTimeout) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              d.name, " did not start listening within ", absl::FormatDuration(kListenTimeout)));
-        }
+      const int restarts = restarts_;
+      for (const Daemon& d : servers_) {
+        const absl::StatusOr<int> port = WaitForPortFile(
+            d.port_file, deadline_, [&] { return KeepStarting(d); }, absl::Milliseconds(20));
+        PSYNC_RETURN_IF_ERROR(port.status());
       }
-      if (all_listening) return absl::OkStatus();
-      absl::SleepFor(absl::Milliseconds(20));
+      PSYNC_RETURN_IF_ERROR(RestartExitedServers());
+      if (restarts_ == restarts) return absl::OkStatus();
     }
+  }
+
+  // While server `waited` has not written its port file: a signal or
+  // --timeout_s ends the start, every server that exited is restarted (or
+  // fails the job), and `waited` gets kListenTimeout from its last start.
+  absl::Status KeepStarting(const Daemon& waited) {
+    PSYNC_RETURN_IF_ERROR(CheckStopAndDeadline("server start"));
+    PSYNC_RETURN_IF_ERROR(RestartExitedServers());
+    if (absl::Now() - waited.started > kListenTimeout) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          waited.name, " did not start listening within ", absl::FormatDuration(kListenTimeout)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RestartExitedServers() {
+    for (Daemon& d : servers_) {
+      if (auto code = d.process->Poll()) PSYNC_RETURN_IF_ERROR(RestartOrFail(d, *code));
+    }
+    return absl::OkStatus();
   }
 
   // Until every worker has exited 0. A server is needed all that time, so
@@ -396,9 +406,7 @@ class Launcher {
   absl::Status WatchUntilWorkersFinish() {
     while (true) {
       PSYNC_RETURN_IF_ERROR(CheckStopAndDeadline("training"));
-      for (Daemon& d : servers_) {
-        if (auto code = d.process->Poll()) PSYNC_RETURN_IF_ERROR(RestartOrFail(d, *code));
-      }
+      PSYNC_RETURN_IF_ERROR(RestartExitedServers());
       int running = 0;
       for (Daemon& d : workers_) {
         if (d.finished) continue;

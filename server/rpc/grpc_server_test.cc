@@ -51,7 +51,8 @@ class GrpcServerTest : public ::testing::Test {
     o.server_rank = rank;
     o.num_servers = num_servers;
     o.num_workers = 2;
-    o.optimizer = {1.0f, 0.0f, 0.0f};
+    o.optimizer = {0.0f, 0.0f};
+    o.lr_policy.lr = 1.0;
     o.max_message_bytes = max_message_bytes;
     auto store = ShardStore::Create(o);
     ASSERT_TRUE(store.ok()) << store.status();

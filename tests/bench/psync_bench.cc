@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -39,6 +38,7 @@
 #include "common/runfiles.h"
 #include "common/status_macros.h"
 #include "common/free_ports.h"
+#include "common/port_file.h"
 #include "common/security.h"
 #include "common/subprocess.h"
 #include "common/throwaway_pki.h"
@@ -303,22 +303,18 @@ absl::Status RunClient() {
 
 // ---- driver ----
 
+// The port `p` wrote to `path`; fails when `p` exits first, or after 30 s.
 absl::StatusOr<int> WaitForPort(const std::string& path, Subprocess& p) {
-  const absl::Time until = absl::Now() + absl::Seconds(30);
-  while (absl::Now() < until) {
-    int port = 0;
-    if (std::ifstream(path) >> port && port > 0) return port;
-    if (auto code = p.Poll()) {
-      // Its own last words say why (a server refusing its flags, say).
-      const std::string said(absl::StripTrailingAsciiWhitespace(
-          p.DrainedOutput(absl::Now() + absl::Seconds(2))));
-      return absl::AbortedError(
-          absl::StrCat(path, ": process exited with code ", *code, "; its last output:\n",
-                       said.size() > 1500 ? said.substr(said.size() - 1500) : said));
-    }
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return absl::DeadlineExceededError(absl::StrCat("no port in ", path, " within 30 s"));
+  return WaitForPortFile(path, absl::Now() + absl::Seconds(30), [&]() -> absl::Status {
+    const std::optional<int> code = p.Poll();
+    if (!code.has_value()) return absl::OkStatus();
+    // Its own last words say why (a server refusing its flags, say).
+    const std::string said(
+        absl::StripTrailingAsciiWhitespace(p.DrainedOutput(absl::Now() + absl::Seconds(2))));
+    return absl::AbortedError(
+        absl::StrCat(path, ": process exited with code ", *code, "; its last output:\n",
+                     said.size() > 1500 ? said.substr(said.size() - 1500) : said));
+  });
 }
 
 // "PHASE name t1 t2 ..." lines by name; "PEAK_RSS bytes" as phase
@@ -522,8 +518,8 @@ struct PassTimes {
   double copy_ms = 0;  // memcpy of the share
 };
 PassTimes PrintOptimizerBandwidth(int64_t floats) {
+  constexpr float kLearningRate = 1e-4f;
   OptimizerOptions o;
-  o.learning_rate = 1e-4f;
   o.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
   std::vector<float> w(floats, 0.5f), m(floats, 0.0f), sum(floats, 1.0f), m_out(floats);
   std::vector<float> src(floats, 1.0f), dst(floats, 0.0f);
@@ -543,7 +539,7 @@ PassTimes PrintOptimizerBandwidth(int64_t floats) {
   const bool kept = absl::GetFlag(FLAGS_checkpoints);
   const double step_s = median_s([&] {
     // In place, as the store runs it: the sum's buffer becomes the weights.
-    OptimizerStep(o, 0, sum.data(), 4.0f,
+    OptimizerStep(o, 0, kLearningRate, sum.data(), 4.0f,
                   {w.data(), momentum ? m.data() : nullptr, sum.data(),
                    momentum ? (kept ? m_out.data() : m.data()) : nullptr, nullptr, nullptr,
                    kept && StreamStateFor(4 * floats)},

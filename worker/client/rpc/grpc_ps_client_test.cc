@@ -67,7 +67,8 @@ struct InProcessServer {
     o.server_rank = rank;
     o.num_servers = num_servers;
     o.num_workers = num_workers;
-    o.optimizer = {1.0f, 0.0f, 0.0f};
+    o.optimizer = {0.0f, 0.0f};
+    o.lr_policy.lr = 1.0;
     o.worker_lease = worker_lease;
     o.checkpoint_every = checkpoint_every;
     store = std::move(*ShardStore::Create(o));

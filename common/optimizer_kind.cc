@@ -1,0 +1,20 @@
+#include "common/optimizer_kind.h"
+
+#include "common/enum_names.h"
+
+namespace psync {
+namespace {
+
+constexpr EnumName<OptimizerKind> kKinds[] = {{OptimizerKind::kSgd, "sgd"},
+                                              {OptimizerKind::kAdam, "adam"},
+                                              {OptimizerKind::kAdamW, "adamw"}};
+
+}  // namespace
+
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view text) {
+  return ParseEnumName(kKinds, "--optimizer", kOptimizerKindChoices, text);
+}
+
+absl::string_view OptimizerKindName(OptimizerKind kind) { return EnumNameOf(kKinds, kind); }
+
+}  // namespace psync

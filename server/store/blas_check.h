@@ -11,7 +11,7 @@
 
 namespace psync {
 
-// Thread-compatible: ShardStore calls it under its own lock.
+// Thread-compatible: WorkerRoster calls it under its own lock.
 class BlasCheck {
  public:
   // Records the kernels worker `rank` registered with (e.g. "OpenBLAS

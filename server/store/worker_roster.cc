@@ -64,7 +64,7 @@ bool WorkerRoster::IsCurrent(int rank, uint64_t session) const {
   return session != 0 && session == sessions_[rank];
 }
 
-void WorkerRoster::Touch(int rank) { last_seen_ms_[rank] = UnixMs(absl::Now()); }
+void WorkerRoster::Touch(int rank) const { last_seen_ms_[rank] = UnixMs(absl::Now()); }
 
 void WorkerRoster::StartGeneration(int64_t checkpointed_version) {
   absl::MutexLock lock(&mu_);

@@ -59,8 +59,9 @@ class WorkerRoster {
   uint64_t StartSession(int rank, uint64_t incarnation, const std::string& blas_kernels);
   // Whether `session` is `rank`'s current one (0 never is).
   bool IsCurrent(int rank, uint64_t session) const;
-  // `rank` was heard from now.
-  void Touch(int rank);
+  // `rank` was heard from now. Const, as a request's checks are: it moves
+  // a lease's clock, not who holds what.
+  void Touch(int rank) const;
   // A new generation (a rollback): ends every session and every done
   // report, and gives every worker a fresh lease to register in. Its
   // checkpoint of `checkpointed_version` is written (-1: none).

@@ -6,134 +6,33 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
-#include <thread>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/byte_pieces.h"
 #include "common/layout.h"
-#include "common/lr_policy.h"
-#include "common/training_shape.h"
 #include "common/thread_pool.h"
+#include "common/training_shape.h"
 #include "common/wire_dtype.h"
-#include "server/blas_check.h"
 #include "server/chunk_state.h"
-#include "server/optimizer.h"
+#include "server/store/chunk_update.h"
+#include "server/store/pull_waiters.h"
+#include "server/store/registration_check.h"
+#include "server/store/shard.h"
+#include "server/store/snapshot.h"
+#include "server/store/store_options.h"
+#include "server/store/worker_roster.h"
 
 namespace psync {
-
-struct ShardStoreOptions {
-  int server_rank = 0;
-  int num_servers = 1;
-  int num_workers = 1;
-  // Sum worker gradients in rank order whatever their arrival order, so that
-  // two runs with the same seed give identical weights. Costs one buffer per
-  // worker per chunk.
-  bool deterministic = false;
-  // Largest message this server accepts or sends. Workers cut their pushes
-  // and pulls into requests that fit, less kMessageHeadroomBytes (common/layout.h);
-  // a layout with a chunk that would not is refused at registration, and a
-  // pull asking for more is refused.
-  int64_t max_message_bytes = 64 << 20;
-  // Threads that add gradients and apply updates of the chunks in one
-  // request in parallel; 0 means one per hardware thread.
-  int apply_threads = 0;
-  OptimizerOptions optimizer;
-  // The one source of the learning rate: each step applies its Rate() (from
-  // the registered training shape) as float32; lr_policy.lr is the base.
-  LrPolicy lr_policy;
-  // UpdateRuleOf the job (optimizer and lr_policy as configured): a worker
-  // registering with another is refused. Empty: not checked.
-  std::string update_rule;
-  // A worker not heard from (any request or heartbeat) for this long is
-  // missing: its rank may be taken by a restarted process.
-  absl::Duration worker_lease = absl::Seconds(1);
-  // Once a missing worker has been silent this long while its peers wait,
-  // CheckPeers fails the job with an error naming it.
-  absl::Duration peer_timeout = absl::Seconds(120);
-  // Snapshot every version that is a multiple of this (and the job's last
-  // step) for a checkpoint; 0: never.
-  int64_t checkpoint_every = 0;
-  // Keep version - 1's optimizer state (momentum, Adam's moments) beside
-  // the current one's, for SnapshotForShutdown to give version - 1 in full;
-  // a server that writes checkpoints needs it. Otherwise each step updates
-  // the state in place: one copy per chunk instead of two (a 64 MiB share
-  // with momentum holds 64 MiB less), the same bits.
-  bool keep_previous_state = true;
-  // Memory the server can still take, in bytes (-1: unknown), asked when the
-  // first registration would allocate the share: a layout whose buffers
-  // cannot fit is refused (RESOURCE_EXHAUSTED) rather than left to fail the
-  // allocation or wake the OOM killer. Null: not checked.
-  std::function<int64_t()> available_memory;
-
-  absl::Status Validate() const;
-  // The optimizer as checkpoints store it and the log names it:
-  // OptimizerOptions::Describe with the base learning rate in float32.
-  std::string DescribeOptimizer() const;
-};
-
-// One chunk's payload in a push: the chunk's values as little-endian
-// `dtype` (WireBytes(dtype) bytes each), in one or more consecutive pieces
-// (as a transport received them; a piece may end in the middle of a value).
-// Whatever the dtype, the store sums and applies gradients in float32.
-struct ChunkPayload {
-  int32_t chunk_id = 0;
-  WireDType dtype = WireDType::kFloat32;
-  BytePieces pieces;
-  // If set, and this push completes the chunk's step, the new weights in
-  // `dtype` go here as well (num_elements * WireBytes(dtype) bytes), with
-  // *emitted set: a transport answering from shared memory then needs no
-  // copy of its own. Float32 weights are written a tile at a time as the
-  // update makes them (OptimizerBuffers::weights_copy), narrower ones right
-  // after it, on the thread that made them, while they are in its cache.
-  // `emit` may be where `pieces` are: a tile of the payload has been read
-  // before its weights are written.
-  char* emit = nullptr;
-  bool* emitted = nullptr;
-
-  int64_t size() const { return PiecesSize(pieces); }
-};
-
-// A chunk's weights at one version as a pull hands them out, in the dtype it
-// asked for: for float32 the version's own buffer (its ChunkState), for a
-// 2-byte dtype a copy the store narrowed once for that version and shares
-// among every pull that asks. The bytes are never written while `owner` is
-// held, so a transport may send from them directly for as long as it keeps
-// `owner`.
-struct WireWeights {
-  std::shared_ptr<const void> owner;
-  absl::string_view bytes;  // num_elements * WireBytes(dtype) bytes
-};
-
-struct RegisterArgs {
-  int worker_rank = 0;
-  int num_workers = 1;
-  const Layout* layout = nullptr;
-  // What the worker computed for `layout`; a difference means the two sides
-  // disagree on the layout rules.
-  uint64_t claimed_fingerprint = 0;
-  // New at every start of the worker process.
-  uint64_t incarnation = 0;
-  TrainingShape shape;
-  // UpdateRuleOf the worker's job; empty: not checked.
-  std::string update_rule;
-  // The worker's BLAS library and kernels (RegisterRequest.blas_kernels);
-  // empty: not said.
-  std::string blas_kernels;
-  // Where the registration came from (the transport's peer), for errors
-  // that name the registration that fixed the layout; may be empty.
-  std::string peer;
-};
 
 struct RegisterResult {
   uint64_t fingerprint = 0;
@@ -160,15 +59,6 @@ struct RestoredState {
   Layout layout;
   TrainingShape shape;
   int64_t version = 0;
-  std::vector<std::pair<int32_t, ChunkStateRef>> chunks;  // ascending ids
-};
-
-// Every chunk of this server at one version, for a checkpoint.
-struct Snapshot {
-  int64_t version = 0;
-  int64_t generation = 0;
-  std::shared_ptr<const Layout> layout;
-  TrainingShape shape;
   std::vector<std::pair<int32_t, ChunkStateRef>> chunks;  // ascending ids
 };
 
@@ -202,11 +92,6 @@ struct StoreStatus {
 using ChunkSink =
     std::function<void(int32_t chunk_id, int64_t version, const WireWeights& weights)>;
 
-// Ends an asynchronous pull: OK with the weights of every chunk asked for,
-// in the order asked and the dtype asked for, or an error and no weights.
-// Runs exactly once, with no lock of the store held.
-using PullDone = std::function<void(absl::Status status, std::vector<WireWeights> weights)>;
-
 // Thread-safe: every method may be called concurrently from any thread.
 //
 // The layout and training shape are fixed by the first successful Register
@@ -224,6 +109,12 @@ using PullDone = std::function<void(absl::Status status, std::vector<WireWeights
 // registers again). A rank is held by one live process at a time. Restore
 // (a rollback decided by the coordinator) replaces every chunk, starts a new
 // generation, ends every session and wakes waiting pulls with Aborted.
+//
+// The store holds the current shard, the generation and the job's failure;
+// it delegates registration checks to RegistrationCheck, sessions, leases
+// and peer timeouts to WorkerRoster, each chunk's step to ChunkUpdater,
+// waiting pulls to PullWaiters and checkpoint snapshots to
+// SnapshotCollector (all in server/store/).
 class ShardStore {
  public:
   static absl::StatusOr<std::unique_ptr<ShardStore>> Create(ShardStoreOptions options);
@@ -311,15 +202,6 @@ class ShardStore {
   const ShardStoreOptions& options() const { return options_; }
 
  private:
-  struct Chunk;
-  struct Shard;
-  struct PullWaiter;
-  // A waiter's interest in one chunk: position `index` of its request.
-  struct WaiterSlot {
-    std::shared_ptr<PullWaiter> waiter;
-    size_t index;
-  };
-
   explicit ShardStore(ShardStoreOptions options);
   // Returns the current shard once `session` is the worker's current one and
   // `fingerprint` matches the layout.
@@ -327,90 +209,42 @@ class ShardStore {
   absl::StatusOr<std::shared_ptr<Shard>> CheckCaller(absl::string_view op, uint64_t session,
                                                      int worker_rank,
                                                      std::optional<uint64_t> fingerprint) const;
-  absl::Status ValidateChunkId(absl::string_view op, const Shard& shard,
-                               int32_t chunk_id) const;
-  // Every id valid and none repeated.
-  absl::Status ValidateChunkIds(absl::string_view op, const Shard& shard,
-                                absl::Span<const int32_t> ids) const;
-  std::shared_ptr<Shard> NewShard(const Layout& layout, const TrainingShape& shape,
-                                  int64_t generation) const;
-  // RESOURCE_EXHAUSTED when a share of `share_bytes` cannot fit in the memory
-  // options_.available_memory reports.
-  absl::Status CheckMemoryFor(int64_t share_bytes) const;
+  // A shard of `generation` for the layout and shape `args` bring, every
+  // chunk at version 0 with its weights from the layout's seed.
+  std::shared_ptr<Shard> FirstShard(const RegisterArgs& args, int64_t generation) const;
+  // Every check of a push before any chunk takes it; the caller's shard.
+  absl::StatusOr<std::shared_ptr<Shard>> CheckPush(uint64_t session, int worker_rank,
+                                                   uint64_t fingerprint, int64_t step,
+                                                   int64_t sample_count,
+                                                   absl::Span<const ChunkPayload> chunks) const;
+  // Adds one chunk's push (unless the step is applied or the push a
+  // repeat); when it completes the step, emits the new weights and wakes
+  // the chunk's waiting pulls. OUT_OF_RANGE when the step diverged.
+  absl::Status PushChunk(const Shard& shard, const ChunkPayload& payload, int worker_rank,
+                         int64_t step, int64_t sample_count);
+  // Every check of a pull before it waits; the caller's shard.
+  absl::StatusOr<std::shared_ptr<Shard>> CheckPull(uint64_t session, int worker_rank,
+                                                   uint64_t fingerprint, int64_t version,
+                                                   absl::Span<const int32_t> chunk_ids,
+                                                   WireDType dtype) const;
   // Sets failed_ (unless a failure came first), which every later call
   // gets, and ends every waiting pull with it.
   void FailJob(const absl::Status& error) ABSL_LOCKS_EXCLUDED(mu_);
-  void AddPushLocked(Chunk& chunk, int worker_rank, int64_t sample_count,
-                     const ChunkPayload& payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
-  // Applies the step; `last`, if not null, is the last worker's gradient,
-  // not yet added to the sum (non-deterministic mode only); `copy`, if not
-  // null, gets the new weights too. OUT_OF_RANGE, and the step not applied
-  // (`copy` then holds the current weights), when a new weight would not be
-  // finite.
-  absl::Status ApplyLocked(Shard& shard, Chunk& chunk, const ChunkPayload* last, float* copy)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
-  // Zeroes the optimizer's state buffers that `state` lacks (a new chunk,
-  // or a checkpoint written by an optimizer that keeps less).
-  void InitOptimizerState(ChunkState& state, int64_t n) const;
-  // Whether `state` has every optimizer-state buffer the optimizer keeps
-  // (version - 1's lacks them without keep_previous_state).
-  bool HasOptimizerState(const ChunkState& state) const;
-  // The learning rate step `step` of `shard`'s job applies.
-  float LearningRate(const Shard& shard, int64_t step) const;
-  // Logs `rate`, step `step`'s, where a policy that is not constant enters
-  // a new phase (warmup's end, a milestone, a tenth of a cosine). Called by
-  // every apply, on its thread; logs each phase once per server.
-  void LogLearningRatePhase(const Shard& shard, int64_t step, float rate);
-  // The buffers step c.version writes: c.retired, c.previous or new ones,
-  // with the optimizer state moved over from c.current when it moves on in
-  // place (*in_place; then c.current keeps none).
-  std::shared_ptr<ChunkState> NextStateLocked(Chunk& c, bool* in_place)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-  // Adds the chunk's new version to a pending snapshot, handing complete
-  // ones to the sink.
-  void CollectSnapshotLocked(Shard& shard, Chunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
-  // The lowest version over `shard`'s chunks (false: it owns none); among
-  // that version's chunks, the one waiting longest for pushes gives the
-  // workers it misses and since when (none: empty, InfinitePast). Takes
-  // each chunk's lock in turn.
-  bool LowestVersionWaits(const Shard& shard, int64_t* version, std::vector<int>* waiting_for,
-                          absl::Time* since) const;
-  // The chunk's state at `version` (current or kept previous), or null.
-  static std::shared_ptr<ChunkState> StateAtLocked(const Chunk& chunk, int64_t version)
-      ABSL_SHARED_LOCKS_REQUIRED(chunk.mu);
   // Why a waiting call must stop now (closed, rolled back, failed), or OK.
   absl::Status Interrupted(absl::string_view op, const Shard& shard) const;
-  // The weights of `state` (the chunk's at `version`) in `dtype`: the
-  // state's own buffer for float32, else the chunk's narrowed copy of that
-  // version, made now if no pull has asked for it yet. OUT_OF_RANGE, naming
-  // the weight, when one would narrow to inf (the servers' float32 weights
-  // have grown past fp16's range).
-  static absl::StatusOr<WireWeights> WeightsInLocked(const Shard& shard, Chunk& chunk,
-                                                     const std::shared_ptr<ChunkState>& state,
-                                                     int64_t version, WireDType dtype)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
-  // Fills the slots' weights from their chunk, now at their version (under
-  // the chunk's lock), or records why a slot's cannot be sent (its waiter
-  // then ends with that error); the caller then calls Arrived for each,
-  // unlocked.
-  static void FillSlotsLocked(Chunk& chunk, const std::vector<WaiterSlot>& slots)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
-  void Arrived(const std::vector<WaiterSlot>& slots);
-  // Ends a waiter once (later calls do nothing): takes it off the waiting
-  // list and its chunks' lists, and runs its done.
-  void FinishWaiter(const std::shared_ptr<PullWaiter>& waiter, absl::Status status);
   // Ends every waiting pull of `shard` (all of them: null) with the reason
   // Interrupted gives.
   void InterruptWaiters(const Shard* shard);
-  // The timer thread: ends waiters whose deadline has passed.
-  void ExpireWaiters();
-  absl::Status DeadlineError(const PullWaiter& waiter) const;
 
   const ShardStoreOptions options_;
   std::atomic<bool> closed_{false};
   ThreadPool pool_;
-  // Unix ms each worker was last heard from; read and written without mu_.
-  std::unique_ptr<std::atomic<int64_t>[]> last_seen_ms_;
+  const RegistrationCheck registration_;
+  ChunkUpdater updater_;
+  // Under mu_ where a decision must agree with shard_ (taken after it).
+  WorkerRoster roster_;
+  // Taken under a chunk's lock, or alone; never before mu_.
+  SnapshotCollector snapshots_;
 
   mutable absl::Mutex mu_;
   // Replaced (never changed) by Restore and by the first Register of a
@@ -418,38 +252,16 @@ class ShardStore {
   std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_start_version_ ABSL_GUARDED_BY(mu_) = 0;
-  // The learning-rate phase last logged (LrPolicy::Phase); -1: none yet.
-  std::atomic<int64_t> lr_phase_logged_{-1};
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(mu_);      // 0: none
-  std::vector<uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // holder of each rank
-  BlasCheck blas_check_ ABSL_GUARDED_BY(mu_);  // deterministic mode only
-  std::vector<int64_t> done_ ABSL_GUARDED_BY(mu_);           // version, 0: not done
-  // The version every worker reported done at (0: none), kept across
-  // rollbacks: the job's end, whatever the servers hold since.
-  int64_t finished_version_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t checkpoint_done_ ABSL_GUARDED_BY(mu_) = -1;  // newest version
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   // Set with failed_, for waiting pulls, which cannot take mu_.
   std::atomic<bool> job_failed_{false};
   // shard_->owned.size(), for the transport's decode bound without mu_.
   std::atomic<int> owned_chunks_{0};
 
-  // Taken under a chunk's lock (CollectSnapshotLocked), or alone; never
-  // before mu_.
-  absl::Mutex snapshot_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  std::function<void(Snapshot)> snapshot_sink_ ABSL_GUARDED_BY(snapshot_mu_);
-
-  // Pulls waiting for a version. Taken alone: never with mu_ or a chunk lock.
-  absl::Mutex waiters_mu_;
-  absl::flat_hash_map<const PullWaiter*, std::shared_ptr<PullWaiter>> waiters_
-      ABSL_GUARDED_BY(waiters_mu_);
-  absl::Time earliest_deadline_ ABSL_GUARDED_BY(waiters_mu_) = absl::InfiniteFuture();
-  bool stopping_ ABSL_GUARDED_BY(waiters_mu_) = false;
-  // Partial snapshots by version, of generation pending_generation_.
-  std::map<int64_t, Snapshot> pending_ ABSL_GUARDED_BY(snapshot_mu_);
-  int64_t pending_generation_ ABSL_GUARDED_BY(snapshot_mu_) = 0;
-  std::thread timer_;  // last: starts once the members it uses exist
+  // Pulls waiting for a version; its lock is taken alone, never with mu_ or
+  // a chunk lock. Last: its timer thread stops first.
+  PullWaiters waiters_;
 };
 
 }  // namespace psync

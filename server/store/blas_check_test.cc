@@ -1,4 +1,4 @@
-#include "server/blas_check.h"
+#include "server/store/blas_check.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -2,8 +2,8 @@
 // with the same BLAS kernels (worker/model/blas.h): this remembers the
 // first registered worker's and describes every worker whose differ, so
 // that mixed kernels are seen when they join, not found out later.
-#ifndef PSYNC_SERVER_BLAS_CHECK_H_
-#define PSYNC_SERVER_BLAS_CHECK_H_
+#ifndef PSYNC_SERVER_STORE_BLAS_CHECK_H_
+#define PSYNC_SERVER_STORE_BLAS_CHECK_H_
 
 #include <map>
 #include <string>
@@ -11,7 +11,7 @@
 
 namespace psync {
 
-// Thread-compatible: ShardStore calls it under its own lock.
+// Thread-compatible: WorkerRoster calls it under its own lock.
 class BlasCheck {
  public:
   // Records the kernels worker `rank` registered with (e.g. "OpenBLAS
@@ -30,4 +30,4 @@ class BlasCheck {
 
 }  // namespace psync
 
-#endif  // PSYNC_SERVER_BLAS_CHECK_H_
+#endif  // PSYNC_SERVER_STORE_BLAS_CHECK_H_

@@ -1,4 +1,4 @@
-#include "server/blas_check.h"
+#include "server/store/blas_check.h"
 
 #include "absl/strings/str_cat.h"
 

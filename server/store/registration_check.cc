@@ -1,0 +1,128 @@
+#include "server/store/registration_check.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace psync {
+
+// Deterministic mode's per-worker gradient buffers, all chunks together.
+constexpr int64_t kMaxDeterministicBytes = int64_t{16} << 30;
+
+RegistrationCheck::RegistrationCheck(ShardStoreOptions options) : options_(std::move(options)) {}
+
+absl::Status RegistrationCheck::CheckRequest(const RegisterArgs& args) const {
+  const int rank = args.worker_rank;
+  if (args.num_workers != options_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Register: worker says the cluster has ", args.num_workers,
+        " workers, this server was started for ", options_.num_workers));
+  }
+  if (rank < 0 || rank >= options_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Register: worker rank ", rank, " is out of range 0..", options_.num_workers - 1));
+  }
+  const Layout& layout = *args.layout;
+  if (layout.fingerprint() != args.claimed_fingerprint) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Register: worker ", rank, " claims layout fingerprint ", args.claimed_fingerprint,
+        " but its layout spec hashes to ", layout.fingerprint()));
+  }
+  if (layout.num_servers() != options_.num_servers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Register: layout is for ", layout.num_servers(), " servers, this cluster has ",
+        options_.num_servers));
+  }
+  for (int32_t id : layout.ChunksOnServer(options_.server_rank)) {
+    const ChunkInfo& chunk = layout.chunks()[id];
+    if (chunk.bytes() + kMessageHeadroomBytes > options_.max_message_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "Register: chunk ", id, " of tensor '", layout.tensors()[chunk.tensor].name, "' has ",
+          chunk.bytes(), " bytes, more than the message limit of ", options_.max_message_bytes,
+          " bytes less 1 MiB headroom allows; raise --max_message_mb or lower --chunk_kb"));
+    }
+  }
+  const int64_t bytes = layout.ServerBytes(options_.server_rank);
+  if (options_.deterministic && bytes * options_.num_workers > kMaxDeterministicBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "Register: deterministic mode keeps one gradient per worker: ", options_.num_workers,
+        " x ", bytes, " bytes is over the ", kMaxDeterministicBytes, "-byte limit"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RegistrationCheck::CheckJob(const RegisterArgs& args, const Shard* shard) const {
+  const int rank = args.worker_rank;
+  const Layout& layout = *args.layout;
+  if (shard != nullptr && shard->layout->fingerprint() != layout.fingerprint()) {
+    const std::string difference =
+        LayoutDifference(layout, "the worker's", *shard->layout, "the server's");
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Register: worker ", rank, "'s layout (fingerprint ", layout.fingerprint(),
+        ") is not this server's (fingerprint ", shard->layout->fingerprint(), ", ",
+        shard->origin, "): ",
+        difference.empty() ? "the chunks are placed differently" : difference,
+        "; the model, --chunk_kb, --seed and the server count must be the job's"));
+  }
+  absl::Status valid = args.shape.Validate();
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("Register: worker ", rank, ": ", valid.message()));
+  }
+  PSYNC_RETURN_IF_ERROR(CheckPeakRate(args));
+  if (!args.update_rule.empty() && !options_.update_rule.empty() &&
+      args.update_rule != options_.update_rule) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Register: worker ", rank, "'s optimizer settings are '", args.update_rule, "', server ",
+        options_.server_rank, "'s are '", options_.update_rule,
+        "': every server and worker of a job needs the same (--config or the optimizer flags)"));
+  }
+  if (shard != nullptr) {
+    absl::Status same = args.shape.CheckSame(shard->shape);
+    if (!same.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("Register: worker ", rank, ": ", same.message()));
+    }
+    return absl::OkStatus();
+  }
+  return CheckMemoryFor(layout.ServerBytes(options_.server_rank));
+}
+
+absl::Status RegistrationCheck::CheckPeakRate(const RegisterArgs& args) const {
+  if (options_.lr_policy.IsConstant()) return absl::OkStatus();
+  // The policy's largest rate (warmup's end) with this shape's global
+  // batch, as the step uses it.
+  const LrPolicy& p = options_.lr_policy;
+  const float peak = static_cast<float>(
+      p.Rate(p.warmup_steps, args.shape.GlobalBatch(options_.num_workers),
+             args.shape.total_steps, args.shape.StepsPerEpoch(options_.num_workers)));
+  if (std::isfinite(peak)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "Register: worker ", args.worker_rank, ": with a global batch of ",
+      args.shape.GlobalBatch(options_.num_workers), " the learning rate (", p.Describe(),
+      ") reaches ", peak, ", past float32's range; lower --lr or raise --base_batch"));
+}
+
+absl::Status RegistrationCheck::CheckMemoryFor(int64_t share_bytes) const {
+  if (!options_.available_memory) return absl::OkStatus();
+  // What the store surely allocates, in shares: the weights of the current
+  // and the previous version, the optimizer state (twice when version - 1's
+  // is kept), and deterministic mode's gradient per worker. Measured peaks
+  // are higher (3.6x with momentum, README): a share refused here would not
+  // have fit.
+  const int state = options_.optimizer.KeepsMomentum() + options_.optimizer.KeepsSecondMoment();
+  const int64_t shares = 2 + state + (options_.keep_previous_state ? state : 0) +
+                         (options_.deterministic ? options_.num_workers : 0);
+  const int64_t have = options_.available_memory();
+  if (have < 0 || share_bytes <= have / shares) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "Register: server ", options_.server_rank, "'s share of the model is ", share_bytes,
+      " bytes, and holding it takes at least ", shares, "x that (the weights of two versions",
+      state > 0 ? " and the optimizer state" : "",
+      options_.deterministic ? " and one gradient per worker" : "", "), more than the ", have,
+      " bytes of memory this server can still take; use more servers (--num_servers) or a "
+      "machine with more memory"));
+}
+
+}  // namespace psync

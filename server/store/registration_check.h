@@ -1,0 +1,71 @@
+// Registration validation: whether a worker's registration fits this server
+// and the job the server already holds.
+#ifndef PSYNC_SERVER_STORE_REGISTRATION_CHECK_H_
+#define PSYNC_SERVER_STORE_REGISTRATION_CHECK_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/layout.h"
+#include "common/training_shape.h"
+#include "server/store/shard.h"
+#include "server/store/store_options.h"
+
+namespace psync {
+
+struct RegisterArgs {
+  int worker_rank = 0;
+  int num_workers = 1;
+  const Layout* layout = nullptr;
+  // What the worker computed for `layout`; a difference means the two sides
+  // disagree on the layout rules.
+  uint64_t claimed_fingerprint = 0;
+  // New at every start of the worker process.
+  uint64_t incarnation = 0;
+  TrainingShape shape;
+  // UpdateRuleOf the worker's job; empty: not checked.
+  std::string update_rule;
+  // The worker's BLAS library and kernels (RegisterRequest.blas_kernels);
+  // empty: not said.
+  std::string blas_kernels;
+  // Where the registration came from (the transport's peer), for errors
+  // that name the registration that fixed the layout; may be empty.
+  std::string peer;
+};
+
+// The checks a registration passes before it may fix the job's layout or
+// join it, each error naming the value and what was expected. Who holds
+// the rank (WorkerRoster) and whether the server is ready are not its
+// business.
+//
+// Thread-safe: immutable after construction.
+class RegistrationCheck {
+ public:
+  explicit RegistrationCheck(ShardStoreOptions options);
+
+  // The request against this server's options alone: the cluster's worker
+  // count, the rank, the layout's fingerprint and server count, each chunk
+  // against the message limit, and deterministic mode's gradient buffers.
+  absl::Status CheckRequest(const RegisterArgs& args) const;
+  // The worker's job against the job `shard` holds (null: none yet, and
+  // this registration would fix it): the layout, the training shape and
+  // the learning rate it gives, the optimizer settings; with no shard yet,
+  // whether this server's share fits the memory it can still take.
+  // REQUIRES: CheckRequest passed.
+  absl::Status CheckJob(const RegisterArgs& args, const Shard* shard) const;
+
+ private:
+  // INVALID_ARGUMENT when the learning rate policy's peak with this shape's
+  // global batch is not a finite float32.
+  absl::Status CheckPeakRate(const RegisterArgs& args) const;
+  // RESOURCE_EXHAUSTED when a share of `share_bytes` cannot fit in the
+  // memory options.available_memory reports.
+  absl::Status CheckMemoryFor(int64_t share_bytes) const;
+
+  const ShardStoreOptions options_;
+};
+
+}  // namespace psync
+
+#endif  // PSYNC_SERVER_STORE_REGISTRATION_CHECK_H_

@@ -1,0 +1,182 @@
+#include "server/store/registration_check.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace psync {
+namespace {
+
+using absl::StatusCode;
+using ::testing::HasSubstr;
+
+// One tensor of 6 floats in chunks of 2: chunks 0..2.
+Layout SmallLayout(uint64_t seed = 5) { return *Layout::Create({{"w", {2, 3}}}, 8, 1, seed); }
+
+RegisterArgs Args(const Layout& layout, int rank = 0, int workers = 2) {
+  RegisterArgs a;
+  a.worker_rank = rank;
+  a.num_workers = workers;
+  a.layout = &layout;
+  a.claimed_fingerprint = layout.fingerprint();
+  a.incarnation = 7;
+  return a;
+}
+
+ShardStoreOptions TwoWorkers() {
+  ShardStoreOptions o;
+  o.num_workers = 2;
+  return o;
+}
+
+std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(RegistrationCheckTest, ARequestThatFitsPasses) {
+  const Layout layout = SmallLayout();
+  const RegistrationCheck check(TwoWorkers());
+  EXPECT_TRUE(check.CheckRequest(Args(layout, 1)).ok());
+  EXPECT_TRUE(check.CheckJob(Args(layout, 1), nullptr).ok());
+}
+
+TEST(RegistrationCheckTest, TheRequestIsCheckedAgainstTheServersOptions) {
+  const Layout layout = SmallLayout();
+  const RegistrationCheck check(TwoWorkers());
+  absl::Status s = check.CheckRequest(Args(layout, 0, 3));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(s), "Register: worker says the cluster has 3 workers, this server was "
+                        "started for 2");
+  s = check.CheckRequest(Args(layout, 2));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(s), "Register: worker rank 2 is out of range 0..1");
+  RegisterArgs lying = Args(layout);
+  lying.claimed_fingerprint ^= 1;
+  s = check.CheckRequest(lying);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), HasSubstr("Register: worker 0 claims layout fingerprint"));
+  const Layout two_servers = *Layout::Create({{"w", {2, 3}}}, 8, 2, 5);
+  s = check.CheckRequest(Args(two_servers));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(s), "Register: layout is for 2 servers, this cluster has 1");
+}
+
+TEST(RegistrationCheckTest, AChunkBeyondTheMessageLimitIsRefused) {
+  ShardStoreOptions o;
+  o.max_message_bytes = 2 << 20;
+  const Layout chunky = *Layout::Create({{"w", {1 << 20}}}, 2 << 20, 1, 0);
+  const absl::Status s = RegistrationCheck(o).CheckRequest(Args(chunky, 0, 1));
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(s), HasSubstr("chunk 0 of tensor 'w' has 2097152 bytes, more than the "
+                                    "message limit of 2097152 bytes less 1 MiB headroom allows"));
+}
+
+TEST(RegistrationCheckTest, DeterministicGradientBuffersAreBounded) {
+  ShardStoreOptions o;
+  o.num_workers = 4;
+  o.deterministic = true;
+  o.max_message_bytes = int64_t{2} << 30;
+  // 8 GiB in 1 GiB chunks (a layout allocates nothing): 4 x 8 GiB > 16 GiB.
+  const Layout big = *Layout::Create({{"w", {int64_t{1} << 31}}}, int64_t{1} << 30, 1, 0);
+  const absl::Status s = RegistrationCheck(o).CheckRequest(Args(big, 0, 4));
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(s), HasSubstr("deterministic mode keeps one gradient per worker: 4 x "
+                                    "8589934592 bytes is over the 17179869184-byte limit"));
+  o.deterministic = false;
+  EXPECT_TRUE(RegistrationCheck(o).CheckRequest(Args(big, 0, 4)).ok());
+}
+
+TEST(RegistrationCheckTest, AnotherLayoutThanTheShardsIsRefusedNamingItsOrigin) {
+  const Layout layout = SmallLayout();
+  auto shard = NewShard(TwoWorkers(), layout, TrainingShape(), 0);
+  shard->origin = "set by worker 0's registration";
+  const RegistrationCheck check(TwoWorkers());
+  EXPECT_TRUE(check.CheckJob(Args(layout, 1), shard.get()).ok());
+  const Layout other = SmallLayout(6);
+  const absl::Status s = check.CheckJob(Args(other, 1), shard.get());
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Message(s), HasSubstr("worker 1's layout"));
+  EXPECT_THAT(Message(s), HasSubstr("set by worker 0's registration"));
+  EXPECT_THAT(Message(s), HasSubstr("the seed: 6 in the worker's, 5 in the server's"));
+}
+
+TEST(RegistrationCheckTest, TheTrainingShapeMustBeValidAndTheJobs) {
+  const Layout layout = SmallLayout();
+  TrainingShape job;
+  job.devices = 2;
+  job.batch_per_device = 32;
+  auto shard = NewShard(TwoWorkers(), layout, job, 0);
+  const RegistrationCheck check(TwoWorkers());
+  RegisterArgs a = Args(layout, 1);
+  a.shape = job;
+  EXPECT_TRUE(check.CheckJob(a, shard.get()).ok());
+  a.shape.batch_per_device = 16;
+  absl::Status s = check.CheckJob(a, shard.get());
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Message(s), HasSubstr("Register: worker 1: "));
+  EXPECT_THAT(Message(s), HasSubstr("batch_per_device is '16', the job's is '32'"));
+  a.shape.batch_per_device = -1;
+  s = check.CheckJob(a, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), HasSubstr("Register: worker 1: "));
+}
+
+TEST(RegistrationCheckTest, AScaledLearningRatePastFloat32IsRefused) {
+  ShardStoreOptions o;
+  o.lr_policy.lr = 3e38;
+  o.lr_policy.scaling = LrScaling::kLinear;
+  o.lr_policy.base_batch = 1;
+  const Layout layout = SmallLayout();
+  RegisterArgs a = Args(layout, 0, 1);
+  a.shape.devices = 1;
+  a.shape.batch_per_device = 2;
+  const absl::Status s = RegistrationCheck(o).CheckJob(a, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), HasSubstr("with a global batch of 2 the learning rate (lr=3e+38 "
+                                    "scaling=linear base_batch=1"));
+  EXPECT_THAT(Message(s), HasSubstr(") reaches inf, past float32's range"));
+  a.shape.batch_per_device = 1;
+  EXPECT_TRUE(RegistrationCheck(o).CheckJob(a, nullptr).ok());
+}
+
+TEST(RegistrationCheckTest, OtherOptimizerSettingsAreRefusedUnlessEitherIsUnsaid) {
+  ShardStoreOptions o = TwoWorkers();
+  o.update_rule = "optimizer { lr: 0.1 }";
+  const RegistrationCheck check(o);
+  const Layout layout = SmallLayout();
+  RegisterArgs a = Args(layout);
+  a.update_rule = "optimizer { }";
+  const absl::Status s = check.CheckJob(a, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Message(s), HasSubstr("worker 0's optimizer settings are 'optimizer { }', "
+                                    "server 0's are 'optimizer { lr: 0.1 }'"));
+  a.update_rule.clear();
+  EXPECT_TRUE(check.CheckJob(a, nullptr).ok());
+  a.update_rule = "optimizer { }";
+  EXPECT_TRUE(RegistrationCheck(TwoWorkers()).CheckJob(a, nullptr).ok());
+}
+
+// Asked only when this registration would fix the layout: a server that
+// holds its share already has the memory.
+TEST(RegistrationCheckTest, TheFirstShareMustFitTheMemoryLeft) {
+  int64_t available = (16 << 20) - 1;
+  ShardStoreOptions o = TwoWorkers();
+  o.optimizer.momentum = 0.9f;  // weights x2 + momentum x2
+  o.available_memory = [&] { return available; };
+  const RegistrationCheck check(o);
+  const Layout layout = *Layout::Create({{"w", {1 << 20}}}, 1 << 20, 1, 0);  // 4 MiB
+  absl::Status s = check.CheckJob(Args(layout), nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(s), HasSubstr("server 0's share of the model is 4194304 bytes, and "
+                                    "holding it takes at least 4x that (the weights of two "
+                                    "versions and the optimizer state), more than the "
+                                    "16777215 bytes"));
+  auto shard = NewShard(o, layout, TrainingShape(), 0);
+  EXPECT_TRUE(check.CheckJob(Args(layout), shard.get()).ok());
+  available = 16 << 20;
+  EXPECT_TRUE(check.CheckJob(Args(layout), nullptr).ok());
+  available = -1;  // unknown
+  EXPECT_TRUE(check.CheckJob(Args(layout), nullptr).ok());
+}
+
+}  // namespace
+}  // namespace psync

@@ -1,0 +1,145 @@
+#include "server/store/shard.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/optimizer.h"
+
+namespace psync {
+namespace {
+
+absl::Status ValidateChunkId(absl::string_view op, const Shard& shard, int server_rank,
+                             int32_t chunk_id) {
+  if (chunk_id < 0 || chunk_id >= static_cast<int32_t>(shard.chunks.size())) {
+    return absl::NotFoundError(absl::StrCat(
+        op, ": chunk ", chunk_id, " does not exist; the layout has chunks 0..",
+        shard.chunks.size() - 1));
+  }
+  if (shard.chunks[chunk_id] == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        op, ": chunk ", chunk_id, " is on server ", shard.layout->chunks()[chunk_id].server,
+        ", not on server ", server_rank));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::shared_ptr<Shard> NewShard(const ShardStoreOptions& options, const Layout& layout,
+                                const TrainingShape& shape, int64_t generation) {
+  auto shard = std::make_shared<Shard>(layout, shape, generation);
+  shard->chunks.resize(layout.chunks().size());
+  shard->owned = layout.ChunksOnServer(options.server_rank);
+  shard->stream_state = StreamStateFor(layout.ServerBytes(options.server_rank));
+  const int n = options.num_workers;
+  for (int32_t id : shard->owned) {
+    const ChunkInfo& info = layout.chunks()[id];
+    auto chunk = std::make_unique<Chunk>(info);
+    absl::MutexLock chunk_lock(&chunk->mu);
+    chunk->received.assign(n, false);
+    chunk->counts.assign(n, 0);
+    if (options.deterministic) {
+      chunk->per_worker.assign(n, std::vector<float>(info.num_elements));
+    }
+    shard->chunks[id] = std::move(chunk);
+  }
+  return shard;
+}
+
+absl::Status ValidateChunkIds(absl::string_view op, const Shard& shard, int server_rank,
+                              absl::Span<const int32_t> ids) {
+  for (int32_t id : ids) PSYNC_RETURN_IF_ERROR(ValidateChunkId(op, shard, server_rank, id));
+  // Sorting a copy costs what the request costs, not what the layout does.
+  std::vector<int32_t> sorted(ids.begin(), ids.end());
+  std::sort(sorted.begin(), sorted.end());
+  const auto repeat = std::adjacent_find(sorted.begin(), sorted.end());
+  if (repeat != sorted.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": chunk ", *repeat, " is asked for twice in one request"));
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<ChunkState> StateAtLocked(const Chunk& c, int64_t version) {
+  if (version == c.version) return c.current;
+  if (version == c.version - 1) return c.previous;
+  return nullptr;
+}
+
+absl::StatusOr<WireWeights> WeightsInLocked(const Shard& shard, Chunk& c,
+                                            const std::shared_ptr<ChunkState>& state,
+                                            int64_t version, WireDType dtype) {
+  if (dtype == WireDType::kFloat32) {
+    return WireWeights{state,
+                       absl::string_view(reinterpret_cast<const char*>(state->weights.data()),
+                                         state->weights.size() * sizeof(float))};
+  }
+  auto view = [](const std::shared_ptr<std::vector<char>>& b) {
+    return WireWeights{b, absl::string_view(b->data(), b->size())};
+  };
+  // Copies of versions before the kept ones can no longer be asked for.
+  std::shared_ptr<std::vector<char>> spare;
+  for (auto it = c.narrow.begin(); it != c.narrow.end();) {
+    if (it->version >= c.version - 1) {
+      if (it->version == version && it->dtype == dtype) return view(it->bytes);
+      ++it;
+      continue;
+    }
+    if (spare == nullptr && it->bytes.use_count() == 1) spare = std::move(it->bytes);
+    it = c.narrow.erase(it);
+  }
+  const int64_t n = static_cast<int64_t>(state->weights.size());
+  if (spare == nullptr) {
+    spare = std::make_shared<std::vector<char>>();
+  } else {
+    // As in ChunkUpdater::ApplyLocked: order the last holder's reads before
+    // our writes.
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
+  spare->resize(static_cast<size_t>(n * WireBytes(dtype)));
+  const absl::Status narrowed = EncodeWireChecked(
+      dtype, state->weights.data(), n, spare->data(), NarrowedValues::kWeights,
+      shard.layout->tensors()[c.info.tensor].name, c.info.tensor_offset);
+  if (!narrowed.ok()) {
+    return absl::OutOfRangeError(absl::StrCat("Pull: version ", version, " of chunk ", c.info.id,
+                                              ": ", narrowed.message()));
+  }
+  c.narrow.push_back({version, dtype, spare});
+  return view(spare);
+}
+
+bool LowestVersionWaits(const Shard& shard, int num_workers, int64_t* version,
+                        std::vector<int>* waiting_for, absl::Time* since) {
+  bool found = false;
+  bool waits_here = false;
+  *since = absl::InfinitePast();
+  waiting_for->clear();
+  for (int32_t id : shard.owned) {
+    Chunk& c = *shard.chunks[id];
+    absl::MutexLock lock(&c.mu);
+    if (!found || c.version < *version) {
+      *version = c.version;
+      waits_here = false;
+      waiting_for->clear();
+      *since = absl::InfinitePast();
+    } else if (c.version > *version) {
+      continue;
+    }
+    found = true;
+    if (c.num_received > 0 && (!waits_here || c.first_push < *since)) {
+      // Read under the lock that chose it: once the step is applied,
+      // received[] starts over.
+      waits_here = true;
+      *since = c.first_push;
+      waiting_for->clear();
+      for (int w = 0; w < num_workers; ++w) {
+        if (!c.received[w]) waiting_for->push_back(w);
+      }
+    }
+  }
+  if (waiting_for->empty()) *since = absl::InfinitePast();
+  return found;
+}
+
+}  // namespace psync

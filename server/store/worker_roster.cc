@@ -1,0 +1,153 @@
+#include "server/store/worker_roster.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/incarnation.h"
+#include "glog/logging.h"
+
+namespace psync {
+namespace {
+
+int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
+
+}  // namespace
+
+WorkerRoster::WorkerRoster(const ShardStoreOptions& options)
+    : server_rank_(options.server_rank),
+      num_workers_(options.num_workers),
+      deterministic_(options.deterministic),
+      checkpoints_(options.checkpoint_every > 0),
+      worker_lease_(options.worker_lease),
+      peer_timeout_(options.peer_timeout),
+      last_seen_ms_(new std::atomic<int64_t>[options.num_workers]),
+      sessions_(options.num_workers, 0),
+      incarnations_(options.num_workers, 0),
+      done_(options.num_workers, 0) {
+  for (int w = 0; w < num_workers_; ++w) last_seen_ms_[w] = UnixMs(absl::Now());
+}
+
+absl::Duration WorkerRoster::SilentFor(int rank, absl::Time now) const {
+  return now - absl::FromUnixMillis(last_seen_ms_[rank].load());
+}
+
+absl::Status WorkerRoster::CheckLease(int rank, uint64_t incarnation) const {
+  absl::MutexLock lock(&mu_);
+  const absl::Duration silent = SilentFor(rank, absl::Now());
+  if (incarnations_[rank] != 0 && incarnations_[rank] != incarnation && silent < worker_lease_) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "Register: worker rank ", rank, " is held by a live process (incarnation ",
+        incarnations_[rank], ", heard from ", absl::FormatDuration(silent),
+        " ago); a restarted worker takes the rank once its predecessor has been silent for ",
+        absl::FormatDuration(worker_lease_), " (check --worker_rank)"));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t WorkerRoster::StartSession(int rank, uint64_t incarnation,
+                                    const std::string& blas_kernels) {
+  absl::MutexLock lock(&mu_);
+  if (deterministic_) {
+    const std::string mixed = blas_check_.Record(rank, blas_kernels);
+    if (!mixed.empty()) LOG(WARNING) << "server " << server_rank_ << ": " << mixed;
+  }
+  sessions_[rank] = NewIncarnation();
+  incarnations_[rank] = incarnation;
+  done_[rank] = 0;
+  last_seen_ms_[rank] = UnixMs(absl::Now());
+  return sessions_[rank];
+}
+
+bool WorkerRoster::IsCurrent(int rank, uint64_t session) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return session != 0 && session == sessions_[rank];
+}
+
+void WorkerRoster::Touch(int rank) const { last_seen_ms_[rank] = UnixMs(absl::Now()); }
+
+void WorkerRoster::StartGeneration(int64_t checkpointed_version) {
+  absl::MutexLock lock(&mu_);
+  std::fill(sessions_.begin(), sessions_.end(), 0);
+  std::fill(done_.begin(), done_.end(), 0);
+  checkpoint_done_ = checkpointed_version;
+  const int64_t now_ms = UnixMs(absl::Now());
+  for (int w = 0; w < num_workers_; ++w) {
+    last_seen_ms_[w] = std::max(last_seen_ms_[w].load(), now_ms);
+  }
+}
+
+bool WorkerRoster::ReportDone(int rank, int64_t done_version,
+                              std::optional<int64_t> lowest_version) {
+  absl::MutexLock lock(&mu_);
+  if (done_version > 0) done_[rank] = done_version;
+  const bool found = lowest_version.has_value();
+  bool all_done = true;
+  for (int w = 0; w < num_workers_; ++w) {
+    if (done_[w] == 0 || (found && done_[w] != *lowest_version)) all_done = false;
+  }
+  if (all_done && found) finished_version_ = *lowest_version;
+  // Waits for the last version's checkpoint, so that no rollback can need
+  // a worker that has left.
+  if (checkpoints_ && found && checkpoint_done_ < *lowest_version) all_done = false;
+  return all_done;
+}
+
+bool WorkerRoster::FinishedAt(int64_t done_version) const {
+  absl::MutexLock lock(&mu_);
+  return done_version > 0 && done_version == finished_version_;
+}
+
+int64_t WorkerRoster::FinishedVersion() const {
+  absl::MutexLock lock(&mu_);
+  if (checkpoints_ && checkpoint_done_ < finished_version_) return 0;
+  return finished_version_;
+}
+
+void WorkerRoster::CheckpointDone(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  checkpoint_done_ = std::max(checkpoint_done_, version);
+}
+
+absl::Status WorkerRoster::CheckPeers() const {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  int missing = -1;
+  absl::Duration longest, freshest = absl::InfiniteDuration();
+  for (int w = 0; w < num_workers_; ++w) {
+    if (done_[w] != 0) continue;
+    const absl::Duration silent = SilentFor(w, now);
+    freshest = std::min(freshest, silent);
+    if (silent > peer_timeout_ && silent > longest) {
+      missing = w;
+      longest = silent;
+    }
+  }
+  // Only a missing worker that live peers wait for fails the job.
+  if (missing < 0 || freshest > worker_lease_) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrCat(
+      "worker ", missing, " has not been heard from for ",
+      absl::FormatDuration(absl::Trunc(longest, absl::Milliseconds(100))),
+      " (--peer_timeout_s is ", absl::FormatDuration(peer_timeout_), "); server ", server_rank_,
+      " gives up on the job"));
+}
+
+RosterStatus WorkerRoster::Status() const {
+  RosterStatus status;
+  absl::ReaderMutexLock lock(&mu_);
+  status.mixed_blas = blas_check_.Mixed();
+  const int64_t now_ms = UnixMs(absl::Now());
+  for (int w = 0; w < num_workers_; ++w) {
+    if (sessions_[w] == 0) continue;
+    const absl::Duration silent = absl::Milliseconds(now_ms - last_seen_ms_[w].load());
+    if (silent < worker_lease_) {
+      status.workers.push_back(w);
+    } else if (done_[w] == 0) {  // gone before the end of its training
+      status.missing.push_back(w);
+      status.missing_for = std::max(status.missing_for, silent);
+    }
+  }
+  return status;
+}
+
+}  // namespace psync

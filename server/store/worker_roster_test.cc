@@ -1,0 +1,164 @@
+#include "server/store/worker_roster.h"
+
+#include <string>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace psync {
+namespace {
+
+using absl::StatusCode;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+ShardStoreOptions Options(int workers, absl::Duration lease = absl::Milliseconds(200),
+                          absl::Duration peer_timeout = absl::Seconds(10)) {
+  ShardStoreOptions o;
+  o.num_workers = workers;
+  o.worker_lease = lease;
+  o.peer_timeout = peer_timeout;
+  return o;
+}
+
+TEST(WorkerRosterTest, ASessionIsCurrentUntilTheRankRegistersAgain) {
+  WorkerRoster roster(Options(2));
+  EXPECT_FALSE(roster.IsCurrent(0, 0));
+  const uint64_t first = roster.StartSession(0, /*incarnation=*/11, "");
+  EXPECT_NE(first, 0u);
+  EXPECT_TRUE(roster.IsCurrent(0, first));
+  EXPECT_FALSE(roster.IsCurrent(1, first));  // another rank's session
+  const uint64_t second = roster.StartSession(0, 11, "");
+  EXPECT_NE(second, first);
+  EXPECT_FALSE(roster.IsCurrent(0, first));
+  EXPECT_TRUE(roster.IsCurrent(0, second));
+}
+
+TEST(WorkerRosterTest, ARankIsHeldByOneLiveProcess) {
+  WorkerRoster roster(Options(2));
+  EXPECT_TRUE(roster.CheckLease(1, 11).ok());  // nobody holds it
+  roster.StartSession(1, 11, "");
+  EXPECT_TRUE(roster.CheckLease(1, 11).ok());  // the holder itself, again
+  const absl::Status s = roster.CheckLease(1, 12);
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("Register: worker rank 1 is held by a live process (incarnation 11, "
+                        "heard from "));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("silent for 200ms (check --worker_rank)"));
+  // Heard from keeps the lease; silence past it frees the rank.
+  absl::SleepFor(absl::Milliseconds(150));
+  roster.Touch(1);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(roster.CheckLease(1, 12).code(), StatusCode::kAlreadyExists);
+  absl::SleepFor(absl::Milliseconds(150));
+  EXPECT_TRUE(roster.CheckLease(1, 12).ok());
+}
+
+TEST(WorkerRosterTest, ANewGenerationEndsSessionsAndGivesFreshLeases) {
+  WorkerRoster roster(Options(2));
+  const uint64_t session = roster.StartSession(0, 11, "");
+  EXPECT_FALSE(roster.ReportDone(0, 3, 3));
+  roster.StartGeneration(-1);
+  EXPECT_FALSE(roster.IsCurrent(0, session));
+  // The holder is still within a lease: another process waits.
+  EXPECT_EQ(roster.CheckLease(0, 12).code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(roster.CheckLease(0, 11).ok());
+  // Done reports start over: worker 0's 3 is forgotten.
+  roster.StartSession(1, 21, "");
+  EXPECT_FALSE(roster.ReportDone(1, 3, 3));
+}
+
+TEST(WorkerRosterTest, TheJobEndsWhenEveryWorkerIsDoneAtTheLowestVersion) {
+  WorkerRoster roster(Options(2));
+  EXPECT_FALSE(roster.ReportDone(0, 5, 5));
+  EXPECT_FALSE(roster.ReportDone(1, 4, 5));  // not at the version held here
+  EXPECT_EQ(roster.FinishedVersion(), 0);
+  EXPECT_TRUE(roster.ReportDone(1, 5, 5));
+  EXPECT_EQ(roster.FinishedVersion(), 5);
+  EXPECT_TRUE(roster.ReportDone(0, 0, 5));  // said before: still done
+  // Kept across a rollback; only that version counts.
+  roster.StartGeneration(-1);
+  EXPECT_TRUE(roster.FinishedAt(5));
+  EXPECT_FALSE(roster.FinishedAt(4));
+  EXPECT_FALSE(roster.FinishedAt(0));
+  // A server with no chunks has no version of its own to agree on.
+  WorkerRoster empty(Options(1));
+  EXPECT_FALSE(empty.ReportDone(0, 0, std::nullopt));
+  EXPECT_TRUE(empty.ReportDone(0, 9, std::nullopt));
+}
+
+TEST(WorkerRosterTest, WithCheckpointsTheJobEndsOnceTheLastOneIsWritten) {
+  ShardStoreOptions o = Options(1);
+  o.checkpoint_every = 5;
+  WorkerRoster roster(o);
+  EXPECT_FALSE(roster.ReportDone(0, 7, 7));
+  EXPECT_EQ(roster.FinishedVersion(), 0);
+  roster.CheckpointDone(7);
+  EXPECT_EQ(roster.FinishedVersion(), 7);
+  EXPECT_TRUE(roster.ReportDone(0, 7, 7));
+  roster.CheckpointDone(5);  // an older one: the newest stands
+  EXPECT_EQ(roster.FinishedVersion(), 7);
+  // A generation restored from version 7's checkpoint has it written.
+  roster.StartGeneration(7);
+  EXPECT_TRUE(roster.ReportDone(0, 7, 7));
+}
+
+TEST(WorkerRosterTest, AMissingWorkerIsNamedOnlyWhileAPeerIsLive) {
+  WorkerRoster roster(Options(2, absl::Milliseconds(100), absl::Milliseconds(300)));
+  roster.StartSession(0, 1, "");
+  roster.StartSession(1, 2, "");
+  EXPECT_TRUE(roster.CheckPeers().ok());
+  absl::Status failed;
+  for (int i = 0; i < 40 && failed.ok(); ++i) {
+    roster.Touch(0);  // worker 0 keeps talking; worker 1 is silent
+    failed = roster.CheckPeers();
+    absl::SleepFor(absl::Milliseconds(25));
+  }
+  EXPECT_EQ(failed.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(failed.message()), HasSubstr("worker 1 has not been heard from for "));
+  EXPECT_THAT(std::string(failed.message()),
+              HasSubstr("(--peer_timeout_s is 300ms); server 0 gives up on the job"));
+  // Nobody live (the whole job stopped): nobody waits, no failure.
+  absl::SleepFor(absl::Milliseconds(150));
+  EXPECT_TRUE(roster.CheckPeers().ok());
+  // A finished worker is not missing.
+  roster.Touch(0);
+  roster.ReportDone(1, 3, 3);
+  EXPECT_TRUE(roster.CheckPeers().ok());
+}
+
+TEST(WorkerRosterTest, StatusListsLiveAndMissingWorkers) {
+  WorkerRoster roster(Options(3, absl::Milliseconds(100)));
+  roster.StartSession(0, 1, "");
+  roster.StartSession(1, 2, "");
+  roster.StartSession(2, 3, "");
+  roster.ReportDone(2, 4, std::nullopt);
+  RosterStatus status = roster.Status();
+  EXPECT_THAT(status.workers, ElementsAre(0, 1, 2));
+  EXPECT_TRUE(status.missing.empty());
+  absl::SleepFor(absl::Milliseconds(150));
+  roster.Touch(0);
+  status = roster.Status();
+  EXPECT_THAT(status.workers, ElementsAre(0));
+  EXPECT_THAT(status.missing, ElementsAre(1));  // 2 finished: gone, not missing
+  EXPECT_GE(status.missing_for, absl::Milliseconds(150));
+}
+
+TEST(WorkerRosterTest, DeterministicModeReportsMixedBlasKernels) {
+  ShardStoreOptions o = Options(2);
+  o.deterministic = true;
+  WorkerRoster roster(o);
+  roster.StartSession(0, 1, "OpenBLAS 0.3.21 Haswell");
+  roster.StartSession(1, 2, "OpenBLAS 0.3.21 Zen");
+  ASSERT_EQ(roster.Status().mixed_blas.size(), 1u);
+  EXPECT_THAT(roster.Status().mixed_blas[0], HasSubstr("worker 1 computes with OpenBLAS 0.3.21 Zen"));
+  // Not recorded otherwise.
+  WorkerRoster normal(Options(2));
+  normal.StartSession(0, 1, "OpenBLAS 0.3.21 Haswell");
+  normal.StartSession(1, 2, "OpenBLAS 0.3.21 Zen");
+  EXPECT_TRUE(normal.Status().mixed_blas.empty());
+}
+
+}  // namespace
+}  // namespace psync

@@ -35,7 +35,9 @@ JobProgress::~JobProgress() {
 void JobProgress::Ask(proto::ParameterServer::Stub* stub, std::atomic<int64_t>* version) {
   while (!done_) {
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    // Generous: on a loaded machine a busy server answers late, and a late
+    // answer is better than none (each server has its own asker).
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     proto::StatusResponse status;
     const bool answered = stub->GetStatus(&context, proto::StatusRequest(), &status).ok();
     *version = answered && status.registered() ? status.version() : -1;

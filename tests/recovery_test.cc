@@ -95,8 +95,9 @@ std::vector<int64_t> KillOnSchedule(const std::vector<PlannedKill>& plan,
 }
 
 // How far past its version a kill may land: the servers are asked every
-// millisecond or so, a few steps at most on this machine.
-constexpr int64_t kLandingSlack = kSteps / 10;
+// millisecond or so (kills landed at their very version here, on one core
+// and on two), but a machine loaded by other tests answers late.
+constexpr int64_t kLandingSlack = kSteps / 6;
 
 // Every kill of `plan` landed at its version or a few steps after, and so
 // before the end.

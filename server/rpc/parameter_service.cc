@@ -76,7 +76,7 @@ class ParameterService final : public AsyncService {
                            "psync_server_pulls_waiting",
                            "Pulls and push-pulls waiting for their version.")),
         regions_(store->options().server_rank, store->options().max_message_bytes,
-                 options.shared_memory) {
+                 options.shared_memory, [store] { return store->CurrentLayout(); }) {
     Add<proto::RegisterRequest, proto::RegisterResponse>("Register", &ParameterService::Register,
                                                          kMaxRegisterBytes);
     Add<grpc::ByteBuffer, grpc::ByteBuffer>("Push", &ParameterService::Push);
@@ -198,7 +198,7 @@ class ParameterService final : public AsyncService {
     resp->set_has_chunks(result->has_chunks);
     resp->set_max_message_bytes(store_->options().max_message_bytes);
     for (int32_t id : result->chunk_ids) resp->add_chunk_ids(id);
-    regions_.Take(*req, result->session, store_->CurrentLayout(), resp);
+    regions_.Take(*req, result->session, resp);
     return absl::OkStatus();
   }
 
@@ -222,8 +222,7 @@ class ParameterService final : public AsyncService {
     }
     std::vector<int32_t> ids(req->chunk_ids().begin(), req->chunk_ids().end());
     absl::StatusOr<std::optional<SharedUse>> shared = regions_.UseOf(
-        "Pull", req->shared_slot(), req->in_shared_model(), req->session(), ids, dtype,
-        store_->CurrentLayout());
+        "Pull", req->shared_slot(), req->in_shared_model(), req->session(), ids, dtype);
     if (!shared.ok()) return reply(shared.status());
     std::string peer = call->peer();
     absl::Status admitted = waiting_.Admit("Pull", peer);
@@ -408,8 +407,7 @@ class ParameterService final : public AsyncService {
       for (const ChunkPayload& p : payloads) ids.push_back(p.chunk_id);
       const WireDType dtype = payloads.empty() ? WireDType::kFloat32 : payloads[0].dtype;
       PSYNC_ASSIGN_OR_RETURN(held, regions_.UseOf(op, shared_slot, in_model,
-                                                  push->scalars[kWireSession], ids, dtype,
-                                                  store_->CurrentLayout()));
+                                                  push->scalars[kWireSession], ids, dtype));
       // The store writes each chunk's new weights where a push-pull's
       // answer goes if this push completes the chunk's step.
       held->emitted.reset(new bool[payloads.size()]());

@@ -9,7 +9,6 @@
 namespace psync {
 
 void WorkerRegions::Take(const proto::RegisterRequest& req, uint64_t session,
-                         const std::shared_ptr<const Layout>& layout,
                          proto::RegisterResponse* resp) {
   auto region = std::make_shared<WorkerRegion>();
   region->worker_rank = req.worker_rank();
@@ -22,7 +21,7 @@ void WorkerRegions::Take(const proto::RegisterRequest& req, uint64_t session,
                                                       : MapSlots(req.shared_memory(), *region);
   const absl::Status model = !req.has_shared_model() ? absl::OkStatus()
                              : !off.ok()             ? off
-                                                     : MapModel(req.shared_model(), layout, *region);
+                                                     : MapModel(req.shared_model(), *region);
   {
     absl::MutexLock lock(&mu_);
     for (auto it = regions_.begin(); it != regions_.end();) {
@@ -60,9 +59,8 @@ absl::Status WorkerRegions::MapSlots(const proto::SharedMemoryOffer& o, WorkerRe
   return absl::OkStatus();
 }
 
-absl::Status WorkerRegions::MapModel(const proto::SharedModelOffer& o,
-                                     const std::shared_ptr<const Layout>& layout,
-                                     WorkerRegion& region) {
+absl::Status WorkerRegions::MapModel(const proto::SharedModelOffer& o, WorkerRegion& region) {
+  const std::shared_ptr<const Layout> layout = layout_();
   const int64_t total = layout != nullptr ? layout->total_elements() : 0;
   if (o.elements() != total) {
     return absl::InvalidArgumentError(absl::StrCat("shared model of ", o.elements(),
@@ -90,7 +88,7 @@ absl::Status WorkerRegions::MapModel(const proto::SharedModelOffer& o,
 
 absl::StatusOr<std::optional<SharedUse>> WorkerRegions::UseOf(
     const char* op, uint64_t slot, bool in_model, uint64_t session, absl::Span<const int32_t> ids,
-    WireDType dtype, const std::shared_ptr<const Layout>& layout) {
+    WireDType dtype) {
   if (slot == 0 && !in_model) return std::nullopt;
   if (slot != 0 && in_model) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -124,6 +122,7 @@ absl::StatusOr<std::optional<SharedUse>> WorkerRegions::UseOf(
                                                    region->slots));
   }
   use.slot = static_cast<uint32_t>(slot);
+  const std::shared_ptr<const Layout> layout = layout_();
   char* at = slot != 0 ? region->Slot(use.slot) : nullptr;
   int64_t total = 0;
   for (int32_t id : ids) {

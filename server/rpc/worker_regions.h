@@ -5,6 +5,7 @@
 #define PSYNC_SERVER_RPC_WORKER_REGIONS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -62,18 +63,23 @@ struct SharedUse {
 // the shared_ptr). Thread-safe.
 class WorkerRegions {
  public:
+  // The server's current layout (null: none yet), asked only when a request
+  // names shared memory.
+  using LayoutSource = std::function<std::shared_ptr<const Layout>()>;
+
   // `enabled`: this server shares memory (--shared_memory); slots hold at
   // most `max_message_bytes` each. `server_rank` names the server in
   // errors.
-  WorkerRegions(int server_rank, int64_t max_message_bytes, bool enabled)
-      : server_rank_(server_rank), max_message_bytes_(max_message_bytes), enabled_(enabled) {}
+  WorkerRegions(int server_rank, int64_t max_message_bytes, bool enabled, LayoutSource layout)
+      : server_rank_(server_rank),
+        max_message_bytes_(max_message_bytes),
+        enabled_(enabled),
+        layout_(std::move(layout)) {}
 
   // Maps the shared memory `req` offers for `session` in place of the
   // worker's earlier sessions', and says in `resp` what this session may
   // use (shared_memory, shared_model) and why an offer was refused.
-  // `layout`: the server's current one (null: none yet).
-  void Take(const proto::RegisterRequest& req, uint64_t session,
-            const std::shared_ptr<const Layout>& layout, proto::RegisterResponse* resp);
+  void Take(const proto::RegisterRequest& req, uint64_t session, proto::RegisterResponse* resp);
 
   // The shared memory a request names (a slot from 1, or the worker's
   // model; neither: none, and no SharedUse), checked against the session's
@@ -81,8 +87,7 @@ class WorkerRegions {
   // `dtype`. `op` names the request in errors.
   absl::StatusOr<std::optional<SharedUse>> UseOf(const char* op, uint64_t slot, bool in_model,
                                                  uint64_t session, absl::Span<const int32_t> ids,
-                                                 WireDType dtype,
-                                                 const std::shared_ptr<const Layout>& layout);
+                                                 WireDType dtype);
 
  private:
   // Maps a worker's slots (SharedMemoryOffer) into `region`.
@@ -90,12 +95,12 @@ class WorkerRegions {
   // Maps a worker's flat parameter vector (SharedModelOffer) into `region`:
   // the region it offers, or with fd -1 the one an earlier session of the
   // same worker mapped, by nonce.
-  absl::Status MapModel(const proto::SharedModelOffer& o,
-                        const std::shared_ptr<const Layout>& layout, WorkerRegion& region);
+  absl::Status MapModel(const proto::SharedModelOffer& o, WorkerRegion& region);
 
   const int server_rank_;
   const int64_t max_message_bytes_;
   const bool enabled_;
+  const LayoutSource layout_;
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<const WorkerRegion>> regions_
       ABSL_GUARDED_BY(mu_);  // by session

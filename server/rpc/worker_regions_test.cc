@@ -35,12 +35,13 @@ proto::RegisterRequest SlotsOffer(const SharedRegion& region, int slots, int64_t
 TEST(WorkerRegionsTest, AServerThatDoesNotShareMemoryRefusesOffersSayingSo) {
   auto region = SharedRegion::Create(1024);
   ASSERT_TRUE(region.ok()) << region.status();
-  WorkerRegions regions(/*server_rank=*/0, /*max_message_bytes=*/1 << 20, /*enabled=*/false);
+  WorkerRegions regions(/*server_rank=*/0, /*max_message_bytes=*/1 << 20, /*enabled=*/false,
+                        TestLayout);
   proto::RegisterResponse resp;
-  regions.Take(SlotsOffer(**region, 2, 512), /*session=*/5, TestLayout(), &resp);
+  regions.Take(SlotsOffer(**region, 2, 512), /*session=*/5, &resp);
   EXPECT_FALSE(resp.shared_memory());
   EXPECT_THAT(resp.shared_memory_refused(), HasSubstr("--shared_memory=false"));
-  const auto use = regions.UseOf("Push", 1, false, 5, {0}, WireDType::kFloat32, TestLayout());
+  const auto use = regions.UseOf("Push", 1, false, 5, {0}, WireDType::kFloat32);
   EXPECT_EQ(use.status().code(), absl::StatusCode::kAborted);
   EXPECT_THAT(use.status().message(), HasSubstr("session 5 has no shared memory on server 0"));
 }
@@ -48,9 +49,9 @@ TEST(WorkerRegionsTest, AServerThatDoesNotShareMemoryRefusesOffersSayingSo) {
 TEST(WorkerRegionsTest, AnOfferOutOfBoundsIsRefusedNamingTheBounds) {
   auto region = SharedRegion::Create(4096);
   ASSERT_TRUE(region.ok()) << region.status();
-  WorkerRegions regions(0, 1 << 20, true);
+  WorkerRegions regions(0, 1 << 20, true, TestLayout);
   proto::RegisterResponse resp;
-  regions.Take(SlotsOffer(**region, 5000, 1), 5, TestLayout(), &resp);
+  regions.Take(SlotsOffer(**region, 5000, 1), 5, &resp);
   EXPECT_FALSE(resp.shared_memory());
   EXPECT_THAT(resp.shared_memory_refused(),
               HasSubstr("shared memory offer of 5000 slots of 1 bytes; expected 1 to 1024 slots"));
@@ -59,12 +60,12 @@ TEST(WorkerRegionsTest, AnOfferOutOfBoundsIsRefusedNamingTheBounds) {
 TEST(WorkerRegionsTest, ChunksLieOneAfterAnotherInTheirSlot) {
   auto region = SharedRegion::Create(1024);
   ASSERT_TRUE(region.ok()) << region.status();
-  WorkerRegions regions(0, 1 << 20, true);
+  WorkerRegions regions(0, 1 << 20, true, TestLayout);
   proto::RegisterResponse resp;
-  regions.Take(SlotsOffer(**region, 2, 512), 5, TestLayout(), &resp);
+  regions.Take(SlotsOffer(**region, 2, 512), 5, &resp);
   ASSERT_TRUE(resp.shared_memory()) << resp.shared_memory_refused();
 
-  auto use = regions.UseOf("Push", 2, false, 5, {2, 0}, WireDType::kFloat32, TestLayout());
+  auto use = regions.UseOf("Push", 2, false, 5, {2, 0}, WireDType::kFloat32);
   ASSERT_TRUE(use.ok()) << use.status();
   ASSERT_TRUE(use->has_value());
   const SharedUse& u = **use;
@@ -74,14 +75,13 @@ TEST(WorkerRegionsTest, ChunksLieOneAfterAnotherInTheirSlot) {
   EXPECT_EQ(u.in[1] - u.in[0], 128);
   EXPECT_EQ(u.out, u.in);  // the weights over the gradients
 
-  EXPECT_FALSE(regions.UseOf("Push", 0, false, 5, {0}, WireDType::kFloat32, TestLayout())
+  EXPECT_FALSE(regions.UseOf("Push", 0, false, 5, {0}, WireDType::kFloat32)
                    ->has_value());  // names no shared memory
-  const auto past = regions.UseOf("Pull", 3, false, 5, {0}, WireDType::kFloat32, TestLayout());
+  const auto past = regions.UseOf("Pull", 3, false, 5, {0}, WireDType::kFloat32);
   EXPECT_THAT(past.status().message(), HasSubstr("Pull: shared slot 3; the region has slots 1 to 2"));
-  const auto both = regions.UseOf("Pull", 1, true, 5, {0}, WireDType::kFloat32, TestLayout());
+  const auto both = regions.UseOf("Pull", 1, true, 5, {0}, WireDType::kFloat32);
   EXPECT_THAT(both.status().message(), HasSubstr("expected one of them"));
-  const auto big = regions.UseOf("Push", 1, false, 5, {0, 1, 2, 0, 1}, WireDType::kFloat32,
-                                 TestLayout());
+  const auto big = regions.UseOf("Push", 1, false, 5, {0, 1, 2, 0, 1}, WireDType::kFloat32);
   EXPECT_THAT(big.status().message(),
               HasSubstr("its chunks take 640 bytes, more than a shared slot's 512"));
 }
@@ -89,18 +89,18 @@ TEST(WorkerRegionsTest, ChunksLieOneAfterAnotherInTheirSlot) {
 TEST(WorkerRegionsTest, AWorkersNextRegistrationReplacesItsRegion) {
   auto region = SharedRegion::Create(1024);
   ASSERT_TRUE(region.ok()) << region.status();
-  WorkerRegions regions(0, 1 << 20, true);
+  WorkerRegions regions(0, 1 << 20, true, TestLayout);
   proto::RegisterResponse resp;
-  regions.Take(SlotsOffer(**region, 2, 512), 5, TestLayout(), &resp);
+  regions.Take(SlotsOffer(**region, 2, 512), 5, &resp);
   ASSERT_TRUE(resp.shared_memory());
-  auto held = regions.UseOf("Push", 1, false, 5, {0}, WireDType::kFloat32, TestLayout());
+  auto held = regions.UseOf("Push", 1, false, 5, {0}, WireDType::kFloat32);
   ASSERT_TRUE(held.ok());
 
   proto::RegisterRequest again;
   again.set_worker_rank(0);  // offers nothing this time
-  regions.Take(again, 6, TestLayout(), &resp);
+  regions.Take(again, 6, &resp);
   EXPECT_FALSE(resp.shared_memory());
-  const auto old = regions.UseOf("Push", 1, false, 5, {0}, WireDType::kFloat32, TestLayout());
+  const auto old = regions.UseOf("Push", 1, false, 5, {0}, WireDType::kFloat32);
   EXPECT_EQ(old.status().code(), absl::StatusCode::kAborted);
   // A call in flight keeps the region it took.
   EXPECT_NE((*held)->region->memory, nullptr);

@@ -14,7 +14,7 @@ int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
 
 }  // namespace
 
-WorkerRoster::WorkerRoster(const ShardStoreOptions& options)
+WorkerRoster::WorkerRoster(const ShardStoreOptions& options, std::function<absl::Time()> now)
     : server_rank_(options.server_rank),
       num_workers_(options.num_workers),
       deterministic_(options.deterministic),
@@ -22,10 +22,14 @@ WorkerRoster::WorkerRoster(const ShardStoreOptions& options)
       worker_lease_(options.worker_lease),
       peer_timeout_(options.peer_timeout),
       last_seen_ms_(new std::atomic<int64_t>[options.num_workers]),
-      sessions_(options.num_workers, 0),
+      now_(std::move(now)),
+      sessions_(new std::atomic<uint64_t>[options.num_workers]),
       incarnations_(options.num_workers, 0),
       done_(options.num_workers, 0) {
-  for (int w = 0; w < num_workers_; ++w) last_seen_ms_[w] = UnixMs(absl::Now());
+  for (int w = 0; w < num_workers_; ++w) {
+    last_seen_ms_[w] = UnixMs(now_());
+    sessions_[w] = 0;
+  }
 }
 
 absl::Duration WorkerRoster::SilentFor(int rank, absl::Time now) const {
@@ -33,8 +37,8 @@ absl::Duration WorkerRoster::SilentFor(int rank, absl::Time now) const {
 }
 
 absl::Status WorkerRoster::CheckLease(int rank, uint64_t incarnation) const {
-  absl::MutexLock lock(&mu_);
-  const absl::Duration silent = SilentFor(rank, absl::Now());
+  absl::ReaderMutexLock lock(&mu_);
+  const absl::Duration silent = SilentFor(rank, now_());
   if (incarnations_[rank] != 0 && incarnations_[rank] != incarnation && silent < worker_lease_) {
     return absl::AlreadyExistsError(absl::StrCat(
         "Register: worker rank ", rank, " is held by a live process (incarnation ",
@@ -52,26 +56,26 @@ uint64_t WorkerRoster::StartSession(int rank, uint64_t incarnation,
     const std::string mixed = blas_check_.Record(rank, blas_kernels);
     if (!mixed.empty()) LOG(WARNING) << "server " << server_rank_ << ": " << mixed;
   }
-  sessions_[rank] = NewIncarnation();
+  const uint64_t session = NewIncarnation();
+  sessions_[rank] = session;
   incarnations_[rank] = incarnation;
   done_[rank] = 0;
-  last_seen_ms_[rank] = UnixMs(absl::Now());
-  return sessions_[rank];
+  last_seen_ms_[rank] = UnixMs(now_());
+  return session;
 }
 
 bool WorkerRoster::IsCurrent(int rank, uint64_t session) const {
-  absl::ReaderMutexLock lock(&mu_);
-  return session != 0 && session == sessions_[rank];
+  return session != 0 && session == sessions_[rank].load();
 }
 
-void WorkerRoster::Touch(int rank) const { last_seen_ms_[rank] = UnixMs(absl::Now()); }
+void WorkerRoster::Touch(int rank) const { last_seen_ms_[rank] = UnixMs(now_()); }
 
 void WorkerRoster::StartGeneration(int64_t checkpointed_version) {
   absl::MutexLock lock(&mu_);
-  std::fill(sessions_.begin(), sessions_.end(), 0);
+  for (int w = 0; w < num_workers_; ++w) sessions_[w] = 0;
   std::fill(done_.begin(), done_.end(), 0);
   checkpoint_done_ = checkpointed_version;
-  const int64_t now_ms = UnixMs(absl::Now());
+  const int64_t now_ms = UnixMs(now_());
   for (int w = 0; w < num_workers_; ++w) {
     last_seen_ms_[w] = std::max(last_seen_ms_[w].load(), now_ms);
   }
@@ -94,12 +98,12 @@ bool WorkerRoster::ReportDone(int rank, int64_t done_version,
 }
 
 bool WorkerRoster::FinishedAt(int64_t done_version) const {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   return done_version > 0 && done_version == finished_version_;
 }
 
 int64_t WorkerRoster::FinishedVersion() const {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   if (checkpoints_ && checkpoint_done_ < finished_version_) return 0;
   return finished_version_;
 }
@@ -110,8 +114,8 @@ void WorkerRoster::CheckpointDone(int64_t version) {
 }
 
 absl::Status WorkerRoster::CheckPeers() const {
-  absl::MutexLock lock(&mu_);
-  const absl::Time now = absl::Now();
+  absl::ReaderMutexLock lock(&mu_);
+  const absl::Time now = now_();
   int missing = -1;
   absl::Duration longest, freshest = absl::InfiniteDuration();
   for (int w = 0; w < num_workers_; ++w) {
@@ -136,7 +140,7 @@ RosterStatus WorkerRoster::Status() const {
   RosterStatus status;
   absl::ReaderMutexLock lock(&mu_);
   status.mixed_blas = blas_check_.Mixed();
-  const int64_t now_ms = UnixMs(absl::Now());
+  const int64_t now_ms = UnixMs(now_());
   for (int w = 0; w < num_workers_; ++w) {
     if (sessions_[w] == 0) continue;
     const absl::Duration silent = absl::Milliseconds(now_ms - last_seen_ms_[w].load());

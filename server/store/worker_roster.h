@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/store/blas_check.h"
 #include "server/store/store_options.h"
@@ -43,14 +45,19 @@ struct RosterStatus {
 //
 // Thread-safe. ShardStore calls it under its own mutex where a decision
 // must agree with the shard it holds (lock order: ShardStore's mutex, then
-// the roster's). Touch takes no lock. Every `rank` must be in
-// 0..options.num_workers - 1: the caller checks it first.
+// the roster's). IsCurrent and Touch, which every request calls, take no
+// lock. Every `rank` must be in 0..options.num_workers - 1: the caller
+// checks it first.
 class WorkerRoster {
  public:
-  explicit WorkerRoster(const ShardStoreOptions& options);
+  // `now` is the clock of leases and silences (tests give their own).
+  explicit WorkerRoster(const ShardStoreOptions& options,
+                        std::function<absl::Time()> now = absl::Now);
 
   // ALREADY_EXISTS while a process other than `incarnation` holds `rank`
-  // and was heard from within the lease.
+  // and was heard from within the lease. REQUIRES: the caller serialises
+  // CheckLease and the StartSession that follows it (ShardStore holds its
+  // mutex across both), or two processes could both take the rank.
   absl::Status CheckLease(int rank, uint64_t incarnation) const;
   // Gives `rank` to `incarnation` with a new session (ending the one
   // before), not done, heard from now; returns the session. In
@@ -99,9 +106,12 @@ class WorkerRoster {
   const absl::Duration peer_timeout_;
   // Unix ms each worker was last heard from; read and written without mu_.
   const std::unique_ptr<std::atomic<int64_t>[]> last_seen_ms_;
+  const std::function<absl::Time()> now_;
+  // Each rank's current session (0: none); written under mu_, read
+  // without it.
+  const std::unique_ptr<std::atomic<uint64_t>[]> sessions_;
 
   mutable absl::Mutex mu_;
-  std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(mu_);      // 0: none
   std::vector<uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // holder of each rank
   BlasCheck blas_check_ ABSL_GUARDED_BY(mu_);                // deterministic mode only
   std::vector<int64_t> done_ ABSL_GUARDED_BY(mu_);           // version, 0: not done

@@ -1,8 +1,9 @@
 #include "server/store/worker_roster.h"
 
+#include <functional>
 #include <string>
 
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -12,6 +13,15 @@ namespace {
 using absl::StatusCode;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+
+// The roster's clock, moved by hand: leases and silences without sleeps.
+struct FakeClock {
+  absl::Time now = absl::FromUnixSeconds(1700000000);
+  std::function<absl::Time()> Fn() {
+    return [this] { return now; };
+  }
+  void Advance(absl::Duration d) { now += d; }
+};
 
 ShardStoreOptions Options(int workers, absl::Duration lease = absl::Milliseconds(200),
                           absl::Duration peer_timeout = absl::Seconds(10)) {
@@ -36,7 +46,8 @@ TEST(WorkerRosterTest, ASessionIsCurrentUntilTheRankRegistersAgain) {
 }
 
 TEST(WorkerRosterTest, ARankIsHeldByOneLiveProcess) {
-  WorkerRoster roster(Options(2));
+  FakeClock clock;
+  WorkerRoster roster(Options(2), clock.Fn());
   EXPECT_TRUE(roster.CheckLease(1, 11).ok());  // nobody holds it
   roster.StartSession(1, 11, "");
   EXPECT_TRUE(roster.CheckLease(1, 11).ok());  // the holder itself, again
@@ -47,11 +58,11 @@ TEST(WorkerRosterTest, ARankIsHeldByOneLiveProcess) {
                         "heard from "));
   EXPECT_THAT(std::string(s.message()), HasSubstr("silent for 200ms (check --worker_rank)"));
   // Heard from keeps the lease; silence past it frees the rank.
-  absl::SleepFor(absl::Milliseconds(150));
+  clock.Advance(absl::Milliseconds(150));
   roster.Touch(1);
-  absl::SleepFor(absl::Milliseconds(100));
+  clock.Advance(absl::Milliseconds(100));
   EXPECT_EQ(roster.CheckLease(1, 12).code(), StatusCode::kAlreadyExists);
-  absl::SleepFor(absl::Milliseconds(150));
+  clock.Advance(absl::Milliseconds(150));
   EXPECT_TRUE(roster.CheckLease(1, 12).ok());
 }
 
@@ -105,7 +116,8 @@ TEST(WorkerRosterTest, WithCheckpointsTheJobEndsOnceTheLastOneIsWritten) {
 }
 
 TEST(WorkerRosterTest, AMissingWorkerIsNamedOnlyWhileAPeerIsLive) {
-  WorkerRoster roster(Options(2, absl::Milliseconds(100), absl::Milliseconds(300)));
+  FakeClock clock;
+  WorkerRoster roster(Options(2, absl::Milliseconds(100), absl::Milliseconds(300)), clock.Fn());
   roster.StartSession(0, 1, "");
   roster.StartSession(1, 2, "");
   EXPECT_TRUE(roster.CheckPeers().ok());
@@ -113,14 +125,14 @@ TEST(WorkerRosterTest, AMissingWorkerIsNamedOnlyWhileAPeerIsLive) {
   for (int i = 0; i < 40 && failed.ok(); ++i) {
     roster.Touch(0);  // worker 0 keeps talking; worker 1 is silent
     failed = roster.CheckPeers();
-    absl::SleepFor(absl::Milliseconds(25));
+    clock.Advance(absl::Milliseconds(25));
   }
   EXPECT_EQ(failed.code(), StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(failed.message()), HasSubstr("worker 1 has not been heard from for "));
   EXPECT_THAT(std::string(failed.message()),
               HasSubstr("(--peer_timeout_s is 300ms); server 0 gives up on the job"));
   // Nobody live (the whole job stopped): nobody waits, no failure.
-  absl::SleepFor(absl::Milliseconds(150));
+  clock.Advance(absl::Milliseconds(150));
   EXPECT_TRUE(roster.CheckPeers().ok());
   // A finished worker is not missing.
   roster.Touch(0);
@@ -129,7 +141,8 @@ TEST(WorkerRosterTest, AMissingWorkerIsNamedOnlyWhileAPeerIsLive) {
 }
 
 TEST(WorkerRosterTest, StatusListsLiveAndMissingWorkers) {
-  WorkerRoster roster(Options(3, absl::Milliseconds(100)));
+  FakeClock clock;
+  WorkerRoster roster(Options(3, absl::Milliseconds(100)), clock.Fn());
   roster.StartSession(0, 1, "");
   roster.StartSession(1, 2, "");
   roster.StartSession(2, 3, "");
@@ -137,7 +150,7 @@ TEST(WorkerRosterTest, StatusListsLiveAndMissingWorkers) {
   RosterStatus status = roster.Status();
   EXPECT_THAT(status.workers, ElementsAre(0, 1, 2));
   EXPECT_TRUE(status.missing.empty());
-  absl::SleepFor(absl::Milliseconds(150));
+  clock.Advance(absl::Milliseconds(150));
   roster.Touch(0);
   status = roster.Status();
   EXPECT_THAT(status.workers, ElementsAre(0));

@@ -8,6 +8,15 @@
 
 namespace psync {
 
+// The daemons' exit codes, as psync_launch, Kubernetes and systemd read
+// them; 0 is success, 128 + N a stop by signal N.
+inline constexpr int kExitFailed = 1;          // a failure a restart may cure
+inline constexpr int kExitBadConfig = 2;       // bad flags or configuration: final
+inline constexpr int kExitCannotContinue = 3;  // the job cannot go on: final
+// A server's listening port stopped accepting (listener_watch.h): not
+// final, a new process listens afresh.
+inline constexpr int kExitListenerStuck = 4;
+
 // `s` carrying exit code `code` (an OK status stays OK).
 absl::Status WithExitCode(int code, absl::Status s);
 

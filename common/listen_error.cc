@@ -63,8 +63,13 @@ absl::Status ListenError(absl::string_view address, absl::string_view what) {
   const int resolve_error = getaddrinfo(host_text.empty() ? nullptr : host_text.c_str(),
                                         service.c_str(), &hints, &found);
   if (resolve_error != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": the host does not resolve (", gai_strerror(resolve_error), ")"));
+    // A name service that does not answer yet (a pod's DNS record still
+    // appearing) may later: not a bad flag.
+    const std::string message =
+        absl::StrCat(where, ": the host does not resolve (", gai_strerror(resolve_error), ")");
+    return resolve_error == EAI_AGAIN || resolve_error == EAI_SYSTEM
+               ? absl::UnavailableError(message)
+               : absl::InvalidArgumentError(message);
   }
   const int error = BindError(*found);
   freeaddrinfo(found);

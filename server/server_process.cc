@@ -38,7 +38,7 @@ constexpr absl::Duration kListenerStuckAfter = absl::Seconds(5);
 // Found before serving; the same configuration would fail the same way
 // after a restart.
 absl::Status BadConfig(absl::Status s) {
-  return WithExitCode(kServerExitBadConfig, std::move(s));
+  return WithExitCode(kExitBadConfig, std::move(s));
 }
 
 absl::Status Prefixed(absl::string_view prefix, const absl::Status& s) {
@@ -118,7 +118,7 @@ int ServerProcess::Run() {
   if (!started.ok()) {
     LOG(ERROR) << started.message();
     if (server_ != nullptr) server_->Shutdown(absl::Now());
-    return ExitCodeOf(started, kServerExitFailed);
+    return ExitCodeOf(started, kExitFailed);
   }
   Membership membership(store_.get(), checkpoints_.get(), join_, absl::Milliseconds(100),
                         incarnation_);
@@ -239,8 +239,8 @@ absl::Status ServerProcess::StartServing() {
     const absl::StatusCode code = server.status().code();
     return WithExitCode(code == absl::StatusCode::kPermissionDenied ||
                                 code == absl::StatusCode::kInvalidArgument
-                            ? kServerExitBadConfig
-                            : kServerExitFailed,
+                            ? kExitBadConfig
+                            : kExitFailed,
                         Prefixed(absl::StrCat("server ", rank, ": "), server.status()));
   }
   server_ = *std::move(server);
@@ -337,16 +337,16 @@ int ServerProcess::Serve(int* signal) {
                     "'Too many open files' at the descriptor limit: see process_open_fds); "
                     "health is NOT_SERVING; "
                  << (checkpoints_ != nullptr ? "writing a final checkpoint and " : "")
-                 << "exiting " << kServerExitListenerStuck
+                 << "exiting " << kExitListenerStuck
                  << " so that a supervisor (psync_launch, Kubernetes, systemd) starts this "
                     "server again, listening afresh";
-      return kServerExitListenerStuck;
+      return kExitListenerStuck;
     }
     absl::Status peers = store_->CheckPeers();
     if (!peers.ok()) {
       LOG(ERROR) << "server " << rank << ": " << peers.message();
       absl::SleepFor(absl::Seconds(1));  // waiting workers get the error first
-      return kServerExitCannotContinue;
+      return kExitCannotContinue;
     }
     if (!finish_logged_) {
       finish_logged_ = LogIfJobFinished(*store_, rank, checkpoints_.get(),
@@ -366,13 +366,13 @@ int ServerProcess::Stop(int exit_code, int signal) {
                         "be resumed"
                       : "");
   }
-  if (exit_code == kServerExitListenerStuck) {
+  if (exit_code == kExitListenerStuck) {
     // Its connections may hold every descriptor the checkpoint file needs:
     // close them first (waiting calls end UNAVAILABLE; workers retry).
     server_->Shutdown(absl::Now() + absl::Seconds(2));
     server_.reset();
   }
-  if (checkpoints_ != nullptr && (exit_code == 0 || exit_code == kServerExitListenerStuck)) {
+  if (checkpoints_ != nullptr && (exit_code == 0 || exit_code == kExitListenerStuck)) {
     exit_code = WriteFinalCheckpoint(*store_, *checkpoints_, rank, exit_code);
   }
   if (server_ != nullptr) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/exit_code.h"
 #include "common/http/metrics_http.h"
 #include "common/job_config.h"
 #include "common/metrics.h"
@@ -19,18 +20,6 @@
 #include "server/stop_signals.h"
 
 namespace psync {
-
-// Exit codes, read by psync_launch, Kubernetes and systemd: 0 stopped by
-// SIGTERM; 1 a failure (start it again); 2 bad flags or configuration and 3
-// the job cannot continue (both final).
-inline constexpr int kServerExitFailed = 1;
-inline constexpr int kServerExitBadConfig = 2;
-inline constexpr int kServerExitCannotContinue = 3;
-// A listening port stopped accepting (gRPC 1.51 never accepts on it again
-// after accept4 failed with EMFILE, see listener_watch.h), so no restarted
-// worker or peer could reach this server: a new process listens afresh.
-// Not final: start it again, as after a crash.
-inline constexpr int kServerExitListenerStuck = 4;
 
 // This process's own flags (the job's come from LoadJobConfig).
 struct ServerProcessFlags {
@@ -45,8 +34,11 @@ class ServerProcess {
   explicit ServerProcess(ServerProcessFlags flags) : flags_(std::move(flags)) {}
 
   // Serves until SIGTERM or SIGINT (a final checkpoint, exit 0), a peer
-  // missing past --peer_timeout_s (3), or a port that stopped accepting
-  // (4); a bad configuration exits 2 before anything starts.
+  // missing past --peer_timeout_s (kExitCannotContinue), or a port that
+  // stopped accepting (kExitListenerStuck: gRPC 1.51 never accepts on it
+  // again after accept4 failed with EMFILE, so no restarted worker or peer
+  // could reach this server); a bad configuration exits kExitBadConfig
+  // before anything starts (common/exit_code.h).
   int Run();
 
  private:

@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
 #include "common/init.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"

@@ -9,15 +9,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/cord.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/types/optional.h"
 #include "common/exit_code.h"
 #include "common/flags_help.h"
 #include "common/http/metrics_http.h"
@@ -62,14 +59,10 @@ ABSL_FLAG(std::string, worker_rank, "0",
 namespace psync {
 namespace {
 
-// Exit codes, as the launcher reads them (deploy/local/launch.cc
-// RestartOrFail) and psync_server uses them: 2 and 3 are final, never
-// restarted; 1 is a failure a restart may cure; 128 + N: stopped by signal
-// N (SIGTERM, SIGINT) before the last step, to be run again.
-constexpr int kExitFailed = 1;
-constexpr int kExitBadConfig = 2;         // bad configuration, rank or options
-constexpr int kExitCannotContinue = 3;    // the servers refuse this worker for good, or
-                                          // its gradients overflow --wire_dtype
+// Exit codes (common/exit_code.h): kExitBadConfig for a bad configuration,
+// rank or options; kExitCannotContinue when the servers refuse this worker
+// for good or its gradients overflow --wire_dtype; 128 + N: stopped by
+// signal N (SIGTERM, SIGINT) before the last step, to be run again.
 
 // A failure's exit code travels to main() in its Status (WithExitCode); a
 // failure without one exits kExitFailed.

@@ -32,6 +32,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/exit_code.h"
 #include "common/flags_help.h"
 #include "common/job_config.h"
 #include "common/job_flags.h"
@@ -79,7 +80,7 @@ void OnStopSignal(int signal) { g_stop_signal.store(signal); }
 // accepting connections)": psync_server's own, restarted like a crash.
 std::string DescribeExit(int code, bool server) {
   std::string text = absl::StrCat("code ", code);
-  if (server && code == 4) absl::StrAppend(&text, " (its listener stopped accepting connections)");
+  if (server && code == kExitListenerStuck) absl::StrAppend(&text, " (its listener stopped accepting connections)");
   if (code > 128 && code < 128 + NSIG) {
     const char* name = sigabbrev_np(code - 128);
     if (name != nullptr) absl::StrAppend(&text, " (killed by SIG", name, ")");
@@ -343,10 +344,10 @@ class Launcher {
       return absl::Status(status, absl::StrCat(exited, why,
                                                error.empty() ? "" : "; its last error: ", error));
     };
-    if (code == 2) {  // what only a daemon checks: a missing --data_dir, say
+    if (code == kExitBadConfig) {  // what only a daemon checks: a missing --data_dir, say
       return fail(absl::StatusCode::kInvalidArgument, ": bad flags (never restarted)");
     }
-    if (code == 3) {
+    if (code == kExitCannotContinue) {
       return fail(absl::StatusCode::kAborted, ": the job cannot continue (never restarted)");
     }
     const int max_restarts = absl::GetFlag(FLAGS_max_restarts);

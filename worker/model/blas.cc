@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -43,10 +44,16 @@ BlasInfo CurrentBlas(bool pinned) {
   info.library = LibraryName();
   info.core = openblas_get_corename();
   info.threads = openblas_get_num_threads();
-  const char* env = getenv(kCoreTypeVariable);
-  info.chosen_by = pinned                          ? "pinned by --blas_core"
-                   : env != nullptr && *env != 0 ? absl::StrCat("$", kCoreTypeVariable, "=", env)
-                                                 : "picked for this CPU";
+  // The environment's value goes into logs and the JSON summary: only the
+  // letters and digits a core name has (at most 32), so no quote or
+  // control character of it can break them.
+  std::string asked;
+  for (const char* c = getenv(kCoreTypeVariable); c != nullptr && *c != 0; ++c) {
+    if (absl::ascii_isalnum(*c) && asked.size() < 32) asked.push_back(*c);
+  }
+  info.chosen_by = pinned           ? "pinned by --blas_core"
+                   : !asked.empty() ? absl::StrCat("$", kCoreTypeVariable, "=", asked)
+                                    : "picked for this CPU";
   return info;
 }
 

@@ -33,6 +33,13 @@ TEST(BlasTest, PinningTheKernelsThatRunIsDoneAtOnceWhateverTheCase) {
   EXPECT_TRUE(PinBlasCore(upper, argv).ok());
 }
 
+TEST(BlasTest, TheEnvironmentsChoiceIsReportedWithItsLettersAndDigitsOnly) {
+  setenv("OPENBLAS_CORETYPE", "Has\"well\n\\", 1);
+  const BlasInfo blas = CurrentBlas();
+  unsetenv("OPENBLAS_CORETYPE");
+  EXPECT_EQ(blas.chosen_by, "$OPENBLAS_CORETYPE=Haswell");
+}
+
 // The variable already asks for the core, and OpenBLAS runs others: no
 // second start would change that.
 TEST(BlasTest, ACoreOpenBlasDoesNotRunIsRefusedNamingBoth) {

@@ -282,8 +282,13 @@ class GrpcPsClient final : public PsClient {
         if (st.ok()) continue;
         why = ServerError("Register", static_cast<int>(server), st);
         if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-          why = refused[server].ok() ? NoAnswer(static_cast<int>(server), attempt)
-                                     : refused[server];
+          // A server whose turn came after the connect timeout ran out was
+          // not asked, and is not probed as one that did not answer.
+          if (!refused[server].ok()) {
+            why = refused[server];
+          } else if (attempt > absl::ZeroDuration()) {
+            why = NoAnswer(static_cast<int>(server), attempt);
+          }
         } else if (!RegisterMayRetry(st.error_code()) || cancelled_.load()) {
           return why;  // refused for good (another layout or shape, say), or cancelled by us
         } else {

@@ -22,6 +22,22 @@ namespace {
 // order than the Haswell, SkylakeX and Zen ones.
 constexpr char kCore[] = "Sandybridge";
 
+// Whether this CPU runs the kernels these tests name: Sandybridge's need
+// AVX, Haswell's AVX2 and FMA. OpenBLAS runs others in their place on a CPU
+// without them, which would make the comparisons below meaningless.
+bool CpuRunsTheKernels() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("fma");
+}
+
+class BlasKernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!CpuRunsTheKernels()) GTEST_SKIP() << "this CPU lacks AVX, AVX2 or FMA for these kernels";
+  }
+};
+
 std::vector<std::string> Job(const std::string& name) {
   return {"--num_servers=2",  "--num_workers=2",           "--devices=2", "--batch_per_device=8",
           "--steps=40",       "--synthetic_samples=1280", "--seed=3",    "--deterministic",
@@ -36,7 +52,7 @@ JobRun RunWithEnvironment(const std::string& name, std::vector<std::string> env,
   return RunLaunch(name, flags, options);
 }
 
-TEST(BlasKernelsTest, PinnedKernelsGiveTheSameWeightsWhateverTheEnvironmentSays) {
+TEST_F(BlasKernelsTest, PinnedKernelsGiveTheSameWeightsWhateverTheEnvironmentSays) {
   std::vector<std::string> pinned = Job("pinned_a");
   pinned.push_back(absl::StrCat("--blas_core=", kCore));
   const JobRun a = RunWithEnvironment("pinned_a", {"OPENBLAS_CORETYPE=Haswell"}, pinned);
@@ -70,7 +86,7 @@ TEST(BlasKernelsTest, PinnedKernelsGiveTheSameWeightsWhateverTheEnvironmentSays)
   EXPECT_NE(other.sha, a.sha);
 }
 
-TEST(BlasKernelsTest, ACoreOpenBlasCannotRunIsABadConfiguration) {
+TEST_F(BlasKernelsTest, ACoreOpenBlasCannotRunIsABadConfiguration) {
   std::vector<std::string> flags = Job("bogus");
   flags.push_back("--blas_core=Pentium9000");
   const JobRun run = RunWithEnvironment("bogus", {}, flags);
@@ -80,7 +96,7 @@ TEST(BlasKernelsTest, ACoreOpenBlasCannotRunIsABadConfiguration) {
   EXPECT_TRUE(Contains(run.output, "is not a core this OpenBLAS knows or this CPU can run"));
 }
 
-TEST(BlasKernelsTest, MixedKernelsAreWarnedAboutByTheServersAndShownByCtl) {
+TEST_F(BlasKernelsTest, MixedKernelsAreWarnedAboutByTheServersAndShownByCtl) {
   PortReservation reserved;
   absl::StatusOr<int> port = reserved.Add();
   ASSERT_TRUE(port.ok()) << port.status();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/free_ports.h"
@@ -283,6 +284,9 @@ TEST(ConnectionLimitsTest, AJobUnderAHardLimitOf1024OutlivesAStuckListener) {
     const int worker_1 = ReadPid(pid_dir + "/worker-1.pid");
     ASSERT_GT(worker_1, 0);
     ASSERT_EQ(kill(worker_1, SIGSTOP), 0);
+    // Whatever fails below, the stopped worker must not hold the job until
+    // its timeouts.
+    absl::Cleanup release = [worker_1] { kill(worker_1, SIGKILL); };
     {
       IdleSockets sockets(port, kIdle);
       held = sockets.size();
@@ -294,6 +298,7 @@ TEST(ConnectionLimitsTest, AJobUnderAHardLimitOf1024OutlivesAStuckListener) {
     ASSERT_TRUE(WaitForCount(*launcher, "listening on", 2, absl::Now() + absl::Seconds(60)))
         << "the restarted server did not listen";
     // The stopped worker dies; its replacement must reach the new listener.
+    std::move(release).Cancel();
     ASSERT_EQ(kill(worker_1, SIGKILL), 0);
   };
   const JobRun run = RunLaunch("stuck_listener", flags, options);

@@ -64,10 +64,17 @@ blas.openblas_get_corename.restype = ctypes.c_char_p
 print(blas.openblas_get_corename().decode())'
 }
 host_core=$(openblas_core)
-core=Sandybridge  # runs on every x86-64 CPU with AVX; sums unlike Haswell, Zen, SkylakeX
-[[ "${host_core,,}" == "${core,,}" ]] && core=Haswell
-if [[ -z "$host_core" || "$(openblas_core "$core")" != "$core" ]]; then
-  result "k8s play: BLAS kernels $core other than this CPU's ('$host_core')" 0; exit 1
+# The first of these this CPU runs (OpenBLAS falls back to its own choice
+# for one it cannot) and that is not its own: Sandybridge runs on every
+# x86-64 CPU with AVX and sums unlike Haswell, Zen and SkylakeX.
+core=""
+for candidate in Sandybridge Haswell Nehalem; do
+  if [[ "${candidate,,}" != "${host_core,,}" && "$(openblas_core "$candidate")" == "$candidate" ]]; then
+    core=$candidate; break
+  fi
+done
+if [[ -z "$host_core" || -z "$core" ]]; then
+  result "k8s play: BLAS kernels other than this CPU's ('$host_core')" 0; exit 1
 fi
 echo "BLAS kernels: this CPU's are $host_core; every run here is pinned to $core"
 

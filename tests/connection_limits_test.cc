@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "common/free_ports.h"
 #include "common/subprocess.h"
@@ -88,12 +89,6 @@ rlim_t HardLimit() {
   return limit.rlim_max;
 }
 
-int ReadPid(const std::string& path) {
-  int pid = 0;
-  std::ifstream(path) >> pid;
-  return pid;
-}
-
 // Waits until `text` occurs `n` times in the process's output; false if it
 // ended or `deadline` passed first.
 bool WaitForCount(Subprocess& p, const std::string& text, int n, absl::Time deadline) {
@@ -108,9 +103,10 @@ bool WaitForCount(Subprocess& p, const std::string& text, int n, absl::Time dead
 // The port of the job's first server, from the launcher's "servers up at"
 // line; 0 if it has none.
 int FirstServerPort(const std::string& output) {
-  const std::vector<std::string> up = LinesWith(output, "servers up at 127.0.0.1:");
+  const std::vector<std::string> servers = LaunchedServers(output);
   int port = 0;
-  if (up.empty() || !absl::SimpleAtoi(up[0].substr(up[0].find("127.0.0.1:") + 10, 5), &port)) {
+  if (servers.empty() ||
+      !absl::SimpleAtoi(absl::StripPrefix(servers[0], "127.0.0.1:"), &port)) {
     return 0;
   }
   return port;

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace psync {
 
@@ -46,14 +46,9 @@ void JobProgress::Ask(proto::ParameterServer::Stub* stub, std::atomic<int64_t>* 
 }
 
 std::unique_ptr<JobProgress> JobProgress::OfLaunch(Subprocess& launcher, absl::Time deadline) {
-  const std::string up = " servers up at ";
   while (absl::Now() < deadline) {
-    const std::string output = launcher.output();
-    if (const size_t at = output.find(up); at != std::string::npos) {
-      const size_t from = at + up.size();
-      const std::string list = output.substr(from, output.find_first_of(" ;\n", from) - from);
-      return std::make_unique<JobProgress>(absl::StrSplit(list, ','));
-    }
+    const std::vector<std::string> servers = LaunchedServers(launcher.output());
+    if (!servers.empty()) return std::make_unique<JobProgress>(servers);
     if (launcher.Poll().has_value()) break;
     absl::SleepFor(absl::Milliseconds(5));
   }

@@ -31,15 +31,13 @@ std::vector<std::string> Job(const std::string& dir, int servers = 2) {
           "--peer_timeout_s=60", "--checkpoint_dir=" + dir};
 }
 
-int ReadPid(const std::string& pid_dir, const std::string& name) {
-  int pid = 0;
-  std::ifstream(absl::StrCat(pid_dir, "/", name, ".pid")) >> pid;
-  return pid;
+int PidOf(const std::string& pid_dir, const std::string& name) {
+  return ReadPid(absl::StrCat(pid_dir, "/", name, ".pid"));
 }
 
 // Kills (SIGKILL) a process of the launcher's, read from its pid file.
 bool Kill(const std::string& pid_dir, const std::string& name) {
-  const int pid = ReadPid(pid_dir, name);
+  const int pid = PidOf(pid_dir, name);
   return pid > 0 && kill(pid, SIGKILL) == 0;
 }
 
@@ -165,11 +163,11 @@ TEST_F(RecoveryTest, TwoFailuresCloseTogether) {
     const absl::Time deadline = absl::Now() + absl::Seconds(120);
     std::vector<int64_t> landed;
     const int64_t first = progress->AwaitVersion(60, *l, deadline);
-    const int pid = ReadPid(pids, "server-1");
+    const int pid = PidOf(pids, "server-1");
     if (first < 0 || !Kill(pids, "server-1")) return landed;
     landed.push_back(first);
     // The launcher writes the new pid as it starts the process again.
-    while (ReadPid(pids, "server-1") == pid && absl::Now() < deadline && !l->Poll().has_value()) {
+    while (PidOf(pids, "server-1") == pid && absl::Now() < deadline && !l->Poll().has_value()) {
       absl::SleepFor(absl::Milliseconds(1));
     }
     if (!Kill(pids, "server-1")) return landed;

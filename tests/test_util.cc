@@ -97,6 +97,20 @@ std::string HttpGet(int port, const std::string& path) {
   return res && res->status == 200 ? res->body : "";
 }
 
+int ReadPid(const std::string& path) {
+  int pid = 0;
+  std::ifstream(path) >> pid;
+  return pid;
+}
+
+std::vector<std::string> LaunchedServers(const std::string& output) {
+  const std::string up = " servers up at ";
+  const size_t at = output.find(up);
+  if (at == std::string::npos) return {};
+  const size_t from = at + up.size();
+  return absl::StrSplit(output.substr(from, output.find_first_of(" ;\n", from) - from), ',');
+}
+
 double MetricValue(const std::string& text, const std::string& series) {
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     if (absl::StartsWith(line, series + " ")) {

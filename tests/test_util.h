@@ -30,6 +30,12 @@ std::vector<std::string> LinesWith(const std::string& text, const std::string& w
 // ("" if absent).
 std::string JsonField(const std::string& json, const std::string& key);
 
+// The pid in a pid file (psync_launch --pid_dir); 0 if it has none.
+int ReadPid(const std::string& path);
+// The server addresses of a psync_launch run, from its "servers up at"
+// line in `output`; empty before that line.
+std::vector<std::string> LaunchedServers(const std::string& output);
+
 // GET http://127.0.0.1:port/path: the body of a 200 answer, else "".
 std::string HttpGet(int port, const std::string& path);
 // The value of `series` (a metric name with its labels, e.g.

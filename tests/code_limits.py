@@ -87,20 +87,25 @@ def functions(text):
             line += 1
         elif c == "{":
             # The head without the initializer braces met so far (x{1}).
-            raw = code[start:i]
+            # Thread-safety annotations stand between a signature and its body.
+            raw = re.sub(r"\bABSL_[A-Z_]+\([^()]*\)", "", code[start:i])
             head = re.sub(r"\{[^{}]*\}", "", raw)[-2000:]
             inside = any(kind == "function" for kind, _, _ in stack)
             kind, name = "block", ""
-            if (not inside and re.search(r"\)\s*(noexcept\s*)?:[^;{}]*$", head) and
-                    re.search(r"[\w>]\s*$", raw)):
-                kind = "init"  # a member's braces in a constructor's initializer list
+            in_initializers = re.search(r"\)\s*(noexcept\s*)?:[^;{}]*$", head)
+            if (not inside and in_initializers and
+                    (re.search(r"[\w>]\s*$", raw) or head.count("(") > head.count(")"))):
+                # A member's braces in a constructor's initializer list, or a
+                # lambda inside one of its parentheses.
+                kind = "init"
             elif (not inside and TAIL.search(head) and
                   not re.search(r"\b(if|for|while|switch|catch)\s*\([^()]*$", head) and
                   not re.search(r"\b(struct|class|enum|namespace|union)\b[^;]*$", head)):
                 # A constructor's name stands before its initializer list.
                 init = re.search(r"\)\s*(noexcept\s*)?:(?!:)", head)
                 signature = head[:init.start() + 1] if init else head
-                m = re.search(r"([~\w:<>]+)\s*\([^()]*(\([^()]*\)[^()]*)*\)[^()]*$", signature)
+                m = re.search(r"((?:[\w:]*operator\s*(?:\(\)|[^\s(]+))|[~\w:<>]+)\s*"
+                              r"\([^()]*(\([^()]*\)[^()]*)*\)[^()]*$", signature)
                 if m:
                     kind, name = "function", m.group(1)
             stack.append((kind, name, line))
@@ -114,7 +119,7 @@ def functions(text):
                 if kind == "init":
                     continue
             start = i + 1
-        elif c == ";":
+        elif c == ";" and not (stack and stack[-1][0] == "init"):
             start = i + 1
     return found
 
@@ -137,10 +142,15 @@ def offenders(root):
         lines = text.count("\n")
         if lines > MAX_FILE_LINES:
             found[path] = f"{path}: {lines} lines (limit {MAX_FILE_LINES})"
-        for name, first, last in functions(text):
+        found_here = functions(text)
+        names = [name for name, _, _ in found_here]
+        for k, (name, first, last) in enumerate(found_here):
             length = last - first + 1
             if length > MAX_FUNCTION_LINES:
-                key = f"{path}:{name}"
+                # Functions of one name in a file (overloads) are told apart
+                # by their order, so that a known one hides no other.
+                nth = names[:k + 1].count(name)
+                key = f"{path}:{name}" if names.count(name) == 1 else f"{path}:{name}#{nth}"
                 found[key] = (f"{path}:{first}: {name} is {length} lines "
                               f"(limit {MAX_FUNCTION_LINES})")
     return found
@@ -158,6 +168,16 @@ int Add(int a, int b) const {
 S::S(int v) : member_(v), other_{v} {
   /* { */
 }
+T& T::operator=(T&& other) {
+  if (this != &other) { swap(other); }
+  return *this;
+}
+int Locked(int a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  return a;
+}
+W::W() : thread_([this] { Loop(); }) {
+  Start();
+}
 }  // namespace x
 """
 
@@ -165,7 +185,8 @@ S::S(int v) : member_(v), other_{v} {
 def self_test():
     """The function finder on a known snippet: what it must find and skip."""
     got = [(name, first, last) for name, first, last in functions(SELF_TEST)]
-    want = [("Add", 4, 9), ("S::S", 10, 12)]
+    want = [("Add", 4, 9), ("S::S", 10, 12), ("T::operator=", 13, 16), ("Locked", 17, 19),
+            ("W::W", 20, 22)]
     if got != want:
         raise AssertionError(f"functions() found {got}, expected {want}")
 

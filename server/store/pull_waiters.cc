@@ -21,6 +21,12 @@ PullWaiters::~PullWaiters() {
     stopping_ = true;
   }
   timer_.join();
+  // Whoever still waits (an owner that did not end them first) is answered
+  // rather than left to wait for ever.
+  Interrupt(nullptr, [this](const Shard&) {
+    return absl::UnavailableError(
+        absl::StrCat("Pull: server ", server_rank_, " is stopping; try again"));
+  });
 }
 
 std::shared_ptr<PullWaiter> PullWaiters::Add(std::shared_ptr<Shard> shard, int64_t version,

@@ -208,5 +208,27 @@ TEST_F(PullWaitersTest, AWeightThatCannotBeSentEndsItsPullWithTheReason) {
   EXPECT_TRUE(out.weights.empty());
 }
 
+// A waiter its owner did not end before destroying the list is answered,
+// not left waiting for ever.
+TEST(PullWaitersLifetimeTest, AWaiterLeftAtDestructionEndsUnavailable) {
+  ShardStoreOptions o;
+  o.num_workers = 2;
+  auto shard = NewShard(o, *Layout::Create({{"w", {2}}}, 8, 1, 5), TrainingShape(), 0);
+  Outcome out;
+  {
+    PullWaiters waiters(/*server_rank=*/3, /*num_workers=*/2);
+    auto waiter = waiters.Add(shard, 1, {0}, WireDType::kFloat32, absl::Now() + absl::Hours(1),
+                              [&out](absl::Status s, std::vector<WireWeights>) {
+                                out.status = std::move(s);
+                                out.done.Notify();
+                              },
+                              nullptr);
+    waiters.WaitForChunks(waiter);
+    EXPECT_FALSE(out.done.HasBeenNotified());
+  }
+  ASSERT_TRUE(out.done.HasBeenNotified());
+  EXPECT_EQ(out.status, absl::UnavailableError("Pull: server 3 is stopping; try again"));
+}
+
 }  // namespace
 }  // namespace psync

@@ -256,7 +256,9 @@ void CheckCheckpointsAndTimeouts(const proto::JobConfig& c, Checker& check) {
     const int32_t v = to.GetReflection()->GetInt32(to, ref.field);
     check.Expect(f, v >= 1, ">= 1");
   }
-  check.Expect("stop_grace_s", to.stop_grace_s() >= 0, ">= 0");
+  // Bounded: psync_launch waits this long for its workers when it stops.
+  check.Expect("stop_grace_s", to.stop_grace_s() >= 0 && to.stop_grace_s() <= 600,
+               "0..600 seconds");
   check.Expect("worker_lease_ms", to.worker_lease_ms() >= 100, ">= 100");
   check.Expect("worker_lease_ms", to.worker_lease_ms() <= to.peer_timeout_s() * int64_t{1000},
                "at most timeouts.peer_timeout_s");

@@ -160,6 +160,8 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
   EXPECT_THAT(Load("training { blas_core: \"Has well\" }").status().message(),
               HasSubstr("training.blas_core is \"Has well\", expected an OpenBLAS core name"));
   EXPECT_TRUE(Load("training { blas_core: \"Haswell\" }").ok());
+  EXPECT_THAT(Load("timeouts { stop_grace_s: 601 }").status().message(),
+              HasSubstr("timeouts.stop_grace_s is 601, expected 0..600 seconds"));
   EXPECT_THAT(Load("timeouts { idle_timeout_s: 0 }").status().message(),
               HasSubstr("timeouts.idle_timeout_s is 0, expected 1..86400"));
   EXPECT_THAT(Load("output { metrics_csv_every: 0 }").status().message(),

@@ -1,11 +1,9 @@
 // psync_worker: one machine's devices training against the parameter servers
 // (worker/worker_process.h).
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
-#include "common/flags_help.h"
+#include "common/daemon_start.h"
 #include "common/job_flags.h"
 #include "common/logging.h"
-#include "common/process_tuning.h"
 #include "common/rpc/grpc_logging.h"
 #include "worker/worker_process.h"
 
@@ -18,11 +16,11 @@ ABSL_FLAG(std::string, worker_rank, "0",
 extern "C" void openblas_set_num_threads(int);
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("psync worker: trains on its devices against the parameter servers.");
-  if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
-  psync::ParseFlagsOnlyOrExit(argc, argv);
-  psync::KeepLargeAllocationsInHeap();
-  psync::SkipMutexDeadlockDetection();
+  if (!psync::StartDaemon(argc, argv,
+                          "psync worker: trains on its devices against the parameter servers.",
+                          __FILE__)) {
+    return 0;  // --help
+  }
   psync::InitLogging(argv[0], "worker");
   psync::RouteGrpcLogsToGlog();
   // Each device thread runs its own GEMMs: one BLAS thread per device keeps

@@ -12,15 +12,9 @@ namespace psync {
 namespace {
 
 TEST(RunSummaryTest, TheEpochLineSaysWhenItCoversPartOfTheEpoch) {
-  EpochReport r;
-  r.epoch = 2;
-  r.step = 40;
-  r.loss = 0.51234;
-  r.train_accuracy = 0.8;
-  r.test_loss = 0.6;
-  r.test_accuracy = 0.75;
-  r.samples_per_sec = 1234.4;
-  r.trained_steps = r.epoch_steps = 20;
+  // Epoch 2 up to step 40: loss, train_acc, trained_steps of epoch_steps,
+  // test_loss, test_acc, samples/s.
+  EpochReport r{2, 40, 0.51234, 0.8, 20, 20, 0.6, 0.75, 1234.4};
   EXPECT_EQ(EpochLine(r),
             "epoch 2 step 40 loss 0.5123 train_acc 0.8000 test_loss 0.6000 test_acc 0.7500 "
             "samples/s 1234");

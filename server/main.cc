@@ -1,8 +1,7 @@
 // psync_server: serves this server's shard of the parameters until SIGTERM
 // (server/server_process.h).
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
-#include "common/flags_help.h"
+#include "common/daemon_start.h"
 #include "common/job_flags.h"
 #include "common/logging.h"
 #include "common/process_tuning.h"
@@ -17,11 +16,11 @@ ABSL_FLAG(std::string, server_rank, "0",
           "name ends in.");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("psync parameter server: owns a shard of the model's chunks.");
-  if (psync::PrintHelpIfRequested(argc, argv, __FILE__)) return 0;
-  psync::ParseFlagsOnlyOrExit(argc, argv);
-  psync::KeepLargeAllocationsInHeap();
-  psync::SkipMutexDeadlockDetection();
+  if (!psync::StartDaemon(argc, argv,
+                          "psync parameter server: owns a shard of the model's chunks.",
+                          __FILE__)) {
+    return 0;  // --help
+  }
   psync::OneHeapArena();
   psync::InitLogging(argv[0], "server");
   psync::RouteGrpcLogsToGlog();

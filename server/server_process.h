@@ -13,11 +13,11 @@
 #include "common/job_config.h"
 #include "common/metrics.h"
 #include "common/security.h"
+#include "common/stop_signals.h"
 #include "server/checkpoint_manager.h"
 #include "server/coordinator.h"
 #include "server/rpc/grpc_server.h"
 #include "server/shard_store.h"
-#include "server/stop_signals.h"
 
 namespace psync {
 

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "worker/ready_tensors.h"
 
 namespace psync {
 namespace {
@@ -237,94 +238,58 @@ std::vector<float*> Trainer::DeviceWeights() const {
   return out;
 }
 
+int64_t Trainer::DeviceRanges(int64_t step, std::vector<int64_t>* begin,
+                              std::vector<int64_t>* end) const {
+  const int devices = static_cast<int>(replicas_.size());
+  const int64_t in_epoch = step % sharding_.steps_per_epoch();
+  begin->assign(devices, 0);
+  end->assign(devices, 0);
+  int64_t samples = 0;
+  for (int d = 0; d < devices; ++d) {
+    sharding_.DeviceRange(in_epoch, options_.worker_rank, d, &(*begin)[d], &(*end)[d]);
+    samples += (*end)[d] - (*begin)[d];
+  }
+  return samples;
+}
+
 absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t>& permutation) {
   const int devices = static_cast<int>(replicas_.size());
   const int num_tensors = static_cast<int>(tensor_offsets_.size()) - 1;
-  const int64_t in_epoch = step % sharding_.steps_per_epoch();
-  const int64_t dim = train_->input_dim;
-  std::vector<int64_t> begin(devices), end(devices);
-  int64_t samples = 0;  // pushed with the gradients: known before backward
-  for (int d = 0; d < devices; ++d) {
-    sharding_.DeviceRange(in_epoch, options_.worker_rank, d, &begin[d], &end[d]);
-    samples += end[d] - begin[d];
-  }
-
-  // Devices may report different ranges (one with an empty batch reports
-  // all tensors at once), so completion is counted per tensor; each run of
-  // tensors that a report completes is pushed (see Push), every tensor
-  // exactly once.
-  absl::Mutex mu;
-  std::vector<int> finished(num_tensors, 0);  // devices done with each tensor
-  absl::Status mark_status;
-  // Complete tensors not pushed yet (with mu): [held_first, held_end), grown
-  // by adjoining runs until it reaches options_.overlap_min_bytes; a run
-  // that does not adjoin it sends it on first.
-  int held_first = 0, held_end = 0;
-  auto hold = [&](int first, int end) {
-    if (held_first == held_end || (end != held_first && first != held_end)) {
-      if (held_first != held_end) Push({step, samples, held_first, held_end});
-      held_first = first;
-      held_end = end;
-    } else {
-      held_first = std::min(held_first, first);
-      held_end = std::max(held_end, end);
-    }
-    const int64_t floats = tensor_offsets_[held_end] - tensor_offsets_[held_first];
-    if (floats * static_cast<int64_t>(sizeof(float)) >= options_.overlap_min_bytes) {
-      Push({step, samples, held_first, held_end});
-      held_first = held_end = 0;
-    }
-  };
-  auto ready = [&](int d, int a, int b) {
-    absl::Status marked = reducer_->MarkReady(d, a, b);
-    absl::MutexLock lock(&mu);
-    if (!marked.ok() && mark_status.ok()) mark_status = marked;
-    int run_start = -1;
-    for (int t = a; t <= b; ++t) {
-      const bool complete = t < b && ++finished[t] == devices;
-      if (complete && run_start < 0) run_start = t;
-      if (!complete && run_start >= 0) {
-        hold(run_start, t);
-        run_start = -1;
-      }
-    }
-  };
+  std::vector<int64_t> begin, end;
+  // Pushed with the gradients: known before backward.
+  const int64_t samples = DeviceRanges(step, &begin, &end);
+  // Each run of tensors every device has finished is pushed (see Push),
+  // every tensor exactly once.
+  ReadyTensors ready(devices, &tensor_offsets_, options_.overlap_min_bytes,
+                     [&](int a, int b) { Push({step, samples, a, b}); });
 
   TraceSpan step_span(options_.tracer, step, "step", absl::StrCat("step ", step));
+  const absl::StatusOr<BatchStats> total = ComputeGradients(step, permutation, begin, end, &ready);
+  absl::Status status = total.status();
+  if (status.ok() && !options_.overlap) {
+    for (int d = 0; d < devices && status.ok(); ++d) status = reducer_->MarkReady(d, 0, num_tensors);
+    if (status.ok()) Push({step, samples, 0, num_tensors});
+  }
+  if (status.ok() && options_.overlap) status = ready.Finish(step);
+  // Drain and wait even after an error: calls in flight still read our
+  // buffers.
+  const absl::Status servers = WaitForServers(step);
+  for (const absl::Status& s : {status, ready.first_error(), servers}) PSYNC_RETURN_IF_ERROR(s);
+  PSYNC_RETURN_IF_ERROR(BroadcastWeights(step));
+  return total;
+}
+
+absl::StatusOr<BatchStats> Trainer::ComputeGradients(int64_t step,
+                                                     const std::vector<int64_t>& permutation,
+                                                     const std::vector<int64_t>& begin,
+                                                     const std::vector<int64_t>& end,
+                                                     ReadyTensors* ready) {
+  const int devices = static_cast<int>(replicas_.size());
   std::vector<absl::StatusOr<BatchStats>> results(devices, BatchStats{});
   reduce_ns_.store(0);
   const absl::Time compute_start = absl::Now();
   ParallelFor(devices, [&](int d) {
-    TraceSpan device_span(options_.tracer, step, absl::StrCat("device ", d),
-                          "forward + backward");
-    float* inputs = device_inputs_[d].data();
-    uint8_t* labels = device_labels_[d].data();
-    const int64_t micro = sharding_.MicroBatch(d);
-    const int64_t micro_batches = options_.accumulation_steps;
-    BatchStats device_stats;
-    for (int64_t m = 0; m < micro_batches; ++m) {
-      const int64_t first = std::min(end[d], begin[d] + m * micro);
-      const int64_t last = std::min(end[d], first + micro);
-      for (int64_t k = first; k < last; ++k) {
-        const int64_t sample = permutation[k];
-        train_->CopyInputs(sample, 1, inputs + (k - first) * dim);
-        labels[k - first] = train_->labels[sample];
-      }
-      // Layers are final, and may go out, only in the last micro-batch.
-      Model::GradientsReady report;
-      if (options_.overlap && m == micro_batches - 1) {
-        report = [&ready, d](int a, int b) { ready(d, a, b); };
-      }
-      absl::StatusOr<BatchStats> stats = replicas_[d]->ComputeGradients(
-          device_weights_[d].get(), Batch{inputs, labels, last - first}, device_grads_[d].get(),
-          report, m == 0 ? Model::GradMode::kOverwrite : Model::GradMode::kAccumulate);
-      if (!stats.ok()) {
-        results[d] = stats.status();
-        return;
-      }
-      device_stats.Add(*stats);
-    }
-    results[d] = device_stats;
+    results[d] = DeviceGradients(d, step, permutation, begin[d], end[d], ready);
   });
   compute_time_ = absl::Now() - compute_start;
   BatchStats total;
@@ -333,38 +298,60 @@ absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t
     if (!r.ok() && status.ok()) status = r.status();
     if (r.ok()) total.Add(*r);
   }
-  if (status.ok() && !options_.overlap) {
-    for (int d = 0; d < devices && status.ok(); ++d) status = reducer_->MarkReady(d, 0, num_tensors);
-    if (status.ok()) Push({step, samples, 0, num_tensors});
-  }
-  if (status.ok() && options_.overlap) {
-    for (int t = 0; t < num_tensors; ++t) {
-      if (finished[t] != devices) {  // a model broke its GradientsReady contract
-        status = absl::InternalError(absl::StrCat(
-            "step ", step, ": tensor ", t, " was reported ready by ", finished[t], " of ",
-            devices, " devices"));
-        break;
-      }
+  if (!status.ok()) return status;
+  return total;
+}
+
+absl::StatusOr<BatchStats> Trainer::DeviceGradients(int d, int64_t step,
+                                                    const std::vector<int64_t>& permutation,
+                                                    int64_t begin, int64_t end,
+                                                    ReadyTensors* ready) {
+  TraceSpan device_span(options_.tracer, step, absl::StrCat("device ", d), "forward + backward");
+  const int64_t dim = train_->input_dim;
+  float* inputs = device_inputs_[d].data();
+  uint8_t* labels = device_labels_[d].data();
+  const int64_t micro = sharding_.MicroBatch(d);
+  const int64_t micro_batches = options_.accumulation_steps;
+  BatchStats device_stats;
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    const int64_t first = std::min(end, begin + m * micro);
+    const int64_t last = std::min(end, first + micro);
+    for (int64_t k = first; k < last; ++k) {
+      const int64_t sample = permutation[k];
+      train_->CopyInputs(sample, 1, inputs + (k - first) * dim);
+      labels[k - first] = train_->labels[sample];
     }
-    if (status.ok() && held_first != held_end) Push({step, samples, held_first, held_end});
+    // Layers are final, and may go out, only in the last micro-batch.
+    Model::GradientsReady report;
+    if (options_.overlap && m == micro_batches - 1) {
+      report = [this, ready, d](int a, int b) { ready->Report(a, b, reducer_->MarkReady(d, a, b)); };
+    }
+    PSYNC_ASSIGN_OR_RETURN(
+        BatchStats stats,
+        replicas_[d]->ComputeGradients(
+            device_weights_[d].get(), Batch{inputs, labels, last - first}, device_grads_[d].get(),
+            report, m == 0 ? Model::GradMode::kOverwrite : Model::GradMode::kAccumulate));
+    device_stats.Add(stats);
   }
-  // Drain and wait even after an error: calls in flight still read our
-  // buffers.
-  absl::Status pushed, waited;
-  {
-    TraceSpan wait_span(options_.tracer, step, "step", "wait for the servers");
-    const absl::Time wait_start = absl::Now();
-    pushed = DrainPushes();
-    waited = client_->Wait();
-    comm_time_ = absl::Now() - wait_start;
-  }
-  for (const absl::Status& s : {status, mark_status, pushed, waited}) PSYNC_RETURN_IF_ERROR(s);
+  return device_stats;
+}
+
+absl::Status Trainer::WaitForServers(int64_t step) {
+  TraceSpan wait_span(options_.tracer, step, "step", "wait for the servers");
+  const absl::Time wait_start = absl::Now();
+  const absl::Status pushed = DrainPushes();
+  const absl::Status waited = client_->Wait();
+  comm_time_ = absl::Now() - wait_start;
+  return pushed.ok() ? waited : pushed;
+}
+
+absl::Status Trainer::BroadcastWeights(int64_t step) {
   TraceSpan broadcast_span(options_.tracer, step, "step", "broadcast weights");
   const absl::Time broadcast_start = absl::Now();
   PSYNC_RETURN_IF_ERROR(
       reducer_->Broadcast(host_weights_.get(), num_params_, DeviceWeights()));
   reduce_ns_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - broadcast_start));
-  return total;
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::AddTestFigures(EpochReport& r) {
@@ -428,16 +415,11 @@ absl::StatusOr<int64_t> Trainer::Join(int64_t total_steps) {
   return last;
 }
 
-absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochReport&)>& on_epoch,
-                                         const std::function<void(const StepReport&)>& on_step) {
-  const int64_t per_epoch = sharding_.steps_per_epoch();
-  const int64_t total_steps = options_.TotalSteps(per_epoch);
-  PSYNC_ASSIGN_OR_RETURN(int64_t step, Join(total_steps));
-  LOG(INFO) << "worker " << options_.worker_rank << " registered; training steps " << step
-            << ".." << total_steps << " (" << per_epoch << " per epoch, global batch "
-            << sharding_.global_batch() << ")";
-
-  TrainResult result;
+// What Run keeps across steps and rollbacks.
+struct Trainer::RunState {
+  int64_t total_steps = 0;
+  int64_t step = 0;                  // the next step to train
+  std::vector<int64_t> permutation;  // of the current epoch; empty: to be drawn
   // What this process trained of the current epoch.
   struct EpochFigures {
     BatchStats stats;
@@ -445,91 +427,130 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
     int64_t steps = 0;
     absl::Duration time;
   } trained;
+  // What this process trained in all.
   absl::Duration total_time;
   int64_t total_samples = 0;
-  std::vector<int64_t> permutation;
-  auto rejoin = [&](const absl::Status& why) -> absl::Status {
-    const int64_t was = step;
-    PSYNC_ASSIGN_OR_RETURN(step, Join(total_steps));
-    LOG(INFO) << "worker " << options_.worker_rank << ": the cluster rolled back (" << why.message()
-              << "); resuming at step " << step << " (was at step " << was << ")";
-    permutation.clear();
-    trained = EpochFigures{};
-    return absl::OkStatus();
-  };
-  while (true) {
-    while (step < total_steps) {
-      if (stop_requested_.load()) {
-        return absl::CancelledError(absl::StrCat("stopped before step ", step));
-      }
-      const int64_t epoch = step / per_epoch;
-      const int64_t in_epoch = step % per_epoch;
-      if (permutation.empty() || in_epoch == 0) {
-        permutation = EpochPermutation(train_->size, options_.seed, epoch);
-      }
-      if (options_.tracer != nullptr) options_.tracer->BeginStep(step);
-      const absl::Time t0 = absl::Now();
-      absl::StatusOr<BatchStats> stats = Step(step, permutation);
-      if (absl::IsAborted(stats.status())) {
-        PSYNC_RETURN_IF_ERROR(rejoin(stats.status()));
-        continue;
-      }
-      PSYNC_RETURN_IF_ERROR(stats.status());
-      const absl::Duration dt = absl::Now() - t0;
-      const int64_t global = std::min(sharding_.global_batch(),
-                                      train_->size - in_epoch * sharding_.global_batch());
-      trained.stats.Add(*stats);
-      trained.samples += global;
-      ++trained.steps;
-      trained.time += dt;
-      total_time += dt;
-      total_samples += global;
-      if (on_step) {
-        StepReport s;
-        s.epoch = static_cast<int>(epoch + 1);
-        s.step = step + 1;
-        s.loss = stats->MeanLoss();
-        s.accuracy = stats->Accuracy();
-        s.seconds = absl::ToDoubleSeconds(dt);
-        s.samples = global;
-        s.compute_seconds = absl::ToDoubleSeconds(compute_time_);
-        s.reduce_seconds = reduce_ns_.load() * 1e-9;
-        s.comm_seconds = absl::ToDoubleSeconds(comm_time_);
-        on_step(s);
-      }
+  EpochReport last;
+};
 
-      if (in_epoch == per_epoch - 1 || step + 1 == total_steps) {
-        EpochReport r;
-        r.epoch = static_cast<int>(epoch + 1);
-        r.step = step + 1;
-        r.loss = trained.stats.MeanLoss();
-        r.train_accuracy = trained.stats.Accuracy();
-        r.trained_steps = trained.steps;
-        r.epoch_steps = in_epoch + 1;
-        r.samples_per_sec = trained.samples / std::max(1e-9, absl::ToDoubleSeconds(trained.time));
-        PSYNC_RETURN_IF_ERROR(AddTestFigures(r));
-        if (on_epoch) on_epoch(r);
-        result.last = r;
-        trained = EpochFigures{};
-      }
-      ++step;
-    }
+absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochReport&)>& on_epoch,
+                                         const std::function<void(const StepReport&)>& on_step) {
+  const int64_t per_epoch = sharding_.steps_per_epoch();
+  RunState run;
+  run.total_steps = options_.TotalSteps(per_epoch);
+  PSYNC_ASSIGN_OR_RETURN(run.step, Join(run.total_steps));
+  LOG(INFO) << "worker " << options_.worker_rank << " registered; training steps " << run.step
+            << ".." << run.total_steps << " (" << per_epoch << " per epoch, global batch "
+            << sharding_.global_batch() << ")";
+  while (true) {
+    PSYNC_RETURN_IF_ERROR(TrainSteps(run, on_epoch, on_step));
     // The weights a run ends with are the servers' float32 master weights,
     // not the copy rounded to the wire dtype that training pulled. Every
     // worker must reach the end before any leaves: a rollback until then
     // would need this worker's steps again.
     absl::Status finished =
-        client_->Pull(total_steps, PullPrecision::kMaster, host_weights_.get());
-    if (finished.ok()) finished = client_->Finish(total_steps);
+        client_->Pull(run.total_steps, PullPrecision::kMaster, host_weights_.get());
+    if (finished.ok()) finished = client_->Finish(run.total_steps);
     if (!absl::IsAborted(finished)) {
       PSYNC_RETURN_IF_ERROR(finished);
       break;
     }
-    PSYNC_RETURN_IF_ERROR(rejoin(finished));
+    PSYNC_RETURN_IF_ERROR(Rejoin(run, finished));
   }
+  return Result(run);
+}
+
+absl::Status Trainer::Rejoin(RunState& run, const absl::Status& why) {
+  const int64_t was = run.step;
+  PSYNC_ASSIGN_OR_RETURN(run.step, Join(run.total_steps));
+  LOG(INFO) << "worker " << options_.worker_rank << ": the cluster rolled back (" << why.message()
+            << "); resuming at step " << run.step << " (was at step " << was << ")";
+  run.permutation.clear();
+  run.trained = RunState::EpochFigures{};
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::TrainSteps(RunState& run,
+                                 const std::function<void(const EpochReport&)>& on_epoch,
+                                 const std::function<void(const StepReport&)>& on_step) {
+  const int64_t per_epoch = sharding_.steps_per_epoch();
+  while (run.step < run.total_steps) {
+    if (stop_requested_.load()) {
+      return absl::CancelledError(absl::StrCat("stopped before step ", run.step));
+    }
+    const int64_t epoch = run.step / per_epoch;
+    const int64_t in_epoch = run.step % per_epoch;
+    if (run.permutation.empty() || in_epoch == 0) {
+      run.permutation = EpochPermutation(train_->size, options_.seed, epoch);
+    }
+    if (options_.tracer != nullptr) options_.tracer->BeginStep(run.step);
+    const absl::Time t0 = absl::Now();
+    absl::StatusOr<BatchStats> stats = Step(run.step, run.permutation);
+    if (absl::IsAborted(stats.status())) {
+      PSYNC_RETURN_IF_ERROR(Rejoin(run, stats.status()));
+      continue;
+    }
+    PSYNC_RETURN_IF_ERROR(stats.status());
+    const absl::Duration dt = absl::Now() - t0;
+    const int64_t global = std::min(sharding_.global_batch(),
+                                    train_->size - in_epoch * sharding_.global_batch());
+    run.trained.stats.Add(*stats);
+    run.trained.samples += global;
+    ++run.trained.steps;
+    run.trained.time += dt;
+    run.total_time += dt;
+    run.total_samples += global;
+    if (on_step) on_step(StepReportOf(run.step, *stats, dt, global));
+    if (in_epoch == per_epoch - 1 || run.step + 1 == run.total_steps) {
+      PSYNC_RETURN_IF_ERROR(EndEpoch(run, on_epoch));
+    }
+    ++run.step;
+  }
+  return absl::OkStatus();
+}
+
+StepReport Trainer::StepReportOf(int64_t step, const BatchStats& stats, absl::Duration dt,
+                                 int64_t global) const {
+  StepReport s;
+  s.epoch = static_cast<int>(step / sharding_.steps_per_epoch() + 1);
+  s.step = step + 1;
+  s.loss = stats.MeanLoss();
+  s.accuracy = stats.Accuracy();
+  s.seconds = absl::ToDoubleSeconds(dt);
+  s.samples = global;
+  s.compute_seconds = absl::ToDoubleSeconds(compute_time_);
+  s.reduce_seconds = reduce_ns_.load() * 1e-9;
+  s.comm_seconds = absl::ToDoubleSeconds(comm_time_);
+  return s;
+}
+
+absl::Status Trainer::EndEpoch(RunState& run,
+                               const std::function<void(const EpochReport&)>& on_epoch) {
+  const int64_t per_epoch = sharding_.steps_per_epoch();
+  EpochReport r;
+  r.epoch = static_cast<int>(run.step / per_epoch + 1);
+  r.step = run.step + 1;
+  r.loss = run.trained.stats.MeanLoss();
+  r.train_accuracy = run.trained.stats.Accuracy();
+  r.trained_steps = run.trained.steps;
+  r.epoch_steps = run.step % per_epoch + 1;
+  r.samples_per_sec =
+      run.trained.samples / std::max(1e-9, absl::ToDoubleSeconds(run.trained.time));
+  PSYNC_RETURN_IF_ERROR(AddTestFigures(r));
+  if (on_epoch) on_epoch(r);
+  run.last = r;
+  run.trained = RunState::EpochFigures{};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainResult> Trainer::Result(const RunState& run) {
+  const int64_t per_epoch = sharding_.steps_per_epoch();
+  const int64_t total_steps = run.total_steps;
+  TrainResult result;
+  result.last = run.last;
   result.steps = total_steps;
   result.weights.assign(host_weights_.get(), host_weights_.get() + num_params_);
-  if (total_samples == 0) {
+  if (run.total_samples == 0) {
     // This process trained no step: it joined once every step was done (a
     // restart at the very end). The final weights' test figures are its to
     // give; the training figures were the previous process's (NaN: none).
@@ -544,7 +565,8 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
               << "): it reports the final weights' test figures and no training figures";
     return result;
   }
-  result.samples_per_sec = total_samples / std::max(1e-9, absl::ToDoubleSeconds(total_time));
+  result.samples_per_sec =
+      run.total_samples / std::max(1e-9, absl::ToDoubleSeconds(run.total_time));
   return result;
 }
 

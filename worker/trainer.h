@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sharding.h"
 #include "worker/model/model.h"
@@ -21,6 +22,8 @@
 #include "worker/reduce/reducer.h"
 
 namespace psync {
+
+class ReadyTensors;
 
 struct TrainerOptions {
   int worker_rank = 0;
@@ -153,7 +156,41 @@ class Trainer {
   // error since the last call.
   absl::Status DrainPushes();
   void CommLoop();
+
+  // One step: every device's forward and backward, the pushes of its
+  // gradients, the wait for the servers and the broadcast of the new
+  // weights. Aborted: the cluster rolled back.
   absl::StatusOr<BatchStats> Step(int64_t step, const std::vector<int64_t>& permutation);
+  // Each device's samples of `step`, [begin[d], end[d]) of the epoch's
+  // permutation; returns this worker's sample count.
+  int64_t DeviceRanges(int64_t step, std::vector<int64_t>* begin,
+                       std::vector<int64_t>* end) const;
+  // Forward and backward on every device (one thread each); with overlap,
+  // layers go to `ready` as they finish. The devices' summed figures.
+  absl::StatusOr<BatchStats> ComputeGradients(int64_t step, const std::vector<int64_t>& permutation,
+                                              const std::vector<int64_t>& begin,
+                                              const std::vector<int64_t>& end,
+                                              ReadyTensors* ready);
+  // Device `d`'s micro-batches of samples [begin, end), on its thread.
+  absl::StatusOr<BatchStats> DeviceGradients(int d, int64_t step,
+                                             const std::vector<int64_t>& permutation,
+                                             int64_t begin, int64_t end, ReadyTensors* ready);
+  // Drains the pushes and waits for the servers' answers; the first error.
+  absl::Status WaitForServers(int64_t step);
+  // The new weights from host memory to every device.
+  absl::Status BroadcastWeights(int64_t step);
+
+  // Run's state across steps and rollbacks (defined in trainer.cc), and its
+  // parts: the steps until the last or a failure, a rejoin after a
+  // rollback, the end of an epoch, and the result.
+  struct RunState;
+  absl::Status TrainSteps(RunState& run, const std::function<void(const EpochReport&)>& on_epoch,
+                          const std::function<void(const StepReport&)>& on_step);
+  absl::Status Rejoin(RunState& run, const absl::Status& why);
+  StepReport StepReportOf(int64_t step, const BatchStats& stats, absl::Duration dt,
+                          int64_t global) const;
+  absl::Status EndEpoch(RunState& run, const std::function<void(const EpochReport&)>& on_epoch);
+  absl::StatusOr<TrainResult> Result(const RunState& run);
   absl::StatusOr<BatchStats> Evaluate();
   // With options_.evaluate, sets r's test loss and accuracy from Evaluate().
   absl::Status AddTestFigures(EpochReport& r);

@@ -1,0 +1,41 @@
+// What a worker says and saves about its run: the line worker 0 prints
+// after each epoch, how many steps it finished, the --summary file worker 0
+// writes, and how a stop by a signal is reported.
+#ifndef PSYNC_WORKER_RUN_SUMMARY_H_
+#define PSYNC_WORKER_RUN_SUMMARY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "proto/job_config.pb.h"
+#include "worker/model/blas.h"
+#include "worker/trainer.h"
+
+namespace psync {
+
+// The line worker 0 prints (or logs) after each epoch.
+std::string EpochLine(const EpochReport& r);
+
+// A JSON number, or null for a figure that is not one: NaN or infinite (a
+// diverged run), or not measured.
+std::string JsonNumber(double v, int precision, bool measured = true);
+
+// The --summary file: one JSON object on a line, of the run `r` of job `c`
+// (`servers` servers, `train_samples` samples, weights hashing to `sha256`).
+std::string RunSummaryJson(const proto::JobConfig& c, const TrainResult& r, int64_t global_batch,
+                           int64_t train_samples, int servers, const std::string& sha256,
+                           const BlasInfo& blas);
+
+// Logs that worker `rank` finished the run's steps, and at what speed.
+void LogFinished(int rank, const TrainResult& r);
+
+// The failure of a worker that `signal` stopped before its last step
+// (`trained`: the trainer's Cancelled status): exit code 128 + signal, and
+// how the job can be resumed (`checkpoint_dir` may be empty).
+absl::Status StoppedBySignal(int signal, const absl::Status& trained,
+                             const std::string& checkpoint_dir);
+
+}  // namespace psync
+
+#endif  // PSYNC_WORKER_RUN_SUMMARY_H_

@@ -53,6 +53,21 @@ grpc::ByteBuffer Answer(const std::vector<int32_t>& ids, int64_t version,
   return answer.Build();
 }
 
+// A float32 coder over TestLayout, and the weights its answers fill.
+class PayloadAnswerTest : public ::testing::Test {
+ protected:
+  // A push-pull of chunks `ids` whose answer fills weights_.
+  ChunkCall Into(std::vector<int32_t> ids) {
+    ChunkCall call = PushPull(std::move(ids));
+    call.weights = weights_.data();
+    return call;
+  }
+
+  const Layout layout_ = TestLayout();
+  const PayloadCoder coder_{layout_, 1, WireDType::kFloat32};
+  std::vector<float> weights_ = std::vector<float>(6);
+};
+
 TEST(PayloadCoderTest, PullRequestNamesTheChunksAndANarrowDType) {
   const Layout layout = TestLayout();
   const PayloadCoder coder(layout, 1, WireDType::kFloat32);
@@ -119,50 +134,38 @@ TEST(PayloadCoderTest, AGradientTheDTypeCannotHoldIsRefused) {
   EXPECT_THAT(push.status().message(), HasSubstr("w"));
 }
 
-TEST(PayloadCoderTest, AnAnswerInTheMessageFillsTheWeights) {
-  const Layout layout = TestLayout();
-  const PayloadCoder coder(layout, 1, WireDType::kFloat32);
-  std::vector<float> weights(6);
-  ChunkCall call = PushPull({0, 2});
-  call.weights = weights.data();
+TEST_F(PayloadAnswerTest, AnAnswerInTheMessageFillsTheWeights) {
+  ChunkCall call = Into({0, 2});
   call.response = Answer({0, 2}, 5, {1, 2, 5, 6});
-  ASSERT_TRUE(coder.DecodeWeights(call, {}).ok());
-  EXPECT_THAT(weights, ElementsAre(1, 2, 0, 0, 5, 6));
+  ASSERT_TRUE(coder_.DecodeWeights(call, {}).ok());
+  EXPECT_THAT(weights_, ElementsAre(1, 2, 0, 0, 5, 6));
 }
 
-TEST(PayloadCoderTest, AnAnswerInASlotFillsTheWeights) {
-  const Layout layout = TestLayout();
-  const PayloadCoder coder(layout, 1, WireDType::kFloat32);
-  std::vector<float> weights(6);
+TEST_F(PayloadAnswerTest, AnAnswerInASlotFillsTheWeights) {
   const std::vector<float> slot = {7, 8, 9, 10};
-  ChunkCall call = PushPull({1, 2});
-  call.weights = weights.data();
+  ChunkCall call = Into({1, 2});
   call.slot = 2;
   call.response = Answer({1, 2}, 5, {}, 2);
   const absl::Span<const char> memory(reinterpret_cast<const char*>(slot.data()), 16);
-  ASSERT_TRUE(coder.DecodeWeights(call, memory).ok());
-  EXPECT_THAT(weights, ElementsAre(0, 0, 7, 8, 9, 10));
+  ASSERT_TRUE(coder_.DecodeWeights(call, memory).ok());
+  EXPECT_THAT(weights_, ElementsAre(0, 0, 7, 8, 9, 10));
   // A slot too small for what the answer says is in it.
-  EXPECT_TRUE(absl::IsDataLoss(coder.DecodeWeights(call, memory.subspan(0, 12))));
+  EXPECT_TRUE(absl::IsDataLoss(coder_.DecodeWeights(call, memory.subspan(0, 12))));
 }
 
-TEST(PayloadCoderTest, AnswersThatDoNotMatchTheRequestAreRefused) {
-  const Layout layout = TestLayout();
-  const PayloadCoder coder(layout, 1, WireDType::kFloat32);
-  std::vector<float> weights(6);
-  ChunkCall call = PushPull({0, 2});
-  call.weights = weights.data();
+TEST_F(PayloadAnswerTest, AnswersThatDoNotMatchTheRequestAreRefused) {
+  ChunkCall call = Into({0, 2});
   call.response = Answer({0, 1}, 5, {1, 2, 3, 4});
-  EXPECT_THAT(coder.DecodeWeights(call, {}).message(), HasSubstr("returned chunk 1, expected 2"));
+  EXPECT_THAT(coder_.DecodeWeights(call, {}).message(), HasSubstr("returned chunk 1, expected 2"));
   call.response = Answer({0}, 5, {1, 2});
-  EXPECT_THAT(coder.DecodeWeights(call, {}).message(), HasSubstr("returned 1 chunks, expected 2"));
+  EXPECT_THAT(coder_.DecodeWeights(call, {}).message(), HasSubstr("returned 1 chunks, expected 2"));
   call.response = Answer({0, 2}, 4, {1, 2, 3, 4});
-  EXPECT_TRUE(absl::IsFailedPrecondition(coder.DecodeWeights(call, {})));
+  EXPECT_TRUE(absl::IsFailedPrecondition(coder_.DecodeWeights(call, {})));
   call.response = Answer({0, 2}, 5, {}, 1);
-  EXPECT_THAT(coder.DecodeWeights(call, {}).message(),
+  EXPECT_THAT(coder_.DecodeWeights(call, {}).message(),
               HasSubstr("answered in shared slot 1, expected 0"));
   call.response = Answer({0, 2}, 5, {});
-  EXPECT_THAT(coder.DecodeWeights(call, {}).message(), HasSubstr("has 0 bytes, layout says"));
+  EXPECT_THAT(coder_.DecodeWeights(call, {}).message(), HasSubstr("has 0 bytes, layout says"));
 }
 
 }  // namespace

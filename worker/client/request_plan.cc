@@ -1,0 +1,99 @@
+#include "worker/client/request_plan.h"
+
+#include <algorithm>
+
+namespace psync {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t WireSize(const Layout& layout, int32_t id, WireDType dtype) {
+  return layout.chunks()[id].num_elements * WireBytes(dtype);
+}
+
+}  // namespace
+
+ServerPlan PlanServer(const Layout& layout, int server, const RequestSizing& sizing,
+                      const ServerLink& link) {
+  ServerPlan plan;
+  int64_t& share = plan.share;
+  for (int32_t id : layout.ChunksOnServer(server)) share += WireSize(layout, id, sizing.wire_dtype);
+  // About max_request_bytes (shared_request_bytes), smaller across a
+  // network where that would leave the share fewer than
+  // kMinRequestsAcrossNetwork requests, larger where it would cut it into
+  // more than kMaxRequestsPerServer, and always within the server's
+  // message limit (a chunk goes whole: the server refuses at Register a
+  // chunk that would not fit).
+  int64_t& request = plan.request;
+  request = link.shared ? sizing.shared_request_bytes : sizing.max_request_bytes;
+  if (link.across_network) {
+    request = std::min(request, CeilDiv(share, kMinRequestsAcrossNetwork));
+  }
+  request = std::max({request, CeilDiv(share, kMaxRequestsPerServer), int64_t{1}});
+  if (link.message_limit > kMessageHeadroomBytes) {
+    request = std::min(request, link.message_limit - kMessageHeadroomBytes);
+  }
+  const int64_t n = sizing.num_workers;
+  const int64_t limit = sizing.push_window_bytes > 0
+                            ? sizing.push_window_bytes
+                            : std::max(CeilDiv(2, n) * request, share / (2 * n * n));
+  plan.window = limit < share ? limit : 0;
+  return plan;
+}
+
+SlotPlan PlanSlots(const Layout& layout, int server, const RequestSizing& sizing,
+                   bool across_network) {
+  const ServerPlan plan = PlanServer(layout, server, sizing,
+                                     {across_network, /*message_limit=*/0, /*shared=*/true});
+  if (plan.share == 0) return {};
+  int64_t largest = 0;
+  for (int32_t id : layout.ChunksOnServer(server)) {
+    largest = std::max(largest, WireSize(layout, id, sizing.wire_dtype));
+  }
+  SlotPlan slots;
+  slots.slot_bytes = std::max(std::min(plan.request, plan.share), largest);
+  const int64_t in_flight = plan.window > 0 ? plan.window : plan.share;
+  slots.slots =
+      std::min<int64_t>(CeilDiv(in_flight, plan.request) + 1, kMaxRequestsPerServer + 1);
+  return slots;
+}
+
+std::vector<absl::Span<const int32_t>> CutIntoRequests(const Layout& layout,
+                                                       absl::Span<const int32_t> ids,
+                                                       WireDType dtype, int64_t request_bytes) {
+  std::vector<absl::Span<const int32_t>> requests;
+  for (size_t begin = 0; begin < ids.size();) {
+    size_t end = begin;
+    int64_t bytes = 0;
+    while (end < ids.size()) {
+      const int64_t size = WireSize(layout, ids[end], dtype);
+      if (end > begin && bytes + size > request_bytes) break;
+      bytes += size;
+      ++end;
+    }
+    requests.push_back(ids.subspan(begin, end - begin));
+    begin = end;
+  }
+  return requests;
+}
+
+std::vector<int32_t> FirstChunkOfTensors(const Layout& layout) {
+  // Every tensor has at least one chunk, and a tensor's chunks are numbered
+  // consecutively.
+  std::vector<int32_t> first(layout.tensors().size() + 1,
+                             static_cast<int32_t>(layout.chunks().size()));
+  for (auto c = layout.chunks().rbegin(); c != layout.chunks().rend(); ++c) {
+    first[c->tensor] = c->id;
+  }
+  return first;
+}
+
+absl::Span<const int32_t> ChunksWithin(const std::vector<int32_t>& server_chunks, int32_t lo,
+                                       int32_t hi) {
+  const auto begin = std::lower_bound(server_chunks.begin(), server_chunks.end(), lo);
+  const auto end = std::lower_bound(server_chunks.begin(), server_chunks.end(), hi);
+  return absl::MakeConstSpan(server_chunks)
+      .subspan(begin - server_chunks.begin(), end - begin);
+}
+
+}  // namespace psync

@@ -1,0 +1,139 @@
+// The request plan without a server: request sizes, windows, shared slots
+// and the cutting of a server's chunks into requests.
+#include "worker/client/request_plan.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace psync {
+namespace {
+
+using ::testing::ElementsAre;
+
+// `floats` floats in chunks of `chunk_floats` on one server.
+Layout OneServer(int64_t floats, int64_t chunk_floats) {
+  return *Layout::Create({{"w", {floats}}}, 4 * chunk_floats, 1, 3);
+}
+
+std::vector<std::vector<int32_t>> Ids(const std::vector<absl::Span<const int32_t>>& requests) {
+  std::vector<std::vector<int32_t>> ids;
+  for (absl::Span<const int32_t> r : requests) ids.emplace_back(r.begin(), r.end());
+  return ids;
+}
+
+TEST(RequestPlanTest, AShareWithinOneRequestGoesWhole) {
+  const Layout layout = OneServer(1 << 10, 64);  // 4 KiB in 256-byte chunks
+  const ServerPlan plan = PlanServer(layout, 0, RequestSizing(), ServerLink());
+  EXPECT_EQ(plan.share, 4 << 10);
+  EXPECT_EQ(plan.request, 1 << 20);
+  EXPECT_EQ(plan.window, 0);
+}
+
+TEST(RequestPlanTest, AcrossANetworkAShareIsCutIntoAtLeastFourRequests) {
+  const Layout layout = OneServer(16, 2);  // 64 bytes
+  ServerLink link;
+  link.across_network = true;
+  EXPECT_EQ(PlanServer(layout, 0, RequestSizing(), link).request, 16);
+  link.across_network = false;
+  EXPECT_EQ(PlanServer(layout, 0, RequestSizing(), link).request, 1 << 20);
+}
+
+TEST(RequestPlanTest, ALargeShareIsCutIntoAtMost32Requests) {
+  const Layout layout = OneServer(16 << 20, 1 << 16);  // 64 MiB
+  RequestSizing sizing;
+  sizing.max_request_bytes = 1 << 10;
+  EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).request, 2 << 20);
+}
+
+TEST(RequestPlanTest, SharedMemoryTakesItsOwnRequestSize) {
+  const Layout layout = OneServer(16 << 20, 1 << 16);
+  ServerLink link;
+  link.shared = true;
+  EXPECT_EQ(PlanServer(layout, 0, RequestSizing(), link).request, 2 << 20);
+}
+
+TEST(RequestPlanTest, RequestsFitTheServersMessageLimit) {
+  const Layout layout = OneServer(1 << 18, 1 << 14);  // 1 MiB in 64 KiB chunks
+  ServerLink link;
+  link.message_limit = (1 << 20) + (256 << 10);
+  EXPECT_EQ(PlanServer(layout, 0, RequestSizing(), link).request, 256 << 10);
+  link.message_limit = kMessageHeadroomBytes;  // no room: not applied
+  EXPECT_EQ(PlanServer(layout, 0, RequestSizing(), link).request, 1 << 20);
+}
+
+TEST(RequestPlanTest, TheWindowFollowsTheNumberOfWorkers) {
+  const Layout layout = OneServer(16 << 20, 1 << 16);  // 64 MiB
+  RequestSizing sizing;
+  sizing.num_workers = 1;
+  // Two requests at least, or half the share: 32 MiB.
+  EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).window, 32 << 20);
+  sizing.num_workers = 4;
+  EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).window, 2 << 20);
+  sizing.push_window_bytes = 5 << 20;
+  EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).window, 5 << 20);
+  sizing.push_window_bytes = 64 << 20;  // the share fits: no window
+  EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).window, 0);
+}
+
+TEST(RequestPlanTest, ANarrowDTypeHalvesTheShare) {
+  const Layout layout = OneServer(1 << 10, 64);
+  RequestSizing sizing;
+  sizing.wire_dtype = WireDType::kBf16;
+  EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).share, 2 << 10);
+}
+
+TEST(RequestPlanTest, SlotsHoldARequestEachAndOneToSpare) {
+  const Layout layout = OneServer(1 << 20, 1 << 16);  // 4 MiB in 256 KiB chunks
+  const SlotPlan slots = PlanSlots(layout, 0, RequestSizing(), false);
+  EXPECT_EQ(slots.slot_bytes, 2 << 20);  // shared_request_bytes
+  EXPECT_EQ(slots.slots, 3);             // the whole share in flight, and a spare
+}
+
+TEST(RequestPlanTest, ASlotHoldsTheLargestChunk) {
+  const Layout layout = OneServer(1 << 20, 1 << 20);  // one 4 MiB chunk
+  const SlotPlan slots = PlanSlots(layout, 0, RequestSizing(), false);
+  EXPECT_EQ(slots.slot_bytes, 4 << 20);
+  // Counted in requests of 2 MiB: two, and a spare.
+  EXPECT_EQ(slots.slots, 3);
+}
+
+TEST(RequestPlanTest, AServerWithoutChunksGetsNoSlots) {
+  const Layout layout = *Layout::Create({{"w", {2}}}, 8, 2, 3);  // one chunk, on server 0
+  const int empty = layout.ChunksOnServer(0).empty() ? 0 : 1;
+  const SlotPlan slots = PlanSlots(layout, empty, RequestSizing(), false);
+  EXPECT_EQ(slots.slots, 0);
+  EXPECT_EQ(slots.slot_bytes, 0);
+}
+
+TEST(RequestPlanTest, RequestsAreConsecutiveChunksAndALargeChunkGoesAlone) {
+  // Chunks of 2, 2, 2 and 1 floats: 8, 8, 8 and 4 bytes.
+  const Layout layout = OneServer(7, 2);
+  const std::vector<int32_t>& all = layout.ChunksOnServer(0);
+  EXPECT_THAT(Ids(CutIntoRequests(layout, all, WireDType::kFloat32, 16)),
+              ElementsAre(ElementsAre(0, 1), ElementsAre(2, 3)));
+  EXPECT_THAT(Ids(CutIntoRequests(layout, all, WireDType::kFloat32, 4)),
+              ElementsAre(ElementsAre(0), ElementsAre(1), ElementsAre(2), ElementsAre(3)));
+  EXPECT_THAT(Ids(CutIntoRequests(layout, all, WireDType::kBf16, 16)),
+              ElementsAre(ElementsAre(0, 1, 2, 3)));
+  EXPECT_TRUE(CutIntoRequests(layout, {}, WireDType::kFloat32, 16).empty());
+}
+
+TEST(RequestPlanTest, TensorsMapToTheirChunksOnEachServer) {
+  // w: 4 floats (chunks 0, 1), b: 2 floats (chunk 2), in chunks of 2.
+  const Layout layout = *Layout::Create({{"w", {2, 2}}, {"b", {2}}}, 8, 2, 3);
+  const std::vector<int32_t> first = FirstChunkOfTensors(layout);
+  EXPECT_THAT(first, ElementsAre(0, 2, 3));
+  std::vector<int32_t> b_chunks;
+  for (int s = 0; s < layout.num_servers(); ++s) {
+    for (int32_t id : ChunksWithin(layout.ChunksOnServer(s), first[1], first[2])) {
+      b_chunks.push_back(id);
+    }
+  }
+  EXPECT_THAT(b_chunks, ElementsAre(2));
+  EXPECT_TRUE(ChunksWithin(layout.ChunksOnServer(0), 3, 3).empty());
+}
+
+}  // namespace
+}  // namespace psync

@@ -1,0 +1,93 @@
+// The settings of a GrpcPsClient, which its pieces (sessions, call engine,
+// payload coding) read: plain values, copied from flags by main.cc.
+#ifndef PSYNC_WORKER_CLIENT_RPC_GRPC_PS_CLIENT_OPTIONS_H_
+#define PSYNC_WORKER_CLIENT_RPC_GRPC_PS_CLIENT_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/rpc/tcp_congestion.h"
+#include "common/security.h"
+#include "common/training_shape.h"
+#include "common/wire_dtype.h"
+#include "worker/trace.h"
+
+namespace psync {
+
+struct GrpcPsClientOptions {
+  std::vector<std::string> server_addresses;  // by server rank
+  int worker_rank = 0;
+  int num_workers = 1;
+  // Deadline of one call. A pull waits for the slowest worker, so this bounds
+  // how long a worker waits for its peers.
+  absl::Duration call_timeout = absl::Seconds(120);
+  // How long Register keeps retrying servers that are not up (or not ready:
+  // recovering, or still holding a dead predecessor's lease on this rank).
+  absl::Duration connect_timeout = absl::Seconds(60);
+  // How long Finish waits for the other workers.
+  absl::Duration finish_timeout = absl::Seconds(120);
+  // Liveness signal to every server, from a thread of the client's.
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  // Every worker of a job has the same; the servers refuse another.
+  TrainingShape shape;
+  // UpdateRuleOf the job; a server with other settings refuses it. Empty:
+  // not checked.
+  std::string update_rule;
+  // BlasInfo::Kernels() of this worker; servers in deterministic mode warn
+  // when workers differ. Empty: not said.
+  std::string blas_kernels;
+  // A push-pull to one server is split into requests of about this many
+  // payload bytes (whole chunks; a chunk larger than this goes alone), all
+  // in flight at once: the server applies each request's chunks as soon as
+  // every worker's copy is in, and answers with their new weights while
+  // later requests still arrive (within push_window_bytes). A server's
+  // share is cut into at most 32 requests (larger ones when it holds more
+  // than 32 times this), so that a push-pull's waiting calls stay far below
+  // the servers' bounds (--max_waiting_calls). On 2 cores, 16 MiB in 1 MiB
+  // requests took about 0.8 times as long as in one (docs/performance.md).
+  // Across a network (a server whose address is not loopback) a share is
+  // cut into at least 4 requests (of a chunk at least): the link then
+  // bounds the step, and the pipeline's fill and drain are a request each.
+  int64_t max_request_bytes = 1 << 20;
+  // The same for a server that shares memory with this worker
+  // (shared_memory): requests then carry no payload bytes, and fewer,
+  // larger ones cost less CPU. On 2 cores, 16 MiB in 2 MiB requests took
+  // 11.0-12.6 ms of CPU a step against 12.5-13.7 in 1 MiB ones (five
+  // interleaved rounds; the step times overlapped within the machine's
+  // noise), and 4 MiB requests fill and drain the pipeline slower.
+  int64_t shared_request_bytes = 2 << 20;
+  // Bounds a server's receive buffers. Where a server's share is larger
+  // than this window, at most this many payload bytes (one request at
+  // least) of a push-pull are in flight to it; with more than one worker
+  // each request goes as a Push followed by a Pull of its chunks once the
+  // server holds them. Otherwise all requests are in flight at once. 0
+  // means max(ceil(2 / num_workers) requests, share / (2 * num_workers^2)):
+  // all workers together send a server at most share / (2 * num_workers)
+  // at a time, two requests at least. The more workers, the less each
+  // needs in flight to keep the server busy (measured, 64 MiB, 4 workers x
+  // 1 server, momentum 0.9: a 2 MiB window per worker peaked at 229 MiB
+  // server RSS against 281 MiB with 8 MiB, the step no slower).
+  int64_t push_window_bytes = 0;
+  // How gradients and weights travel (--wire_dtype): a 2-byte dtype halves
+  // the bytes of a step; the servers keep float32 master weights.
+  WireDType wire_dtype = WireDType::kFloat32;
+  // Offer each server a region of shared memory at registration (common/
+  // shared_region.h): a server on this host maps it, and push-pulls then
+  // carry their payloads there instead of in the messages. A server that
+  // cannot (another host, or --shared_memory=false there) says why, and
+  // payloads travel in the messages. Also keeps the model in shared memory
+  // (PsClient::shared_model), which such servers read and write in place.
+  bool shared_memory = true;
+  // TLS and the token on every call (see common/security.h).
+  PeerSecurity security;
+  // Congestion control of the connections to the servers (--tcp_congestion).
+  TcpCongestion tcp_congestion;
+  // If set, each push-pull call to a server is recorded (not owned).
+  Tracer* tracer = nullptr;
+};
+
+}  // namespace psync
+
+#endif  // PSYNC_WORKER_CLIENT_RPC_GRPC_PS_CLIENT_OPTIONS_H_

@@ -6,6 +6,7 @@
 
 #include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
+#include "common/enum_names.h"
 #include "common/wire_dtype_internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -248,25 +249,20 @@ void DecodeAddFp16F16c(const char* in, int64_t n, float* out) {
 
 }  // namespace wire_dtype_internal
 
+namespace {
+
+constexpr EnumName<WireDType> kWireDTypes[] = {
+    {WireDType::kFloat32, "float32"}, {WireDType::kBf16, "bf16"}, {WireDType::kFp16, "fp16"}};
+
+}  // namespace
+
 absl::StatusOr<WireDType> ParseWireDType(absl::string_view text) {
-  for (WireDType d : {WireDType::kFloat32, WireDType::kBf16, WireDType::kFp16}) {
-    if (text == WireDTypeName(d)) return d;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--wire_dtype is '", text, "', expected ", kWireDTypeChoices));
+  return ParseEnumName(kWireDTypes, "--wire_dtype", text);
 }
 
-absl::string_view WireDTypeName(WireDType dtype) {
-  switch (dtype) {
-    case WireDType::kFloat32:
-      return "float32";
-    case WireDType::kBf16:
-      return "bf16";
-    case WireDType::kFp16:
-      return "fp16";
-  }
-  return "unknown";
-}
+std::string WireDTypeChoices() { return EnumChoices(kWireDTypes); }
+
+absl::string_view WireDTypeName(WireDType dtype) { return EnumNameOf(kWireDTypes, dtype); }
 
 int WireBytes(WireDType dtype) { return dtype == WireDType::kFloat32 ? 4 : 2; }
 

@@ -196,22 +196,18 @@ __attribute__((target("avx,f16c"))) int64_t EncodeFp16Groups(const float* in, in
   return i;
 }
 
+// out[i] = value i, or with kAdd out[i] += value i (DecodeAdd).
+template <bool kAdd>
 __attribute__((target("avx,f16c"))) int64_t DecodeFp16Groups(const char* in, int64_t n,
                                                              float* out) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
-  }
-  return i;
-}
-
-__attribute__((target("avx,f16c"))) int64_t DecodeAddFp16Groups(const char* in, int64_t n,
-                                                                float* out) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
-    _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_cvtph_ps(h)));
+    if constexpr (kAdd) {
+      _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_cvtph_ps(h)));
+    } else {
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+    }
   }
   return i;
 }
@@ -224,12 +220,12 @@ void EncodeFp16F16c(const float* in, int64_t n, char* out) {
 }
 
 void DecodeFp16F16c(const char* in, int64_t n, float* out) {
-  const int64_t done = HaveF16c() ? DecodeFp16Groups(in, n, out) : 0;
+  const int64_t done = HaveF16c() ? DecodeFp16Groups<false>(in, n, out) : 0;
   DecodeFp16Portable(in + 2 * done, n - done, out + done);
 }
 
 void DecodeAddFp16F16c(const char* in, int64_t n, float* out) {
-  const int64_t done = HaveF16c() ? DecodeAddFp16Groups(in, n, out) : 0;
+  const int64_t done = HaveF16c() ? DecodeFp16Groups<true>(in, n, out) : 0;
   DecodeAddFp16Portable(in + 2 * done, n - done, out + done);
 }
 

@@ -449,6 +449,8 @@ absl::Status SetJobConfigField(absl::string_view field, absl::string_view value,
   const Reflection* r = section->GetReflection();
   const std::string v(absl::StripAsciiWhitespace(value));
   bool ok = true;
+  // A case per field type, alike in shape: protobuf's Reflection has a
+  // setter per type and absl a parser per type, so each case pairs the two.
   switch (f->field->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32: {
       int32_t x;

@@ -9,10 +9,12 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace psync {
 
@@ -31,18 +33,24 @@ const E* FindEnumName(const EnumName<E> (&names)[N], absl::string_view text) {
   return nullptr;
 }
 
-// The names of `names` in order, as errors list choices: "a", "a or b",
-// "a, b or c"; `last`, unless empty, is one more choice after them ("a, b
-// or an algorithm").
-template <typename E, size_t N>
-std::string EnumChoices(const EnumName<E> (&names)[N], absl::string_view last = "") {
+// Choices as errors list them: "a", "a or b", "a, b or c".
+inline std::string JoinChoices(absl::Span<const std::string> choices) {
   std::string out;
-  const size_t count = N + (last.empty() ? 0 : 1);
-  for (size_t i = 0; i < count; ++i) {
-    if (i > 0) absl::StrAppend(&out, i + 1 == count ? " or " : ", ");
-    absl::StrAppend(&out, i < N ? names[i].name : last);
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i > 0) absl::StrAppend(&out, i + 1 == choices.size() ? " or " : ", ");
+    absl::StrAppend(&out, choices[i]);
   }
   return out;
+}
+
+// The names of `names` in order, joined by JoinChoices; `last`, unless
+// empty, is one more choice after them ("a, b or an algorithm").
+template <typename E, size_t N>
+std::string EnumChoices(const EnumName<E> (&names)[N], absl::string_view last = "") {
+  std::vector<std::string> choices;
+  for (const EnumName<E>& n : names) choices.emplace_back(n.name);
+  if (!last.empty()) choices.emplace_back(last);
+  return JoinChoices(choices);
 }
 
 // The value `names` calls `text` (exactly: case and spaces count);

@@ -12,6 +12,13 @@ constexpr EnumName<Color> kTwo[] = {{Color::kRed, "red"}, {Color::kGreen, "green
 constexpr EnumName<Color> kThree[] = {
     {Color::kRed, "red"}, {Color::kGreen, "green"}, {Color::kBlue, "blue"}};
 
+TEST(EnumNamesTest, JoinChoicesSaysOrBeforeTheLast) {
+  EXPECT_EQ(JoinChoices({}), "");
+  EXPECT_EQ(JoinChoices({"a"}), "a");
+  EXPECT_EQ(JoinChoices({"a", "b"}), "a or b");
+  EXPECT_EQ(JoinChoices({"a", "b", "c", "d"}), "a, b, c or d");
+}
+
 TEST(EnumNamesTest, ChoicesListTheTableInOrder) {
   EXPECT_EQ(EnumChoices(kOne), "red");
   EXPECT_EQ(EnumChoices(kTwo), "red or green");

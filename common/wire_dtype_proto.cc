@@ -1,8 +1,10 @@
 #include "common/wire_dtype_proto.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/enum_names.h"
 
 namespace psync {
 namespace {
@@ -18,13 +20,11 @@ constexpr DTypePair kDTypes[] = {{WireDType::kFloat32, proto::DTYPE_FLOAT32},
 
 // "DTYPE_FLOAT32 (1), DTYPE_BFLOAT16 (2) or DTYPE_FLOAT16 (3)".
 std::string DTypeChoices() {
-  std::string out;
-  const size_t n = sizeof(kDTypes) / sizeof(kDTypes[0]);
-  for (size_t i = 0; i < n; ++i) {
-    if (i > 0) absl::StrAppend(&out, i + 1 == n ? " or " : ", ");
-    absl::StrAppend(&out, proto::DType_Name(kDTypes[i].proto), " (", kDTypes[i].proto, ")");
+  std::vector<std::string> choices;
+  for (const DTypePair& d : kDTypes) {
+    choices.push_back(absl::StrCat(proto::DType_Name(d.proto), " (", d.proto, ")"));
   }
-  return out;
+  return JoinChoices(choices);
 }
 
 }  // namespace

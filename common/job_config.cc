@@ -178,7 +178,7 @@ void CheckTraining(const proto::JobConfig& c, Checker& check) {
                                [](char ch) { return absl::ascii_isalnum(ch); }),
                "an OpenBLAS core name such as Haswell, SkylakeX, Zen or Sandybridge (letters "
                "and digits), or empty for the kernels OpenBLAS picks");
-  check.Expect("wire_dtype", ParseWireDType(t.wire_dtype()).ok(), kWireDTypeChoices);
+  check.Expect("wire_dtype", ParseWireDType(t.wire_dtype()).ok(), WireDTypeChoices());
   check.Expect("push_window_kb", t.push_window_kb() >= 0 && t.push_window_kb() <= (1 << 30),
                "0..1073741824 (0: automatic)");
   check.Expect("overlap_min_kb", t.overlap_min_kb() >= 0 && t.overlap_min_kb() <= (1 << 30),
@@ -205,7 +205,7 @@ void CheckOptimizer(const proto::OptimizerConfig& o, Checker& check) {
   check.Expect("weight_decay",
                std::isfinite(f32(o.weight_decay())) && f32(o.weight_decay()) >= 0,
                "a number >= 0 that float32 holds (at most about 3.4e38)");
-  check.Expect("optimizer", kind.ok(), kOptimizerKindChoices);
+  check.Expect("optimizer", kind.ok(), OptimizerKindChoices());
   check.Expect("nesterov", !o.nesterov() || (is(kind, OptimizerKind::kSgd) && o.momentum() > 0),
                "false unless optimizer is sgd with momentum > 0");
   check.Expect("beta1", f32(o.beta1()) >= 0 && f32(o.beta1()) < 1,
@@ -214,11 +214,11 @@ void CheckOptimizer(const proto::OptimizerConfig& o, Checker& check) {
                "0 <= beta2 < 1 in float32 (at most 0.99999994)");
   check.Expect("epsilon", std::isfinite(f32(o.epsilon())) && f32(o.epsilon()) > 0,
                "a number > 0 that float32 holds (about 1.4e-45 to 3.4e38)");
-  check.Expect("lr_scaling", scaling.ok(), kLrScalingChoices);
+  check.Expect("lr_scaling", scaling.ok(), LrScalingChoices());
   check.Expect("base_batch", is(scaling, LrScaling::kNone) || o.base_batch() >= 1,
                "the global batch optimizer.lr was tuned for (>= 1), with lr_scaling");
   check.Expect("warmup_steps", o.warmup_steps() >= 0, ">= 0");
-  check.Expect("lr_schedule", schedule.ok(), kLrScheduleChoices);
+  check.Expect("lr_schedule", schedule.ok(), LrScheduleChoices());
   for (const char* f : {"lr_decay_steps", "lr_decay_epochs"}) {
     const std::string& text =
         o.GetReflection()->GetString(o, FindField(f)->field);
@@ -449,6 +449,8 @@ absl::Status SetJobConfigField(absl::string_view field, absl::string_view value,
   const Reflection* r = section->GetReflection();
   const std::string v(absl::StripAsciiWhitespace(value));
   bool ok = true;
+  // A case per field type, alike in shape: protobuf's Reflection has a
+  // setter per type and absl a parser per type, so each case pairs the two.
   switch (f->field->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32: {
       int32_t x;

@@ -15,6 +15,8 @@
 // job to each of them. Each binary still copies the loaded configuration
 // into its own options structs. One flag per field of proto::JobConfig,
 // named like the field, with the field's default (JobFlagsTest checks both).
+// The definitions below are alike by nature (a name, a default, a help
+// text each): declarations, with no logic to share.
 ABSL_FLAG(std::string, config, "",
           "Job configuration file, at most 1 MiB (protobuf text format, or JSON if it ends in "
           ".json; see proto/job_config.proto); the flags below override single fields.");

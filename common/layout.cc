@@ -36,18 +36,16 @@ constexpr int64_t kMaxChunks = Layout::kMaxChunks;
 constexpr size_t kMaxTensors = Layout::kMaxTensors;
 constexpr size_t kMaxNameBytes = 1024;
 
-}  // namespace
-
-absl::StatusOr<Layout> Layout::Create(std::vector<TensorSpec> tensors,
-                                      int64_t chunk_bytes, int num_servers,
-                                      uint64_t init_seed) {
+// The arguments other than each tensor's own spec.
+absl::Status CheckArguments(const std::vector<TensorSpec>& tensors, int64_t chunk_bytes,
+                            int num_servers) {
   if (tensors.empty()) {
     return absl::InvalidArgumentError("Layout: the model has no tensors");
   }
-  if (chunk_bytes < 4 || chunk_bytes % 4 != 0 || chunk_bytes > kMaxChunkBytes) {
+  if (chunk_bytes < 4 || chunk_bytes % 4 != 0 || chunk_bytes > Layout::kMaxChunkBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Layout: chunk_bytes is ", chunk_bytes,
-        ", expected a multiple of 4 in [4, ", kMaxChunkBytes, "]"));
+        ", expected a multiple of 4 in [4, ", Layout::kMaxChunkBytes, "]"));
   }
   if (num_servers < 1 || num_servers > 4096) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -57,103 +55,143 @@ absl::StatusOr<Layout> Layout::Create(std::vector<TensorSpec> tensors,
     return absl::InvalidArgumentError(absl::StrCat(
         "Layout: the model has ", tensors.size(), " tensors, expected at most ", kMaxTensors));
   }
+  return absl::OkStatus();
+}
+
+// One tensor's name and rank (`names`: the names so far), then its element
+// count.
+absl::StatusOr<int64_t> CheckTensor(const TensorSpec& t, std::set<std::string>& names) {
+  if (t.name.size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Layout: a tensor name has ", t.name.size(), " bytes, expected at most ", kMaxNameBytes));
+  }
+  if (t.name.empty() || !names.insert(t.name).second) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Layout: tensor name '", t.name, "' is empty or repeated"));
+  }
+  if (t.shape.empty() || t.shape.size() > 8) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Layout: tensor '", t.name, "' has rank ", t.shape.size(),
+        ", expected 1..8"));
+  }
+  int64_t n = 1;
+  for (int64_t d : t.shape) {
+    if (d < 1 || d > kMaxElements || n > kMaxElements / d) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Layout: tensor '", t.name, "' has dimension ", d,
+          ", expected positive sizes totalling at most ", kMaxElements,
+          " elements"));
+    }
+    n *= d;
+  }
+  return n;
+}
+
+// Every tensor's spec; the model's element count.
+absl::StatusOr<int64_t> CheckTensors(const std::vector<TensorSpec>& tensors,
+                                     int64_t chunk_bytes) {
   std::set<std::string> names;
   int64_t total = 0, num_chunks = 0;
   const int64_t chunk_elements = chunk_bytes / 4;
   for (const TensorSpec& t : tensors) {
-    if (t.name.size() > kMaxNameBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Layout: a tensor name has ", t.name.size(), " bytes, expected at most ", kMaxNameBytes));
-    }
-    if (t.name.empty() || !names.insert(t.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Layout: tensor name '", t.name, "' is empty or repeated"));
-    }
-    if (t.shape.empty() || t.shape.size() > 8) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Layout: tensor '", t.name, "' has rank ", t.shape.size(),
-          ", expected 1..8"));
-    }
-    int64_t n = 1;
-    for (int64_t d : t.shape) {
-      if (d < 1 || d > kMaxElements || n > kMaxElements / d) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "Layout: tensor '", t.name, "' has dimension ", d,
-            ", expected positive sizes totalling at most ", kMaxElements,
-            " elements"));
-      }
-      n *= d;
-    }
-    total += n;
+    absl::StatusOr<int64_t> n = CheckTensor(t, names);
+    if (!n.ok()) return n.status();
+    total += *n;
     if (total > kMaxElements) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Layout: the model has more than ", kMaxElements, " elements"));
     }
     // Counted before any chunk is built: a hostile spec must not make us
     // build billions of them.
-    num_chunks += (n + chunk_elements - 1) / chunk_elements;
+    num_chunks += (*n + chunk_elements - 1) / chunk_elements;
     if (num_chunks > kMaxChunks) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Layout: more than ", kMaxChunks, " chunks of ", chunk_bytes,
           " bytes; raise chunk_bytes (--chunk_kb)"));
     }
   }
+  return total;
+}
 
-  Layout layout;
-  layout.tensors_ = std::move(tensors);
-  layout.chunk_bytes_ = chunk_bytes;
-  layout.num_servers_ = num_servers;
-  layout.init_seed_ = init_seed;
-  layout.total_elements_ = total;
-
+// Each tensor cut into chunks of `chunk_elements`, numbered in flat order
+// (not yet placed); each tensor's first flat element in `tensor_offsets`.
+std::vector<ChunkInfo> CutChunks(const std::vector<TensorSpec>& tensors,
+                                 int64_t chunk_elements, std::vector<int64_t>& tensor_offsets) {
+  std::vector<ChunkInfo> chunks;
   int64_t flat = 0;
-  for (int t = 0; t < static_cast<int>(layout.tensors_.size()); ++t) {
-    layout.tensor_offsets_.push_back(flat);
-    const int64_t n = layout.tensors_[t].NumElements();
+  for (int t = 0; t < static_cast<int>(tensors.size()); ++t) {
+    tensor_offsets.push_back(flat);
+    const int64_t n = tensors[t].NumElements();
     for (int64_t off = 0; off < n; off += chunk_elements) {
       ChunkInfo c;
-      c.id = static_cast<int32_t>(layout.chunks_.size());
+      c.id = static_cast<int32_t>(chunks.size());
       c.tensor = t;
       c.tensor_offset = off;
       c.flat_offset = flat + off;
       c.num_elements = std::min(chunk_elements, n - off);
-      layout.chunks_.push_back(c);
+      chunks.push_back(c);
     }
     flat += n;
   }
+  return chunks;
+}
 
-  // Largest first, each on the least-loaded server.
-  std::vector<int32_t> order(layout.chunks_.size());
+// Sets each chunk's server: largest first, each on the least-loaded
+// server. Returns the chunk ids on each server, ascending.
+std::vector<std::vector<int32_t>> PlaceChunks(std::vector<ChunkInfo>& chunks, int num_servers) {
+  std::vector<int32_t> order(chunks.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return layout.chunks_[a].num_elements > layout.chunks_[b].num_elements;
+    return chunks[a].num_elements > chunks[b].num_elements;
   });
   std::vector<int64_t> load(num_servers, 0);
   for (int32_t id : order) {
     const int s = static_cast<int>(
         std::min_element(load.begin(), load.end()) - load.begin());
-    layout.chunks_[id].server = s;
-    load[s] += layout.chunks_[id].num_elements;
+    chunks[id].server = s;
+    load[s] += chunks[id].num_elements;
   }
-  layout.server_chunks_.resize(num_servers);
-  for (const ChunkInfo& c : layout.chunks_) {
-    layout.server_chunks_[c.server].push_back(c.id);
-  }
+  std::vector<std::vector<int32_t>> server_chunks(num_servers);
+  for (const ChunkInfo& c : chunks) server_chunks[c.server].push_back(c.id);
+  return server_chunks;
+}
 
+uint64_t Fingerprint(const Layout& layout) {
   Fnv1a h;
-  h.AddInt(chunk_bytes);
-  h.AddInt(num_servers);
-  h.AddInt(static_cast<int64_t>(init_seed));
-  h.AddInt(static_cast<int64_t>(layout.tensors_.size()));
-  for (const TensorSpec& t : layout.tensors_) {
+  h.AddInt(layout.chunk_bytes());
+  h.AddInt(layout.num_servers());
+  h.AddInt(static_cast<int64_t>(layout.init_seed()));
+  h.AddInt(static_cast<int64_t>(layout.tensors().size()));
+  for (const TensorSpec& t : layout.tensors()) {
     h.AddInt(static_cast<int64_t>(t.name.size()));
     h.Add(t.name.data(), t.name.size());
     h.AddInt(static_cast<int64_t>(t.dtype));
     h.AddInt(static_cast<int64_t>(t.shape.size()));
     for (int64_t d : t.shape) h.AddInt(d);
   }
-  for (const ChunkInfo& c : layout.chunks_) h.AddInt(c.server);
-  layout.fingerprint_ = h.hash();
+  for (const ChunkInfo& c : layout.chunks()) h.AddInt(c.server);
+  return h.hash();
+}
+
+}  // namespace
+
+absl::StatusOr<Layout> Layout::Create(std::vector<TensorSpec> tensors,
+                                      int64_t chunk_bytes, int num_servers,
+                                      uint64_t init_seed) {
+  absl::Status valid = CheckArguments(tensors, chunk_bytes, num_servers);
+  if (!valid.ok()) return valid;
+  absl::StatusOr<int64_t> total = CheckTensors(tensors, chunk_bytes);
+  if (!total.ok()) return total.status();
+
+  Layout layout;
+  layout.tensors_ = std::move(tensors);
+  layout.chunk_bytes_ = chunk_bytes;
+  layout.num_servers_ = num_servers;
+  layout.init_seed_ = init_seed;
+  layout.total_elements_ = *total;
+  layout.chunks_ = CutChunks(layout.tensors_, chunk_bytes / 4, layout.tensor_offsets_);
+  layout.server_chunks_ = PlaceChunks(layout.chunks_, num_servers);
+  layout.fingerprint_ = Fingerprint(layout);
   return layout;
 }
 

@@ -83,6 +83,13 @@ TEST(LayoutTest, FingerprintIsStableAndSensitive) {
   EXPECT_NE(a->fingerprint(), Layout::Create(reshaped, 64 << 10, 2, 7)->fingerprint());
 }
 
+// The fingerprint travels in registrations and checkpoints: its value for
+// a given layout must not change between releases.
+TEST(LayoutTest, FingerprintKeepsItsValue) {
+  EXPECT_EQ(Layout::Create(Mlp(), 64 << 10, 2, 7)->fingerprint(), 1735778723455032288ULL);
+  EXPECT_EQ(Layout::Create(Mlp(), 8 << 10, 5, 1)->fingerprint(), 13921539736294324617ULL);
+}
+
 TEST(LayoutTest, DifferenceNamesWhatDiffersFirst) {
   const Layout a = *Layout::Create(Mlp(), 64 << 10, 2, 7);
   EXPECT_EQ(LayoutDifference(a, "a", *Layout::Create(Mlp(), 64 << 10, 2, 7), "b"), "");

@@ -37,12 +37,16 @@ constexpr EnumName<LrSchedule> kSchedules[] = {{LrSchedule::kConstant, "constant
 }  // namespace
 
 absl::StatusOr<LrScaling> ParseLrScaling(absl::string_view text) {
-  return ParseEnumName(kScalings, "--lr_scaling", kLrScalingChoices, text);
+  return ParseEnumName(kScalings, "--lr_scaling", text);
 }
 
 absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view text) {
-  return ParseEnumName(kSchedules, "--lr_schedule", kLrScheduleChoices, text);
+  return ParseEnumName(kSchedules, "--lr_schedule", text);
 }
+
+std::string LrScalingChoices() { return EnumChoices(kScalings); }
+
+std::string LrScheduleChoices() { return EnumChoices(kSchedules); }
 
 absl::string_view LrScalingName(LrScaling scaling) { return EnumNameOf(kScalings, scaling); }
 
@@ -137,6 +141,11 @@ double LrPolicy::Rate(int64_t t, int64_t global_batch, int64_t total_steps,
     return final_lr + (peak - final_lr) * (1 + std::cos(kPi * std::min(1.0, progress))) / 2;
   }
   return peak;
+}
+
+double LrPolicy::RateFor(int64_t t, const TrainingShape& shape, int num_workers) const {
+  return Rate(t, shape.GlobalBatch(num_workers), shape.total_steps,
+              shape.StepsPerEpoch(num_workers));
 }
 
 std::string LrPolicy::Unreached(int64_t total_steps, int64_t steps_per_epoch) const {

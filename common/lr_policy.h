@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/training_shape.h"
 
 namespace psync {
 
@@ -31,11 +32,12 @@ namespace psync {
 enum class LrScaling { kNone, kLinear, kSqrt };
 enum class LrSchedule { kConstant, kStep, kCosine };
 
-// The names the parsers take, as errors list them.
-inline constexpr char kLrScalingChoices[] = "none, linear or sqrt";
-inline constexpr char kLrScheduleChoices[] = "constant, step or cosine";
+// The names the parsers take, as errors list them: "none, linear or sqrt",
+// "constant, step or cosine".
+std::string LrScalingChoices();
+std::string LrScheduleChoices();
 
-// A name of kLrScalingChoices (kLrScheduleChoices); anything else is an
+// A name of LrScalingChoices (LrScheduleChoices); anything else is an
 // InvalidArgument error naming the flag and the value.
 absl::StatusOr<LrScaling> ParseLrScaling(absl::string_view text);
 absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view text);
@@ -68,6 +70,10 @@ struct LrPolicy {
   // global batch `global_batch` and `steps_per_epoch` steps per epoch.
   double Rate(int64_t t, int64_t global_batch, int64_t total_steps,
               int64_t steps_per_epoch) const;
+  // Rate of step t for a job of `shape` over `num_workers` workers (its
+  // global batch, total steps and steps per epoch): the rate the servers
+  // step with, and check at registration.
+  double RateFor(int64_t t, const TrainingShape& shape, int num_workers) const;
   // What a job of `total_steps` steps (> 0) never reaches: warmup that
   // does not end, or step milestones past the last step; empty when all is
   // reached. For a warning: such a policy is legal, and likely a mistake.

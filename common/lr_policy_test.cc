@@ -31,6 +31,28 @@ TEST(LrPolicyTest, LinearAndSqrtScalingFollowTheGlobalBatch) {
   EXPECT_FALSE(p.IsConstant());
 }
 
+// RateFor takes the global batch, the job's steps and its steps per epoch
+// from the shape and the worker count.
+TEST(LrPolicyTest, RateForReadsTheJobFromItsShape) {
+  LrPolicy p;
+  p.lr = 0.1;
+  p.scaling = LrScaling::kLinear;
+  p.base_batch = 128;
+  p.schedule = LrSchedule::kStep;
+  p.decay_epochs = {1};
+  TrainingShape shape;
+  shape.devices = 2;
+  shape.batch_per_device = 16;
+  shape.accumulation_steps = 2;
+  shape.total_steps = 50;
+  shape.train_samples = 1000;  // G = 4 * 64 = 256: 4 steps an epoch
+  for (int64_t t : {0, 3, 4, 49}) {
+    EXPECT_EQ(p.RateFor(t, shape, 4), p.Rate(t, 256, 50, 4)) << t;
+  }
+  EXPECT_DOUBLE_EQ(p.RateFor(3, shape, 4), 0.2);
+  EXPECT_DOUBLE_EQ(p.RateFor(4, shape, 4), 0.02);
+}
+
 TEST(LrPolicyTest, WarmupRisesLinearlyToThePeak) {
   LrPolicy p;
   p.lr = 0.1;

@@ -104,11 +104,17 @@ MetricRegistry::Family* MetricRegistry::FamilyLocked(const std::string& name, Ty
   return it->second.type == type ? &it->second : nullptr;
 }
 
+MetricRegistry::Series& MetricRegistry::SeriesLocked(const std::string& name, Type type,
+                                                     const std::string& help,
+                                                     const MetricLabels& labels) {
+  Family* f = FamilyLocked(name, type, help);
+  return f != nullptr ? f->series[labels] : detached_.emplace_back();
+}
+
 Counter* MetricRegistry::GetCounter(const std::string& name, const std::string& help,
                                     const MetricLabels& labels) {
   absl::MutexLock lock(&mu_);
-  Family* f = FamilyLocked(name, Type::kCounter, help);
-  Series& s = f != nullptr ? f->series[labels] : detached_.emplace_back();
+  Series& s = SeriesLocked(name, Type::kCounter, help, labels);
   if (s.counter == nullptr) s.counter = std::make_unique<Counter>();
   return s.counter.get();
 }
@@ -116,8 +122,7 @@ Counter* MetricRegistry::GetCounter(const std::string& name, const std::string& 
 Gauge* MetricRegistry::GetGauge(const std::string& name, const std::string& help,
                                 const MetricLabels& labels) {
   absl::MutexLock lock(&mu_);
-  Family* f = FamilyLocked(name, Type::kGauge, help);
-  Series& s = f != nullptr ? f->series[labels] : detached_.emplace_back();
+  Series& s = SeriesLocked(name, Type::kGauge, help, labels);
   if (s.gauge == nullptr) s.gauge = std::make_unique<Gauge>();
   return s.gauge.get();
 }
@@ -126,8 +131,7 @@ Histogram* MetricRegistry::GetHistogram(const std::string& name, const std::stri
                                         const std::vector<double>& bounds,
                                         const MetricLabels& labels) {
   absl::MutexLock lock(&mu_);
-  Family* f = FamilyLocked(name, Type::kHistogram, help);
-  Series& s = f != nullptr ? f->series[labels] : detached_.emplace_back();
+  Series& s = SeriesLocked(name, Type::kHistogram, help, labels);
   if (s.histogram == nullptr) s.histogram = std::make_unique<Histogram>(bounds);
   return s.histogram.get();
 }

@@ -111,6 +111,10 @@ class MetricRegistry {
   // The family `name` of `type`, created if new; null if it has another type.
   Family* FamilyLocked(const std::string& name, Type type, const std::string& help)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The series of `labels` in that family; where the name has another type,
+  // a detached series that no rendering shows.
+  Series& SeriesLocked(const std::string& name, Type type, const std::string& help,
+                       const MetricLabels& labels) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);

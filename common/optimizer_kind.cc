@@ -12,8 +12,10 @@ constexpr EnumName<OptimizerKind> kKinds[] = {{OptimizerKind::kSgd, "sgd"},
 }  // namespace
 
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view text) {
-  return ParseEnumName(kKinds, "--optimizer", kOptimizerKindChoices, text);
+  return ParseEnumName(kKinds, "--optimizer", text);
 }
+
+std::string OptimizerKindChoices() { return EnumChoices(kKinds); }
 
 absl::string_view OptimizerKindName(OptimizerKind kind) { return EnumNameOf(kKinds, kind); }
 

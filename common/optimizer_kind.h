@@ -5,6 +5,8 @@
 #ifndef PSYNC_COMMON_OPTIMIZER_KIND_H_
 #define PSYNC_COMMON_OPTIMIZER_KIND_H_
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -12,8 +14,9 @@ namespace psync {
 
 enum class OptimizerKind { kSgd, kAdam, kAdamW };
 
-// The names ParseOptimizerKind takes, as errors list them.
-inline constexpr char kOptimizerKindChoices[] = "sgd, adam or adamw";
+// The names ParseOptimizerKind takes, as errors list them: "sgd, adam or
+// adamw".
+std::string OptimizerKindChoices();
 
 // "sgd", "adam" or "adamw"; anything else is an InvalidArgument error
 // naming --optimizer and the value.

@@ -6,6 +6,7 @@
 
 #include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
+#include "common/enum_names.h"
 #include "common/wire_dtype_internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -195,22 +196,18 @@ __attribute__((target("avx,f16c"))) int64_t EncodeFp16Groups(const float* in, in
   return i;
 }
 
+// out[i] = value i, or with kAdd out[i] += value i (DecodeAdd).
+template <bool kAdd>
 __attribute__((target("avx,f16c"))) int64_t DecodeFp16Groups(const char* in, int64_t n,
                                                              float* out) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
-  }
-  return i;
-}
-
-__attribute__((target("avx,f16c"))) int64_t DecodeAddFp16Groups(const char* in, int64_t n,
-                                                                float* out) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
-    _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_cvtph_ps(h)));
+    if constexpr (kAdd) {
+      _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_cvtph_ps(h)));
+    } else {
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+    }
   }
   return i;
 }
@@ -223,12 +220,12 @@ void EncodeFp16F16c(const float* in, int64_t n, char* out) {
 }
 
 void DecodeFp16F16c(const char* in, int64_t n, float* out) {
-  const int64_t done = HaveF16c() ? DecodeFp16Groups(in, n, out) : 0;
+  const int64_t done = HaveF16c() ? DecodeFp16Groups<false>(in, n, out) : 0;
   DecodeFp16Portable(in + 2 * done, n - done, out + done);
 }
 
 void DecodeAddFp16F16c(const char* in, int64_t n, float* out) {
-  const int64_t done = HaveF16c() ? DecodeAddFp16Groups(in, n, out) : 0;
+  const int64_t done = HaveF16c() ? DecodeFp16Groups<true>(in, n, out) : 0;
   DecodeAddFp16Portable(in + 2 * done, n - done, out + done);
 }
 
@@ -248,25 +245,20 @@ void DecodeAddFp16F16c(const char* in, int64_t n, float* out) {
 
 }  // namespace wire_dtype_internal
 
+namespace {
+
+constexpr EnumName<WireDType> kWireDTypes[] = {
+    {WireDType::kFloat32, "float32"}, {WireDType::kBf16, "bf16"}, {WireDType::kFp16, "fp16"}};
+
+}  // namespace
+
 absl::StatusOr<WireDType> ParseWireDType(absl::string_view text) {
-  for (WireDType d : {WireDType::kFloat32, WireDType::kBf16, WireDType::kFp16}) {
-    if (text == WireDTypeName(d)) return d;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--wire_dtype is '", text, "', expected ", kWireDTypeChoices));
+  return ParseEnumName(kWireDTypes, "--wire_dtype", text);
 }
 
-absl::string_view WireDTypeName(WireDType dtype) {
-  switch (dtype) {
-    case WireDType::kFloat32:
-      return "float32";
-    case WireDType::kBf16:
-      return "bf16";
-    case WireDType::kFp16:
-      return "fp16";
-  }
-  return "unknown";
-}
+std::string WireDTypeChoices() { return EnumChoices(kWireDTypes); }
+
+absl::string_view WireDTypeName(WireDType dtype) { return EnumNameOf(kWireDTypes, dtype); }
 
 int WireBytes(WireDType dtype) { return dtype == WireDType::kFloat32 ? 4 : 2; }
 

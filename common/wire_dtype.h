@@ -37,8 +37,9 @@ namespace psync {
 
 enum class WireDType { kFloat32, kBf16, kFp16 };
 
-// The names ParseWireDType takes, as errors list them.
-inline constexpr char kWireDTypeChoices[] = "float32, bf16 or fp16";
+// The names ParseWireDType takes, as errors list them: "float32, bf16 or
+// fp16".
+std::string WireDTypeChoices();
 
 // "float32", "bf16" or "fp16", as --wire_dtype takes it; anything else is an
 // InvalidArgument error naming the value.

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <memory>
+#include <string>
 #include <unordered_map>
 
 #include "absl/strings/match.h"
@@ -159,6 +161,71 @@ absl::StatusOr<CheckpointScan> ScanCheckpoints(const std::string& dir, int rank,
   return scan;
 }
 
+namespace {
+
+// What LoadCheckpoint fills: this server's chunks, each wanted by the name
+// of its weights entry ("weights/<tensor>@<first>"), the entries copied so
+// far into each, and how many files keep each state slot.
+struct ShardFill {
+  std::unordered_map<std::string, int32_t> wanted;
+  std::unordered_map<int32_t, std::shared_ptr<ChunkState>> states;
+  std::unordered_map<int32_t, int> filled;  // chunk -> entries copied into it
+  int slot_files[kNumStateSlots] = {};
+};
+
+// Copies the entries of the file at `path` that belong to `fill`'s chunks.
+absl::Status FillFromFile(const std::string& path, const CheckpointCandidate& candidate,
+                          const Layout& layout, ShardFill& fill) {
+  auto file = checkpoint_internal::OpenCheckpointFile(path);
+  if (!file.ok()) return Prefixed("LoadCheckpoint", file.status());
+  if (file->header.version != candidate.version || file->header.model_id != candidate.model_id) {
+    return absl::DataLossError(absl::StrCat(
+        "LoadCheckpoint: ", path, ": version ", file->header.version, ", model_id ",
+        file->header.model_id, "; the scan found version ", candidate.version, ", model_id ",
+        candidate.model_id, " (changed since?)"));
+  }
+  for (int slot = 0; slot < kNumStateSlots; ++slot) fill.slot_files[slot] += file->has_slot[slot];
+  const std::vector<SafetensorsEntryInfo>& entries = file->reader.entries();
+  std::vector<char*> dest(entries.size(), nullptr);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const EntryRole& role = file->roles[i];
+    const ChunkInfo& old = file->layout.chunks()[role.chunk_id];
+    auto it = fill.wanted.find(checkpoint_internal::EntryName(
+        kWeightsSlot, file->layout.tensors()[old.tensor].name, old.tensor_offset));
+    if (it == fill.wanted.end()) continue;
+    ChunkState& state = *fill.states[it->second];
+    std::vector<float>& values = SlotOf(state, role.slot);
+    if (!values.empty() || old.num_elements != layout.chunks()[it->second].num_elements) {
+      return absl::DataLossError(absl::StrCat("LoadCheckpoint: ", path, ": tensor '",
+                                              entries[i].name, "' is repeated or does not fit ",
+                                              "chunk ", it->second));
+    }
+    values.resize(old.num_elements);
+    dest[i] = reinterpret_cast<char*>(values.data());
+    ++fill.filled[it->second];
+  }
+  absl::Status s = checkpoint_internal::ReadCheckpointData(*file, dest);
+  if (!s.ok()) return Prefixed("LoadCheckpoint", s);
+  return absl::OkStatus();
+}
+
+// Entries each chunk must have had copied: its weights, and each state
+// slot that the files keep (all of them, or none).
+absl::StatusOr<int> EntriesPerChunk(const ShardFill& fill, size_t num_files) {
+  int entries_per_chunk = 1;
+  for (int slot = kMomentumSlot; slot < kNumStateSlots; ++slot) {
+    if (fill.slot_files[slot] != 0 && fill.slot_files[slot] != static_cast<int>(num_files)) {
+      return absl::DataLossError(absl::StrCat("LoadCheckpoint: ", fill.slot_files[slot], " of ",
+                                              num_files, " files keep ", StateSlotName(slot),
+                                              ", expected all or none"));
+    }
+    entries_per_chunk += fill.slot_files[slot] != 0;
+  }
+  return entries_per_chunk;
+}
+
+}  // namespace
+
 absl::StatusOr<RestoredShard> LoadCheckpoint(const CheckpointCandidate& candidate, int rank,
                                              int num_servers) {
   absl::Status s = CheckServer(rank, num_servers);
@@ -174,67 +241,27 @@ absl::StatusOr<RestoredShard> LoadCheckpoint(const CheckpointCandidate& candidat
         " files; its header describes model ", model_id.value_or(0)));
   }
 
-  // The chunks to fill, by "weights/<tensor>@<first>".
   const std::vector<int32_t>& ids = layout->ChunksOnServer(rank);
-  std::unordered_map<std::string, int32_t> wanted;
-  std::unordered_map<int32_t, std::shared_ptr<ChunkState>> states;
+  ShardFill fill;
   for (int32_t id : ids) {
     const ChunkInfo& c = layout->chunks()[id];
-    wanted[checkpoint_internal::EntryName(kWeightsSlot, layout->tensors()[c.tensor].name,
-                                          c.tensor_offset)] = id;
-    states[id] = std::make_shared<ChunkState>();
+    fill.wanted[checkpoint_internal::EntryName(kWeightsSlot, layout->tensors()[c.tensor].name,
+                                               c.tensor_offset)] = id;
+    fill.states[id] = std::make_shared<ChunkState>();
   }
-  std::unordered_map<int32_t, int> filled;  // chunk -> entries copied into it
-  int slot_files[kNumStateSlots] = {};
   for (const std::string& path : candidate.files) {
-    auto file = checkpoint_internal::OpenCheckpointFile(path);
-    if (!file.ok()) return Prefixed("LoadCheckpoint", file.status());
-    if (file->header.version != candidate.version || file->header.model_id != candidate.model_id) {
-      return absl::DataLossError(absl::StrCat(
-          "LoadCheckpoint: ", path, ": version ", file->header.version, ", model_id ",
-          file->header.model_id, "; the scan found version ", candidate.version, ", model_id ",
-          candidate.model_id, " (changed since?)"));
-    }
-    for (int slot = 0; slot < kNumStateSlots; ++slot) slot_files[slot] += file->has_slot[slot];
-    const std::vector<SafetensorsEntryInfo>& entries = file->reader.entries();
-    std::vector<char*> dest(entries.size(), nullptr);
-    for (size_t i = 0; i < entries.size(); ++i) {
-      const EntryRole& role = file->roles[i];
-      const ChunkInfo& old = file->layout.chunks()[role.chunk_id];
-      auto it = wanted.find(checkpoint_internal::EntryName(
-          kWeightsSlot, file->layout.tensors()[old.tensor].name, old.tensor_offset));
-      if (it == wanted.end()) continue;
-      ChunkState& state = *states[it->second];
-      std::vector<float>& values = SlotOf(state, role.slot);
-      if (!values.empty() || old.num_elements != layout->chunks()[it->second].num_elements) {
-        return absl::DataLossError(absl::StrCat("LoadCheckpoint: ", path, ": tensor '",
-                                                entries[i].name, "' is repeated or does not fit ",
-                                                "chunk ", it->second));
-      }
-      values.resize(old.num_elements);
-      dest[i] = reinterpret_cast<char*>(values.data());
-      ++filled[it->second];
-    }
-    s = checkpoint_internal::ReadCheckpointData(*file, dest);
-    if (!s.ok()) return Prefixed("LoadCheckpoint", s);
+    PSYNC_RETURN_IF_ERROR(FillFromFile(path, candidate, *layout, fill));
   }
-  int entries_per_chunk = 1;
-  for (int slot = kMomentumSlot; slot < kNumStateSlots; ++slot) {
-    if (slot_files[slot] != 0 && slot_files[slot] != static_cast<int>(candidate.files.size())) {
-      return absl::DataLossError(absl::StrCat("LoadCheckpoint: ", slot_files[slot], " of ",
-                                              candidate.files.size(), " files keep ",
-                                              StateSlotName(slot), ", expected all or none"));
-    }
-    entries_per_chunk += slot_files[slot] != 0;
-  }
+  PSYNC_ASSIGN_OR_RETURN(const int entries_per_chunk,
+                         EntriesPerChunk(fill, candidate.files.size()));
   RestoredShard out{*std::move(layout), h, {}};
   for (int32_t id : ids) {
-    if (filled[id] != entries_per_chunk) {
+    if (fill.filled[id] != entries_per_chunk) {
       return absl::DataLossError(absl::StrCat("LoadCheckpoint: chunk ", id,
                                               " is in none of the files of version ",
                                               candidate.version));
     }
-    out.chunks.emplace_back(id, std::move(states[id]));
+    out.chunks.emplace_back(id, std::move(fill.states[id]));
   }
   out.header.server_rank = rank;
   out.header.num_servers = num_servers;

@@ -12,6 +12,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/await_work.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -197,11 +198,7 @@ void CheckpointManager::WriterLoop() {
     Snapshot snapshot;
     {
       absl::MutexLock lock(&mu_);
-      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !queue_.empty() || stopping_;
-      };
-      mu_.Await(absl::Condition(&work));
-      if (queue_.empty()) return;
+      if (!AwaitWorkLocked(mu_, queue_, stopping_)) return;
       snapshot = std::move(queue_.front());
       queue_.pop_front();
       writing_ = true;

@@ -331,6 +331,34 @@ TEST_F(CheckpointTest, LoadRevalidatesTheFiles) {
   EXPECT_EQ(shard.status().code(), absl::StatusCode::kDataLoss) << shard.status();
 }
 
+// A candidate LoadCheckpoint was not given by a scan of these files: each
+// mismatch is DataLoss, by what it found.
+TEST_F(CheckpointTest, LoadRefusesFilesThatDoNotMakeTheCandidate) {
+  const Layout two = MakeLayout(2);
+  const std::vector<float> flat = Flat(two);
+  WriteAll(dir_, two, 1, flat);
+  CheckpointScan scan = Scan(0, 1);
+  ASSERT_EQ(scan.candidates.size(), 1u);
+  ASSERT_EQ(scan.candidates[0].files.size(), 2u);
+  auto expect_data_loss = [](const CheckpointCandidate& c, const std::string& message) {
+    auto shard = LoadCheckpoint(c, 0, 1);
+    EXPECT_EQ(shard.status().code(), absl::StatusCode::kDataLoss) << shard.status();
+    EXPECT_NE(shard.status().message().find(message), absl::string_view::npos) << shard.status();
+  };
+  CheckpointCandidate missing = scan.candidates[0];
+  missing.files.pop_back();
+  expect_data_loss(missing, " is in none of the files of version 1");
+  CheckpointCandidate repeated = scan.candidates[0];
+  repeated.files[1] = repeated.files[0];
+  expect_data_loss(repeated, "' is repeated or does not fit chunk ");
+  CheckpointCandidate moved_on = scan.candidates[0];
+  moved_on.version = 2;
+  expect_data_loss(moved_on, ": version 1, model_id ");
+  // One server kept momentum, the other none.
+  Write(dir_, two, 1, 1, flat, /*momentum=*/false);
+  expect_data_loss(Scan(0, 1).candidates.at(0), "LoadCheckpoint: 1 of 2 files keep ");
+}
+
 TEST_F(CheckpointTest, ReshardsTwoToThreeAndThreeToOne) {
   const Layout two = MakeLayout(2), three = MakeLayout(3);
   const std::vector<float> flat = Flat(two);

@@ -167,6 +167,13 @@ struct FiniteWeights {
 
 // One pass over the elements. Memory-bound: each element is read and
 // written once per buffer. Returns whether every new weight is finite.
+//
+// Each kernel below (SGD without and with momentum, Adam) repeats one
+// frame on purpose: its scalar one() and its SSE four() side by side, run
+// by StreamedLoop, then the scalar loop where SSE2 is absent. Keeping the
+// two spellings of each update next to each other is what lets a reader
+// check that four() does one()'s operations in one()'s order (the results
+// must be the same bits).
 template <typename Grad>
 inline bool SgdPass(const OptimizerOptions& o, float lr, const Grad& grad, float count,
                     const OptimizerBuffers& b, int64_t n) {

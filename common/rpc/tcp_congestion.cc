@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/enum_names.h"
 #include "glog/logging.h"
 #include "grpc/support/sync.h"
 
@@ -142,13 +143,17 @@ class ServerOption final : public grpc::ServerBuilderOption {
   const TcpCongestion policy_;
 };
 
+// The modes named by a word of their own; any other value names an
+// algorithm (kNamed).
+constexpr EnumName<TcpCongestion::Mode> kModes[] = {{TcpCongestion::Mode::kAuto, "auto"},
+                                                    {TcpCongestion::Mode::kSystem, "system"}};
+
 }  // namespace
 
 absl::StatusOr<TcpCongestion> ParseTcpCongestion(absl::string_view value) {
   TcpCongestion policy;
-  if (value == "auto") return policy;
-  if (value == "system") {
-    policy.mode = TcpCongestion::Mode::kSystem;
+  if (const TcpCongestion::Mode* mode = FindEnumName(kModes, value)) {
+    policy.mode = *mode;
     return policy;
   }
   auto error = [&](absl::string_view why) {
@@ -157,8 +162,9 @@ absl::StatusOr<TcpCongestion> ParseTcpCongestion(absl::string_view value) {
     const std::string allowed =
         ReadProcLine("/proc/sys/net/ipv4/tcp_allowed_congestion_control");
     return absl::InvalidArgumentError(absl::StrCat(
-        "--tcp_congestion is '", value, "', expected auto, system or an algorithm of the "
-        "kernel's (available: ", available.empty() ? "?" : available,
+        "--tcp_congestion is '", value, "', expected ",
+        EnumChoices(kModes, "an algorithm of the kernel's"),
+        " (available: ", available.empty() ? "?" : available,
         "; allowed without privileges: ", allowed.empty() ? "?" : allowed, "): '", value, "' ",
         why));
   };

@@ -97,6 +97,8 @@ class ParameterService final : public AsyncService {
   using WaitingMethod = void (ParameterService::*)(UnaryCall<Req, Resp>*, Reply);
 
   // `max_request_bytes` bounds a protobuf request (AsyncService::AddUnary).
+  // The two overloads are twins on purpose: the method's type (answers at
+  // once, or may wait) chooses how its Reply is called, at compile time.
   template <typename Req, typename Resp>
   void Add(const char* name, Method<Req, Resp> method,
            int64_t max_request_bytes = kMaxControlRequestBytes) {

@@ -199,9 +199,7 @@ void ChunkUpdater::InitOptimizerState(ChunkState& state, int64_t n) const {
 
 float ChunkUpdater::LearningRate(const Shard& shard, int64_t step) const {
   // A constant policy's Rate is its lr, whatever the shape.
-  return static_cast<float>(options_.lr_policy.Rate(
-      step, shard.shape.GlobalBatch(options_.num_workers), shard.shape.total_steps,
-      shard.shape.StepsPerEpoch(options_.num_workers)));
+  return static_cast<float>(options_.lr_policy.RateFor(step, shard.shape, options_.num_workers));
 }
 
 void ChunkUpdater::StartGeneration() { lr_phase_logged_ = -1; }

@@ -94,9 +94,8 @@ absl::Status RegistrationCheck::CheckPeakRate(const RegisterArgs& args) const {
   // The policy's largest rate (warmup's end) with this shape's global
   // batch, as the step uses it.
   const LrPolicy& p = options_.lr_policy;
-  const float peak = static_cast<float>(
-      p.Rate(p.warmup_steps, args.shape.GlobalBatch(options_.num_workers),
-             args.shape.total_steps, args.shape.StepsPerEpoch(options_.num_workers)));
+  const float peak =
+      static_cast<float>(p.RateFor(p.warmup_steps, args.shape, options_.num_workers));
   if (std::isfinite(peak)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "Register: worker ", args.worker_rank, ": with a global batch of ",

@@ -2,11 +2,8 @@
 """Size limits of the project's C++ sources, as STYLE asks: no non-test
 source file over 600 lines and no function over 80 lines.
 
-Lists every offender. Files and functions named in tests/code_limits_known.txt
-are known offenders being cut down: they are reported but do not fail the
-check, and an entry that no longer offends fails it (so the list only
-shrinks). Prints "PASS name" / "FAIL name" lines, as the deployment checks
-of tests/run_all.sh do; exits 1 if one failed.
+Lists every offender. Prints a "PASS name" / "FAIL name" line, as the
+deployment checks of tests/run_all.sh do; exits 1 if it failed.
 
 Usage: tests/code_limits.py [--root DIR]
 
@@ -26,7 +23,6 @@ import sys
 MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 80
 SOURCE_DIRS = ("common", "server", "worker", "deploy", "tests", "proto")
-KNOWN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "code_limits_known.txt")
 
 
 def is_test_file(path):
@@ -196,30 +192,15 @@ def main():
     parser.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     args = parser.parse_args()
     self_test()
-    with open(KNOWN, encoding="utf-8") as f:
-        known = {l.strip() for l in f if l.strip() and not l.startswith("#")}
     found = offenders(args.root)
-    new = sorted(k for k in found if k not in known)
-    fixed = sorted(k for k in known if k not in found)
     for key in sorted(found):
-        print(("known: " if key in known else "NEW:   ") + found[key])
-    print(f"{len(found)} offenders, {len(found) - len(new)} of them known "
-          f"(tests/code_limits_known.txt)")
-    failed = False
-    if new:
-        print(f"FAIL code limits: {len(new)} new offenders: {', '.join(new)}")
-        failed = True
-    else:
-        print(f"PASS code limits: no file over {MAX_FILE_LINES} lines or function over "
-              f"{MAX_FUNCTION_LINES} lines besides the known ones")
-    if fixed:
-        print(f"FAIL code limits list: no longer offending, remove from "
-              f"tests/code_limits_known.txt: {', '.join(fixed)}")
-        failed = True
-    else:
-        print("PASS code limits list: every known offender still offends")
-    return 1 if failed else 0
-
+        print(found[key])
+    if found:
+        print(f"FAIL code limits: {len(found)} offenders: {', '.join(sorted(found))}")
+        return 1
+    print(f"PASS code limits: no file over {MAX_FILE_LINES} lines or function over "
+          f"{MAX_FUNCTION_LINES} lines")
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

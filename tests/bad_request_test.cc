@@ -53,7 +53,9 @@ class BadRequestTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete channel_;
     for (Subprocess*& s : servers_) {
-      if (s != nullptr) EXPECT_EQ(s->Stop(absl::Seconds(5)), 0);
+      if (s != nullptr) {
+        EXPECT_EQ(s->Stop(absl::Seconds(5)), 0);
+      }
       delete s;
       s = nullptr;
     }

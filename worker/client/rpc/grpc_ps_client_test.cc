@@ -350,7 +350,9 @@ TEST(GrpcPsClientTest, TrainsInPlaceInItsSharedModel) {
     const PsClient::SharedModel m = c->shared_model();
     ASSERT_EQ(m.grads != nullptr, SharedMemoryOn());
     ASSERT_EQ(m.weights != nullptr, SharedMemoryOn());
-    if (m.grads != nullptr) EXPECT_EQ(m.weights, m.grads + n);
+    if (m.grads != nullptr) {
+      EXPECT_EQ(m.weights, m.grads + n);
+    }
   }
   if (!SharedMemoryOn()) return;
   std::vector<std::thread> threads;
@@ -363,7 +365,9 @@ TEST(GrpcPsClientTest, TrainsInPlaceInItsSharedModel) {
       std::fill_n(m.grads, n, rank == 0 ? 1.0f : 3.0f);
       ASSERT_TRUE(c.PushPull(0, 1, m.grads, m.weights).ok());
       // The same step's weights into a buffer of the client's own (worker 1).
-      if (rank == 1) ASSERT_TRUE(c.Pull(1, PullPrecision::kWire, own.data()).ok());
+      if (rank == 1) {
+        ASSERT_TRUE(c.Pull(1, PullPrecision::kWire, own.data()).ok());
+      }
       for (int t = c.num_tensors() - 1; t >= 0; --t) {
         ASSERT_TRUE(c.StartPushPull(1, 1, t, t + 1, m.grads, m.weights).ok());
       }
@@ -556,7 +560,9 @@ TEST(GrpcPsClientTest, TrainsAShareLargerThanTheServersMessageLimit) {
     ASSERT_TRUE(clients[1]->Pull(2, PullPrecision::kMaster, w1.data()).ok());
     EXPECT_EQ(w1, expected);
     ASSERT_TRUE(clients[0]->Pull(2, PullPrecision::kWire, w0.data()).ok());
-    if (dtype == WireDType::kFloat32) EXPECT_EQ(w0, expected);
+    if (dtype == WireDType::kFloat32) {
+      EXPECT_EQ(w0, expected);
+    }
   }
 }
 

@@ -10,8 +10,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/file_util.h"
-#include "common/safetensors.h"
+#include "common/format/file_util.h"
+#include "common/format/safetensors.h"
 #include "common/status_macros.h"
 #include "server/checkpoint_folders.h"
 #include "server/checkpoint_format.h"

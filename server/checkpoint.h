@@ -20,7 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/layout.h"
+#include "common/model/layout.h"
 #include "server/checkpoint_format.h"
 #include "server/chunk_state.h"
 

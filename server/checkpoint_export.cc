@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/safetensors.h"
+#include "common/format/safetensors.h"
 #include "common/status_macros.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_folders.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/file_util.h"
+#include "common/format/file_util.h"
 #include "common/status_macros.h"
 #include "server/checkpoint_format.h"
 

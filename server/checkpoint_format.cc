@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/file_util.h"
+#include "common/format/file_util.h"
 #include "common/status_macros.h"
 
 namespace psync {

@@ -14,10 +14,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "common/layout.h"
-#include "common/safetensors.h"
-#include "common/sha256.h"
-#include "common/tensor.h"
+#include "common/format/safetensors.h"
+#include "common/format/sha256.h"
+#include "common/model/layout.h"
+#include "common/model/tensor.h"
 #include "server/chunk_state.h"
 
 namespace psync {

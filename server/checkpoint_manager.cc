@@ -12,7 +12,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "common/await_work.h"
+#include "common/process/await_work.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 

@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/safetensors.h"
+#include "common/format/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

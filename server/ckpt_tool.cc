@@ -13,10 +13,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
-#include "common/flags_help.h"
-#include "common/output_path.h"
-#include "common/safetensors.h"
-#include "common/sha256.h"
+#include "common/config/flags_help.h"
+#include "common/format/output_path.h"
+#include "common/format/safetensors.h"
+#include "common/format/sha256.h"
 #include "server/checkpoint.h"
 
 ABSL_FLAG(std::string, checkpoint_dir, "",
@@ -106,7 +106,7 @@ int Export(const std::vector<std::string>& dirs) {
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
-  // psync_ckpt reads no job flag (common/job_flags.h): its help lists none.
+  // psync_ckpt reads no job flag (common/config/job_flags.h): its help lists none.
   if (PrintHelpIfRequested(argc, argv, __FILE__, /*job_flags=*/{})) return 0;
   // The positional arguments, after argv[0]: the command.
   const std::vector<char*> args = psync::ParseFlagsOrExit(argc, argv);

@@ -19,13 +19,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/flags_help.h"
-#include "common/job_config.h"
-#include "common/job_flags.h"
-#include "common/security.h"
+#include "common/config/flags_help.h"
+#include "common/config/job_config.h"
+#include "common/config/job_flags.h"
+#include "common/security/security.h"
 #include "server/rpc/status_client.h"
 
-// The job's settings (--config, --servers, ...) are in common/job_flags.h;
+// The job's settings (--config, --servers, ...) are in common/config/job_flags.h;
 // these are psync_ctl's own.
 ABSL_FLAG(int, timeout_s, 5, "Deadline of each server's status call, in seconds.");
 ABSL_FLAG(int, stall_s, 60,

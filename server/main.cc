@@ -1,15 +1,15 @@
 // psync_server: serves this server's shard of the parameters until SIGTERM
 // (server/server_process.h).
 #include "absl/flags/flag.h"
-#include "common/daemon_start.h"
-#include "common/job_flags.h"
-#include "common/logging.h"
-#include "common/process_tuning.h"
+#include "common/config/job_flags.h"
+#include "common/monitoring/logging.h"
+#include "common/process/daemon_start.h"
+#include "common/process/process_tuning.h"
 #include "common/rpc/grpc_logging.h"
 #include "server/server_process.h"
 
 // The job's settings (--config and a flag per field) are in
-// common/job_flags.h; these are this server's own.
+// common/config/job_flags.h; these are this server's own.
 ABSL_FLAG(std::string, port_file, "", "If set, the chosen port is written here once listening.");
 ABSL_FLAG(std::string, server_rank, "0",
           "This server's rank in 0..num_servers-1, or auto: the ordinal its StatefulSet pod "

@@ -22,14 +22,14 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/byte_pieces.h"
-#include "common/optimizer_kind.h"
-#include "common/wire_dtype.h"
+#include "common/config/optimizer_kind.h"
+#include "common/wire/byte_pieces.h"
+#include "common/wire/wire_dtype.h"
 
 namespace psync {
 
 // The optimizer's settings other than the learning rate, which a step
-// takes as an argument (the rate of that step: see common/lr_policy.h).
+// takes as an argument (the rate of that step: see common/config/lr_policy.h).
 struct OptimizerOptions {
   float momentum = 0.9f;
   float weight_decay = 0.0f;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/wire_dtype.h"
+#include "common/wire/wire_dtype.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

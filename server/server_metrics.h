@@ -7,7 +7,7 @@
 
 #include <functional>
 
-#include "common/metrics.h"
+#include "common/monitoring/metrics.h"
 #include "server/checkpoint_manager.h"
 #include "server/shard_store.h"
 

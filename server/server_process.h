@@ -8,12 +8,12 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/exit_code.h"
+#include "common/config/job_config.h"
 #include "common/http/metrics_http.h"
-#include "common/job_config.h"
-#include "common/metrics.h"
-#include "common/security.h"
-#include "common/stop_signals.h"
+#include "common/monitoring/metrics.h"
+#include "common/process/exit_code.h"
+#include "common/process/stop_signals.h"
+#include "common/security/security.h"
 #include "server/checkpoint_manager.h"
 #include "server/coordinator.h"
 #include "server/rpc/grpc_server.h"
@@ -38,7 +38,7 @@ class ServerProcess {
   // stopped accepting (kExitListenerStuck: gRPC 1.51 never accepts on it
   // again after accept4 failed with EMFILE, so no restarted worker or peer
   // could reach this server); a bad configuration exits kExitBadConfig
-  // before anything starts (common/exit_code.h).
+  // before anything starts (common/process/exit_code.h).
   int Run();
 
  private:

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "common/init.h"
+#include "common/model/init.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 

@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "common/init.h"
-#include "common/wire_dtype.h"
+#include "common/model/init.h"
+#include "common/wire/wire_dtype.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

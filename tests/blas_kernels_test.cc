@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/free_ports.h"
-#include "common/subprocess.h"
+#include "common/process/free_ports.h"
+#include "common/process/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

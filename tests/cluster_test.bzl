@@ -11,7 +11,7 @@ _DAEMONS = [
 
 # What every cluster test's code uses.
 _DEPS = [
-    "//common:subprocess",
+    "//common/process:subprocess",
     "//tests:test_util",
     "@system//:absl",
     "@system//:gtest_main",

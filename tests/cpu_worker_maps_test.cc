@@ -15,8 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/free_ports.h"
-#include "common/subprocess.h"
+#include "common/process/free_ports.h"
+#include "common/process/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/job_progress.h"
 #include "tests/test_util.h"

@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "common/safetensors.h"
-#include "common/subprocess.h"
+#include "common/format/safetensors.h"
+#include "common/process/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 #include "worker/gpu/gpu.h"

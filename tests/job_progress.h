@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/subprocess.h"
+#include "common/process/subprocess.h"
 #include "proto/psync.grpc.pb.h"
 
 namespace psync {

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/free_ports.h"
-#include "common/layout.h"
-#include "common/layout_proto.h"
+#include "common/model/layout.h"
+#include "common/process/free_ports.h"
+#include "common/process/subprocess.h"
 #include "common/rpc/channel.h"
-#include "common/subprocess.h"
+#include "common/wire/layout_proto.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/psync.grpc.pb.h"

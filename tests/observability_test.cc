@@ -13,8 +13,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/free_ports.h"
-#include "common/subprocess.h"
+#include "common/process/free_ports.h"
+#include "common/process/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/free_ports.h"
-#include "common/subprocess.h"
+#include "common/process/free_ports.h"
+#include "common/process/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/job_progress.h"
 #include "tests/test_util.h"

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/subprocess.h"
+#include "common/process/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

@@ -1,14 +1,14 @@
 // psync_worker: one machine's devices training against the parameter servers
 // (worker/worker_process.h).
 #include "absl/flags/flag.h"
-#include "common/daemon_start.h"
-#include "common/job_flags.h"
-#include "common/logging.h"
+#include "common/config/job_flags.h"
+#include "common/monitoring/logging.h"
+#include "common/process/daemon_start.h"
 #include "common/rpc/grpc_logging.h"
 #include "worker/worker_process.h"
 
 // The job's settings (--config and a flag per field) are in
-// common/job_flags.h; this is the worker's own.
+// common/config/job_flags.h; this is the worker's own.
 ABSL_FLAG(std::string, worker_rank, "0",
           "This worker's rank in 0..num_workers-1, or auto: $JOB_COMPLETION_INDEX (the pod's "
           "index in an Indexed Job).");

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/model_spec.h"
-#include "common/process_metrics.h"
+#include "common/config/model_spec.h"
+#include "common/monitoring/process_metrics.h"
 
 namespace psync {
 

@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/exit_code.h"
-#include "common/job_config.h"
-#include "common/lr_policy.h"
+#include "common/config/job_config.h"
+#include "common/config/lr_policy.h"
+#include "common/process/exit_code.h"
 #include "glog/logging.h"
 
 namespace psync {
@@ -34,7 +34,7 @@ std::string JsonNumber(double v, int precision, bool measured) {
 std::string RunSummaryJson(const proto::JobConfig& c, const TrainResult& r, int64_t global_batch,
                            int64_t train_samples, int servers, const std::string& sha256,
                            const BlasInfo& blas) {
-  // The servers' learning rates, computed the same way (common/lr_policy.h).
+  // The servers' learning rates, computed the same way (common/config/lr_policy.h).
   const LrPolicy lr = LrPolicyOf(c);
   const int64_t per_epoch = (train_samples + global_batch - 1) / global_batch;
   const bool tested = r.last.test_loss != -1;

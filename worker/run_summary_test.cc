@@ -4,8 +4,8 @@
 
 #include <limits>
 
-#include "common/exit_code.h"
-#include "common/job_config.h"
+#include "common/config/job_config.h"
+#include "common/process/exit_code.h"
 #include "gtest/gtest.h"
 
 namespace psync {

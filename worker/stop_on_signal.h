@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "absl/time/time.h"
-#include "common/stop_signals.h"
+#include "common/process/stop_signals.h"
 
 namespace psync {
 

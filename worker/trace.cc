@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/output_path.h"
+#include "common/format/output_path.h"
 
 namespace psync {
 namespace {

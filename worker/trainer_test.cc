@@ -5,12 +5,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/wire_dtype.h"
+#include "common/wire/wire_dtype.h"
 #include "gtest/gtest.h"
 #include "server/shard_store.h"
-#include "worker/reduce/cpu_reducer.h"
 #include "worker/client/local_ps_client.h"
 #include "worker/model/mlp.h"
+#include "worker/reduce/cpu_reducer.h"
 
 namespace psync {
 namespace {

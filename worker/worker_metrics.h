@@ -3,7 +3,7 @@
 #ifndef PSYNC_WORKER_WORKER_METRICS_H_
 #define PSYNC_WORKER_WORKER_METRICS_H_
 
-#include "common/metrics.h"
+#include "common/monitoring/metrics.h"
 #include "worker/trainer.h"
 
 namespace psync {

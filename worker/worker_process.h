@@ -9,8 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/job_config.h"
-#include "common/stop_signals.h"
+#include "common/config/job_config.h"
+#include "common/process/stop_signals.h"
 #include "worker/client/rpc/grpc_ps_client.h"
 #include "worker/model/blas.h"
 #include "worker/stop_on_signal.h"
@@ -34,7 +34,7 @@ class WorkerProcess {
   explicit WorkerProcess(WorkerProcessFlags flags);
   ~WorkerProcess();
 
-  // Trains to the last step: 0. Otherwise (common/exit_code.h)
+  // Trains to the last step: 0. Otherwise (common/process/exit_code.h)
   // kExitBadConfig for a bad configuration, rank or options;
   // kExitCannotContinue when the servers refuse this worker for good or its
   // gradients overflow --wire_dtype; 128 + N when signal N (SIGTERM,

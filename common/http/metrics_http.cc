@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/listen_error.h"
+#include "common/process/listen_error.h"
 #include "httplib.h"
 
 namespace psync {

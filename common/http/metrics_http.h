@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/metrics.h"
+#include "common/monitoring/metrics.h"
 
 namespace psync {
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "common/security.h"
+#include "common/security/security.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/support/channel_arguments.h"

@@ -6,7 +6,7 @@
 
 namespace psync {
 
-// Call once from main, after InitLogging (common/logging.h).
+// Call once from main, after InitLogging (common/monitoring/logging.h).
 void RouteGrpcLogsToGlog();
 
 }  // namespace psync

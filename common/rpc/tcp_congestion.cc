@@ -17,7 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "common/enum_names.h"
+#include "common/config/enum_names.h"
 #include "glog/logging.h"
 #include "grpc/support/sync.h"
 

@@ -1,7 +1,7 @@
 // psync_launch: runs a whole cluster on this host as real processes on
 // 127.0.0.1 — K servers, N workers — relays their logs with role prefixes,
 // hands every process the same job configuration (read like the daemons
-// read it: --config and the job flags of common/job_flags.h, written to one
+// read it: --config and the job flags of common/config/job_flags.h, written to one
 // file with this host's addresses),
 // restarts a process that dies (at most --max_restarts times in the whole
 // job), and stops everything when a process fails for good or the deadline
@@ -32,19 +32,19 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "common/exit_code.h"
-#include "common/flags_help.h"
-#include "common/job_config.h"
-#include "common/job_flags.h"
-#include "common/output_path.h"
-#include "common/free_ports.h"
-#include "common/model_spec.h"
-#include "common/port_file.h"
-#include "common/process_metrics.h"
-#include "common/runfiles.h"
+#include "common/config/flags_help.h"
+#include "common/config/job_config.h"
+#include "common/config/job_flags.h"
+#include "common/config/model_spec.h"
+#include "common/format/output_path.h"
+#include "common/monitoring/process_metrics.h"
+#include "common/process/exit_code.h"
+#include "common/process/free_ports.h"
+#include "common/process/port_file.h"
+#include "common/process/runfiles.h"
+#include "common/process/subprocess.h"
+#include "common/security/throwaway_pki.h"
 #include "common/status_macros.h"
-#include "common/subprocess.h"
-#include "common/throwaway_pki.h"
 #include "worker/memory_check.h"
 
 ABSL_FLAG(int, timeout_s, 1800, "Stop everything and fail after this many seconds.");

@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/security.h"
+#include "common/security/security.h"
 #include "server/coordinator.h"
 
 namespace psync {

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/listen_error.h"
+#include "common/process/listen_error.h"
 #include "common/rpc/channel.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/health.pb.h"
@@ -86,7 +86,7 @@ class GrpcServerImpl final : public GrpcServer {
     if (!health_address_.empty()) {
       // Only the health service, in plaintext, on a thread of its own: the
       // process should run gRPC's poll engine, or that thread takes events
-      // of the main port too (PollEachQueueOwnSockets, common/process_tuning.h,
+      // of the main port too (PollEachQueueOwnSockets, common/process/process_tuning.h,
       // which psync_server calls).
       grpc::ServerBuilder health;
       health.AddListeningPort(health_address_, grpc::InsecureServerCredentials(), &health_port_);

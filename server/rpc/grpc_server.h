@@ -8,9 +8,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/metrics.h"
+#include "common/monitoring/metrics.h"
 #include "common/rpc/tcp_congestion.h"
-#include "common/security.h"
+#include "common/security/security.h"
 #include "server/coordinator.h"
 #include "server/shard_store.h"
 
@@ -30,7 +30,7 @@ struct GrpcServerOptions {
   // Threads that receive, run and answer calls, each with its own
   // completion queue; a connection's calls all run on one of them. With
   // more than one (or a health address), choose gRPC's poll engine before
-  // gRPC starts (PollEachQueueOwnSockets, common/process_tuning.h).
+  // gRPC starts (PollEachQueueOwnSockets, common/process/process_tuning.h).
   int rpc_threads = 1;
   // Server 0's: answers other servers' Join calls. Must outlive the server.
   Coordinator* coordinator = nullptr;

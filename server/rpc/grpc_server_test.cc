@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/init.h"
-#include "common/layout_proto.h"
+#include "common/model/init.h"
 #include "common/rpc/channel.h"
-#include "common/shared_region.h"
-#include "common/wire_dtype.h"
+#include "common/wire/layout_proto.h"
+#include "common/wire/shared_region.h"
+#include "common/wire/wire_dtype.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "common/metrics.h"
+#include "common/monitoring/metrics.h"
 #include "grpcpp/support/status.h"
 
 namespace psync {

@@ -1,6 +1,6 @@
 #include "server/rpc/method_metrics.h"
 
-#include "common/metrics.h"
+#include "common/monitoring/metrics.h"
 #include "gtest/gtest.h"
 
 namespace psync {

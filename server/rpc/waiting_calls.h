@@ -9,7 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "common/metrics.h"
+#include "common/monitoring/metrics.h"
 
 namespace psync {
 

@@ -1,6 +1,6 @@
 #include "server/rpc/waiting_calls.h"
 
-#include "common/metrics.h"
+#include "common/monitoring/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

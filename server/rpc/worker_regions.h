@@ -14,9 +14,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "common/layout.h"
-#include "common/shared_region.h"
-#include "common/wire_dtype.h"
+#include "common/model/layout.h"
+#include "common/wire/shared_region.h"
+#include "common/wire/wire_dtype.h"
 #include "proto/psync.pb.h"
 
 namespace psync {

@@ -2,8 +2,8 @@
 
 #include <memory>
 
-#include "common/layout.h"
-#include "common/shared_region.h"
+#include "common/model/layout.h"
+#include "common/wire/shared_region.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

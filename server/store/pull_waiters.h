@@ -17,7 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/wire_dtype.h"
+#include "common/wire/wire_dtype.h"
 #include "server/store/shard.h"
 
 namespace psync {

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/layout.h"
-#include "common/training_shape.h"
+#include "common/config/training_shape.h"
+#include "common/model/layout.h"
 #include "server/store/shard.h"
 #include "server/store/store_options.h"
 

@@ -12,8 +12,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "common/layout.h"
-#include "common/training_shape.h"
+#include "common/config/training_shape.h"
+#include "common/model/layout.h"
 #include "server/chunk_state.h"
 #include "server/optimizer.h"
 #include "server/store/shard.h"

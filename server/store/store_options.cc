@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/layout.h"
+#include "common/model/layout.h"
 #include "common/status_macros.h"
 
 namespace psync {

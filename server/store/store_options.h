@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/lr_policy.h"
+#include "common/config/lr_policy.h"
 #include "server/optimizer.h"
 
 namespace psync {
@@ -22,7 +22,7 @@ struct ShardStoreOptions {
   // worker per chunk.
   bool deterministic = false;
   // Largest message this server accepts or sends. Workers cut their pushes
-  // and pulls into requests that fit, less kMessageHeadroomBytes (common/layout.h);
+  // and pulls into requests that fit, less kMessageHeadroomBytes (common/model/layout.h);
   // a layout with a chunk that would not is refused at registration, and a
   // pull asking for more is refused.
   int64_t max_message_bytes = 64 << 20;

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/incarnation.h"
+#include "common/process/incarnation.h"
 #include "glog/logging.h"
 
 namespace psync {

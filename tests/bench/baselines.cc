@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/process_metrics.h"
+#include "common/monitoring/process_metrics.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/bench/echo.grpc.pb.h"

@@ -9,12 +9,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "common/cluster_spec.h"
-#include "common/process_metrics.h"
-#include "common/security.h"
+#include "common/config/cluster_spec.h"
+#include "common/monitoring/process_metrics.h"
+#include "common/security/security.h"
+#include "common/security/throwaway_pki.h"
 #include "common/status_macros.h"
-#include "common/throwaway_pki.h"
-#include "common/wire_dtype.h"
+#include "common/wire/wire_dtype.h"
 #include "worker/client/rpc/grpc_ps_client.h"
 
 namespace psync {

@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/layout.h"
+#include "common/model/layout.h"
 #include "tests/bench/bench_options.h"
 #include "worker/client/ps_client.h"
 

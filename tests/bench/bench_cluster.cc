@@ -9,11 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "common/free_ports.h"
-#include "common/process_metrics.h"
-#include "common/runfiles.h"
+#include "common/monitoring/process_metrics.h"
+#include "common/process/free_ports.h"
+#include "common/process/runfiles.h"
+#include "common/security/throwaway_pki.h"
 #include "common/status_macros.h"
-#include "common/throwaway_pki.h"
 #include "tests/bench/bench_processes.h"
 
 namespace psync {

@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/subprocess.h"
+#include "common/process/subprocess.h"
 #include "tests/bench/bench_options.h"
 #include "tests/bench/bench_stats.h"
 #include "tests/bench/server_memory_sampler.h"

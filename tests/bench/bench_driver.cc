@@ -6,9 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/runfiles.h"
+#include "common/process/runfiles.h"
+#include "common/security/throwaway_pki.h"
 #include "common/status_macros.h"
-#include "common/throwaway_pki.h"
 #include "tests/bench/baselines.h"
 #include "tests/bench/bench_cluster.h"
 #include "tests/bench/bench_processes.h"

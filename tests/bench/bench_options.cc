@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/process_metrics.h"
+#include "common/monitoring/process_metrics.h"
 #include "common/status_macros.h"
-#include "common/wire_dtype.h"
+#include "common/wire/wire_dtype.h"
 #include "tests/bench/baselines.h"
 
 namespace psync {

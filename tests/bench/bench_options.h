@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/layout.h"
+#include "common/model/layout.h"
 #include "common/rpc/tcp_congestion.h"
 
 namespace psync {

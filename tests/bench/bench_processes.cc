@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "common/port_file.h"
+#include "common/process/port_file.h"
 
 namespace psync {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/subprocess.h"
+#include "common/process/subprocess.h"
 
 namespace psync {
 

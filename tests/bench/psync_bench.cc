@@ -16,8 +16,8 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/flags_help.h"
-#include "common/process_tuning.h"
+#include "common/config/flags_help.h"
+#include "common/process/process_tuning.h"
 #include "tests/bench/baselines.h"
 #include "tests/bench/bench_client.h"
 #include "tests/bench/bench_driver.h"
@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
       "JSON line. Exit 0 done, 1 failed, 2 bad flags.\n"
       "  psync_bench --num_servers=1 --num_workers=1 --model_mb=16 --tensors=4\n"
       "  psync_bench --model_mb=16 --tensors=8 --compute_ms=4    # overlap mode");
-  // Its flags are its own: it reads no job flag (common/job_flags.h).
+  // Its flags are its own: it reads no job flag (common/config/job_flags.h).
   if (psync::PrintHelpIfRequested(argc, argv, __FILE__, /*job_flags=*/{})) return 0;
   psync::ParseFlagsOnlyOrExit(argc, argv);
   psync::KeepLargeAllocationsInHeap();

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/time/time.h"
-#include "common/process_metrics.h"
+#include "common/monitoring/process_metrics.h"
 
 namespace psync {
 

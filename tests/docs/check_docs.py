@@ -29,7 +29,7 @@ import doc_markdown  # noqa: E402
 FLAG = re.compile(r"^--([a-z][a-z0-9_]*)")
 # The flag lines of psync's --help (absl's format): "    --name (text); default: ...".
 HELP_FLAG = re.compile(r"^\s+--([a-z][a-z0-9_]*)\b", re.M)
-# What every binary takes besides the flags its --help lists (common/flags_help.h).
+# What every binary takes besides the flags its --help lists (common/config/flags_help.h).
 HELP = {"help", "helpfull", "helpshort"}
 # Where a command ends, in a shell line split into words.
 COMMAND_END = {"|", "||", "&", "&&", ";", ";;", "(", ")", "do", "then", "else", "{", "}"}

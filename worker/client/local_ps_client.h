@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "common/layout.h"
-#include "common/wire_dtype.h"
+#include "common/model/layout.h"
+#include "common/wire/wire_dtype.h"
 #include "server/shard_store.h"
 #include "worker/client/ps_client.h"
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "common/layout.h"
-#include "common/wire_dtype.h"
+#include "common/model/layout.h"
+#include "common/wire/wire_dtype.h"
 
 namespace psync {
 

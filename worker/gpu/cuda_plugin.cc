@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/model_spec.h"
+#include "common/config/model_spec.h"
 #include "common/status_macros.h"
 #include "worker/gpu/cuda_cnn.h"
 #include "worker/gpu/cuda_mlp.h"

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/runfiles.h"
+#include "common/process/runfiles.h"
 
 namespace psync {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/runfiles.h"
+#include "common/process/runfiles.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/gpu/cuda_maps.h"

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <vector>
 
-#include "common/init.h"
+#include "common/model/init.h"
 #include "gtest/gtest.h"
 #include "worker/model/cnn.h"
-#include "worker/reduce/cpu_reducer.h"
 #include "worker/model/mlp.h"
+#include "worker/reduce/cpu_reducer.h"
 
 namespace psync {
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model_spec.h"
+#include "common/config/model_spec.h"
 #include "worker/model/model.h"
 
 namespace psync {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <random>
 
-#include "common/init.h"
+#include "common/model/init.h"
 #include "gtest/gtest.h"
 
 namespace psync {

@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/model_spec.h"
+#include "common/config/model_spec.h"
 #include "common/status_macros.h"
 #include "worker/model/cnn.h"
 #include "worker/model/mlp.h"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/tensor.h"
+#include "common/model/tensor.h"
 #include "worker/model/model.h"
 
 namespace psync {

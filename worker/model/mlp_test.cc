@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/init.h"
+#include "common/config/model_spec.h"
+#include "common/model/init.h"
 #include "gmock/gmock.h"
-#include "common/model_spec.h"
 #include "gtest/gtest.h"
 #include "worker/model/model.h"
 

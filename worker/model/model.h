@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/tensor.h"
+#include "common/model/tensor.h"
 
 namespace psync {
 
@@ -86,7 +86,7 @@ class Model {
 // (params.size() + 1 entries).
 std::vector<int64_t> TensorOffsets(const std::vector<TensorSpec>& params);
 
-// Creates a CPU model from a --model spec (common/model_spec.h). Errors
+// Creates a CPU model from a --model spec (common/config/model_spec.h). Errors
 // name the spec and what is expected.
 absl::StatusOr<std::unique_ptr<Model>> CreateCpuModel(const std::string& name);
 

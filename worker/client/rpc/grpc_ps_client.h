@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "common/layout.h"
+#include "common/model/layout.h"
 #include "worker/client/ps_client.h"
 #include "worker/client/rpc/grpc_ps_client_options.h"
 

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/config/training_shape.h"
 #include "common/rpc/tcp_congestion.h"
-#include "common/security.h"
-#include "common/training_shape.h"
-#include "common/wire_dtype.h"
+#include "common/security/security.h"
+#include "common/wire/wire_dtype.h"
 #include "worker/trace.h"
 
 namespace psync {
@@ -80,7 +80,7 @@ struct GrpcPsClientOptions {
   // payloads travel in the messages. Also keeps the model in shared memory
   // (PsClient::shared_model), which such servers read and write in place.
   bool shared_memory = true;
-  // TLS and the token on every call (see common/security.h).
+  // TLS and the token on every call (see common/security/security.h).
   PeerSecurity security;
   // Congestion control of the connections to the servers (--tcp_congestion).
   TcpCongestion tcp_congestion;

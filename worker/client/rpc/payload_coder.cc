@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "common/wire_dtype_proto.h"
+#include "common/wire/wire_dtype_proto.h"
 #include "proto/psync.pb.h"
 
 namespace psync {

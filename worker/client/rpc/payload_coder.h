@@ -12,9 +12,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/layout.h"
+#include "common/model/layout.h"
 #include "common/rpc/chunk_wire.h"
-#include "common/wire_dtype.h"
+#include "common/wire/wire_dtype.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "worker/client/rpc/chunk_call.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/wire_dtype_proto.h"
+#include "common/wire/wire_dtype_proto.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/psync.pb.h"

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/security.h"
+#include "common/security/security.h"
 #include "grpcpp/grpcpp.h"
 
 namespace psync {

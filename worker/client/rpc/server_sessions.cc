@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/incarnation.h"
-#include "common/layout_proto.h"
+#include "common/process/incarnation.h"
+#include "common/wire/layout_proto.h"
 #include "glog/logging.h"
 #include "worker/client/rpc/server_call_status.h"
 #include "worker/client/rpc/silent_server.h"

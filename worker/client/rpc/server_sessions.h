@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "common/layout.h"
+#include "common/model/layout.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/psync.grpc.pb.h"
 #include "worker/client/rpc/grpc_ps_client_options.h"

@@ -1,5 +1,5 @@
 // SharedPayloadMemory owns this worker's shared memory with the servers on
-// its host (common/shared_region.h): the shared model (the flat gradients
+// its host (common/wire/shared_region.h): the shared model (the flat gradients
 // and weights, which such servers read and write in place) and, per
 // server, a region of slots that carry the payloads of requests that are
 // not in the model. It offers them at registration, takes the servers'
@@ -16,9 +16,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "common/layout.h"
-#include "common/shared_region.h"
-#include "common/wire_dtype.h"
+#include "common/model/layout.h"
+#include "common/wire/shared_region.h"
+#include "common/wire/wire_dtype.h"
 #include "proto/psync.pb.h"
 #include "worker/client/ps_client.h"
 #include "worker/client/request_plan.h"

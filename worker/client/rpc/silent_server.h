@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "common/security.h"
+#include "common/security/security.h"
 #include "grpcpp/grpcpp.h"
 
 namespace psync {

@@ -1,0 +1,255 @@
+#include "common/format/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/format/file_util.h"
+#include "common/format/safetensors_header.h"
+#include "common/status_macros.h"
+
+namespace psync {
+namespace {
+
+// The reference implementation's limit.
+constexpr uint64_t kMaxHeaderBytes = 100 << 20;
+constexpr size_t kIoBlock = 1 << 20;
+
+absl::Status WriteAll(int fd, const char* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, std::min(n, size_t{1} << 30));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return ErrnoStatus(path, "write");
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadAt(int fd, char* p, size_t n, uint64_t offset, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ErrnoStatus(path, "read");
+    if (r == 0) {
+      return absl::DataLossError(absl::StrCat(path, ": file ends at byte ", offset,
+                                              ", its header says it is longer (truncated?)"));
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string SafetensorsTempPrefix(const std::string& path) { return path + ".tmp."; }
+
+absl::Status WriteSafetensorsFile(const std::string& path,
+                                  absl::Span<const SafetensorsEntry> entries,
+                                  const SafetensorsMetadata& metadata) {
+  auto json = safetensors_internal::BuildHeader(entries, metadata);
+  if (!json.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WriteSafetensorsFile: ", path, ": ", json.status().message()));
+  }
+  std::string header(8, '\0');
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>(uint64_t(json->size()) >> (8 * i));
+  header += *json;
+  static std::atomic<uint64_t> counter{0};
+  const std::string temp = absl::StrCat(SafetensorsTempPrefix(path), ::getpid(), ".", counter++);
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(temp, "create");
+  auto write_and_sync = [&]() -> absl::Status {
+    // Small entries are gathered so that a model of tiny chunks is not
+    // written a few bytes per system call.
+    std::string buffer = header;
+    for (const SafetensorsEntry& e : entries) {
+      uint64_t n = 1;
+      for (int64_t d : e.shape) n *= static_cast<uint64_t>(d);
+      // Floats are stored little-endian; x86-64 and aarch64 hosts already are.
+      const char* p = reinterpret_cast<const char*>(e.data);
+      if (buffer.size() + n * 4 > kIoBlock) {
+        PSYNC_RETURN_IF_ERROR(WriteAll(fd, buffer.data(), buffer.size(), temp));
+        buffer.clear();
+      }
+      if (n * 4 >= kIoBlock) {
+        PSYNC_RETURN_IF_ERROR(WriteAll(fd, p, n * 4, temp));
+      } else {
+        buffer.append(p, n * 4);
+      }
+    }
+    PSYNC_RETURN_IF_ERROR(WriteAll(fd, buffer.data(), buffer.size(), temp));
+    if (::fsync(fd) != 0) return ErrnoStatus(temp, "fsync");
+    return absl::OkStatus();
+  };
+  absl::Status s = write_and_sync();
+  if (::close(fd) != 0 && s.ok()) s = ErrnoStatus(temp, "close");
+  if (s.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
+    s = ErrnoStatus(path, "rename from temporary file");
+  }
+  if (!s.ok()) {
+    ::unlink(temp.c_str());
+    return s;
+  }
+  return SyncFolder(ParentOf(path));
+}
+
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<TensorSpec>& tensors,
+                              absl::Span<const float> flat) {
+  std::vector<SafetensorsEntry> entries;
+  uint64_t offset = 0;
+  for (const TensorSpec& t : tensors) {
+    entries.push_back({t.name, t.shape, flat.data() + std::min<uint64_t>(offset, flat.size())});
+    offset += static_cast<uint64_t>(t.NumElements());
+  }
+  if (offset != flat.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WriteSafetensors: tensors need ", offset * 4, " bytes, got ", flat.size() * 4));
+  }
+  return WriteSafetensorsFile(path, entries, {{"format", "pt"}, {"producer", "psync"}});
+}
+
+SafetensorsReader::SafetensorsReader(SafetensorsReader&& other) noexcept {
+  *this = std::move(other);
+}
+
+SafetensorsReader& SafetensorsReader::operator=(SafetensorsReader&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+    data_start_ = other.data_start_;
+    data_bytes_ = other.data_bytes_;
+    entries_ = std::move(other.entries_);
+    metadata_ = std::move(other.metadata_);
+  }
+  return *this;
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(const std::string& path) {
+  SafetensorsReader r;
+  r.path_ = path;
+  // O_NONBLOCK: opening a FIFO (or a device) would otherwise wait for a
+  // writer before the S_ISREG check below could refuse it. It changes
+  // nothing for regular files.
+  r.fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (r.fd_ < 0) return ErrnoStatus(path, "open");
+  auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
+  };
+  struct stat st;
+  if (::fstat(r.fd_, &st) != 0) return ErrnoStatus(path, "stat");
+  if (!S_ISREG(st.st_mode)) return bad("not a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < 8) return bad(absl::StrCat("file has ", size, " bytes, expected at least 8"));
+  unsigned char len[8];
+  PSYNC_RETURN_IF_ERROR(ReadAt(r.fd_, reinterpret_cast<char*>(len), 8, 0, path));
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= uint64_t{len[i]} << (8 * i);
+  if (header_len > kMaxHeaderBytes || header_len > size - 8) {
+    return bad(absl::StrCat("header length ", header_len, " exceeds the file (", size,
+                            " bytes) or the limit (", kMaxHeaderBytes, ")"));
+  }
+  std::string header(header_len, '\0');
+  PSYNC_RETURN_IF_ERROR(ReadAt(r.fd_, header.data(), header_len, 8, path));
+  auto parsed = safetensors_internal::ParseHeader(header);
+  if (!parsed.ok()) return bad(std::string(parsed.status().message()));
+  r.data_start_ = 8 + header_len;
+  r.data_bytes_ = size - r.data_start_;
+  r.entries_ = std::move(parsed->entries);
+  r.metadata_ = std::move(parsed->metadata);
+  std::sort(r.entries_.begin(), r.entries_.end(),
+            [](const SafetensorsEntryInfo& a, const SafetensorsEntryInfo& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
+  uint64_t expected = 0;
+  for (const SafetensorsEntryInfo& e : r.entries_) {
+    if (e.begin != expected) {
+      return bad(absl::StrCat("tensor '", e.name, "' byte range [", e.begin, ", ", e.end,
+                              ") ", e.begin < expected ? "overlaps" : "leaves a gap after",
+                              " the previous tensor (which ends at ", expected, ")"));
+    }
+    if (e.end > r.data_bytes_) {
+      return bad(absl::StrCat("tensor '", e.name, "' byte range [", e.begin, ", ", e.end,
+                              ") ends past the data section (", r.data_bytes_,
+                              " bytes; truncated?)"));
+    }
+    expected = e.end;
+  }
+  if (expected != r.data_bytes_) {
+    return bad(absl::StrCat("the data section has ", r.data_bytes_, " bytes, the tensors cover ",
+                            expected));
+  }
+  return r;
+}
+
+absl::Status SafetensorsReader::StreamData(
+    absl::FunctionRef<void(uint64_t, const char*, size_t)> fn) const {
+  std::vector<char> block(std::min<uint64_t>(kIoBlock, data_bytes_));
+  for (uint64_t pos = 0; pos < data_bytes_;) {
+    const size_t n = std::min<uint64_t>(block.size(), data_bytes_ - pos);
+    PSYNC_RETURN_IF_ERROR(ReadAt(fd_, block.data(), n, data_start_ + pos, path_));
+    fn(pos, block.data(), n);
+    pos += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SafetensorsReader::ReadEntries(
+    absl::Span<char* const> dest,
+    absl::FunctionRef<void(const char*, size_t)> on_bytes) const {
+  if (dest.size() != entries_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ReadEntries: ", path_, ": got ", dest.size(),
+                                                   " destinations for ", entries_.size(),
+                                                   " entries"));
+  }
+  // Entries tile the data section, so each piece belongs to the entry at
+  // `i` and the ones after it.
+  size_t i = 0;
+  return StreamData([&](uint64_t pos, const char* p, size_t n) {
+    on_bytes(p, n);
+    const uint64_t end = pos + n;
+    while (pos < end) {
+      while (entries_[i].end <= pos) ++i;
+      const uint64_t stop = std::min(end, entries_[i].end);
+      if (dest[i] != nullptr) std::memcpy(dest[i] + (pos - entries_[i].begin), p, stop - pos);
+      p += stop - pos;
+      pos = stop;
+    }
+  });
+}
+
+absl::StatusOr<std::map<std::string, LoadedTensor>> ReadSafetensors(
+    const std::string& path) {
+  auto reader = SafetensorsReader::Open(path);
+  if (!reader.ok()) {
+    return absl::Status(reader.status().code(),
+                        absl::StrCat("ReadSafetensors: ", reader.status().message()));
+  }
+  std::map<std::string, LoadedTensor> out;
+  std::vector<char*> dest;  // by entry, in data order
+  for (const SafetensorsEntryInfo& e : reader->entries()) {
+    LoadedTensor& t = out[e.name];
+    t.shape = e.shape;
+    t.values.resize(e.NumElements());
+    dest.push_back(reinterpret_cast<char*>(t.values.data()));
+  }
+  PSYNC_RETURN_IF_ERROR(reader->ReadEntries(dest, [](const char*, size_t) {}));
+  return out;
+}
+
+}  // namespace psync

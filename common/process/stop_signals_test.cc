@@ -1,0 +1,44 @@
+#include "common/process/stop_signals.h"
+
+#include <signal.h>
+
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace psync {
+namespace {
+
+TEST(StopSignalsTest, ASignalRaisedIsTakenNotDelivered) {
+  StopSignals signals;
+  EXPECT_EQ(signals.Wait(absl::Milliseconds(1)), 0);
+  raise(SIGTERM);  // blocked: pending until taken, instead of ending the test
+  EXPECT_EQ(signals.Wait(absl::Seconds(5)), SIGTERM);
+  raise(SIGINT);
+  EXPECT_EQ(signals.Wait(absl::Seconds(5)), SIGINT);
+  EXPECT_EQ(signals.Wait(absl::Milliseconds(1)), 0);
+  EXPECT_STREQ(StopSignals::Name(SIGTERM), "SIGTERM");
+  EXPECT_STREQ(StopSignals::Name(SIGINT), "SIGINT");
+}
+
+TEST(StopSignalsTest, AStrayOnAThreadThatDoesNotBlockItIsCaughtForTheNextWait) {
+  // Started before the signals are blocked, as OpenBLAS's pool is.
+  sigset_t unblocked;
+  sigemptyset(&unblocked);
+  sigaddset(&unblocked, SIGTERM);
+  absl::Notification handled;
+  std::thread stray([&] {
+    pthread_sigmask(SIG_UNBLOCK, &unblocked, nullptr);
+    handled.WaitForNotification();
+    raise(SIGTERM);  // this thread's own: the handler runs here
+  });
+  StopSignals signals(StopSignals::Strays::kCatch);
+  handled.Notify();
+  stray.join();
+  EXPECT_EQ(signals.Wait(absl::Milliseconds(1)), SIGTERM);
+  EXPECT_EQ(signals.Wait(absl::Milliseconds(1)), 0);
+}
+
+}  // namespace
+}  // namespace psync

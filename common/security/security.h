@@ -1,0 +1,38 @@
+// The job's TLS material and token (proto::SecurityConfig), read from their
+// files at start. No gRPC here: common/rpc/channel.h turns it into
+// credentials. Thread-compatible.
+#ifndef PSYNC_COMMON_SECURITY_SECURITY_H_
+#define PSYNC_COMMON_SECURITY_SECURITY_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/job_config.pb.h"
+
+namespace psync {
+
+struct PeerSecurity {
+  // PEM; all empty: plaintext. A server speaks TLS when it has a
+  // certificate; a client when it has a CA to verify servers with.
+  std::string cert_pem;
+  std::string key_pem;
+  std::string ca_pem;
+  // Carried by every RPC, required by every server; empty: none.
+  std::string token;
+};
+
+// Reads the files `config` names (each a regular file of at most 1 MiB; a
+// token file's surrounding whitespace is dropped and the token must not be
+// empty) and checks the TLS material with OpenSSL: a readable certificate,
+// its own unencrypted key, a readable CA certificate. Errors name the field
+// and the path, never the token.
+absl::StatusOr<PeerSecurity> LoadPeerSecurity(const proto::SecurityConfig& config);
+
+// Compares in time that depends only on the lengths, not on where the
+// strings first differ.
+bool TokenMatches(absl::string_view expected, absl::string_view given);
+
+}  // namespace psync
+
+#endif  // PSYNC_COMMON_SECURITY_SECURITY_H_

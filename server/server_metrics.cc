@@ -40,7 +40,7 @@ void AddServerMetrics(MetricRegistry* r, const ShardStore* store,
                       const CheckpointManager* checkpoints) {
   auto g = std::make_shared<ServerGauges>();
   // One registration a metric, alike in shape: each name and help text is
-  // the exposition's contract (docs/operations.md lists them), so they are
+  // the exposition's contract (docs/observability.md lists them), so they are
   // written out rather than generated.
   g->version = r->GetGauge("psync_server_version",
                            "Version of this server's lowest chunk: the steps applied to it.");

@@ -26,7 +26,7 @@ class SegmentReader {
       if (pos_ >= size_) return false;
       const uint8_t byte = static_cast<uint8_t>(Current()[0]);
       Advance(1);
-      v |= uint64_t{byte & 0x7f} << shift;
+      v |= static_cast<uint64_t>(byte & 0x7f) << shift;
       if ((byte & 0x80) == 0) {
         *value = v;
         return true;

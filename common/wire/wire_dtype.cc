@@ -287,7 +287,7 @@ absl::Status CheckNarrowable(WireDType dtype, const float* in, int64_t n, Narrow
                              absl::string_view tensor, int64_t first) {
   // The least magnitude that rounds past the largest finite value (half an
   // ulp above it; the tie goes up, as the largest's last bit is odd).
-  float limit;
+  float limit = 0;  // every case sets it; gcc cannot tell
   switch (dtype) {
     case WireDType::kFloat32:
       return absl::OkStatus();

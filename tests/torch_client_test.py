@@ -1,6 +1,6 @@
 """psync.torch.Client against a real psync_server: layout, pulls, push-pulls
-checked against SGD computed here (exactly), errors, GIL release and the
-import check. Run by run_python_test.sh with the interpreter psync was built
+checked against SGD computed here (exactly), errors, GIL release, the
+import check and the installed package. Run by run_python_test.sh with the interpreter psync was built
 for; bounds its own time and stops its server."""
 
 import os
@@ -201,6 +201,23 @@ class ImportCheckTest(unittest.TestCase):
 
     def test_the_torch_it_was_built_for_is_accepted(self):
         self.assertEqual(psync.built_torch_version, torch.__version__)
+
+
+class InstallTest(unittest.TestCase):
+
+    def test_the_installed_package_imports_outside_bazel(self):
+        prefix = os.path.join(TMP, "prefix")
+        r = subprocess.run([os.path.join(RUNFILES, "deploy/install"), prefix],
+                           capture_output=True, text=True, timeout=BOUND_S)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("the Python package psync in", r.stdout)
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.path.join(prefix, "lib/python"),
+               "PYTHONNOUSERSITE": "1"}
+        code = "import psync.torch, sys; print(psync.torch.__file__)"
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=BOUND_S, env=env, cwd=TMP)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertTrue(r.stdout.startswith(os.path.join(prefix, "lib/python/psync/")), r.stdout)
 
 
 if __name__ == "__main__":

@@ -144,6 +144,10 @@ class ClientTest(unittest.TestCase):
             c.pull(0, w)
         with self.assertRaisesRegex(TypeError, "is not contiguous"):
             c.pull(0, [torch.zeros(20, 40).t(), torch.zeros(40)])
+        with self.assertRaisesRegex(TypeError, r"weights\[1\] \(tensor 1 'fc.bias'\) is sparse"):
+            c.pull(0, [torch.zeros(40, 20), torch.zeros(40).to_sparse()])
+        with self.assertRaisesRegex(TypeError, "is a list, expected a torch.Tensor"):
+            c.pull(0, [torch.zeros(40, 20), [0.0] * 40])
         with self.assertRaisesRegex(ValueError, "precision is 'half', expected 'wire' or 'master'"):
             c.pull(0, zeros(), precision="half")
         with self.assertRaisesRegex(psync.InvalidArgumentError, "--frobnicate: no such job flag"):

@@ -139,4 +139,5 @@ def _torch_configure_impl(ctx):
 torch_configure = repository_rule(
     implementation = _torch_configure_impl,
     environ = ["PSYNC_PYTHON"],
+    configure = True,
 )

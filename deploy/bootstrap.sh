@@ -11,6 +11,10 @@ packages=(
   libabsl-dev libgtest-dev libgmock-dev libgoogle-glog-dev libopenblas-dev libcpp-httplib-dev
   dataset-fashion-mnist
   python3 python3-matplotlib zlib1g-dev
+  # The torch binding (worker/torch/): Debian's CPU torch for /usr/bin/python3,
+  # its C++ headers (libtorch-dev: python3-torch has none), Python's headers
+  # and pybind11 (docs/torch.md).
+  python3-torch libtorch-dev python3-dev pybind11-dev
   prometheus
   iproute2
   # What the tests run besides the project's binaries (util-linux, with

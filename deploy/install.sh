@@ -8,6 +8,8 @@
 # Installing again replaces each file atomically (a running binary keeps its
 # old copy), so a second run over the same PREFIX is harmless. Where CUDA is
 # enabled, the worker's CUDA plugin libpsync_cuda.so goes beside it too.
+# Where the torch binding was built (a torch was found: docs/torch.md), its
+# Python package goes to PREFIX/lib/python/psync (PYTHONPATH=PREFIX/lib/python).
 set -euo pipefail
 
 binaries=(server/psync_server worker/psync_worker deploy/local/psync_launch
@@ -50,3 +52,21 @@ for f in "${files[@]}"; do
     { rm -f "$tmp"; fail "cannot write $target"; }
 done
 echo "install: ${#files[@]} files in $prefix/bin: $(cd "$prefix/bin" && for f in "${files[@]}"; do printf '%s ' "${f##*/}"; done)"
+
+package=worker/torch/python/psync  # //worker/torch:psync, in the runfiles where torch was found
+[[ -f "$runfiles/$package/__init__.py" ]] || exit 0
+to="$prefix/lib/python/psync"
+if [[ -e "$to" && ! -d "$to" ]]; then
+  fail "'$to' exists and is not a directory; expected the psync package's directory"
+fi
+mkdir -p "$to" 2>/dev/null || fail "cannot create '$to' (PREFIX '$1'): check its permissions"
+names=()
+for f in "$runfiles/$package"/*; do
+  [[ -f "$f" ]] || continue  # not a __pycache__ an import left there
+  name=${f##*/}
+  tmp=$(mktemp "$to/.$name.XXXXXX")
+  cp "$f" "$tmp" && chmod 0644 "$tmp" && mv -f "$tmp" "$to/$name" ||
+    { rm -f "$tmp"; fail "cannot write $to/$name"; }
+  names+=("$name")
+done
+echo "install: the Python package psync in $to (PYTHONPATH=$prefix/lib/python): ${names[*]}"

@@ -24,10 +24,9 @@
 #include "common/process/exit_code.h"
 #include "common/process/process_tuning.h"
 #include "common/status_macros.h"
-#include "common/wire/wire_dtype.h"
 #include "glog/logging.h"
+#include "worker/client/rpc/grpc_ps_client_config.h"
 #include "worker/data/dataset.h"
-#include "worker/data/sharding.h"
 #include "worker/device.h"
 #include "worker/gpu/gpu.h"
 #include "worker/memory_check.h"
@@ -295,46 +294,15 @@ void WorkerProcess::LogModel() const {
 }
 
 absl::StatusOr<GrpcPsClientOptions> WorkerProcess::ClientOptions() const {
-  const proto::JobConfig& c = loaded_.config;
   const Training& t = *training_;
-  const TrainerOptions& options = t.options;
-  GrpcPsClientOptions client_options;
-  absl::StatusOr<PeerSecurity> security = LoadPeerSecurity(c.security());
-  if (!security.ok()) return BadConfig(security.status());
-  client_options.security = *std::move(security);
-  client_options.server_addresses = t.servers;
-  client_options.tracer = t.tracer.get();
-  client_options.worker_rank = options.worker_rank;
-  client_options.num_workers = options.num_workers;
-  client_options.call_timeout = absl::Seconds(c.timeouts().rpc_timeout_s());
-  client_options.connect_timeout = absl::Seconds(c.timeouts().connect_timeout_s());
-  client_options.finish_timeout = absl::Seconds(c.timeouts().peer_timeout_s());
-  // Two beats per lease, so one late beat does not make this worker look dead.
-  client_options.heartbeat_interval = absl::Milliseconds(c.timeouts().worker_lease_ms()) / 2;
-  absl::StatusOr<WireDType> wire_dtype = ParseWireDType(c.training().wire_dtype());
-  if (!wire_dtype.ok()) return BadConfig(wire_dtype.status());
-  client_options.wire_dtype = *wire_dtype;
-  client_options.push_window_bytes = c.training().push_window_kb() << 10;
-  client_options.update_rule = UpdateRuleOf(c);
-  client_options.blas_kernels = blas_.Kernels();
-  absl::StatusOr<TcpCongestion> tcp_congestion = ParseTcpCongestion(c.cluster().tcp_congestion());
-  if (!tcp_congestion.ok()) return BadConfig(tcp_congestion.status());
-  client_options.tcp_congestion = *tcp_congestion;
-  client_options.shared_memory = c.cluster().shared_memory();
-  LOG(INFO) << "worker " << options.worker_rank
-            << ": TCP congestion control: " << DescribeTcpCongestion(*tcp_congestion);
-  const int devices = c.training().devices();
-  const Sharding sharding{t.data.train.size,        options.num_workers,
-                          devices,                  options.batch_per_device,
-                          options.device_weights,   options.accumulation_steps};
-  client_options.shape = TrainingShape{devices,
-                                       options.batch_per_device,
-                                       options.TotalSteps(sharding.steps_per_epoch()),
-                                       t.data.train.size,
-                                       options.seed,
-                                       // Canonical: "1, 3" and "1.0,3" are the same weights.
-                                       absl::StrJoin(options.device_weights, ","),
-                                       options.accumulation_steps};
+  // Every setting the configuration decides; a bad one is a bad configuration.
+  absl::StatusOr<GrpcPsClientOptions> client_options =
+      GrpcPsClientOptionsFromConfig(loaded_.config, t.options.worker_rank, t.data.train.size);
+  if (!client_options.ok()) return BadConfig(client_options.status());
+  client_options->tracer = t.tracer.get();
+  client_options->blas_kernels = blas_.Kernels();
+  LOG(INFO) << "worker " << t.options.worker_rank << ": TCP congestion control: "
+            << DescribeTcpCongestion(client_options->tcp_congestion);
   return client_options;
 }
 

@@ -1,0 +1,90 @@
+"""The torch side of psync: a client of the parameter servers for a model's tensors.
+
+A :class:`Client` reads the job's configuration as ``psync_worker`` does
+(``--config=FILE``, the job's flags, ``--worker_rank``), registers the model's
+parameters as the layout (names and shapes, as ``named_parameters()`` gives
+them), and moves float32 CPU tensors to and from the servers in place. Every
+call that waits releases the GIL. Failures raise :class:`psync.Error` with
+the client's message and its status ``code``.
+"""
+
+from typing import List, Sequence, Tuple
+
+import torch
+
+from . import _psync
+
+Layout = List[Tuple[str, Tuple[int, ...]]]
+
+
+def layout_of(module: torch.nn.Module) -> Layout:
+    """The (name, shape) of each of ``module``'s parameters, in ``named_parameters()`` order."""
+    return [(name, tuple(p.shape)) for name, p in module.named_parameters()]
+
+
+class Client:
+    """One worker's connection to every parameter server of a job.
+
+    Tensors given to its calls are, in layout order, dense contiguous float32
+    CPU tensors of the layout's shapes (a wrong one raises TypeError or
+    :class:`psync.InvalidArgumentError` naming it). The client copies them
+    into its own flat buffers (memory shared with servers on this host) and
+    back: it keeps no reference to them past a call, but for the weights of
+    :meth:`start_push_pull`, kept until :meth:`wait`.
+    """
+
+    def __init__(self, args: Sequence[str], layout: Layout, train_samples: int = 0) -> None:
+        """Reads the job's configuration from ``args`` (e.g. ``["--config=job.txt",
+        "--worker_rank=auto"]``) and makes the layout of ``layout``, the model's
+        (name, shape) pairs; ``train_samples`` is the training set's size, which
+        the servers' learning-rate schedule counts epochs with. Nothing is sent
+        before :meth:`register`."""
+        self._client = _psync.Client(list(args), [(n, list(s)) for n, s in layout], train_samples)
+
+    @property
+    def layout(self) -> Layout:
+        """The layout's (name, shape) pairs."""
+        return self._client.tensors
+
+    @property
+    def layout_fingerprint(self) -> int:
+        """The layout's fingerprint, which every worker and server of the job share."""
+        return self._client.layout_fingerprint
+
+    def register(self) -> int:
+        """Registers this worker with every server; returns the step training resumes from.
+
+        Call again after any call raised an :class:`psync.Error` with code
+        ``'ABORTED'`` (a rollback)."""
+        return self._client.register()
+
+    def pull(self, version: int, weights: Sequence[torch.Tensor], precision: str = "wire") -> None:
+        """Writes the servers' weights at ``version`` into ``weights`` (one tensor per
+        layout entry), in place. ``precision='master'`` gives the servers'
+        float32 master weights whatever the wire dtype."""
+        self._client.pull(version, list(weights), precision)
+
+    def push_pull(self, step: int, sample_count: int, grads: Sequence[torch.Tensor],
+                  weights: Sequence[torch.Tensor]) -> None:
+        """Pushes the gradient sums of ``step`` over ``sample_count`` samples and writes
+        the weights of version ``step + 1`` into ``weights``, in place."""
+        self._client.push_pull(step, sample_count, list(grads), list(weights))
+
+    def start_push_pull(self, step: int, sample_count: int, first_tensor: int,
+                        grads: Sequence[torch.Tensor], weights: Sequence[torch.Tensor]) -> None:
+        """Starts :meth:`push_pull` for layout tensors ``first_tensor ..
+        first_tensor + len(grads) - 1`` and returns at once (the gradients are copied
+        before it returns); :meth:`wait` writes their new weights."""
+        self._client.start_push_pull(step, sample_count, first_tensor, list(grads), list(weights))
+
+    def wait(self) -> None:
+        """Waits for every started push-pull and writes their weights in place."""
+        self._client.wait()
+
+    def finish(self, version: int) -> None:
+        """Says this worker trained every step up to ``version`` and waits for the others."""
+        self._client.finish(version)
+
+    def cancel(self) -> None:
+        """Makes calls in flight, and later ones, fail (code ``'CANCELLED'``); any thread."""
+        self._client.cancel()

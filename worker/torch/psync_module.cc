@@ -1,0 +1,230 @@
+// _psync: the Python extension module of the torch binding (pybind11). A
+// Client wraps a TensorClient made from the job's arguments; tensors come
+// in as Python objects and are viewed through torch_tensor.h, so this file
+// includes no torch header. Every call that may wait releases the GIL. A
+// Status that is not OK becomes psync.Error (a RuntimeError) with the
+// client's message and its code, or psync.InvalidArgumentError (also a
+// ValueError) for INVALID_ARGUMENT; a tensor torch_tensor.h refuses is a
+// TypeError naming it.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "worker/torch/build_info.h"
+#include "worker/torch/tensor_client.h"
+#include "worker/torch/tensor_client_factory.h"
+#include "worker/torch/torch_tensor.h"
+
+namespace psync {
+namespace {
+
+namespace py = pybind11;
+
+// The module's exception types, made once when it is imported (CPython
+// keeps a module's exception types for the life of the interpreter).
+PyObject* error_type = nullptr;
+PyObject* invalid_argument_type = nullptr;
+
+// A Status that is not OK, on its way to Python (TranslateStatus).
+class StatusException : public std::exception {
+ public:
+  explicit StatusException(absl::Status status)
+      : status_(std::move(status)), what_(status_.message()) {}
+  const absl::Status& status() const { return status_; }
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  absl::Status status_;
+  std::string what_;
+};
+
+void Check(const absl::Status& s) {
+  if (!s.ok()) throw StatusException(s);
+}
+
+void TranslateStatus(std::exception_ptr p) {
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const StatusException& e) {
+    PyObject* type = absl::IsInvalidArgument(e.status()) ? invalid_argument_type : error_type;
+    py::object error = py::reinterpret_borrow<py::object>(type)(e.what());
+    error.attr("code") = absl::StatusCodeToString(e.status().code());
+    PyErr_SetObject(type, error.ptr());
+  }
+}
+
+// Tensors [first, first + len(tensors)) of `layout` as views; a TypeError
+// names the argument, the tensor and what is wrong with it.
+std::vector<TensorView> Views(const char* what, const py::sequence& tensors, int first,
+                              const Layout& layout) {
+  std::vector<TensorView> views;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    py::object tensor = tensors[k];
+    TorchTensorView view;
+    char error[256] = {};
+    if (!ViewTorchTensor(tensor.ptr(), &view, error, sizeof(error))) {
+      const size_t i = first + k;
+      const std::string name =
+          i < layout.tensors().size() ? absl::StrCat(" '", layout.tensors()[i].name, "'") : "";
+      throw py::type_error(absl::StrCat(what, "[", k, "] (tensor ", i, name, ") ", error));
+    }
+    views.push_back({view.data, std::vector<int64_t>(view.sizes, view.sizes + view.dims)});
+  }
+  return views;
+}
+
+void MarkWritten(const py::sequence& tensors) {
+  for (size_t k = 0; k < tensors.size(); ++k) MarkTorchTensorWritten(py::object(tensors[k]).ptr());
+}
+
+PullPrecision ParsePrecision(const std::string& precision) {
+  if (precision == "wire") return PullPrecision::kWire;
+  if (precision == "master") return PullPrecision::kMaster;
+  throw py::value_error(
+      absl::StrCat("precision is '", precision, "', expected 'wire' or 'master'"));
+}
+
+// Thread-safe as TensorClient is; its own state is guarded by the GIL.
+class Client {
+ public:
+  Client(const std::vector<std::string>& args,
+         const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
+         int64_t train_samples) {
+    std::vector<TensorSpec> specs;
+    for (const auto& [name, shape] : tensors) specs.push_back({name, shape});
+    absl::StatusOr<std::unique_ptr<TensorClient>> made =
+        CreateTensorClient(args, std::move(specs), train_samples);
+    Check(made.status());
+    client_ = *std::move(made);
+  }
+
+  py::list Tensors() const {
+    py::list tensors;
+    for (const TensorSpec& spec : client_->layout().tensors()) {
+      tensors.append(py::make_tuple(spec.name, py::tuple(py::cast(spec.shape))));
+    }
+    return tensors;
+  }
+
+  uint64_t Fingerprint() const { return client_->layout().fingerprint(); }
+
+  int64_t Register() {
+    absl::StatusOr<int64_t> version;
+    {
+      py::gil_scoped_release release;
+      version = client_->Register();
+    }
+    Check(version.status());
+    return *version;
+  }
+
+  void Pull(int64_t version, const py::sequence& weights, const std::string& precision) {
+    const PullPrecision p = ParsePrecision(precision);
+    const std::vector<TensorView> views = Views("weights", weights, 0, client_->layout());
+    absl::Status pulled;
+    {
+      py::gil_scoped_release release;
+      pulled = client_->Pull(version, p, views);
+    }
+    Check(pulled);
+    MarkWritten(weights);
+  }
+
+  void StartPushPull(int64_t step, int64_t sample_count, int first_tensor,
+                     const py::sequence& grads, const py::sequence& weights) {
+    const std::vector<TensorView> g = Views("grads", grads, first_tensor, client_->layout());
+    const std::vector<TensorView> w = Views("weights", weights, first_tensor, client_->layout());
+    started_.push_back(weights);  // alive until Wait has written them
+    absl::Status started;
+    {
+      py::gil_scoped_release release;
+      started = client_->StartPushPull(step, sample_count, first_tensor, g, w);
+    }
+    if (!started.ok()) started_.pop_back();
+    Check(started);
+  }
+
+  void Wait() {
+    // Those started before this call; another thread may start more meanwhile.
+    const size_t waited_for = started_.size();
+    absl::Status waited;
+    {
+      py::gil_scoped_release release;
+      waited = client_->Wait();
+    }
+    std::vector<py::sequence> done(started_.begin(), started_.begin() + waited_for);
+    started_.erase(started_.begin(), started_.begin() + waited_for);
+    Check(waited);
+    for (const py::sequence& weights : done) MarkWritten(weights);
+  }
+
+  void PushPull(int64_t step, int64_t sample_count, const py::sequence& grads,
+                const py::sequence& weights) {
+    StartPushPull(step, sample_count, 0, grads, weights);
+    Wait();
+  }
+
+  void Finish(int64_t version) {
+    absl::Status finished;
+    {
+      py::gil_scoped_release release;
+      finished = client_->Finish(version);
+    }
+    Check(finished);
+  }
+
+  void Cancel() { client_->Cancel(); }
+
+ private:
+  std::unique_ptr<TensorClient> client_;
+  std::vector<py::sequence> started_;
+};
+
+void DefineErrors(py::module_& m) {
+  error_type = PyErr_NewExceptionWithDoc(
+      "psync.Error",
+      "A call to the servers failed; `code` is the status code (e.g. 'ABORTED': register again).",
+      PyExc_RuntimeError, nullptr);
+  py::tuple bases = py::make_tuple(py::handle(error_type), py::handle(PyExc_ValueError));
+  invalid_argument_type = PyErr_NewExceptionWithDoc(
+      "psync.InvalidArgumentError", "The arguments of a call were wrong; also a ValueError.",
+      bases.ptr(), nullptr);
+  m.attr("Error") = py::handle(error_type);
+  m.attr("InvalidArgumentError") = py::handle(invalid_argument_type);
+  py::register_exception_translator(&TranslateStatus);
+}
+
+}  // namespace
+}  // namespace psync
+
+PYBIND11_MODULE(_psync, m) {
+  namespace py = pybind11;
+  using psync::Client;
+  m.doc() = "psync's C++ client of the parameter servers (see psync.torch for the Python API).";
+  m.attr("built_torch_version") = psync::kBuiltTorchVersion;
+  m.attr("built_cxx11_abi") = psync::kBuiltTorchCxx11Abi;
+  psync::DefineErrors(m);
+  py::class_<Client>(m, "Client")
+      .def(py::init<const std::vector<std::string>&,
+                    const std::vector<std::pair<std::string, std::vector<int64_t>>>&, int64_t>(),
+           py::arg("args"), py::arg("tensors"), py::arg("train_samples") = 0)
+      .def_property_readonly("tensors", &Client::Tensors)
+      .def_property_readonly("layout_fingerprint", &Client::Fingerprint)
+      .def("register", &Client::Register)
+      .def("pull", &Client::Pull, py::arg("version"), py::arg("weights"),
+           py::arg("precision") = "wire")
+      .def("start_push_pull", &Client::StartPushPull, py::arg("step"), py::arg("sample_count"),
+           py::arg("first_tensor"), py::arg("grads"), py::arg("weights"))
+      .def("wait", &Client::Wait)
+      .def("push_pull", &Client::PushPull, py::arg("step"), py::arg("sample_count"),
+           py::arg("grads"), py::arg("weights"))
+      .def("finish", &Client::Finish, py::arg("version"))
+      .def("cancel", &Client::Cancel);
+}

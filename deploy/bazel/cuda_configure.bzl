@@ -47,4 +47,6 @@ def _cuda_configure_impl(ctx):
 cuda_configure = repository_rule(
     implementation = _cuda_configure_impl,
     environ = ["PSYNC_CUDA", "CUDA_PATH"],
+    # `bazel sync --configure` runs it again (after a toolkit upgrade).
+    configure = True,
 )

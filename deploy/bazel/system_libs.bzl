@@ -48,4 +48,6 @@ def _system_libs_impl(ctx):
 system_libs = repository_rule(
     implementation = _system_libs_impl,
     environ = ["PATH", "PKG_CONFIG_PATH"],
+    # `bazel sync --configure` runs it again (after a library upgrade).
+    configure = True,
 )

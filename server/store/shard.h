@@ -165,7 +165,8 @@ absl::StatusOr<WireWeights> WeightsInLocked(const Shard& shard, Chunk& chunk,
 // The lowest version over `shard`'s chunks (false: it owns none); among
 // that version's chunks, the one waiting longest for pushes gives the
 // workers (of `num_workers`) it misses and since when (none: empty,
-// InfinitePast). Takes each chunk's lock in turn.
+// InfinitePast). A chunk that awaits its initial weights counts as version
+// 0 that waits for worker 0. Takes each chunk's lock in turn.
 bool LowestVersionWaits(const Shard& shard, int num_workers, int64_t* version,
                         std::vector<int>* waiting_for, absl::Time* since);
 

@@ -18,6 +18,7 @@
 #include "common/format/sha256.h"
 #include "common/http/metrics_http.h"
 #include "common/model/layout.h"
+#include "worker/init_weights.h"
 #include "common/monitoring/logging.h"
 #include "common/monitoring/metrics.h"
 #include "common/monitoring/process_metrics.h"
@@ -157,6 +158,7 @@ absl::Status WorkerProcess::Train() {
   PSYNC_RETURN_IF_ERROR(OpenOutputs());
   StartMetrics();
   PSYNC_RETURN_IF_ERROR(BuildReplicas());
+  PSYNC_RETURN_IF_ERROR(LoadInitialWeights());
   LogModel();
   PSYNC_RETURN_IF_ERROR(CreateTrainer());
   // Also while the results are written, as before: a signal then is logged
@@ -275,6 +277,24 @@ absl::Status WorkerProcess::BuildReplicas() {
   return absl::OkStatus();
 }
 
+absl::Status WorkerProcess::LoadInitialWeights() {
+  const proto::JobConfig& c = loaded_.config;
+  Training& t = *training_;
+  if (rank_ != 0 || InitSourceOf(c) != InitSource::kWorker) return absl::OkStatus();
+  const std::string& path = c.training().init_weights();
+  if (path.empty()) {
+    t.options.initial_weights = SeedInitWeights(*t.layout);
+    LOG(INFO) << "worker 0 sends the initial weights (--init_from=worker), from --seed";
+    return absl::OkStatus();
+  }
+  // Before training starts: a file that does not fit the model stops the job here.
+  absl::StatusOr<std::vector<float>> read = ReadInitWeights(path, *t.layout);
+  if (!read.ok()) return BadConfig(read.status());
+  t.options.initial_weights = *std::move(read);
+  LOG(INFO) << "worker 0 sends the initial weights read from --init_weights=" << path;
+  return absl::OkStatus();
+}
+
 void WorkerProcess::LogModel() const {
   const Training& t = *training_;
   const TrainerOptions& options = t.options;
@@ -316,6 +336,7 @@ absl::StatusOr<GrpcPsClientOptions> WorkerProcess::ClientOptions() const {
   client_options.wire_dtype = *wire_dtype;
   client_options.push_window_bytes = c.training().push_window_kb() << 10;
   client_options.update_rule = UpdateRuleOf(c);
+  client_options.init_from = InitSourceOf(c);
   client_options.blas_kernels = blas_.Kernels();
   absl::StatusOr<TcpCongestion> tcp_congestion = ParseTcpCongestion(c.cluster().tcp_congestion());
   if (!tcp_congestion.ok()) return BadConfig(tcp_congestion.status());

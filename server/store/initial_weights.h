@@ -13,13 +13,11 @@
 
 namespace psync {
 
-// A chunk that awaits its initial weights is at version kInitialWeightsStep
-// (-1) with no state: it takes pushes for step -1 only (worker 0's initial
-// values), a pull of version 0 waits on its list like any pull of the next
-// version, and pushes for step 0 are refused as from the future.
-inline bool AwaitsInitialWeightsLocked(const Chunk& chunk) ABSL_SHARED_LOCKS_REQUIRED(chunk.mu) {
-  return chunk.version == kInitialWeightsStep;
-}
+// A chunk that awaits its initial weights (AwaitsInitialWeightsLocked, in
+// shard.h) is at version kInitialWeightsStep (-1) with no state: it takes
+// pushes for step -1 only (worker 0's initial values), a pull of version 0
+// waits on its list like any pull of the next version, and pushes for step
+// 0 are refused as from the future.
 
 // Puts a chunk of a fresh shard (version 0, no state) into that state.
 void AwaitInitialWeightsLocked(Chunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/config/init_source.h"
 #include "absl/time/clock.h"
 
 namespace psync {
@@ -163,7 +162,7 @@ absl::Status PullWaiters::DeadlineError(const PullWaiter& waiter) const {
     Chunk& c = *waiter.shard->chunks[id];
     absl::MutexLock lock(&c.mu);
     if (c.version >= waiter.version) continue;
-    if (c.version == kInitialWeightsStep) {
+    if (AwaitsInitialWeightsLocked(c)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "Pull: chunk ", id, " still awaits its initial weights from worker 0 "
           "(--init_from=worker); waited for version ", waiter.version));

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/config/init_source.h"
 #include "common/status_macros.h"
 #include "server/optimizer.h"
 
@@ -121,7 +120,7 @@ bool LowestVersionWaits(const Shard& shard, int num_workers, int64_t* version,
     absl::MutexLock lock(&c.mu);
     // A chunk that awaits its initial weights counts as version 0, waiting
     // for worker 0 since the shard was made.
-    const bool awaits = c.version == kInitialWeightsStep;
+    const bool awaits = AwaitsInitialWeightsLocked(c);
     const int64_t v = awaits ? 0 : c.version;
     if (!found || v < *version) {
       *version = v;

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/config/init_source.h"
 #include "common/config/training_shape.h"
 #include "common/model/layout.h"
 #include "common/wire/byte_pieces.h"
@@ -137,6 +138,12 @@ struct Shard {
   // Set when a Restore replaced this shard: its waiters stop.
   std::atomic<bool> retired{false};
 };
+
+// Whether `chunk` awaits its initial weights from worker 0: at version
+// kInitialWeightsStep, with no state (server/store/initial_weights.h).
+inline bool AwaitsInitialWeightsLocked(const Chunk& chunk) ABSL_SHARED_LOCKS_REQUIRED(chunk.mu) {
+  return chunk.version == kInitialWeightsStep;
+}
 
 // A shard of `layout` for options.server_rank: every chunk it owns at
 // version 0, with no state yet and room for options.num_workers' pushes.

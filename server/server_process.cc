@@ -63,6 +63,7 @@ absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c,
   o.optimizer.epsilon = static_cast<float>(c.optimizer().epsilon());
   o.lr_policy = LrPolicyOf(c);
   o.update_rule = UpdateRuleOf(c);
+  o.init_from = InitSourceOf(c);
   o.worker_lease = absl::Milliseconds(c.timeouts().worker_lease_ms());
   o.peer_timeout = absl::Seconds(c.timeouts().peer_timeout_s());
   o.checkpoint_every = c.checkpoint().checkpoint_every();

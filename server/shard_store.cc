@@ -7,6 +7,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/model/init.h"
 #include "common/status_macros.h"
+#include "server/store/initial_weights.h"
 #include "glog/logging.h"
 
 namespace psync {
@@ -37,6 +38,10 @@ std::shared_ptr<Shard> ShardStore::FirstShard(const RegisterArgs& args,
   for (int32_t id : shard->owned) {
     Chunk& c = *shard->chunks[id];
     absl::MutexLock chunk_lock(&c.mu);
+    if (options_.init_from == InitSource::kWorker) {
+      AwaitInitialWeightsLocked(c);
+      continue;
+    }
     c.current = std::make_shared<ChunkState>();
     c.current->weights.resize(c.info.num_elements);
     InitialValues(layout.init_seed(), layout.tensors()[c.info.tensor], c.info.tensor_offset,
@@ -77,7 +82,9 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   for (int32_t id : result.chunk_ids) {
     Chunk& c = *shard_->chunks[id];
     absl::MutexLock chunk_lock(&c.mu);
-    result.version = std::min(result.version, c.version);
+    // A chunk that awaits its initial weights serves version 0 once it has them.
+    result.awaiting_initial_weights |= AwaitsInitialWeightsLocked(c);
+    result.version = std::min(result.version, std::max<int64_t>(c.version, 0));
     result.max_version = std::max(result.max_version, c.version);
   }
   return result;
@@ -113,13 +120,7 @@ absl::StatusOr<std::shared_ptr<Shard>> ShardStore::CheckPush(
     absl::Span<const ChunkPayload> chunks) const {
   PSYNC_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard,
                          CheckCaller("Push", session, worker_rank, fingerprint));
-  if (step < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Push: step is ", step, ", expected >= 0"));
-  }
-  if (step == INT64_MAX) {  // a PushPull then pulls version step + 1
-    return absl::InvalidArgumentError(
-        absl::StrCat("Push: step is ", step, ", expected < ", INT64_MAX));
-  }
+  PSYNC_RETURN_IF_ERROR(CheckPushStep(worker_rank, step));
   if (sample_count < 0 || sample_count > (int64_t{1} << 40)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Push: sample_count is ", sample_count, ", expected 0..2^40"));
@@ -137,6 +138,12 @@ absl::StatusOr<std::shared_ptr<Shard>> ShardStore::CheckPush(
     }
     Chunk& c = *shard->chunks[p.chunk_id];
     absl::MutexLock lock(&c.mu);
+    if (step > c.version && AwaitsInitialWeightsLocked(c)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Push: step ", step, " of chunk ", p.chunk_id, " from worker ", worker_rank,
+          " comes before the chunk's initial weights, which worker 0 sends (--init_from=worker); "
+          "pull version 0 first"));
+    }
     if (step > c.version) {
       return absl::FailedPreconditionError(absl::StrCat(
           "Push: step ", step, " of chunk ", p.chunk_id, " from worker ", worker_rank,
@@ -147,11 +154,38 @@ absl::StatusOr<std::shared_ptr<Shard>> ShardStore::CheckPush(
   return shard;
 }
 
+absl::Status ShardStore::CheckPushStep(int worker_rank, int64_t step) const {
+  if (step == kInitialWeightsStep) {
+    if (options_.init_from != InitSource::kWorker) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Push: worker ", worker_rank, " sent initial weights (step ", step, "), but server ",
+          options_.server_rank, " takes them from the seed (--init_from=seed)"));
+    }
+    if (worker_rank != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Push: worker ", worker_rank, " sent initial weights (step ", step,
+          "); only worker 0 sends them"));
+    }
+    return absl::OkStatus();
+  }
+  if (step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Push: step is ", step, ", expected >= 0 (or ", kInitialWeightsStep,
+        ": initial weights)"));
+  }
+  if (step == INT64_MAX) {  // a PushPull then pulls version step + 1
+    return absl::InvalidArgumentError(
+        absl::StrCat("Push: step is ", step, ", expected < ", INT64_MAX));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t fingerprint,
                               int64_t step, int64_t sample_count,
                               absl::Span<const ChunkPayload> chunks) {
   PSYNC_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard,
                          CheckPush(session, worker_rank, fingerprint, step, sample_count, chunks));
+  if (step == kInitialWeightsStep) return SetInitialWeights(*shard, chunks);
   // A chunk cannot advance past `step` between the check above and here: that
   // needs this worker's own push for `step`.
   // Chunks are independent: add (and, for the last worker, apply) them in
@@ -174,6 +208,25 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
   // Every later step needs this one: the job cannot go on.
   FailJob(failure);
   return absl::OutOfRangeError(absl::StrCat("Push: ", failure.message()));
+}
+
+absl::Status ShardStore::SetInitialWeights(const Shard& shard,
+                                           absl::Span<const ChunkPayload> chunks) {
+  absl::Status first;
+  for (const ChunkPayload& p : chunks) {
+    Chunk& c = *shard.chunks[p.chunk_id];
+    std::vector<WaiterSlot> fired;
+    {
+      absl::MutexLock lock(&c.mu);
+      absl::StatusOr<bool> set = SetInitialWeightsLocked(shard, c, p, updater_);
+      if (!set.ok() && first.ok()) first = set.status();
+      if (!set.ok() || !*set) continue;
+      fired.swap(c.waiters);
+      PullWaiters::FillSlotsLocked(c, fired);
+    }
+    waiters_.Arrived(fired);
+  }
+  return first;
 }
 
 absl::Status ShardStore::PushChunk(const Shard& shard, const ChunkPayload& p, int worker_rank,

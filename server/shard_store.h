@@ -42,6 +42,9 @@ struct RegisterResult {
   std::vector<int32_t> chunk_ids;
   uint64_t session = 0;
   int64_t generation = 0;
+  // Chunks here await worker 0's initial weights (a job whose init_from is
+  // worker, on a fresh start): `version` is 0, which pulls wait for.
+  bool awaiting_initial_weights = false;
 };
 
 struct HeartbeatResult {
@@ -103,6 +106,13 @@ using ChunkSink =
 // step again. Pushes are idempotent: a repeat of (worker, chunk, step) is
 // acknowledged and ignored, a push for an applied step is acknowledged
 // without effect, a push from the future is refused (FailedPrecondition).
+//
+// Initial weights: with options.init_from kWorker a fresh shard's chunks
+// await worker 0's push of step kInitialWeightsStep (-1), whose values
+// become version 0 (server/store/initial_weights.h); until then pulls of
+// version 0 wait and pushes for step 0 are refused. Otherwise a fresh
+// chunk's version 0 comes from the layout's seed. A restored chunk holds
+// its checkpoint's weights either way.
 //
 // Membership: Register hands out a session, which every later request
 // carries; a request with another session gets Aborted (the worker
@@ -222,6 +232,14 @@ class ShardStore {
   // the chunk's waiting pulls. OUT_OF_RANGE when the step diverged.
   absl::Status PushChunk(const Shard& shard, const ChunkPayload& payload, int worker_rank,
                          int64_t step, int64_t sample_count);
+  // Worker 0's initial values of every chunk in `chunks` (a push for step
+  // kInitialWeightsStep): each chunk that awaits them takes them and wakes
+  // its waiting pulls. The first chunk's error, the others still applied
+  // (each chunk's outcome is its own, and repeats are idempotent).
+  absl::Status SetInitialWeights(const Shard& shard, absl::Span<const ChunkPayload> chunks);
+  // The step checks of CheckPush: the step's range, and who may push
+  // initial weights.
+  absl::Status CheckPushStep(int worker_rank, int64_t step) const;
   // Every check of a pull before it waits; the caller's shard.
   absl::StatusOr<std::shared_ptr<Shard>> CheckPull(uint64_t session, int worker_rank,
                                                    uint64_t fingerprint, int64_t version,

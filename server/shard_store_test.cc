@@ -82,6 +82,7 @@ class ShardStoreTest : public ::testing::Test {
     o.checkpoint_every = checkpoint_every_;
     o.keep_previous_state = keep_previous_state_;
     o.lr_policy = lr_policy_;
+    o.init_from = init_from_;
     store_ = ReadyStore(o);
     store_->SetSnapshotSink([this](Snapshot s) { snapshots_.push_back(std::move(s)); });
     layout_ = SmallLayout(num_servers);
@@ -132,6 +133,7 @@ class ShardStoreTest : public ::testing::Test {
   std::vector<uint64_t> sessions_;
   int64_t checkpoint_every_ = 0;
   bool keep_previous_state_ = true;
+  InitSource init_from_ = InitSource::kSeed;
   LrPolicy lr_policy_;
   std::vector<Snapshot> snapshots_;
 };
@@ -205,6 +207,91 @@ TEST_F(ShardStoreTest, InitialWeightsComeFromTheSeed) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->first, 0);
   EXPECT_EQ(got->second, Initial(1));
+}
+
+// With init_from worker, a fresh store's chunks await worker 0's initial
+// weights (a push for step -1): registration says so and reports version 0,
+// pulls of version 0 wait, pushes for step 0 are refused; once they are in,
+// training goes on from them.
+TEST_F(ShardStoreTest, WorkerInitialWeightsBecomeVersionZero) {
+  init_from_ = InitSource::kWorker;
+  Make(2, false);
+  auto beat = store_->Heartbeat(1, S(1), 0);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  EXPECT_EQ(beat->version, 0);
+  EXPECT_EQ(beat->waiting_for, std::vector<int>{0});
+  const absl::Status early = Push(1, 0, 1, 0, {1.0f, 1.0f});
+  EXPECT_EQ(early.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(early.message()),
+              ::testing::HasSubstr("comes before the chunk's initial weights"));
+  EXPECT_THAT(std::string(Pull(0, 1, absl::Milliseconds(20), 1).status().message()),
+              ::testing::HasSubstr("chunk 1 still awaits its initial weights from worker 0"));
+  absl::StatusOr<std::pair<int64_t, std::vector<float>>> waited;
+  std::thread waiter([&] { waited = Pull(0, 1, absl::Seconds(20), 1); });
+  for (int32_t chunk = 0; chunk < 3; ++chunk) {
+    ASSERT_TRUE(Push(0, -1, 0, chunk, {0.5f + chunk, -1.0f}).ok());
+  }
+  waiter.join();
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ(waited->second, (std::vector<float>{1.5f, -1.0f}));
+  // A restarted worker 0 sends them again: acknowledged, nothing changes.
+  EXPECT_TRUE(Push(0, -1, 0, 0, {0.5f, -1.0f}).ok());
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(Push(w, 0, 1, 0, {1.0f, 2.0f}).ok());
+  auto got = Pull(1, 0);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->second, (std::vector<float>{0.5f - 1.0f, -1.0f - 2.0f}));  // lr 1, g = {1, 2}
+}
+
+TEST_F(ShardStoreTest, OtherInitialWeightsForAnInitialisedChunkAreRefusedByChunk) {
+  init_from_ = InitSource::kWorker;
+  Make(2, false);
+  ASSERT_TRUE(Push(0, -1, 0, 2, {1.0f, 2.0f}).ok());
+  const absl::Status other = Push(0, -1, 0, 2, {1.0f, 3.0f});
+  EXPECT_EQ(other.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(other.message()), ::testing::HasSubstr("initial weights of chunk 2"));
+  auto got = Pull(0, 2);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->second, (std::vector<float>{1.0f, 2.0f}));
+  // Only worker 0 sends them.
+  EXPECT_EQ(Push(1, -1, 0, 0, {1.0f, 2.0f}).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ShardStoreTest, SeedInitialisedServersRefuseInitialWeights) {
+  Make(1, false);
+  const absl::Status s = Push(0, -1, 0, 0, {1.0f, 2.0f});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("takes them from the seed"));
+  EXPECT_EQ(Push(0, -2, 0, 0, {1.0f, 2.0f}).code(), StatusCode::kInvalidArgument);
+  auto got = Pull(0, 0);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->second, Initial(0));
+}
+
+// A server that starts its generation afresh (a restart without a
+// checkpoint, a rollback to version 0) awaits the initial weights again;
+// one restored from a checkpoint holds its weights.
+TEST_F(ShardStoreTest, AFreshGenerationAwaitsInitialWeightsAgainARestoredOneDoesNot) {
+  init_from_ = InitSource::kWorker;
+  Make(1, false);
+  for (int32_t chunk = 0; chunk < 3; ++chunk) ASSERT_TRUE(Push(0, -1, 0, chunk, {1, 1}).ok());
+  store_->Restore(2, std::nullopt);
+  store_->SetReady(true);
+  auto r = Reg(*store_, 0, 1, layout_, layout_.fingerprint());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->awaiting_initial_weights);
+  EXPECT_EQ(r->version, 0);
+  RestoredState state{layout_, TrainingShape(), 4, {}};
+  for (int32_t id : layout_.ChunksOnServer(0)) {
+    auto st = std::make_shared<ChunkState>();
+    st->weights.assign(2, 0.5f);
+    state.chunks.emplace_back(id, st);
+  }
+  store_->Restore(3, state);
+  store_->SetReady(true);
+  r = Reg(*store_, 0, 1, layout_, layout_.fingerprint());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->awaiting_initial_weights);
+  EXPECT_EQ(r->version, 4);
 }
 
 TEST_F(ShardStoreTest, AveragesBySampleCountAfterAllWorkersPush) {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/config/init_source.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/ready_tensors.h"
@@ -57,6 +58,10 @@ absl::Status TrainerOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "--overlap_min_kb is ", overlap_min_bytes >> 10, ", expected >= 0"));
   }
+  if (!initial_weights.empty() && worker_rank != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", worker_rank, " was given initial weights; only worker 0 sends them"));
+  }
   if (max_steps == 0 && epochs < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--epochs is ", epochs, ", expected >= 1 (or set --steps)"));
@@ -80,6 +85,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   if (train == nullptr || train->size == 0) {
     return absl::InvalidArgumentError("Trainer: the training set is empty");
+  }
+  if (!options.initial_weights.empty() &&
+      static_cast<int64_t>(options.initial_weights.size()) != replicas[0]->num_parameters()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Trainer: ", options.initial_weights.size(), " initial weights for a model of ",
+        replicas[0]->num_parameters(), " parameters"));
   }
   const int64_t dim = replicas[0]->input_dim();
   if (train->input_dim != dim || (options.evaluate && (test == nullptr || test->input_dim != dim))) {
@@ -405,7 +416,14 @@ absl::StatusOr<int64_t> Trainer::Join(int64_t total_steps) {
           " steps of this run"));
     }
     last = start.status();
-    if (start.ok()) last = client_->Pull(*start, PullPrecision::kWire, host_weights_.get());
+    if (start.ok() && *start == 0 && !options_.initial_weights.empty()) {
+      // Servers that await them take them as version 0; a PushPull of the
+      // initial-weights step answers version 0 either way.
+      last = client_->PushPull(kInitialWeightsStep, 0, options_.initial_weights.data(),
+                               host_weights_.get());
+    } else if (start.ok()) {
+      last = client_->Pull(*start, PullPrecision::kWire, host_weights_.get());
+    }
     if (last.ok()) {
       PSYNC_RETURN_IF_ERROR(reducer_->Broadcast(host_weights_.get(), num_params_, DeviceWeights()));
       return *start;

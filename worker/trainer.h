@@ -55,6 +55,11 @@ struct TrainerOptions {
   std::vector<double> device_weights;
   // If set, the steps' timeline is recorded there (not owned; outlives Run).
   Tracer* tracer = nullptr;
+  // Worker 0 of a job whose init_from is worker: the initial weights (the
+  // layout's flat order) it sends whenever it joins servers at version 0
+  // (servers that await them take them; the others compare them with their
+  // version 0). Empty: this worker pulls version 0 like any other.
+  std::vector<float> initial_weights;
 
   absl::Status Validate() const;
   // Steps of the whole run: max_steps, or epochs of `steps_per_epoch`.
@@ -194,7 +199,9 @@ class Trainer {
   absl::StatusOr<BatchStats> Evaluate();
   // With options_.evaluate, sets r's test loss and accuracy from Evaluate().
   absl::Status AddTestFigures(EpochReport& r);
-  // Registers, pulls the servers' version and hands it to every device;
+  // Registers, pulls the servers' version (at version 0 with
+  // options.initial_weights: sends them, answered with version 0) and hands
+  // it to every device;
   // returns that version (the next step to train). Retries rollbacks that
   // happen meanwhile.
   absl::StatusOr<int64_t> Join(int64_t total_steps);

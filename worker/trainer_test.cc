@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "server/shard_store.h"
 #include "worker/client/local_ps_client.h"
+#include "worker/init_weights.h"
 #include "worker/model/mlp.h"
 #include "worker/reduce/cpu_reducer.h"
 
@@ -95,17 +96,14 @@ class Cluster {
         wire_dtype_(wire_dtype) {
     layout_ = std::make_unique<Layout>(
         *Layout::Create(CpuMlp(kSizes).parameters(), chunk_bytes, shape.servers, 11));
-    for (int s = 0; s < shape.servers; ++s) {
-      ShardStoreOptions o;
-      o.server_rank = s;
-      o.num_servers = shape.servers;
-      o.num_workers = shape.workers;
-      o.deterministic = deterministic;
-      o.optimizer = {0.9f, 1e-3f};
-      o.lr_policy.lr = 0.05;
-      stores_.push_back(*ShardStore::Create(o));
-      stores_.back()->SetReady(true);
-    }
+    MakeStores(deterministic, InitSource::kSeed);
+  }
+
+  // Servers that take their initial weights from worker 0, which sends
+  // `initial` (the layout's flat order).
+  void InitFromWorker0(bool deterministic, std::vector<float> initial) {
+    initial_ = std::move(initial);
+    MakeStores(deterministic, InitSource::kWorker);
   }
 
   // Trains every worker to `steps` steps in total; returns rank 0's weights.
@@ -129,6 +127,7 @@ class Cluster {
         o.overlap = overlap_;
         o.overlap_min_bytes = overlap_min_bytes;
         o.device_weights = shape_.device_weights;
+        if (w == 0) o.initial_weights = initial_;
         std::unique_ptr<Reducer> reducer =
             async_reducer_ ? std::make_unique<AsyncCpuReducer>(shape_.devices)
                            : *CpuReducer::Create(shape_.devices);
@@ -166,6 +165,22 @@ class Cluster {
   std::vector<std::pair<int, int>> worker0_step0_runs;
 
  private:
+  void MakeStores(bool deterministic, InitSource init_from) {
+    stores_.clear();
+    for (int s = 0; s < shape_.servers; ++s) {
+      ShardStoreOptions o;
+      o.server_rank = s;
+      o.num_servers = shape_.servers;
+      o.num_workers = shape_.workers;
+      o.deterministic = deterministic;
+      o.optimizer = {0.9f, 1e-3f};
+      o.lr_policy.lr = 0.05;
+      o.init_from = init_from;
+      stores_.push_back(*ShardStore::Create(o));
+      stores_.back()->SetReady(true);
+    }
+  }
+
   Shape shape_;
   const Dataset* train_;
   bool overlap_;
@@ -173,6 +188,7 @@ class Cluster {
   WireDType wire_dtype_;
   std::unique_ptr<Layout> layout_;
   std::vector<std::unique_ptr<ShardStore>> stores_;
+  std::vector<float> initial_;  // worker 0's, with InitFromWorker0
 };
 
 void ExpectClose(const std::vector<float>& a, const std::vector<float>& b) {
@@ -280,6 +296,26 @@ TEST(TrainerTest, FinalWeightsAreTheMasterWeightsInEachWireDType) {
   }
 }
 
+// Worker 0 sending the seed's values to servers that await them trains the
+// same bits as servers that compute them: the other worker (and worker 0)
+// trained from exactly those values.
+TEST(TrainerTest, InitialWeightsFromWorker0TrainLikeTheSeeds) {
+  const Dataset train = SyntheticDataset(256, kSizes[0], 10, 3);
+  const Shape shape{2, 2, 1, 8};
+  Cluster seed(shape, true, &train);
+  const std::vector<float> from_seed = seed.Train(6);
+  const Layout layout = *Layout::Create(CpuMlp(kSizes).parameters(), 64, shape.servers, 11);
+  Cluster worker(shape, true, &train);
+  worker.InitFromWorker0(true, SeedInitWeights(layout));
+  EXPECT_EQ(worker.Train(6), from_seed);
+  // Other values: other weights.
+  std::vector<float> other = SeedInitWeights(layout);
+  for (float& v : other) v *= 0.5f;
+  Cluster halved(shape, true, &train);
+  halved.InitFromWorker0(true, other);
+  EXPECT_NE(halved.Train(6), from_seed);
+}
+
 TEST(TrainerTest, ResumesFromTheServersVersion) {
   const Dataset data = SyntheticDataset(64, kSizes[0], 10, 5);
   Cluster resumed({2, 2, 1, 8}, true, &data);
@@ -345,6 +381,12 @@ TEST(TrainerTest, BadOptionsAreRefused) {
   }
   o.device_weights = {1e9, 1e-300};
   EXPECT_TRUE(make(o, 2, 2).ok());
+  o = {};
+  o.initial_weights = {1.0f, 2.0f};  // not the model's parameter count
+  EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
+  o.num_workers = 2;
+  o.worker_rank = 1;
+  EXPECT_EQ(make(o, 1, 1).message(), "worker 1 was given initial weights; only worker 0 sends them");
   o = {};
   o.overlap_min_bytes = -1024;
   EXPECT_EQ(make(o, 1, 1).message(), "--overlap_min_kb is -1, expected >= 0");

@@ -29,6 +29,7 @@
 #include "worker/data/dataset.h"
 #include "worker/device.h"
 #include "worker/gpu/gpu.h"
+#include "worker/init_weights.h"
 #include "worker/memory_check.h"
 #include "worker/metrics_csv.h"
 #include "worker/model/model.h"
@@ -156,6 +157,7 @@ absl::Status WorkerProcess::Train() {
   PSYNC_RETURN_IF_ERROR(OpenOutputs());
   StartMetrics();
   PSYNC_RETURN_IF_ERROR(BuildReplicas());
+  PSYNC_RETURN_IF_ERROR(LoadInitialWeights());
   LogModel();
   PSYNC_RETURN_IF_ERROR(CreateTrainer());
   // Also while the results are written, as before: a signal then is logged
@@ -271,6 +273,24 @@ absl::Status WorkerProcess::BuildReplicas() {
                                          t.replicas[0]->input_dim(), t.options.seed);
   if (!loaded.ok()) return BadConfig(loaded.status());  // a missing --data_dir, say
   t.data = *std::move(loaded);
+  return absl::OkStatus();
+}
+
+absl::Status WorkerProcess::LoadInitialWeights() {
+  const proto::JobConfig& c = loaded_.config;
+  Training& t = *training_;
+  if (rank_ != 0 || InitSourceOf(c) != InitSource::kWorker) return absl::OkStatus();
+  const std::string& path = c.training().init_weights();
+  if (path.empty()) {
+    t.options.initial_weights = SeedInitWeights(*t.layout);
+    LOG(INFO) << "worker 0 sends the initial weights (--init_from=worker), from --seed";
+    return absl::OkStatus();
+  }
+  // Before training starts: a file that does not fit the model stops the job here.
+  absl::StatusOr<std::vector<float>> read = ReadInitWeights(path, *t.layout);
+  if (!read.ok()) return BadConfig(read.status());
+  t.options.initial_weights = *std::move(read);
+  LOG(INFO) << "worker 0 sends the initial weights read from --init_weights=" << path;
   return absl::OkStatus();
 }
 

@@ -59,6 +59,9 @@ class WorkerProcess {
   void StartMetrics();
   // The devices, the reducer, a model per device, the layout and the data.
   absl::Status BuildReplicas();
+  // Worker 0 of a job whose init_from is worker: the initial weights it
+  // sends, from --init_weights (checked against the model) or the seed.
+  absl::Status LoadInitialWeights();
   void LogModel() const;
   absl::StatusOr<GrpcPsClientOptions> ClientOptions() const;
   absl::Status CreateTrainer();

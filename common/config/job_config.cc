@@ -28,6 +28,7 @@
 #include "common/rpc/tcp_congestion.h"
 #include "common/status_macros.h"
 #include "common/wire/wire_dtype.h"
+#include "common/config/init_source.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
@@ -179,6 +180,12 @@ void CheckTraining(const proto::JobConfig& c, Checker& check) {
                "an OpenBLAS core name such as Haswell, SkylakeX, Zen or Sandybridge (letters "
                "and digits), or empty for the kernels OpenBLAS picks");
   check.Expect("wire_dtype", ParseWireDType(t.wire_dtype()).ok(), WireDTypeChoices());
+  check.Expect("init_from", ParseInitSource(t.init_from()).ok(), InitSourceChoices());
+  // A file of initial weights is worker 0's to send: --init_from=seed
+  // would have the servers ignore it.
+  check.Expect("init_from", t.init_weights().empty() || !t.has_init_from() ||
+                                t.init_from() == InitSourceName(InitSource::kWorker),
+               "worker (or left out) with --init_weights, whose values worker 0 sends");
   check.Expect("push_window_kb", t.push_window_kb() >= 0 && t.push_window_kb() <= (1 << 30),
                "0..1073741824 (0: automatic)");
   check.Expect("overlap_min_kb", t.overlap_min_kb() >= 0 && t.overlap_min_kb() <= (1 << 30),
@@ -571,6 +578,11 @@ LrPolicy LrPolicyOf(const proto::JobConfig& config) {
   p.decay_factor = o.lr_decay_factor();
   p.final_lr = o.lr_final();
   return p;
+}
+
+InitSource InitSourceOf(const proto::JobConfig& config) {
+  if (!config.training().init_weights().empty()) return InitSource::kWorker;
+  return ParseInitSource(config.training().init_from()).value_or(InitSource::kSeed);
 }
 
 std::string UpdateRuleOf(const proto::JobConfig& config) {

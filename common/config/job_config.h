@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/config/init_source.h"
 #include "common/config/lr_policy.h"
 #include "proto/job_config.pb.h"
 
@@ -61,6 +62,10 @@ std::vector<std::string> ServerAddresses(const proto::JobConfig& config);
 
 // The learning-rate policy of optimizer.* . REQUIRES: a validated config.
 LrPolicy LrPolicyOf(const proto::JobConfig& config);
+
+// Where the job's initial weights come from: worker when training.init_weights
+// names a file, else training.init_from. REQUIRES: a validated config.
+InitSource InitSourceOf(const proto::JobConfig& config);
 
 // The job's optimizer and learning-rate settings as one line (its optimizer
 // section as text), which every server and worker of a job must share: a

@@ -73,6 +73,24 @@ TEST(JobConfigTest, ErrorsNameTheFileLineFieldValueAndExpectation) {
 }
 
 // Two output files that are one would keep only the one written last.
+TEST(JobConfigTest, InitWeightsImplyWorkerInit) {
+  absl::StatusOr<LoadedJobConfig> loaded = Load("");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(InitSourceOf(loaded->config), InitSource::kSeed);
+  loaded = Load("training { init_from: \"worker\" }");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(InitSourceOf(loaded->config), InitSource::kWorker);
+  loaded = Load("training { init_weights: \"w.safetensors\" }");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(InitSourceOf(loaded->config), InitSource::kWorker);
+  EXPECT_TRUE(Load("training { init_weights: \"w\" init_from: \"worker\" }").ok());
+  EXPECT_EQ(Load("training { init_weights: \"w\" init_from: \"seed\" }").status().message(),
+            "job.pbtxt:1: training.init_from is \"seed\", expected worker (or left out) with "
+            "--init_weights, whose values worker 0 sends");
+  EXPECT_EQ(Load("training { init_from: \"file\" }").status().message(),
+            "job.pbtxt:1: training.init_from is \"file\", expected seed or worker");
+}
+
 TEST(JobConfigTest, OutputFilesMustDiffer) {
   EXPECT_TRUE(Load("output { export_path: \"w.st\" summary: \"s.json\" trace: \"t.json\" }").ok());
   EXPECT_THAT(

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/config/init_source.h"
 #include "common/config/training_shape.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/chunk_wire.h"
@@ -180,6 +181,8 @@ class ParameterService final : public AsyncService {
     args.shape = TrainingShapeFromProto(req->shape());
     args.update_rule = req->update_rule();
     args.blas_kernels = req->blas_kernels();
+    if (req->init_from() == proto::INIT_SOURCE_SEED) args.init_from = InitSource::kSeed;
+    if (req->init_from() == proto::INIT_SOURCE_WORKER) args.init_from = InitSource::kWorker;
     args.peer = peer;
     auto result = store_->Register(args);
     if (!result.ok()) return result.status();
@@ -190,7 +193,9 @@ class ParameterService final : public AsyncService {
               << " chunks here, version " << result->version
               << (result->max_version != result->version
                       ? absl::StrCat(" to ", result->max_version, ": a step was pushed halfway")
-                      : std::string()) << ")";
+                      : std::string())
+              << (result->awaiting_initial_weights ? "; awaiting worker 0's initial weights" : "")
+              << ")";
     resp->set_server_rank(store_->options().server_rank);
     resp->set_layout_fingerprint(result->fingerprint);
     resp->set_version(result->version);

@@ -162,6 +162,11 @@ absl::Status PullWaiters::DeadlineError(const PullWaiter& waiter) const {
     Chunk& c = *waiter.shard->chunks[id];
     absl::MutexLock lock(&c.mu);
     if (c.version >= waiter.version) continue;
+    if (AwaitsInitialWeightsLocked(c)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "Pull: chunk ", id, " still awaits its initial weights from worker 0 "
+          "(--init_from=worker); waited for version ", waiter.version));
+    }
     return absl::DeadlineExceededError(absl::StrCat(
         "Pull: chunk ", id, " is still at version ", c.version, " (", c.num_received, " of ",
         num_workers_, " workers pushed step ", c.version, "); waited for version ",

@@ -78,6 +78,14 @@ absl::Status RegistrationCheck::CheckJob(const RegisterArgs& args, const Shard* 
         options_.server_rank, "'s are '", options_.update_rule,
         "': every server and worker of a job needs the same (--config or the optimizer flags)"));
   }
+  if (args.init_from.has_value() && *args.init_from != options_.init_from) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Register: worker ", rank, " takes its initial weights from the ",
+        InitSourceName(*args.init_from), ", server ", options_.server_rank, " from the ",
+        InitSourceName(options_.init_from),
+        ": every server and worker of a job needs the same --init_from (--init_weights "
+        "implies worker)"));
+  }
   if (shard != nullptr) {
     absl::Status same = args.shape.CheckSame(shard->shape);
     if (!same.ok()) {

@@ -4,9 +4,11 @@
 #define PSYNC_SERVER_STORE_REGISTRATION_CHECK_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/config/init_source.h"
 #include "common/config/training_shape.h"
 #include "common/model/layout.h"
 #include "server/store/shard.h"
@@ -26,6 +28,9 @@ struct RegisterArgs {
   TrainingShape shape;
   // UpdateRuleOf the worker's job; empty: not checked.
   std::string update_rule;
+  // Where the worker's job takes its initial weights from; nullopt: not
+  // checked (tools).
+  std::optional<InitSource> init_from;
   // The worker's BLAS library and kernels (RegisterRequest.blas_kernels);
   // empty: not said.
   std::string blas_kernels;

@@ -155,6 +155,24 @@ TEST(RegistrationCheckTest, OtherOptimizerSettingsAreRefusedUnlessEitherIsUnsaid
   EXPECT_TRUE(RegistrationCheck(TwoWorkers()).CheckJob(a, nullptr).ok());
 }
 
+TEST(RegistrationCheckTest, AnotherInitialWeightsSourceIsRefusedUnlessUnsaid) {
+  ShardStoreOptions o = TwoWorkers();
+  o.init_from = InitSource::kWorker;
+  const RegistrationCheck check(o);
+  const Layout layout = SmallLayout();
+  RegisterArgs a = Args(layout, 1);
+  a.init_from = InitSource::kSeed;
+  const absl::Status s = check.CheckJob(a, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Message(s), HasSubstr("worker 1 takes its initial weights from the seed, server 0 "
+                                    "from the worker: every server and worker of a job needs "
+                                    "the same --init_from"));
+  a.init_from = std::nullopt;  // a tool
+  EXPECT_TRUE(check.CheckJob(a, nullptr).ok());
+  a.init_from = InitSource::kWorker;
+  EXPECT_TRUE(check.CheckJob(a, nullptr).ok());
+}
+
 // Asked only when this registration would fix the layout: a server that
 // holds its share already has the memory.
 TEST(RegistrationCheckTest, TheFirstShareMustFitTheMemoryLeft) {

@@ -118,23 +118,27 @@ bool LowestVersionWaits(const Shard& shard, int num_workers, int64_t* version,
   for (int32_t id : shard.owned) {
     Chunk& c = *shard.chunks[id];
     absl::MutexLock lock(&c.mu);
-    if (!found || c.version < *version) {
-      *version = c.version;
+    // A chunk that awaits its initial weights counts as version 0, waiting
+    // for worker 0 since the shard was made.
+    const bool awaits = AwaitsInitialWeightsLocked(c);
+    const int64_t v = awaits ? 0 : c.version;
+    if (!found || v < *version) {
+      *version = v;
       waits_here = false;
       waiting_for->clear();
       *since = absl::InfinitePast();
-    } else if (c.version > *version) {
+    } else if (v > *version) {
       continue;
     }
     found = true;
-    if (c.num_received > 0 && (!waits_here || c.first_push < *since)) {
+    if ((awaits || c.num_received > 0) && (!waits_here || c.first_push < *since)) {
       // Read under the lock that chose it: once the step is applied,
       // received[] starts over.
       waits_here = true;
       *since = c.first_push;
       waiting_for->clear();
       for (int w = 0; w < num_workers; ++w) {
-        if (!c.received[w]) waiting_for->push_back(w);
+        if (awaits ? w == 0 : !c.received[w]) waiting_for->push_back(w);
       }
     }
   }

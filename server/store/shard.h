@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/config/init_source.h"
 #include "common/config/training_shape.h"
 #include "common/model/layout.h"
 #include "common/wire/byte_pieces.h"
@@ -138,6 +139,12 @@ struct Shard {
   std::atomic<bool> retired{false};
 };
 
+// Whether `chunk` awaits its initial weights from worker 0: at version
+// kInitialWeightsStep, with no state (server/store/initial_weights.h).
+inline bool AwaitsInitialWeightsLocked(const Chunk& chunk) ABSL_SHARED_LOCKS_REQUIRED(chunk.mu) {
+  return chunk.version == kInitialWeightsStep;
+}
+
 // A shard of `layout` for options.server_rank: every chunk it owns at
 // version 0, with no state yet and room for options.num_workers' pushes.
 std::shared_ptr<Shard> NewShard(const ShardStoreOptions& options, const Layout& layout,
@@ -165,7 +172,8 @@ absl::StatusOr<WireWeights> WeightsInLocked(const Shard& shard, Chunk& chunk,
 // The lowest version over `shard`'s chunks (false: it owns none); among
 // that version's chunks, the one waiting longest for pushes gives the
 // workers (of `num_workers`) it misses and since when (none: empty,
-// InfinitePast). Takes each chunk's lock in turn.
+// InfinitePast). A chunk that awaits its initial weights counts as version
+// 0 that waits for worker 0. Takes each chunk's lock in turn.
 bool LowestVersionWaits(const Shard& shard, int num_workers, int64_t* version,
                         std::vector<int>* waiting_for, absl::Time* since);
 

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/config/init_source.h"
 #include "common/config/lr_policy.h"
 #include "server/optimizer.h"
 
@@ -36,6 +37,10 @@ struct ShardStoreOptions {
   // UpdateRuleOf the job (optimizer and lr_policy as configured): a worker
   // registering with another is refused. Empty: not checked.
   std::string update_rule;
+  // Where a fresh shard's initial weights come from: the layout's seed, or
+  // worker 0 (its chunks await them; server/store/initial_weights.h). A
+  // worker registering with the other is refused.
+  InitSource init_from = InitSource::kSeed;
   // A worker not heard from (any request or heartbeat) for this long is
   // missing: its rank may be taken by a restarted process.
   absl::Duration worker_lease = absl::Seconds(1);

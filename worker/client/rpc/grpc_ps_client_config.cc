@@ -43,6 +43,7 @@ absl::StatusOr<GrpcPsClientOptions> GrpcPsClientOptionsFromConfig(const proto::J
   PSYNC_ASSIGN_OR_RETURN(options.wire_dtype, ParseWireDType(c.training().wire_dtype()));
   options.push_window_bytes = c.training().push_window_kb() << 10;
   options.update_rule = UpdateRuleOf(c);
+  options.init_from = InitSourceOf(c);
   PSYNC_ASSIGN_OR_RETURN(options.tcp_congestion, ParseTcpCongestion(c.cluster().tcp_congestion()));
   options.shared_memory = c.cluster().shared_memory();
   PSYNC_ASSIGN_OR_RETURN(options.shape, JobTrainingShape(c, train_samples));

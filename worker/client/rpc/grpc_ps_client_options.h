@@ -4,10 +4,12 @@
 #define PSYNC_WORKER_CLIENT_RPC_GRPC_PS_CLIENT_OPTIONS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/config/init_source.h"
 #include "common/config/training_shape.h"
 #include "common/rpc/tcp_congestion.h"
 #include "common/security/security.h"
@@ -35,6 +37,9 @@ struct GrpcPsClientOptions {
   // UpdateRuleOf the job; a server with other settings refuses it. Empty:
   // not checked.
   std::string update_rule;
+  // Where the job's initial weights come from (InitSourceOf); a server
+  // configured otherwise refuses the worker. nullopt: not said (tools).
+  std::optional<InitSource> init_from;
   // BlasInfo::Kernels() of this worker; servers in deterministic mode warn
   // when workers differ. Empty: not said.
   std::string blas_kernels;

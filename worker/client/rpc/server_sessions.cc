@@ -90,6 +90,10 @@ proto::RegisterRequest ServerSessions::RegisterRequest() const {
   TrainingShapeToProto(options_.shape, req.mutable_shape());
   req.set_update_rule(options_.update_rule);
   req.set_blas_kernels(options_.blas_kernels);
+  if (options_.init_from.has_value()) {
+    req.set_init_from(*options_.init_from == InitSource::kWorker ? proto::INIT_SOURCE_WORKER
+                                                                 : proto::INIT_SOURCE_SEED);
+  }
   return req;
 }
 

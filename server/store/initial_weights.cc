@@ -1,0 +1,66 @@
+#include "server/store/initial_weights.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace psync {
+namespace {
+
+// Where `chunk`'s value `i` lies in its tensor, for errors.
+std::string ValueName(const Shard& shard, const Chunk& chunk, int64_t i) {
+  const TensorSpec& tensor = shard.layout->tensors()[chunk.info.tensor];
+  return absl::StrCat("chunk ", chunk.info.id, " (", tensor.name, " values ",
+                      chunk.info.tensor_offset, "..",
+                      chunk.info.tensor_offset + chunk.info.num_elements - 1, "), value ",
+                      chunk.info.tensor_offset + i, " of ", tensor.name);
+}
+
+}  // namespace
+
+void AwaitInitialWeightsLocked(Chunk& chunk) {
+  chunk.version = kInitialWeightsStep;
+  chunk.current = nullptr;
+  chunk.previous = nullptr;
+  // Heartbeats and the status name worker 0 as awaited since then.
+  chunk.first_push = absl::Now();
+}
+
+absl::StatusOr<bool> SetInitialWeightsLocked(const Shard& shard, Chunk& chunk,
+                                             const ChunkPayload& payload,
+                                             const ChunkUpdater& updater) {
+  const int64_t n = chunk.info.num_elements;
+  std::vector<float> values(n);
+  DecodePieces(payload.dtype, payload.pieces, values.data());
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(values[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Push: initial weights of ", ValueName(shard, chunk, i), " are ", values[i],
+          ", expected a finite value"));
+    }
+  }
+  if (AwaitsInitialWeightsLocked(chunk)) {
+    auto state = std::make_shared<ChunkState>();
+    state->weights = std::move(values);
+    updater.InitOptimizerState(*state, n);
+    chunk.current = std::move(state);
+    chunk.version = 0;
+    return true;
+  }
+  const std::shared_ptr<ChunkState> kept = StateAtLocked(chunk, 0);
+  if (kept == nullptr) return false;  // past version 0: like a push for an applied step
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::memcmp(&kept->weights[i], &values[i], sizeof(float)) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Push: initial weights of ", ValueName(shard, chunk, i), " are ", values[i],
+          ", but the chunk was initialised with ", kept->weights[i],
+          ": worker 0 sent other initial weights before (--init_weights changed?)"));
+    }
+  }
+  return false;
+}
+
+}  // namespace psync

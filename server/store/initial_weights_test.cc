@@ -1,0 +1,96 @@
+#include "server/store/initial_weights.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace psync {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::string Bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+class InitialWeightsTest : public ::testing::Test {
+ protected:
+  InitialWeightsTest()
+      : updater_(options_),
+        shard_(NewShard(options_, *Layout::Create({{"w", {2}}}, 8, 1, 5), TrainingShape(), 0)) {
+    absl::MutexLock lock(&chunk().mu);
+    AwaitInitialWeightsLocked(chunk());
+  }
+
+  Chunk& chunk() { return *shard_->chunks[0]; }
+
+  absl::StatusOr<bool> Send(std::vector<float> values) {
+    const std::string b = Bytes(values);
+    ChunkPayload p{0, WireDType::kFloat32, {b}};
+    absl::MutexLock lock(&chunk().mu);
+    return SetInitialWeightsLocked(*shard_, chunk(), p, updater_);
+  }
+
+  ShardStoreOptions options_;
+  ChunkUpdater updater_;
+  std::shared_ptr<Shard> shard_;
+};
+
+TEST_F(InitialWeightsTest, AFreshChunkAwaitsThenTakesTheValuesAsVersionZero) {
+  {
+    absl::MutexLock lock(&chunk().mu);
+    EXPECT_TRUE(AwaitsInitialWeightsLocked(chunk()));
+    EXPECT_EQ(chunk().version, -1);
+    EXPECT_EQ(chunk().current, nullptr);
+  }
+  absl::StatusOr<bool> set = Send({0.5f, -2.0f});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_TRUE(*set);
+  absl::MutexLock lock(&chunk().mu);
+  EXPECT_FALSE(AwaitsInitialWeightsLocked(chunk()));
+  EXPECT_EQ(chunk().version, 0);
+  EXPECT_THAT(chunk().current->weights, ElementsAre(0.5f, -2.0f));
+  EXPECT_THAT(chunk().current->momentum, ElementsAre(0.0f, 0.0f));  // SGD with momentum
+}
+
+TEST_F(InitialWeightsTest, TheSameValuesAgainAreAcknowledgedOthersRefusedByChunk) {
+  ASSERT_TRUE(Send({0.5f, -2.0f}).ok());
+  absl::StatusOr<bool> again = Send({0.5f, -2.0f});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(*again);
+  absl::StatusOr<bool> other = Send({0.5f, -2.5f});
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other.status().message(),
+              HasSubstr("initial weights of chunk 0 (w values 0..1), value 1 of w are -2.5, but "
+                        "the chunk was initialised with -2"));
+  absl::MutexLock lock(&chunk().mu);
+  EXPECT_THAT(chunk().current->weights, ElementsAre(0.5f, -2.0f));
+}
+
+TEST_F(InitialWeightsTest, ValuesThatAreNotFiniteChangeNothing) {
+  absl::StatusOr<bool> set = Send({NAN, 1.0f});
+  EXPECT_EQ(set.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(set.status().message(), HasSubstr("value 0 of w are nan, expected a finite value"));
+  absl::MutexLock lock(&chunk().mu);
+  EXPECT_TRUE(AwaitsInitialWeightsLocked(chunk()));
+}
+
+TEST_F(InitialWeightsTest, AChunkPastVersionZeroAcknowledgesWithoutEffect) {
+  ASSERT_TRUE(Send({0.5f, -2.0f}).ok());
+  {
+    absl::MutexLock lock(&chunk().mu);
+    chunk().previous = nullptr;  // as after a step whose previous version was retired
+    chunk().version = 2;
+  }
+  absl::StatusOr<bool> late = Send({9.0f, 9.0f});
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_FALSE(*late);
+}
+
+}  // namespace
+}  // namespace psync

@@ -24,7 +24,8 @@ TEST(GrpcPsClientConfigTest, TakesEverySettingFromTheConfiguration) {
   const LoadedJobConfig loaded = Config(R"(
     cluster { servers: "a:1,b:2" num_workers: 4 shared_memory: false }
     training { devices: 2 batch_per_device: 8 epochs: 3 seed: 7 wire_dtype: "bf16"
-               push_window_kb: 64 accumulation_steps: 2 device_weights: "1, 3.0" }
+               push_window_kb: 64 accumulation_steps: 2 device_weights: "1, 3.0"
+               init_from: "worker" }
     timeouts { rpc_timeout_s: 9 connect_timeout_s: 8 peer_timeout_s: 7 worker_lease_ms: 600 }
   )");
   absl::StatusOr<GrpcPsClientOptions> o =
@@ -41,6 +42,7 @@ TEST(GrpcPsClientConfigTest, TakesEverySettingFromTheConfiguration) {
   EXPECT_EQ(o->push_window_bytes, 64 << 10);
   EXPECT_FALSE(o->shared_memory);
   EXPECT_EQ(o->update_rule, UpdateRuleOf(loaded.config));
+  EXPECT_EQ(o->init_from, InitSource::kWorker);
   EXPECT_TRUE(o->security.token.empty());
   // Global batch 4 x 2 x 8 x 2 = 128: 8 steps an epoch, 3 epochs.
   EXPECT_EQ(o->shape.Describe(), JobTrainingShape(loaded.config, 1000)->Describe());

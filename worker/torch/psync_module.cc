@@ -203,6 +203,7 @@ py::dict ReadJob(const std::vector<std::string>& args, int64_t train_samples) {
   d["seed"] = job->shape.seed;
   d["train_samples"] = train_samples;
   d["deterministic"] = job->config.training().deterministic();
+  d["data_dir"] = job->config.data().data_dir();
   return d;
 }
 

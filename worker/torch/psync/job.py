@@ -29,6 +29,7 @@ class Job:
     seed: int
     train_samples: int           # the training set's size, as given to init
     deterministic: bool
+    data_dir: str                # --data_dir: where Fashion-MNIST is, for scripts that read it
 
     @property
     def worker_batch(self) -> int:

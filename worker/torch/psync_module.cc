@@ -20,6 +20,7 @@
 #include "worker/torch/build_info.h"
 #include "worker/torch/tensor_client.h"
 #include "worker/torch/tensor_client_factory.h"
+#include "worker/torch/torch_job.h"
 #include "worker/torch/torch_tensor.h"
 
 namespace psync {
@@ -138,14 +139,14 @@ class Client {
   }
 
   void StartPushPull(int64_t step, int64_t sample_count, int first_tensor,
-                     const py::sequence& grads, const py::sequence& weights) {
+                     const py::sequence& grads, const py::sequence& weights, float grad_scale) {
     const std::vector<TensorView> g = Views("grads", grads, first_tensor, client_->layout());
     const std::vector<TensorView> w = Views("weights", weights, first_tensor, client_->layout());
     started_.push_back(weights);  // alive until Wait has written them
     absl::Status started;
     {
       py::gil_scoped_release release;
-      started = client_->StartPushPull(step, sample_count, first_tensor, g, w);
+      started = client_->StartPushPull(step, sample_count, first_tensor, g, w, grad_scale);
     }
     if (!started.ok()) started_.pop_back();
     Check(started);
@@ -167,7 +168,7 @@ class Client {
 
   void PushPull(int64_t step, int64_t sample_count, const py::sequence& grads,
                 const py::sequence& weights) {
-    StartPushPull(step, sample_count, 0, grads, weights);
+    StartPushPull(step, sample_count, 0, grads, weights, 1.0f);
     Wait();
   }
 
@@ -186,6 +187,25 @@ class Client {
   std::unique_ptr<TensorClient> client_;
   std::vector<py::sequence> started_;
 };
+
+// The job `args` describe, as psync.torch.init shows it: what a torch
+// worker needs to know of its configuration to cut its batches.
+py::dict ReadJob(const std::vector<std::string>& args, int64_t train_samples) {
+  absl::StatusOr<TorchJob> job = ReadTorchJob(args, train_samples);
+  Check(job.status());
+  py::dict d;
+  d["worker_rank"] = job->worker_rank;
+  d["num_workers"] = job->num_workers;
+  d["devices"] = job->shape.devices;
+  d["batch_per_device"] = job->shape.batch_per_device;
+  d["accumulation_steps"] = job->shape.accumulation_steps;
+  d["steps"] = job->shape.total_steps;
+  d["seed"] = job->shape.seed;
+  d["train_samples"] = train_samples;
+  d["deterministic"] = job->config.training().deterministic();
+  d["data_dir"] = job->config.data().data_dir();
+  return d;
+}
 
 void DefineErrors(py::module_& m) {
   error_type = PyErr_NewExceptionWithDoc(
@@ -211,6 +231,7 @@ PYBIND11_MODULE(_psync, m) {
   m.attr("built_torch_version") = psync::kBuiltTorchVersion;
   m.attr("built_cxx11_abi") = psync::kBuiltTorchCxx11Abi;
   psync::DefineErrors(m);
+  m.def("read_job", &psync::ReadJob, py::arg("args"), py::arg("train_samples") = 0);
   py::class_<Client>(m, "Client")
       .def(py::init<const std::vector<std::string>&,
                     const std::vector<std::pair<std::string, std::vector<int64_t>>>&, int64_t>(),
@@ -221,7 +242,8 @@ PYBIND11_MODULE(_psync, m) {
       .def("pull", &Client::Pull, py::arg("version"), py::arg("weights"),
            py::arg("precision") = "wire")
       .def("start_push_pull", &Client::StartPushPull, py::arg("step"), py::arg("sample_count"),
-           py::arg("first_tensor"), py::arg("grads"), py::arg("weights"))
+           py::arg("first_tensor"), py::arg("grads"), py::arg("weights"),
+           py::arg("grad_scale") = 1.0f)
       .def("wait", &Client::Wait)
       .def("push_pull", &Client::PushPull, py::arg("step"), py::arg("sample_count"),
            py::arg("grads"), py::arg("weights"))

@@ -1,6 +1,7 @@
 #include "worker/torch/tensor_client.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -87,7 +88,12 @@ absl::Status TensorClient::Pull(int64_t version, PullPrecision precision,
 
 absl::Status TensorClient::StartPushPull(int64_t step, int64_t sample_count, int first_tensor,
                                          const std::vector<TensorView>& grads,
-                                         const std::vector<TensorView>& weights) {
+                                         const std::vector<TensorView>& weights,
+                                         float grad_scale) {
+  if (!std::isfinite(grad_scale) || grad_scale <= 0.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PushPull: grad_scale is ", grad_scale, ", expected a finite value > 0"));
+  }
   PSYNC_RETURN_IF_ERROR(CheckViews("PushPull", "gradients", first_tensor, grads));
   PSYNC_RETURN_IF_ERROR(CheckViews("PushPull", "weights", first_tensor, weights));
   if (grads.size() != weights.size() || grads.empty()) {
@@ -106,8 +112,13 @@ absl::Status TensorClient::StartPushPull(int64_t step, int64_t sample_count, int
   }
   for (int i = first_tensor; i < end; ++i) {
     const TensorView& g = grads[i - first_tensor];
-    std::copy(g.data, g.data + layout_.tensors()[i].NumElements(),
-              grads_ + layout_.tensor_offset(i));
+    const int64_t n = layout_.tensors()[i].NumElements();
+    float* to = grads_ + layout_.tensor_offset(i);
+    if (grad_scale == 1.0f) {
+      std::copy(g.data, g.data + n, to);
+    } else {
+      for (int64_t k = 0; k < n; ++k) to[k] = g.data[k] * grad_scale;
+    }
   }
   PSYNC_RETURN_IF_ERROR(
       client_->StartPushPull(step, sample_count, first_tensor, end, grads_, weights_));

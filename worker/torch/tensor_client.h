@@ -51,10 +51,14 @@ class TensorClient {
   // vector and starts their push-pull for `step`; returns at once. Wait()
   // then writes version step + 1 into `weights` (views of the same
   // tensors), which must stay valid until it returns. `grads` may be reused
-  // at once. A tensor may be started once between two Waits.
+  // at once. A tensor may be started once between two Waits. Each gradient
+  // is multiplied by `grad_scale` on its way into the flat vector (a
+  // framework's gradient of a mean loss times the samples it averaged over
+  // is their sum), at no cost beyond the copy; 1 copies it as it is.
   absl::Status StartPushPull(int64_t step, int64_t sample_count, int first_tensor,
                              const std::vector<TensorView>& grads,
-                             const std::vector<TensorView>& weights) ABSL_LOCKS_EXCLUDED(mu_);
+                             const std::vector<TensorView>& weights, float grad_scale = 1.0f)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Waits for every started push-pull and copies their weights out; on an
   // error those weights are left as they were. Returns the first error.

@@ -1,5 +1,6 @@
 #include "worker/torch/tensor_client.h"
 
+#include <cmath>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -90,6 +91,22 @@ TEST(TensorClientTest, PushPullCopiesGradsInAndWeightsOutAfterWait) {
   EXPECT_THAT(f.w, ElementsAre(11, 12, 13, 14, 15, 16));
   EXPECT_THAT(f.b, ElementsAre(17, 18, 19));
   EXPECT_EQ(f.fake->sample_count_, 4);
+}
+
+TEST(TensorClientTest, GradScaleMultipliesTheGradientsOnTheirWayIn) {
+  Fixture f(/*shared=*/true);
+  std::vector<float> gw = {1, 2, 3, 4, 5, 6}, gb = {0.5f, 0.25f, -1};
+  ASSERT_TRUE(f.client->StartPushPull(0, 32, 0, {{gw.data(), {2, 3}}, {gb.data(), {3}}},
+                                      f.Weights(), 32.0f)
+                  .ok());
+  EXPECT_THAT(f.fake->shared_grads_, ElementsAre(32, 64, 96, 128, 160, 192, 16, 8, -32));
+  EXPECT_THAT(gw, ElementsAre(1, 2, 3, 4, 5, 6));  // the caller's gradients are left alone
+  ASSERT_TRUE(f.client->Wait().ok());
+  for (float bad : {0.0f, -2.0f, std::nanf("")}) {
+    EXPECT_THAT(f.client->StartPushPull(1, 1, 1, {{gb.data(), {3}}}, {{f.b.data(), {3}}}, bad)
+                    .message(),
+                HasSubstr("expected a finite value > 0"));
+  }
 }
 
 TEST(TensorClientTest, UsesTheClientsSharedMemoryWhereItHasSome) {

@@ -6,6 +6,10 @@ parameters as the layout (names and shapes, as ``named_parameters()`` gives
 them), and moves float32 CPU tensors to and from the servers in place. Every
 call that waits releases the GIL. Failures raise :class:`psync.Error` with
 the client's message and its status ``code``.
+
+Training a model goes through :func:`init` (the job's configuration) and
+:class:`DistributedOptimizer` (gradients pushed from backward's hooks, the
+new weights written into the parameters), both re-exported here.
 """
 
 from typing import List, Sequence, Tuple
@@ -71,11 +75,15 @@ class Client:
         self._client.push_pull(step, sample_count, list(grads), list(weights))
 
     def start_push_pull(self, step: int, sample_count: int, first_tensor: int,
-                        grads: Sequence[torch.Tensor], weights: Sequence[torch.Tensor]) -> None:
+                        grads: Sequence[torch.Tensor], weights: Sequence[torch.Tensor],
+                        grad_scale: float = 1.0) -> None:
         """Starts :meth:`push_pull` for layout tensors ``first_tensor ..
         first_tensor + len(grads) - 1`` and returns at once (the gradients are copied
-        before it returns); :meth:`wait` writes their new weights."""
-        self._client.start_push_pull(step, sample_count, first_tensor, list(grads), list(weights))
+        before it returns, times ``grad_scale``: a mean's gradient times its sample
+        count is their sum; ``grads`` are left as they are); :meth:`wait` writes
+        their new weights."""
+        self._client.start_push_pull(step, sample_count, first_tensor, list(grads),
+                                     list(weights), grad_scale)
 
     def wait(self) -> None:
         """Waits for every started push-pull and writes their weights in place."""
@@ -88,3 +96,10 @@ class Client:
     def cancel(self) -> None:
         """Makes calls in flight, and later ones, fail (code ``'CANCELLED'``); any thread."""
         self._client.cancel()
+
+
+# The training API over the client (imported last: it builds on Client).
+from .job import Job, init  # noqa: E402  pylint: disable=wrong-import-position
+from .optimizer import (  # noqa: E402  pylint: disable=wrong-import-position
+    BackwardAfterPushError, DistributedOptimizer, OptimizerError, ParametersChangedError,
+    SparseGradientError, StepWithoutBackwardError, trainable_parameters)

@@ -1,0 +1,58 @@
+"""The job a torch worker belongs to: :func:`init` reads its configuration.
+
+A torch worker reads the same configuration as ``psync_worker`` and the
+servers, from the same arguments: ``--config=FILE`` (a file every process of
+the job shares), the job's flags over it (docs/configuration.md) and
+``--worker_rank=N`` or ``--worker_rank=auto`` (``$JOB_COMPLETION_INDEX``, an
+Indexed Job's completion index). The C++ client does the reading, so the
+values, defaults and error messages are the daemons' own.
+"""
+
+import dataclasses
+import sys
+from typing import Optional, Sequence, Tuple
+
+from . import _psync
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One worker's view of the job's configuration (read-only)."""
+
+    args: Tuple[str, ...]        # the arguments it was read from, for the client
+    worker_rank: int             # this worker, in 0 .. num_workers - 1
+    num_workers: int
+    devices: int                 # --devices: this worker's share is devices x batch_per_device
+    batch_per_device: int
+    accumulation_steps: int      # backward passes (micro-batches) per step
+    steps: int                   # --steps, or --epochs over train_samples (0 if unknown)
+    seed: int
+    train_samples: int           # the training set's size, as given to init
+    deterministic: bool
+    data_dir: str                # --data_dir: where Fashion-MNIST is, for scripts that read it
+
+    @property
+    def worker_batch(self) -> int:
+        """Samples this worker feeds to one backward pass: devices x batch_per_device."""
+        return self.devices * self.batch_per_device
+
+    @property
+    def global_batch(self) -> int:
+        """Samples of one step over every worker and micro-batch."""
+        return self.num_workers * self.worker_batch * self.accumulation_steps
+
+
+def init(args: Optional[Sequence[str]] = None, train_samples: int = 0) -> Job:
+    """Reads the job's configuration from ``args`` (default: ``sys.argv[1:]``).
+
+    ``args`` are the job's flags only, as strings (``"--servers=h:7070"``,
+    ``"--config=job.txt"``, ``"--worker_rank=auto"``); a script with flags of
+    its own parses those first (``argparse``'s ``parse_known_args``) and
+    passes the rest. ``train_samples`` is the training set's size: the
+    servers' learning-rate schedule counts epochs with it, and ``--epochs``
+    becomes :attr:`Job.steps` through it. Sends nothing. Raises
+    :class:`psync.InvalidArgumentError` naming a bad or unknown flag.
+    """
+    given = tuple(sys.argv[1:] if args is None else args)
+    info = _psync.read_job(list(given), train_samples)
+    return Job(args=given, **info)

@@ -1,0 +1,280 @@
+"""DistributedOptimizer: a torch model trained by psync's parameter servers.
+
+The optimizer registers the model's trainable parameters as the job's
+layout, pulls the servers' weights into them, and then, each step, pushes
+every parameter's gradient from a hook on its gradient accumulator the
+moment backward has produced it, so communication overlaps the rest of
+backward; :meth:`DistributedOptimizer.step` waits for the new weights and
+writes them into the parameters in place. The update itself (SGD, momentum,
+Nesterov, weight decay, Adam, AdamW, warm-up, schedules) is the servers':
+no optimizer state lives here. Not thread-safe: one training loop drives it.
+"""
+
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import _psync
+from .job import Job
+from .torch import Client
+
+
+class OptimizerError(RuntimeError):
+    """The training loop used the optimizer in a way it cannot serve."""
+
+
+class StepWithoutBackwardError(OptimizerError):
+    """``step()`` came before any backward pass of this step reached a parameter."""
+
+
+class BackwardAfterPushError(OptimizerError):
+    """A parameter got a gradient after its push for this step had started (more
+    backward passes than ``accumulation_steps`` before ``step()``)."""
+
+
+class SparseGradientError(OptimizerError, TypeError):
+    """A parameter's gradient is sparse (e.g. ``nn.Embedding(sparse=True)``); psync
+    pushes dense gradients."""
+
+
+class ParametersChangedError(OptimizerError):
+    """The model's trainable parameters are no longer those registered: one was
+    added, removed, replaced, or resized."""
+
+
+def trainable_parameters(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Parameter]]:
+    """``(name, parameter)`` of ``model``'s parameters that require a gradient,
+    in ``named_parameters()`` order: what the optimizer registers."""
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+class DistributedOptimizer:
+    """Trains ``model`` through the servers of ``job`` (see :func:`psync.torch.init`).
+
+    Construction registers the model's trainable parameters (names and shapes
+    from ``named_parameters()``; every worker's must be the same) and writes
+    the servers' weights of the step training resumes from into them, in
+    place; :attr:`step_number` is that step. Parameters must be dense float32
+    CPU tensors; those with ``requires_grad=False`` are not registered and
+    stay as they are.
+
+    Gradients are taken to be of a MEAN loss over this worker's samples of one
+    backward pass, ``samples`` of them (:attr:`samples`, by default
+    ``job.worker_batch``): each is multiplied by ``samples`` on its way into
+    the client's buffer (the gradient sum the servers divide by the step's
+    sample count), so the update equals single-process training on the mean
+    loss over the global batch. With ``accumulation_steps = K`` a step is K
+    backward passes (K micro-batches, each loss a mean over its own
+    ``samples``, gradients left to accumulate in ``.grad`` as torch does):
+    a parameter is pushed when the K-th pass has produced its gradient.
+    """
+
+    def __init__(self, model: torch.nn.Module, job: Job) -> None:
+        self._model = model
+        self._job = job
+        named = trainable_parameters(model)
+        if not named:
+            raise ValueError("DistributedOptimizer: the model has no parameter that requires "
+                             "a gradient, expected one at least")
+        for name, p in named:
+            if p.dtype != torch.float32 or p.device.type != "cpu" or p.is_sparse:
+                raise TypeError(f"DistributedOptimizer: parameter '{name}' is {p.dtype} on "
+                                f"{p.device}, expected a dense torch.float32 CPU tensor")
+        self._names = [n for n, _ in named]
+        self._params = [p for _, p in named]
+        self._shapes = [tuple(p.shape) for p in self._params]
+        self._client = Client(job.args, list(zip(self._names, self._shapes)), job.train_samples)
+        self._hooks = []
+        self._accumulators = []  # kept alive: a hook lives as long as its node
+        self.step_number = self._client.register()
+        self._pull(self.step_number)
+        self._reset_step()
+        for i, p in enumerate(self._params):
+            self._hook(i, p)
+
+    @property
+    def job(self) -> Job:
+        return self._job
+
+    @property
+    def client(self) -> Client:
+        """The underlying :class:`psync.torch.Client`."""
+        return self._client
+
+    @property
+    def samples(self) -> int:
+        """This worker's samples in each backward pass of the current step."""
+        return self._samples
+
+    @samples.setter
+    def samples(self, n: int) -> None:
+        """Sets this step's samples per backward pass (a last, partial batch); set it
+        before the step's first backward. Back to ``job.worker_batch`` after step()."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"samples is {n!r}, expected an int >= 1")
+        if any(self._fired):
+            raise OptimizerError(f"samples set to {n} after step {self.step_number}'s backward "
+                                 f"began, expected it before the step's first backward")
+        self._samples = n
+
+    @property
+    def in_flight(self) -> List[str]:
+        """Names of the parameters whose push for this step has started."""
+        return [n for n, started in zip(self._names, self._started) if started]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clears every registered parameter's gradient (None, or zeros in place)."""
+        for p in self._params:
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad.detach_()
+                p.grad.zero_()
+
+    def step(self) -> None:
+        """Ends step :attr:`step_number`: pushes what backward has not yet pushed,
+        waits, and writes the weights of the next step into the parameters in place.
+
+        A parameter that no backward pass of this step reached is pushed as
+        zeros (its ``.grad`` is ignored): the servers still apply weight decay
+        and momentum to it, as ``torch.optim`` does to a zero gradient
+        (``zero_grad(set_to_none=False)``). Raises
+        :class:`StepWithoutBackwardError` if no backward came since the last
+        step, and :class:`psync.Error` if the servers fail (code ``'ABORTED'``:
+        they rolled back; call :meth:`recover`).
+        """
+        if not any(self._fired):
+            raise StepWithoutBackwardError(
+                f"step() for step {self.step_number} without a backward pass: no parameter got "
+                f"a gradient since the last step (call loss.backward() first)")
+        self._start_runs([i for i, started in enumerate(self._started) if not started])
+        self._client.wait()
+        self.step_number += 1
+        self._reset_step()
+
+    def recover(self) -> int:
+        """After a :class:`psync.Error` with code ``'ABORTED'`` (the servers rolled
+        back): registers again, writes the weights of the step the job resumes from
+        into the parameters, and returns that step (also :attr:`step_number`).
+        Gradients of the abandoned step are dropped; clear ``.grad`` before the next."""
+        try:
+            self._client.wait()  # the abandoned step's calls end (with their error)
+        except _psync.Error:
+            pass
+        self.step_number = self._client.register()
+        self._pull(self.step_number)
+        self._reset_step()
+        return self.step_number
+
+    def finish(self) -> None:
+        """Says this worker trained up to :attr:`step_number`, waits for the others
+        (the servers' Finish), and removes the hooks."""
+        self._client.finish(self.step_number)
+        self.close()
+
+    def close(self) -> None:
+        """Removes the gradient hooks; the parameters keep their last weights."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        self._accumulators.clear()
+
+    def __enter__(self) -> "DistributedOptimizer":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """Finishes on a clean exit; after an exception, cancels what is in flight
+        (nothing waits on it) and lets the exception go on."""
+        if exc_type is None:
+            self.finish()
+        else:
+            self._client.cancel()
+            self.close()
+
+    # The rest runs inside backward (the hooks) or in step().
+
+    def _reset_step(self) -> None:
+        n = len(self._params)
+        self._fired = [0] * n      # backward passes that reached each parameter
+        self._started = [False] * n
+        self._checked = False
+        self._samples = self._job.worker_batch
+
+    def _pull(self, version: int) -> None:
+        with torch.no_grad():
+            self._client.pull(version, self._params)
+
+    def _hook(self, i: int, p: torch.nn.Parameter) -> None:
+        # torch 1.13 has no post-accumulate-grad hook on a tensor: the hook of its
+        # AccumulateGrad node runs once per backward, after .grad is updated.
+        accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+        self._hooks.append(accumulator.register_hook(self._on_gradient(i)))
+        self._accumulators.append(accumulator)
+
+    def _on_gradient(self, i: int) -> Callable[..., None]:
+        def hook(*_unused) -> None:
+            if not self._checked:
+                self._check_parameters()  # before this step's first push
+                self._checked = True
+            if self._started[i]:
+                raise BackwardAfterPushError(
+                    f"parameter '{self._names[i]}' got a gradient after its push for step "
+                    f"{self.step_number}: call step() after every {self._job.accumulation_steps} "
+                    f"backward pass(es) (--accumulation_steps)")
+            self._fired[i] += 1
+            if self._fired[i] == self._job.accumulation_steps:
+                self._start_runs([i])
+        return hook
+
+    def _check_parameters(self) -> None:
+        now = trainable_parameters(self._model)
+        by_name = dict(now)
+        registered = set(self._names)
+        for name, p, shape in zip(self._names, self._params, self._shapes):
+            q = by_name.get(name)
+            if q is None:
+                raise ParametersChangedError(
+                    f"parameter '{name}' was removed (or stopped requiring a gradient) after "
+                    f"the optimizer registered it")
+            if q is not p:
+                raise ParametersChangedError(
+                    f"parameter '{name}' was replaced by another tensor after the optimizer "
+                    f"registered it; change its values in place (under torch.no_grad()) instead")
+            if tuple(p.shape) != shape:
+                raise ParametersChangedError(
+                    f"parameter '{name}' has shape {list(p.shape)}, registered with "
+                    f"{list(shape)}")
+        for name, _ in now:
+            if name not in registered:
+                raise ParametersChangedError(
+                    f"parameter '{name}' was added after the optimizer registered the model; "
+                    f"build the model completely before DistributedOptimizer")
+
+    def _gradient(self, i: int) -> torch.Tensor:
+        g = self._params[i].grad if self._fired[i] else None
+        if g is None:
+            return torch.zeros_like(self._params[i])  # no gradient this step: zeros
+        if g.is_sparse:
+            raise SparseGradientError(
+                f"parameter '{self._names[i]}' has a sparse gradient, expected a dense one "
+                f"(e.g. nn.Embedding(sparse=False))")
+        return g if g.is_contiguous() else g.contiguous()
+
+    def _start_runs(self, indices: Sequence[int]) -> None:
+        """Starts the push-pull of the parameters ``indices`` (ascending), one call
+        per run of consecutive ones."""
+        runs: List[List[int]] = []
+        for i in indices:
+            if runs and runs[-1][-1] == i - 1:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        for run in runs:
+            grads = [self._gradient(i) for i in run]
+            self._client.start_push_pull(
+                self.step_number, self._samples * self._job.accumulation_steps, run[0], grads,
+                [self._params[i] for i in run], grad_scale=float(self._samples))
+            for i in run:
+                self._started[i] = True

@@ -151,9 +151,7 @@ class EquivalenceTest(unittest.TestCase):
 class OverlapTest(unittest.TestCase):
 
     def test_pushes_start_inside_backward_and_are_answered_without_step(self):
-        # Payloads over gRPC: with memory shared with the server, started calls
-        # were seen to wait (about a minute) for step()'s wait() in Bazel's sandbox.
-        job = JOB + ["--num_workers=1", "--batch_per_device=32", "--noshared_memory"]
+        job = JOB + ["--num_workers=1", "--batch_per_device=32"]
         with Servers(job) as servers:
             answered = 'psync_server_requests_total{method="PushPull",code="OK"}'
             model = Mlp()

@@ -1,7 +1,8 @@
 """psync.torch.DistributedOptimizer against real psync_server processes:
 one worker and two worker processes train an MLP with SGD (momentum, weight
 decay) exactly as single-process torch.optim.SGD does on the global batch;
-gradient accumulation equals the doubled batch; pushes start inside backward;
+gradient accumulation equals the doubled batch; with --init_from=worker every
+worker starts from worker 0's model; pushes start inside backward;
 each misuse raises its named error; examples/torch/train_mlp.py trains. Run by run_python_test.sh with the
 interpreter psync was built for; bounds its own time and stops its servers.
 
@@ -146,6 +147,43 @@ class EquivalenceTest(unittest.TestCase):
             self.assertTrue(torch.equal(first0[name], first1[name]), name)
             self.assertTrue(torch.equal(last0[name], last1[name]), name)
         self.assert_same_weights(last0, train_torch(first0), first0)
+
+
+class InitialWeightsTest(unittest.TestCase):
+    """--init_from=worker: worker 0's model is every worker's starting point."""
+
+    JOB = JOB + ["--num_workers=2", "--batch_per_device=16", "--init_from=worker"]
+
+    def optimizer(self, servers: Servers, model: torch.nn.Module, rank: int,
+                  extra: Sequence[str] = ()) -> pt.DistributedOptimizer:
+        args = [servers.flag] + self.JOB + [f"--worker_rank={rank}"] + list(extra)
+        return pt.DistributedOptimizer(model, pt.init(args))
+
+    def test_worker_0s_values_become_the_servers_initial_weights(self):
+        with Servers(self.JOB, count=2) as servers:
+            torch.manual_seed(1)
+            model0 = Mlp()
+            own0 = {n: p.detach().clone() for n, p in model0.named_parameters()}
+            torch.manual_seed(2)
+            model1 = Mlp()  # other values, which the servers' must replace
+            self.assertFalse(torch.equal(model1.fc1.weight, model0.fc1.weight))
+            opt0 = self.optimizer(servers, model0, 0)
+            opt1 = self.optimizer(servers, model1, 1)
+            try:
+                self.assertEqual((opt0.step_number, opt1.step_number), (0, 0))
+                for model in (model0, model1):
+                    for n, p in model.named_parameters():
+                        self.assertTrue(torch.equal(p.detach(), own0[n]), n)
+            finally:
+                for opt in (opt0, opt1):
+                    opt.client.cancel()
+                    opt.close()
+
+    def test_a_worker_of_another_init_from_is_refused_naming_both(self):
+        with Servers(self.JOB, count=2) as servers:
+            with self.assertRaisesRegex(psync.Error,
+                                        "from the seed, server 0 from the worker.*--init_from"):
+                self.optimizer(servers, Mlp(), 0, ["--init_from=seed"])
 
 
 class OverlapTest(unittest.TestCase):

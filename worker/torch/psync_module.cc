@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/config/job_config.h"
 #include "worker/torch/build_info.h"
 #include "worker/torch/tensor_client.h"
 #include "worker/torch/tensor_client_factory.h"
@@ -204,6 +205,7 @@ py::dict ReadJob(const std::vector<std::string>& args, int64_t train_samples) {
   d["train_samples"] = train_samples;
   d["deterministic"] = job->config.training().deterministic();
   d["data_dir"] = job->config.data().data_dir();
+  d["init_from"] = std::string(InitSourceName(InitSourceOf(job->config)));
   return d;
 }
 
@@ -231,6 +233,8 @@ PYBIND11_MODULE(_psync, m) {
   m.attr("built_torch_version") = psync::kBuiltTorchVersion;
   m.attr("built_cxx11_abi") = psync::kBuiltTorchCxx11Abi;
   psync::DefineErrors(m);
+  // The push step whose values are the servers' initial weights (--init_from=worker).
+  m.attr("INITIAL_WEIGHTS_STEP") = psync::kInitialWeightsStep;
   m.def("read_job", &psync::ReadJob, py::arg("args"), py::arg("train_samples") = 0);
   py::class_<Client>(m, "Client")
       .def(py::init<const std::vector<std::string>&,

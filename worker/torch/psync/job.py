@@ -30,6 +30,7 @@ class Job:
     train_samples: int           # the training set's size, as given to init
     deterministic: bool
     data_dir: str                # --data_dir: where Fashion-MNIST is, for scripts that read it
+    init_from: str               # "seed" (the servers') or "worker" (worker 0's model), --init_from
 
     @property
     def worker_batch(self) -> int:

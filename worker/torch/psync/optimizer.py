@@ -1,7 +1,8 @@
 """DistributedOptimizer: a torch model trained by psync's parameter servers.
 
 The optimizer registers the model's trainable parameters as the job's
-layout, pulls the servers' weights into them, and then, each step, pushes
+layout, starts from worker 0's values of them (``--init_from=worker``) or
+the servers' (the seed's), and then, each step, pushes
 every parameter's gradient from a hook on its gradient accumulator the
 moment backward has produced it, so communication overlaps the rest of
 backward; :meth:`DistributedOptimizer.step` waits for the new weights and
@@ -54,7 +55,9 @@ class DistributedOptimizer:
     Construction registers the model's trainable parameters (names and shapes
     from ``named_parameters()``; every worker's must be the same) and writes
     the servers' weights of the step training resumes from into them, in
-    place; :attr:`step_number` is that step. Parameters must be dense float32
+    place; :attr:`step_number` is that step. With ``--init_from=worker`` (the
+    job's, servers' too), a job at step 0 starts from worker 0's parameter
+    values: worker 0 sends them and every other worker pulls them. Parameters must be dense float32
     CPU tensors; those with ``requires_grad=False`` are not registered and
     stay as they are.
 
@@ -86,8 +89,12 @@ class DistributedOptimizer:
         self._client = Client(job.args, list(zip(self._names, self._shapes)), job.train_samples)
         self._hooks = []
         self._accumulators = []  # kept alive: a hook lives as long as its node
-        self.step_number = self._client.register()
-        self._pull(self.step_number)
+        # With --init_from=worker, worker 0's model is the job's starting point;
+        # its values are kept to be sent again if the servers roll back to 0.
+        self._initial = None
+        if job.init_from == "worker" and job.worker_rank == 0:
+            self._initial = [p.detach().clone() for p in self._params]
+        self.step_number = self._join()
         self._reset_step()
         for i, p in enumerate(self._params):
             self._hook(i, p)
@@ -163,8 +170,7 @@ class DistributedOptimizer:
             self._client.wait()  # the abandoned step's calls end (with their error)
         except _psync.Error:
             pass
-        self.step_number = self._client.register()
-        self._pull(self.step_number)
+        self.step_number = self._join()
         self._reset_step()
         return self.step_number
 
@@ -202,9 +208,19 @@ class DistributedOptimizer:
         self._checked = False
         self._samples = self._job.worker_batch
 
-    def _pull(self, version: int) -> None:
+    def _join(self) -> int:
+        """Registers and writes the weights of the step the job resumes from into
+        the parameters. At version 0 of a job whose initial weights are worker 0's,
+        worker 0 sends its initial values (the push of INITIAL_WEIGHTS_STEP,
+        answered with version 0) and the other workers' pulls wait for them."""
+        step = self._client.register()
         with torch.no_grad():
-            self._client.pull(version, self._params)
+            if step == 0 and self._initial is not None:
+                self._client.push_pull(_psync.INITIAL_WEIGHTS_STEP, 0, self._initial,
+                                       self._params)
+            else:
+                self._client.pull(step, self._params)
+        return step
 
     def _hook(self, i: int, p: torch.nn.Parameter) -> None:
         # torch 1.13 has no post-accumulate-grad hook on a tensor: the hook of its

@@ -58,7 +58,8 @@ def main() -> int:
         while opt.step_number < job.steps:
             step = opt.step_number
             x, y = global_batch(job, step)
-            mine = slice(job.worker_rank * job.worker_batch, (job.worker_rank + 1) * job.worker_batch)
+            first = job.worker_rank * job.worker_batch
+            mine = slice(first, first + job.worker_batch)
             try:
                 opt.zero_grad()
                 F.cross_entropy(model(x[mine]), y[mine]).backward()

@@ -173,7 +173,9 @@ absl::Status Validate(const LoadedJobConfig& loaded, bool worker_cmd_given) {
         "--secure makes its own certificates and token, expected no security.tls_cert, "
         "tls_ca or auth_token_file with it");
   }
-  if (worker_cmd_given) PSYNC_RETURN_IF_ERROR(ValidateWorkerCommand(absl::GetFlag(FLAGS_worker_cmd)));
+  if (worker_cmd_given) {
+    PSYNC_RETURN_IF_ERROR(ValidateWorkerCommand(absl::GetFlag(FLAGS_worker_cmd)));
+  }
   if (absl::GetFlag(FLAGS_max_restarts) < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_restarts is ", absl::GetFlag(FLAGS_max_restarts), ", expected >= 0 (0: none)"));

@@ -36,7 +36,8 @@ std::string ShellExitReason(int code) {
 std::string FindPythonPackageDir(const std::string& self) {
   std::vector<std::string> candidates = {
       (std::filesystem::path(self).parent_path().parent_path() / "lib/python").string()};
-  for (const std::string& init : RunfilesCandidates(self, "worker/torch", "python/psync/__init__.py")) {
+  for (const std::string& init :
+       RunfilesCandidates(self, "worker/torch", "python/psync/__init__.py")) {
     candidates.push_back(std::filesystem::path(init).parent_path().parent_path().string());
   }
   for (const std::string& dir : candidates) {

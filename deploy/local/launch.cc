@@ -5,7 +5,8 @@
 // file with this host's addresses),
 // restarts a process that dies (at most --max_restarts times in the whole
 // job), and stops everything when a process fails for good or the deadline
-// passes.
+// passes. With --worker_cmd, each worker is the user's command (a torch
+// script) instead of psync_worker (worker_command.h).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -45,6 +47,7 @@
 #include "common/process/subprocess.h"
 #include "common/security/throwaway_pki.h"
 #include "common/status_macros.h"
+#include "deploy/local/worker_command.h"
 #include "worker/memory_check.h"
 
 ABSL_FLAG(int, timeout_s, 1800, "Stop everything and fail after this many seconds.");
@@ -58,6 +61,12 @@ ABSL_FLAG(int, max_restarts, 3,
           "Restarts of dead servers and workers allowed in the whole job; 0: fail at the first "
           "death. Exit codes 2 (bad flags) and 3 (the job cannot continue) are never restarted; "
           "a server's 4 (a port stopped accepting connections) is, like a crash.");
+ABSL_FLAG(std::string, worker_cmd, "",
+          "Run this command as each worker instead of psync_worker, through /bin/sh -c with "
+          "the worker's job arguments appended (--config=FILE --worker_rank=N, and "
+          "--metrics_port=P with --metrics_port), e.g. 'python3 examples/torch/train_mlp.py'; "
+          "PYTHONPATH gets the built psync package. Exit 0: the worker finished; 2, 3 and "
+          "the shell's 126/127 (not found) fail the job; other codes are restarted.");
 ABSL_FLAG(std::string, pid_dir, "",
           "If set, DIR/server-<i>.pid and DIR/worker-<j>.pid hold each process's current pid, "
           "rewritten atomically at every (re)start (e.g. for tests that kill one); DIR is "
@@ -109,6 +118,14 @@ std::string LastError(absl::string_view output) {
   return "";
 }
 
+// The last non-empty line of a command's output, after our "[name] "
+// prefix, at most 400 characters: a script's last words (a traceback's
+// exception, say) are not glog lines.
+std::string LastLine(absl::string_view output) {
+  std::vector<absl::string_view> lines = absl::StrSplit(output, '\n', absl::SkipWhitespace());
+  return lines.empty() ? "" : std::string(lines.back().substr(0, 400));
+}
+
 // Fails if `path` exists and is not a directory.
 absl::Status CheckDirFlag(const char* flag, const std::string& path) {
   std::error_code error;
@@ -132,7 +149,8 @@ absl::Status CreateDirFlag(const char* flag, const std::string& path) {
 
 // The launcher's own limits and paths; every other value of the job is
 // validated by LoadJobConfig, as each daemon does.
-absl::Status Validate(const LoadedJobConfig& loaded) {
+// `worker_cmd_given`: --worker_cmd was on the command line, even empty.
+absl::Status Validate(const LoadedJobConfig& loaded, bool worker_cmd_given) {
   const proto::ClusterConfig& cluster = loaded.config.cluster();
   // One host runs every process: more would only thrash it. 256 workers
   // with a tiny model train here (2 cores: 28 s on synthetic data; about
@@ -154,6 +172,9 @@ absl::Status Validate(const LoadedJobConfig& loaded) {
     return absl::InvalidArgumentError(
         "--secure makes its own certificates and token, expected no security.tls_cert, "
         "tls_ca or auth_token_file with it");
+  }
+  if (worker_cmd_given) {
+    PSYNC_RETURN_IF_ERROR(ValidateWorkerCommand(absl::GetFlag(FLAGS_worker_cmd)));
   }
   if (absl::GetFlag(FLAGS_max_restarts) < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -201,6 +222,7 @@ struct Daemon {
   std::unique_ptr<Subprocess> process;
   absl::Time started;
   bool finished = false;  // a worker that exited 0
+  bool command = false;   // a worker running --worker_cmd
 };
 
 // Not thread-safe: main thread only.
@@ -211,8 +233,13 @@ class Launcher {
     const std::string bin_dir = absl::GetFlag(FLAGS_bin_dir);
     PSYNC_ASSIGN_OR_RETURN(const std::string server_bin,
                            FindBinary("server", "psync_server", bin_dir));
-    PSYNC_ASSIGN_OR_RETURN(const std::string worker_bin,
-                           FindBinary("worker", "psync_worker", bin_dir));
+    worker_cmd_ = absl::GetFlag(FLAGS_worker_cmd);
+    std::string worker_bin;
+    if (worker_cmd_.empty()) {
+      PSYNC_ASSIGN_OR_RETURN(worker_bin, FindBinary("worker", "psync_worker", bin_dir));
+    } else {
+      SetPythonPathForCommand();
+    }
     checkpoint_dir_ = config.checkpoint().checkpoint_dir();
     if (!checkpoint_dir_.empty()) {
       PSYNC_RETURN_IF_ERROR(CreateDirFlag("--checkpoint_dir", checkpoint_dir_));
@@ -312,9 +339,12 @@ class Launcher {
       Daemon& d = workers_[w];
       d.name = absl::StrCat("worker ", w);
       if (!pid_dir_.empty()) d.pid_file = absl::StrCat(pid_dir_, "/worker-", w, ".pid");
-      d.argv = {worker_bin, config_flag, absl::StrCat("--worker_rank=", w)};
+      std::vector<std::string> args = {config_flag, absl::StrCat("--worker_rank=", w)};
+      metrics_flag(&args, num_servers + w);
+      d.command = !worker_cmd_.empty();
+      d.argv = d.command ? WorkerCommandArgv(worker_cmd_, args) : std::vector{worker_bin};
+      if (!d.command) d.argv.insert(d.argv.end(), args.begin(), args.end());
       d.nice = kWorkerNice;
-      metrics_flag(&d.argv, num_servers + w);
       PSYNC_RETURN_IF_ERROR(Start(d));
     }
     return WatchUntilWorkersFinish();
@@ -340,10 +370,16 @@ class Launcher {
         absl::StrCat(d.name, " exited with ", DescribeExit(code, !d.port_file.empty()));
     // A failure of the job ends with what the daemon last logged as an error.
     auto fail = [&](absl::StatusCode status, absl::string_view why) {
-      const std::string error = LastError(d.process->DrainedOutput(absl::Now() + kDrainWait));
-      return absl::Status(status, absl::StrCat(exited, why,
-                                               error.empty() ? "" : "; its last error: ", error));
+      const std::string output = d.process->DrainedOutput(absl::Now() + kDrainWait);
+      const std::string error = d.command ? LastLine(output) : LastError(output);
+      return absl::Status(status, absl::StrCat(exited, why, error.empty() ? "" : "; its last ",
+                                               d.command ? "line: " : "error: ", error));
     };
+    if (d.command && !ShellExitReason(code).empty()) {  // a typo in --worker_cmd
+      return fail(absl::StatusCode::kInvalidArgument,
+                  absl::StrCat(": its --worker_cmd '", worker_cmd_, "' ", ShellExitReason(code),
+                               " (never restarted)"));
+    }
     if (code == kExitBadConfig) {  // what only a daemon checks: a missing --data_dir, say
       return fail(absl::StatusCode::kInvalidArgument, ": bad flags (never restarted)");
     }
@@ -476,7 +512,20 @@ class Launcher {
     servers_.clear();
   }
 
+  // --worker_cmd: `import psync` finds the built package without the user
+  // setting PYTHONPATH. Set in our own environment, which every process
+  // started after it inherits (the servers ignore it).
+  void SetPythonPathForCommand() {
+    const std::string dir = FindPythonPackageDir(SelfPath());
+    const char* existing = std::getenv("PYTHONPATH");
+    std::printf("[launch] workers run --worker_cmd '%s'%s\n", worker_cmd_.c_str(),
+                dir.empty() ? " (no built psync package found to add to PYTHONPATH)"
+                            : absl::StrCat("; PYTHONPATH starts with ", dir).c_str());
+    if (!dir.empty()) setenv("PYTHONPATH", PrependToPath(dir, existing ? existing : "").c_str(), 1);
+  }
+
   std::string dir_;             // port files; removed at the end
+  std::string worker_cmd_;      // --worker_cmd; empty: psync_worker
   bool json_logs_ = false;      // --log_format=json: relay lines without a prefix
   std::string checkpoint_dir_;  // absolute; kept at the end
   std::string pid_dir_;
@@ -498,7 +547,10 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   absl::StatusOr<psync::LoadedJobConfig> loaded = psync::LoadJobConfig();
-  absl::Status valid = loaded.ok() ? psync::Validate(*loaded) : loaded.status();
+  const bool worker_cmd_given = std::any_of(argv + 1, argv + argc, [](absl::string_view arg) {
+    return arg == "--worker_cmd" || absl::StartsWith(arg, "--worker_cmd=");
+  });
+  absl::Status valid = loaded.ok() ? psync::Validate(*loaded, worker_cmd_given) : loaded.status();
   const psync::proto::JobConfig* c = loaded.ok() ? &loaded->config : nullptr;
   const int last_metrics_port = c == nullptr ? 0
                                 : c->observability().metrics_port() + c->cluster().num_servers() +

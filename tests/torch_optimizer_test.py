@@ -177,7 +177,14 @@ class ErrorTest(unittest.TestCase):
     JOB = JOB + ["--num_workers=1", "--batch_per_device=4"]
 
     def optimizer(self, servers: Servers, model: torch.nn.Module) -> pt.DistributedOptimizer:
-        return pt.DistributedOptimizer(model, pt.init([servers.flag] + self.JOB))
+        """An optimizer kept alive until the test ends, then cancelled and closed:
+        one only its hooks refer to is garbage (its hooks go when the collector
+        runs), and a client collected with calls in flight holds the collector
+        until their deadline."""
+        opt = pt.DistributedOptimizer(model, pt.init([servers.flag] + self.JOB))
+        self.addCleanup(opt.close)
+        self.addCleanup(opt.client.cancel)
+        return opt
 
     def backward(self, model: torch.nn.Module) -> None:
         F.cross_entropy(model(torch.randn(4, 20)), torch.tensor([0, 1, 2, 3])).backward()

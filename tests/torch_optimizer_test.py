@@ -1,20 +1,19 @@
 """psync.torch.DistributedOptimizer against real psync_server processes:
-one worker and two worker processes train an MLP with SGD (momentum, weight
-decay) exactly as single-process torch.optim.SGD does on the global batch;
-gradient accumulation equals the doubled batch; with --init_from=worker every
-worker starts from worker 0's model; pushes start inside backward;
-each misuse raises its named error; examples/torch/train_mlp.py trains. Run by run_python_test.sh with the
-interpreter psync was built for; bounds its own time and stops its servers.
-
-Run as `torch_optimizer_test.py worker RANK SERVERS OUT` it is one worker of
-the two-worker test (a process of its own), saving its weights to OUT."""
+one worker and two worker processes train an MLP exactly as single-process
+torch.optim does on the global batch (SGD with momentum and weight decay,
+Nesterov, Adam, AdamW); gradient accumulation equals the doubled batch;
+deterministic mode gives the same bits on a rerun; with --init_from=worker
+every worker starts from worker 0's model; pushes start inside backward;
+each misuse raises its named error; examples/torch/train_mlp.py trains. Run
+by run_python_test.sh with the interpreter psync was built for; bounds its
+own time and stops its servers."""
 
 import os
 import subprocess
 import sys
 import time
 import unittest
-from typing import Dict, List, Sequence
+from typing import List, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -22,88 +21,22 @@ import torch.nn.functional as F
 import psync
 import psync.torch as pt
 from psync_servers import BOUND_S, Servers
+from torch_test_util import (ADAM, ADAMW, BASE_JOB, RTOL, SGD_MOMENTUM, SGD_NESTEROV, Mlp,
+                             Settings, Weights, batch, job_flags, train_torch, train_worker,
+                             train_worker_processes)
 
-STEPS = 10
-BATCH = 32           # the global batch; a power of two, like the sample counts
-LAST_BATCH = 16      # the last step's (partial) global batch
-LR, MOMENTUM, WD = 0.05, 0.9, 0.01
-JOB = [f"--lr={LR}", f"--momentum={MOMENTUM}", f"--weight_decay={WD}", "--optimizer=sgd",
-       f"--steps={STEPS}", "--chunk_kb=1", "--pull_timeout_s=60", "--rpc_timeout_s=60",
-       "--connect_timeout_s=30", "--peer_timeout_s=60"]
-RTOL = 1e-5
-
-Weights = Dict[str, torch.Tensor]
+JOB = BASE_JOB + job_flags(SGD_MOMENTUM)
 
 
-class Mlp(torch.nn.Module):
-    """20 -> 32 -> 16 -> 4, and `spare`, which forward never uses."""
+class Equivalence:
+    """Training through psync equals torch.optim on the global batch for
+    SETTINGS, the optimizer of a subclass (a TestCase)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = torch.nn.Linear(20, 32)
-        self.fc2 = torch.nn.Linear(32, 16)
-        self.fc3 = torch.nn.Linear(16, 4)
-        self.spare = torch.nn.Linear(4, 4)
-        self.on_hidden = None  # called with fc1's output, for hooks on it
+    SETTINGS: Settings = {}
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.fc1(x)
-        if self.on_hidden is not None:
-            self.on_hidden(h)
-        return self.fc3(torch.relu(self.fc2(torch.relu(h))))
-
-
-def batch(step: int):
-    """Step `step`'s global batch: a function of the step alone."""
-    g = torch.Generator().manual_seed(1000 + step)
-    n = LAST_BATCH if step == STEPS - 1 else BATCH
-    return torch.randn(n, 20, generator=g), torch.randint(0, 4, (n,), generator=g)
-
-
-def weights_of(model: torch.nn.Module) -> Weights:
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
-
-
-def train_worker(args: Sequence[str], rank: int, num_workers: int,
-                 micro_batches: int = 1) -> List[Weights]:
-    """Trains an Mlp through psync as worker `rank` of `num_workers`, on its
-    share of every global batch (cut in `micro_batches` backward passes);
-    returns its weights after registering and at the end."""
-    job = pt.init(list(args) + [f"--worker_rank={rank}"])
-    model = Mlp()
-    with pt.DistributedOptimizer(model, job) as opt:
-        first = weights_of(model)
-        while opt.step_number < STEPS:
-            x, y = batch(opt.step_number)
-            share = len(x) // num_workers
-            x, y = x[rank * share:(rank + 1) * share], y[rank * share:(rank + 1) * share]
-            opt.zero_grad()
-            opt.samples = share // micro_batches  # the job's batch but for the last step
-            for k in range(micro_batches):
-                part = slice(k * opt.samples, (k + 1) * opt.samples)
-                F.cross_entropy(model(x[part]), y[part]).backward()
-            opt.step()
-    return [first, weights_of(model)]
-
-
-def train_torch(first: Weights) -> Weights:
-    """The same steps in one process with torch.optim.SGD on each global batch.
-    The parameter forward never uses gets a zero gradient, psync's rule."""
-    model = Mlp()
-    model.load_state_dict(first)
-    sgd = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WD)
-    for step in range(STEPS):
-        x, y = batch(step)
-        sgd.zero_grad(set_to_none=False)
-        F.cross_entropy(model(x), y).backward()
-        for p in model.parameters():
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        sgd.step()
-    return weights_of(model)
-
-
-class EquivalenceTest(unittest.TestCase):
+    def job(self, num_workers: int, batch_per_device: int) -> List[str]:
+        return BASE_JOB + job_flags(self.SETTINGS) + [f"--num_workers={num_workers}",
+                                                      f"--batch_per_device={batch_per_device}"]
 
     def assert_same_weights(self, got: Weights, want: Weights, first: Weights) -> None:
         self.assertEqual(list(got), list(want))
@@ -115,38 +48,57 @@ class EquivalenceTest(unittest.TestCase):
         self.assertFalse(torch.equal(got["fc1.weight"], first["fc1.weight"]))
         self.assertFalse(torch.equal(got["spare.weight"], first["spare.weight"]))
 
-    def test_one_worker_trains_as_torch_optim_sgd(self):
-        with Servers(JOB + ["--num_workers=1", "--batch_per_device=32"]) as servers:
-            first, last = train_worker([servers.flag] + JOB + ["--num_workers=1",
-                                                               "--batch_per_device=32"], 0, 1)
-        self.assert_same_weights(last, train_torch(first), first)
-
-    def test_accumulation_pushes_once_per_step_as_the_doubled_batch(self):
-        job = JOB + ["--num_workers=1", "--batch_per_device=16", "--accumulation_steps=2"]
-        with Servers(job) as servers:
-            first, last = train_worker([servers.flag] + job, 0, 1, micro_batches=2)
-        self.assert_same_weights(last, train_torch(first), first)
-
-    def test_two_worker_processes_train_as_one_on_the_whole_batch(self):
-        job = JOB + ["--num_workers=2", "--batch_per_device=16"]
-        tmp = os.environ["TEST_TMPDIR"]
+    def two_worker_processes(self, job: Sequence[str]) -> List[Weights]:
+        """Trains with two worker processes on two servers; checks that both
+        end with the same weights and returns worker 0's first and last."""
         with Servers(job, count=2) as servers:
-            outs = [os.path.join(tmp, f"worker{r}.pt") for r in range(2)]
-            workers = [subprocess.Popen([sys.executable, __file__, "worker", str(r),
-                                         servers.flag, outs[r]]) for r in range(2)]
-            try:
-                codes = [w.wait(timeout=4 * BOUND_S) for w in workers]
-            finally:
-                for w in workers:
-                    if w.poll() is None:
-                        w.kill()
-                        w.wait()
-        self.assertEqual(codes, [0, 0])
-        (first0, last0), (first1, last1) = [torch.load(o) for o in outs]
+            (first0, last0), (first1, last1) = train_worker_processes(
+                [servers.flag] + list(job), 2, os.environ["TEST_TMPDIR"])
         for name in first0:
             self.assertTrue(torch.equal(first0[name], first1[name]), name)
             self.assertTrue(torch.equal(last0[name], last1[name]), name)
-        self.assert_same_weights(last0, train_torch(first0), first0)
+        return [first0, last0]
+
+    def test_one_worker_trains_as_torch_optim(self):
+        job = self.job(1, 32)
+        with Servers(job) as servers:
+            first, last = train_worker([servers.flag] + job, 0, 1)
+        self.assert_same_weights(last, train_torch(first, self.SETTINGS), first)
+
+    def test_two_worker_processes_train_as_one_on_the_whole_batch(self):
+        first, last = self.two_worker_processes(self.job(2, 16))
+        self.assert_same_weights(last, train_torch(first, self.SETTINGS), first)
+
+
+class SgdMomentumTest(Equivalence, unittest.TestCase):
+    SETTINGS = SGD_MOMENTUM
+
+    def test_accumulation_pushes_once_per_step_as_the_doubled_batch(self):
+        job = self.job(1, 16) + ["--accumulation_steps=2"]
+        with Servers(job) as servers:
+            first, last = train_worker([servers.flag] + job, 0, 1, micro_batches=2)
+        self.assert_same_weights(last, train_torch(first, self.SETTINGS), first)
+
+
+class SgdNesterovTest(Equivalence, unittest.TestCase):
+    SETTINGS = SGD_NESTEROV
+
+
+class AdamTest(Equivalence, unittest.TestCase):
+    SETTINGS = ADAM
+
+
+class AdamWTest(Equivalence, unittest.TestCase):
+    SETTINGS = ADAMW
+
+    def test_deterministic_reruns_give_the_same_bits(self):
+        job = self.job(2, 16) + ["--deterministic"]
+        first_a, last_a = self.two_worker_processes(job)
+        first_b, last_b = self.two_worker_processes(job)
+        for name in last_a:
+            self.assertTrue(torch.equal(first_a[name], first_b[name]), name)
+            self.assertTrue(torch.equal(last_a[name], last_b[name]), name)
+        self.assertFalse(torch.equal(last_a["fc1.weight"], first_a["fc1.weight"]))
 
 
 class InitialWeightsTest(unittest.TestCase):
@@ -225,7 +177,14 @@ class ErrorTest(unittest.TestCase):
     JOB = JOB + ["--num_workers=1", "--batch_per_device=4"]
 
     def optimizer(self, servers: Servers, model: torch.nn.Module) -> pt.DistributedOptimizer:
-        return pt.DistributedOptimizer(model, pt.init([servers.flag] + self.JOB))
+        """An optimizer kept alive until the test ends, then cancelled and closed:
+        one only its hooks refer to is garbage (its hooks go when the collector
+        runs), and a client collected with calls in flight holds the collector
+        until their deadline."""
+        opt = pt.DistributedOptimizer(model, pt.init([servers.flag] + self.JOB))
+        self.addCleanup(opt.close)
+        self.addCleanup(opt.client.cancel)
+        return opt
 
     def backward(self, model: torch.nn.Module) -> None:
         F.cross_entropy(model(torch.randn(4, 20)), torch.tensor([0, 1, 2, 3])).backward()
@@ -321,13 +280,5 @@ class ExampleTest(unittest.TestCase):
         self.assertGreater(accuracy, 0.5, r.stdout)  # 10 classes: chance is 0.1
 
 
-def worker_main(rank: int, servers_flag: str, out: str) -> None:
-    job = [servers_flag] + JOB + ["--num_workers=2", "--batch_per_device=16"]
-    torch.save(train_worker(job, rank, 2), out)
-
-
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "worker":
-        worker_main(int(sys.argv[2]), sys.argv[3], sys.argv[4])
-    else:
-        unittest.main(verbosity=2)
+    unittest.main(verbosity=2)

@@ -8,6 +8,7 @@ each misuse raises its named error; examples/torch/train_mlp.py trains. Run
 by run_python_test.sh with the interpreter psync was built for; bounds its
 own time and stops its servers."""
 
+import gc
 import os
 import subprocess
 import sys
@@ -171,6 +172,24 @@ class OverlapTest(unittest.TestCase):
             opt.finish()
 
 
+class DropTest(unittest.TestCase):
+
+    def test_an_optimizer_dropped_with_pushes_in_flight_cancels_them(self):
+        # Worker 1 never comes, so worker 0's pushes wait for it (up to the 60 s
+        # --rpc_timeout_s); dropping the optimizer must not wait for them.
+        job = JOB + ["--num_workers=2", "--batch_per_device=16"]
+        with Servers(job) as servers:
+            model = Mlp()
+            opt = pt.DistributedOptimizer(model, pt.init([servers.flag] + job + ["--worker_rank=0"]))
+            x, y = batch(0)
+            F.cross_entropy(model(x[:16]), y[:16]).backward()
+            self.assertTrue(opt.in_flight)
+            start = time.monotonic()
+            del opt
+            gc.collect()  # the optimizer and its hooks refer to each other
+            self.assertLess(time.monotonic() - start, 20, "the dropped client waited for its calls")
+
+
 class ErrorTest(unittest.TestCase):
     """Each misuse, against servers of its own (a model of its own)."""
 
@@ -179,8 +198,7 @@ class ErrorTest(unittest.TestCase):
     def optimizer(self, servers: Servers, model: torch.nn.Module) -> pt.DistributedOptimizer:
         """An optimizer kept alive until the test ends, then cancelled and closed:
         one only its hooks refer to is garbage (its hooks go when the collector
-        runs), and a client collected with calls in flight holds the collector
-        until their deadline."""
+        runs)."""
         opt = pt.DistributedOptimizer(model, pt.init([servers.flag] + self.JOB))
         self.addCleanup(opt.close)
         self.addCleanup(opt.client.cancel)

@@ -107,6 +107,16 @@ class Client {
     client_ = *std::move(made);
   }
 
+  // A client dropped with push-pulls started and not waited for (an
+  // optimizer abandoned after an error) cancels them rather than waiting
+  // for their deadline, and lets other Python threads run while its calls
+  // and threads end.
+  ~Client() {
+    if (!started_.empty()) client_->Cancel();
+    py::gil_scoped_release release;
+    client_.reset();
+  }
+
   py::list Tensors() const {
     py::list tensors;
     for (const TensorSpec& spec : client_->layout().tensors()) {

@@ -49,6 +49,57 @@ def trainable_parameters(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Par
     return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
 
+def checked_parameters(model: torch.nn.Module,
+                       who: str) -> List[Tuple[str, torch.nn.Parameter]]:
+    """:func:`trainable_parameters`, refused unless there is one at least and each
+    is a dense float32 CPU tensor (``who`` names the caller in the error)."""
+    named = trainable_parameters(model)
+    if not named:
+        raise ValueError(f"{who}: the model has no parameter that requires a gradient, "
+                         f"expected one at least")
+    for name, p in named:
+        if p.dtype != torch.float32 or p.device.type != "cpu" or p.is_sparse:
+            raise TypeError(f"{who}: parameter '{name}' is {p.dtype} on {p.device}, "
+                            f"expected a dense torch.float32 CPU tensor")
+    return named
+
+
+def initial_values(job: Job, params: Sequence[torch.Tensor]) -> Optional[List[torch.Tensor]]:
+    """With ``--init_from=worker``, worker 0's model is the job's starting point:
+    a copy of its values, kept to be sent again if the servers roll back to 0;
+    None on any other worker or job."""
+    if job.init_from == "worker" and job.worker_rank == 0:
+        return [p.detach().clone() for p in params]
+    return None
+
+
+def zero_grad(params: Sequence[torch.Tensor], set_to_none: bool) -> None:
+    """Clears each of ``params``' gradients: None, or zeros in place."""
+    for p in params:
+        if p.grad is None:
+            continue
+        if set_to_none:
+            p.grad = None
+        else:
+            p.grad.detach_()
+            p.grad.zero_()
+
+
+def join(client: Client, params: Sequence[torch.Tensor],
+         initial: Optional[Sequence[torch.Tensor]]) -> int:
+    """Registers ``client`` and writes the weights of the step the job resumes from
+    into ``params``; returns that step. At version 0 of a job whose initial weights
+    are worker 0's, worker 0 (``initial`` given) sends them (the push of
+    INITIAL_WEIGHTS_STEP, answered with version 0) and the others' pulls wait."""
+    step = client.register()
+    with torch.no_grad():
+        if step == 0 and initial is not None:
+            client.push_pull(_psync.INITIAL_WEIGHTS_STEP, 0, list(initial), list(params))
+        else:
+            client.pull(step, list(params))
+    return step
+
+
 class DistributedOptimizer:
     """Trains ``model`` through the servers of ``job`` (see :func:`psync.torch.init`).
 
@@ -75,14 +126,7 @@ class DistributedOptimizer:
     def __init__(self, model: torch.nn.Module, job: Job) -> None:
         self._model = model
         self._job = job
-        named = trainable_parameters(model)
-        if not named:
-            raise ValueError("DistributedOptimizer: the model has no parameter that requires "
-                             "a gradient, expected one at least")
-        for name, p in named:
-            if p.dtype != torch.float32 or p.device.type != "cpu" or p.is_sparse:
-                raise TypeError(f"DistributedOptimizer: parameter '{name}' is {p.dtype} on "
-                                f"{p.device}, expected a dense torch.float32 CPU tensor")
+        named = checked_parameters(model, "DistributedOptimizer")
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
         self._shapes = [tuple(p.shape) for p in self._params]
@@ -91,9 +135,7 @@ class DistributedOptimizer:
         self._accumulators = []  # kept alive: a hook lives as long as its node
         # With --init_from=worker, worker 0's model is the job's starting point;
         # its values are kept to be sent again if the servers roll back to 0.
-        self._initial = None
-        if job.init_from == "worker" and job.worker_rank == 0:
-            self._initial = [p.detach().clone() for p in self._params]
+        self._initial = initial_values(job, self._params)
         self.step_number = self._join()
         self._reset_step()
         for i, p in enumerate(self._params):
@@ -131,14 +173,7 @@ class DistributedOptimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clears every registered parameter's gradient (None, or zeros in place)."""
-        for p in self._params:
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                p.grad.detach_()
-                p.grad.zero_()
+        zero_grad(self._params, set_to_none)
 
     def step(self) -> None:
         """Ends step :attr:`step_number`: pushes what backward has not yet pushed,
@@ -210,17 +245,8 @@ class DistributedOptimizer:
 
     def _join(self) -> int:
         """Registers and writes the weights of the step the job resumes from into
-        the parameters. At version 0 of a job whose initial weights are worker 0's,
-        worker 0 sends its initial values (the push of INITIAL_WEIGHTS_STEP,
-        answered with version 0) and the other workers' pulls wait for them."""
-        step = self._client.register()
-        with torch.no_grad():
-            if step == 0 and self._initial is not None:
-                self._client.push_pull(_psync.INITIAL_WEIGHTS_STEP, 0, self._initial,
-                                       self._params)
-            else:
-                self._client.pull(step, self._params)
-        return step
+        the parameters (:func:`join`)."""
+        return join(self._client, self._params, self._initial)
 
     def _hook(self, i: int, p: torch.nn.Parameter) -> None:
         # torch 1.13 has no post-accumulate-grad hook on a tensor: the hook of its

@@ -9,7 +9,9 @@ the client's message and its status ``code``.
 
 Training a model goes through :func:`init` (the job's configuration) and
 :class:`DistributedOptimizer` (gradients pushed from backward's hooks, the
-new weights written into the parameters), both re-exported here.
+new weights written into the parameters), both re-exported here, and by
+:func:`init_local` and :class:`LocalOptimizer` for a machine's several local
+processes (one per device) that push as one worker.
 """
 
 from typing import List, Sequence, Tuple
@@ -100,6 +102,8 @@ class Client:
 
 # The training API over the client (imported last: it builds on Client).
 from .job import Job, init  # noqa: E402  pylint: disable=wrong-import-position
+from .local import (  # noqa: E402  pylint: disable=wrong-import-position
+    LocalGroup, LocalOptimizer, init_local)
 from .optimizer import (  # noqa: E402  pylint: disable=wrong-import-position
     BackwardAfterPushError, DistributedOptimizer, OptimizerError, ParametersChangedError,
     SparseGradientError, StepWithoutBackwardError, trainable_parameters)

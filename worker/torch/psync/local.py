@@ -1,0 +1,270 @@
+"""Local aggregation: the processes of one machine train as one psync worker.
+
+psync's worker is a machine. Where a machine runs one process per device
+(as ``torchrun`` starts them: ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+``MASTER_ADDR``, ``MASTER_PORT``), those processes form a local
+``torch.distributed`` group (:func:`init_local`, gloo) and share the
+machine's worker rank; each is one of the job's ``--devices``. At every
+step (:meth:`LocalOptimizer.step`) each process's gradient sums are reduced
+to local rank 0, the local root; the root alone holds a :class:`Client`,
+registers, pushes the machine's sum with the machine's sample count and
+pulls the new weights, which it then broadcasts to the others. Every
+collective is bounded by the group's timeout, so a dead local process
+fails its machine's step instead of hanging it. Not thread-safe: one
+training loop per process drives it.
+"""
+
+import dataclasses
+import datetime
+import os
+from typing import Callable, List, Mapping, Optional
+
+import torch
+import torch.distributed as dist
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from . import _psync
+from .job import Job
+from .optimizer import (SparseGradientError, StepWithoutBackwardError, checked_parameters,
+                        initial_values, join, zero_grad)
+from .torch import Client
+
+ROOT = 0  # the local rank that talks to the servers
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalGroup:
+    """This process's place among its machine's processes (see :func:`init_local`)."""
+
+    rank: int          # LOCAL_RANK: 0 is the root, the one that talks to the servers
+    size: int          # LOCAL_WORLD_SIZE: the machine's processes, its --devices
+    timeout_s: float   # the bound on every collective of the group
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == ROOT
+
+    def close(self) -> None:
+        """Destroys the process group :func:`init_local` made."""
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _env_int(env: Mapping[str, str], name: str, low: int) -> int:
+    value = env.get(name)
+    if value is None:
+        raise ValueError(f"init_local: ${name} is not set, expected it from torchrun "
+                         f"(or set by hand: LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, "
+                         f"MASTER_PORT)")
+    try:
+        number = int(value)
+    except ValueError:
+        number = low - 1
+    if number < low:
+        raise ValueError(f"init_local: ${name} is {value!r}, expected an integer >= {low}")
+    return number
+
+
+def init_local(job: Job, timeout_s: float = 300.0,
+               env: Optional[Mapping[str, str]] = None) -> LocalGroup:
+    """Joins this process to its machine's local group, as ``torchrun`` describes it
+    in ``env`` (default ``os.environ``): ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` and
+    the group's rendezvous ``MASTER_ADDR:MASTER_PORT``, one per machine.
+
+    ``LOCAL_WORLD_SIZE`` must equal the job's ``--devices``: each process is
+    one device of the machine's worker. ``timeout_s`` bounds every
+    collective; make it longer than a step may wait on the servers
+    (``--pull_timeout_s``). Makes torch.distributed's default group (gloo);
+    raises ValueError naming a missing or wrong variable.
+    """
+    env = os.environ if env is None else env
+    if not timeout_s > 0:
+        raise ValueError(f"init_local: timeout_s is {timeout_s!r}, expected > 0")
+    size = _env_int(env, "LOCAL_WORLD_SIZE", 1)
+    rank = _env_int(env, "LOCAL_RANK", 0)
+    if rank >= size:
+        raise ValueError(f"init_local: $LOCAL_RANK is {rank}, expected < $LOCAL_WORLD_SIZE "
+                         f"({size})")
+    if size != job.devices:
+        raise ValueError(f"init_local: $LOCAL_WORLD_SIZE is {size} but the job has "
+                         f"--devices={job.devices}: give each machine --devices=<its local "
+                         f"processes>, each process is one device")
+    if "WORLD_SIZE" in env and _env_int(env, "WORLD_SIZE", 1) != size:
+        raise ValueError(f"init_local: $WORLD_SIZE is {env['WORLD_SIZE']}, $LOCAL_WORLD_SIZE "
+                         f"{size}: run one torchrun per machine (--nnodes=1), psync joins "
+                         f"the machines")
+    address = f"tcp://{env.get('MASTER_ADDR', '127.0.0.1')}:{_env_int(env, 'MASTER_PORT', 1)}"
+    dist.init_process_group("gloo", init_method=address, rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    return LocalGroup(rank=rank, size=size, timeout_s=timeout_s)
+
+
+class LocalOptimizer:
+    """Trains ``model`` through the servers of ``job`` as one device (local process)
+    of this machine's worker; every local process of the machine makes one.
+
+    Construction registers the model's trainable parameters on the root and
+    gives every local process the weights of the step training resumes from
+    (:attr:`step_number`). Each backward's loss is a MEAN over this process's
+    :attr:`samples` (by default ``job.batch_per_device``); :meth:`step` sends
+    its gradients times that count to the root, which pushes the machine's sum
+    with the machine's count, and writes the new weights into the parameters
+    in place on every local process. A failure of the root's call to the
+    servers is raised on every local process as :class:`psync.Error` with the
+    root's ``code`` (``'ABORTED'``: call :meth:`recover` on every process).
+    """
+
+    def __init__(self, model: torch.nn.Module, job: Job, local: LocalGroup) -> None:
+        named = checked_parameters(model, "LocalOptimizer")
+        self._job = job
+        self._local = local
+        self._params = [p for _, p in named]
+        self._client: Optional[Client] = None
+        self._initial = None
+        if local.is_root:
+            self._client = Client(job.args, [(n, tuple(p.shape)) for n, p in named],
+                                  job.train_samples)
+            self._initial = initial_values(job, self._params)
+        self._samples = job.batch_per_device
+        self.step_number = self._join()
+
+    @property
+    def job(self) -> Job:
+        return self._job
+
+    @property
+    def local(self) -> LocalGroup:
+        return self._local
+
+    @property
+    def client(self) -> Optional[Client]:
+        """The root's :class:`psync.torch.Client`; None on the other local processes."""
+        return self._client
+
+    @property
+    def device_rank(self) -> int:
+        """This process's device among the job's ``num_workers x devices``: its share of
+        a global batch is samples ``device_rank x batch_per_device ..`` on."""
+        return self._job.worker_rank * self._job.devices + self._local.rank
+
+    @property
+    def samples(self) -> int:
+        """This process's samples in each backward pass of the current step."""
+        return self._samples
+
+    @samples.setter
+    def samples(self, n: int) -> None:
+        """This step's samples per backward pass (a last, partial batch); back to
+        ``job.batch_per_device`` after :meth:`step`."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"samples is {n!r}, expected an int >= 0")
+        self._samples = n
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clears every registered parameter's gradient (None, or zeros in place)."""
+        zero_grad(self._params, set_to_none)
+
+    def step(self) -> None:
+        """Ends step :attr:`step_number` on every local process (a collective: each
+        must call it): reduces ``.grad x samples`` and the sample counts to the root,
+        which pushes them and pulls the weights of the next step, then broadcasts
+        them into every process's parameters, in place.
+
+        A parameter without a gradient counts as zeros (a process with
+        ``samples = 0`` may skip backward). Raises
+        :class:`StepWithoutBackwardError` if none has one, and
+        :class:`psync.Error` if the root's call to the servers failed.
+        """
+        grads = [self._gradient(i) for i in range(len(self._params))]
+        if self._samples and all(g is None for g in grads):
+            raise StepWithoutBackwardError(
+                f"step() for step {self.step_number} on local rank {self._local.rank} without "
+                f"a backward pass: no parameter has a gradient (call loss.backward() first)")
+        flat = _flatten_dense_tensors([torch.zeros_like(p) if g is None else g
+                                       for p, g in zip(self._params, grads)])
+        flat.mul_(self._samples)
+        count = torch.tensor([self._samples * self._job.accumulation_steps], dtype=torch.int64)
+        dist.reduce(flat, ROOT)
+        dist.reduce(count, ROOT)
+
+        def push_pull() -> int:
+            sums = _unflatten_dense_tensors(flat, self._params)
+            self._client.push_pull(self.step_number, int(count.item()), sums, self._params)
+            return self.step_number + 1
+
+        self.step_number = self._from_root(push_pull, f"step {self.step_number}")
+        self._samples = self._job.batch_per_device
+
+    def recover(self) -> int:
+        """After a :class:`psync.Error` with code ``'ABORTED'``, on every local process:
+        the root registers again; every process gets the weights of the step the job
+        resumes from, which it returns (also :attr:`step_number`)."""
+        self.step_number = self._join()
+        self._samples = self._job.batch_per_device
+        return self.step_number
+
+    def finish(self) -> None:
+        """Says this machine trained up to :attr:`step_number` (the root's Finish, which
+        waits for the other machines); every local process returns after it."""
+        step = self.step_number
+        self._from_root(lambda: self._client.finish(step) or step, "finish", weights=False)
+
+    def __enter__(self) -> "LocalOptimizer":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """Finishes on a clean exit; after an exception the root cancels what is in
+        flight and the exception goes on."""
+        if exc_type is None:
+            self.finish()
+        elif self._client is not None:
+            self._client.cancel()
+
+    def _gradient(self, i: int) -> Optional[torch.Tensor]:
+        g = self._params[i].grad
+        if g is not None and g.is_sparse:
+            raise SparseGradientError(f"parameter {i} of shape {list(g.shape)} has a sparse "
+                                      f"gradient, expected a dense one")
+        return g
+
+    def _join(self) -> int:
+        return self._from_root(lambda: join(self._client, self._params, self._initial),
+                               "registering")
+
+    def _from_root(self, action: Callable[[], int], what: str, weights: bool = True) -> int:
+        """The root runs ``action`` (a call to the servers returning a step); then
+        every local process learns its outcome, raising the root's error where it
+        failed, and, with ``weights``, receives the root's parameters. Returns the
+        step."""
+        header: List[object] = [None]
+        error: Optional[BaseException] = None
+        if self._local.is_root:
+            try:
+                with torch.no_grad():
+                    header = [("OK", "", action())]
+            except Exception as e:  # every local process must hear of it, not time out
+                header = [(getattr(e, "code", "UNKNOWN"), f"{type(e).__name__}: {e}", None)]
+                error = e
+        dist.broadcast_object_list(header, src=ROOT)
+        code, message, step = header[0]
+        if error is not None:
+            raise error
+        if code != "OK":
+            failure = _psync.Error(f"worker {self._job.worker_rank}'s local root (local rank "
+                                   f"{ROOT}) failed {what}: {message}")
+            failure.code = code
+            raise failure
+        if weights:
+            self._broadcast_weights()
+        return step
+
+    def _broadcast_weights(self) -> None:
+        if self._local.is_root:
+            flat = _flatten_dense_tensors([p.detach() for p in self._params])
+        else:
+            flat = torch.empty(sum(p.numel() for p in self._params), dtype=torch.float32)
+        dist.broadcast(flat, ROOT)
+        if not self._local.is_root:
+            with torch.no_grad():
+                for p, w in zip(self._params, _unflatten_dense_tensors(flat, self._params)):
+                    p.copy_(w)

@@ -213,7 +213,11 @@ std::optional<absl::Status> ChunkCallEngine::Progress(const ChunkCall::Tag& t) {
     if (call.window_bytes > 0) LeaveWindow(call);
     return call.local_error;
   }
-  if (call.window_bytes > 0 && (call.status.ok() || !RetryLater(call))) {
+  // Decided once: asked twice, a deadline passing (or a Cancel) in between
+  // could end the call without it leaving its window, and the calls queued
+  // behind it, which have no deadline of their own, would wait for ever.
+  const bool retry = !call.status.ok() && RetryLater(call);
+  if (call.window_bytes > 0 && !retry) {
     LeaveWindow(call);
     if (call.status.ok() && call.then_pull) {
       // The server holds the gradients: now wait for the new weights.
@@ -227,11 +231,11 @@ std::optional<absl::Status> ChunkCallEngine::Progress(const ChunkCall::Tag& t) {
     }
   }
   if (call.status.ok()) return Succeeded(call);
-  if (cancelled_.load()) return absl::CancelledError(absl::StrCat(call.op, ": cancelled"));
-  if (RetryLater(call)) {
+  if (retry) {
     ScheduleRetry(call);
     return std::nullopt;
   }
+  if (cancelled_.load()) return absl::CancelledError(absl::StrCat(call.op, ": cancelled"));
   return ServerError(call.op, call.server, options_.server_addresses[call.server], call.status,
                      options_.security);
 }

@@ -450,7 +450,7 @@ void ShardStore::Close() {
 int ShardStore::OwnedChunks() const { return owned_chunks_.load(); }
 
 std::shared_ptr<const Layout> ShardStore::CurrentLayout() const {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   return shard_ != nullptr ? shard_->layout : nullptr;
 }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/config/init_source.h"
+#include "common/process/await_work.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/ready_tensors.h"
@@ -223,11 +224,7 @@ void Trainer::CommLoop() {
     PushJob job;
     {
       absl::MutexLock lock(&comm_mu_);
-      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(comm_mu_) {
-        return !comm_queue_.empty() || comm_stop_;
-      };
-      comm_mu_.Await(absl::Condition(&work));
-      if (comm_queue_.empty()) return;  // stopping
+      if (!AwaitWorkLocked(comm_mu_, comm_queue_, comm_stop_)) return;  // stopping
       job = comm_queue_.front();
       comm_queue_.pop_front();
       comm_busy_ = true;

@@ -174,11 +174,8 @@ absl::Status WorkerProcess::Train() {
 absl::Status WorkerProcess::SetTrainerOptions() {
   const proto::JobConfig& c = loaded_.config;
   Training& t = *training_;
+  if (absl::Status s = CheckWorkerServers(c); !s.ok()) return BadConfig(s);
   t.servers = ServerAddresses(c);  // checked by LoadJobConfig
-  if (t.servers.empty()) {
-    return BadConfig(absl::InvalidArgumentError(
-        "--servers is empty, expected the servers' addresses (host:port,...)"));
-  }
   TrainerOptions& options = t.options;
   options.worker_rank = rank_;
   options.num_workers = c.cluster().num_workers();

@@ -19,10 +19,7 @@ absl::StatusOr<TorchJob> ReadTorchJob(const std::vector<std::string>& args,
   PSYNC_ASSIGN_OR_RETURN(JobArgs parsed, ParseJobArgs(args, {"worker_rank"}));
   TorchJob job;
   job.config = std::move(parsed.loaded.config);
-  if (job.config.cluster().servers().empty()) {
-    return absl::InvalidArgumentError(
-        "--servers is empty, expected the servers' addresses (host:port,...)");
-  }
+  PSYNC_RETURN_IF_ERROR(CheckWorkerServers(job.config));
   job.num_workers = job.config.cluster().num_workers();
   const auto rank_given = parsed.own.find("worker_rank");
   PSYNC_ASSIGN_OR_RETURN(

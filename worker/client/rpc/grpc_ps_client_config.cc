@@ -9,6 +9,12 @@
 
 namespace psync {
 
+absl::Status CheckWorkerServers(const proto::JobConfig& config) {
+  if (!config.cluster().servers().empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "--servers is empty, expected the servers' addresses (host:port,...)");
+}
+
 absl::StatusOr<TrainingShape> JobTrainingShape(const proto::JobConfig& config,
                                                int64_t train_samples) {
   const proto::TrainingConfig& t = config.training();

@@ -7,11 +7,17 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/job_config.pb.h"
 #include "worker/client/rpc/grpc_ps_client_options.h"
 
 namespace psync {
+
+// OK if `config` names the servers a worker talks to; otherwise
+// InvalidArgument naming --servers (every worker needs them, the servers do
+// not: a lone server's config may leave them out).
+absl::Status CheckWorkerServers(const proto::JobConfig& config);
 
 // The training shape of the job `config` describes, over `train_samples`
 // samples (total_steps: --steps, or --epochs of them). REQUIRES: a

@@ -15,7 +15,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/internal/parse.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
@@ -547,9 +547,8 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   absl::StatusOr<psync::LoadedJobConfig> loaded = psync::LoadJobConfig();
-  const bool worker_cmd_given = std::any_of(argv + 1, argv + argc, [](absl::string_view arg) {
-    return arg == "--worker_cmd" || absl::StartsWith(arg, "--worker_cmd=");
-  });
+  // (absl tells a flag given empty from one left out only this way.)
+  const bool worker_cmd_given = absl::flags_internal::WasPresentOnCommandLine("worker_cmd");
   absl::Status valid = loaded.ok() ? psync::Validate(*loaded, worker_cmd_given) : loaded.status();
   const psync::proto::JobConfig* c = loaded.ok() ? &loaded->config : nullptr;
   const int last_metrics_port = c == nullptr ? 0

@@ -133,7 +133,8 @@ class TorchLaunchTest(unittest.TestCase):
         self.assertEqual(code, 2, output)
         self.assertIn("exited with code 127: its --worker_cmd 'no_such_psync_script --x=1' was "
                       "not found by /bin/sh (never restarted)", output)
-        self.assertIn("no_such_psync_script: not found", output)
+        # The shell's own words, as dash ("not found") or bash ("command not found") says them.
+        self.assertRegex(output, r"no_such_psync_script: (command )?not found")
         self.assertNotIn("restarting it", output)
 
 

@@ -16,6 +16,7 @@ flag: --hidden (the MLP's hidden widths). Worker 0 prints the test accuracy.
 """
 
 import argparse
+import functools
 import gzip
 import os
 import sys
@@ -53,12 +54,18 @@ def mlp(widths) -> torch.nn.Sequential:
     return torch.nn.Sequential(*layers)
 
 
+@functools.lru_cache(maxsize=1)
+def epoch_order(seed: int, epoch: int, n: int) -> torch.Tensor:
+    """The order of an epoch's samples, drawn from (seed, epoch): once an epoch."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1000 + epoch))
+
+
 def global_batch(job: pt.Job, step: int, n: int) -> torch.Tensor:
     """Indices of step `step`'s global batch: each epoch a permutation drawn from
     (seed, epoch); the epoch's last batch may be short."""
     per_epoch = (n + job.global_batch - 1) // job.global_batch
     epoch, k = divmod(step, per_epoch)
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(job.seed * 1000 + epoch))
+    order = epoch_order(job.seed, epoch, n)
     return order[k * job.global_batch:(k + 1) * job.global_batch]
 
 

@@ -142,7 +142,7 @@ class InitialWeightsTest(unittest.TestCase):
 class OverlapTest(unittest.TestCase):
 
     def test_pushes_start_inside_backward_and_are_answered_without_step(self):
-        job = JOB + ["--num_workers=1", "--batch_per_device=32"]
+        job = JOB + ["--num_workers=1", "--batch_per_device=32", "--overlap_min_kb=0"]
         with Servers(job) as servers:
             answered = 'psync_server_requests_total{method="PushPull",code="OK"}'
             model = Mlp()
@@ -171,13 +171,37 @@ class OverlapTest(unittest.TestCase):
             self.assertEqual(opt.step_number, 1)
             opt.finish()
 
+    def test_runs_are_held_until_they_reach_overlap_min_kb(self):
+        # fc2 and fc3 hold 2.1 KiB of gradients, fc1 2.6 KiB: with a 2 KiB
+        # floor fc3+fc2 go out together, fc1's run on its own; without overlap
+        # nothing goes out before step().
+        for flags, want in ((["--overlap_min_kb=2"], [["fc2.weight", "fc2.bias", "fc3.weight",
+                                                        "fc3.bias"], 6]),
+                            (["--nooverlap"], [[], 0])):
+            job = JOB + ["--num_workers=1", "--batch_per_device=32"] + flags
+            with Servers(job) as servers:
+                model = Mlp()
+                opt = pt.DistributedOptimizer(model, pt.init([servers.flag] + job))
+                seen = {}
+
+                def on_fc1_output_gradient(_grad):
+                    seen["in_flight"] = opt.in_flight
+
+                model.on_hidden = lambda h: h.register_hook(on_fc1_output_gradient)
+                x, y = batch(0)
+                F.cross_entropy(model(x), y).backward()
+                self.assertEqual([seen["in_flight"], len(opt.in_flight)], want, flags)
+                opt.step()
+                self.assertEqual(opt.step_number, 1)
+                opt.finish()
+
 
 class DropTest(unittest.TestCase):
 
     def test_an_optimizer_dropped_with_pushes_in_flight_cancels_them(self):
         # Worker 1 never comes, so worker 0's pushes wait for it (up to the 60 s
         # --rpc_timeout_s); dropping the optimizer must not wait for them.
-        job = JOB + ["--num_workers=2", "--batch_per_device=16"]
+        job = JOB + ["--num_workers=2", "--batch_per_device=16", "--overlap_min_kb=0"]
         with Servers(job) as servers:
             model = Mlp()
             opt = pt.DistributedOptimizer(model, pt.init([servers.flag] + job + ["--worker_rank=0"]))

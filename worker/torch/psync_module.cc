@@ -216,6 +216,8 @@ py::dict ReadJob(const std::vector<std::string>& args, int64_t train_samples) {
   d["deterministic"] = job->config.training().deterministic();
   d["data_dir"] = job->config.data().data_dir();
   d["init_from"] = std::string(InitSourceName(InitSourceOf(job->config)));
+  d["overlap"] = job->config.training().overlap();
+  d["overlap_min_kb"] = job->config.training().overlap_min_kb();
   return d;
 }
 

@@ -31,6 +31,8 @@ class Job:
     deterministic: bool
     data_dir: str                # --data_dir: where Fashion-MNIST is, for scripts that read it
     init_from: str               # "seed" (the servers') or "worker" (worker 0's model), --init_from
+    overlap: bool                # --overlap: push during backward
+    overlap_min_kb: int          # --overlap_min_kb: the least payload a push during backward
 
     @property
     def worker_batch(self) -> int:

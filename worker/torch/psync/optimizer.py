@@ -130,6 +130,9 @@ class DistributedOptimizer:
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
         self._shapes = [tuple(p.shape) for p in self._params]
+        self._offsets = [0]  # the layout's float offsets of each parameter, and the end
+        for p in self._params:
+            self._offsets.append(self._offsets[-1] + p.numel())
         self._client = Client(job.args, list(zip(self._names, self._shapes)), job.train_samples)
         self._hooks = []
         self._accumulators = []  # kept alive: a hook lives as long as its node
@@ -240,6 +243,7 @@ class DistributedOptimizer:
         n = len(self._params)
         self._fired = [0] * n      # backward passes that reached each parameter
         self._started = [False] * n
+        self._held = (0, 0)        # the complete parameters [first, end) not yet pushed
         self._checked = False
         self._samples = self._job.worker_batch
 
@@ -260,15 +264,34 @@ class DistributedOptimizer:
             if not self._checked:
                 self._check_parameters()  # before this step's first push
                 self._checked = True
-            if self._started[i]:
+            if self._started[i] or self._fired[i] == self._job.accumulation_steps:
                 raise BackwardAfterPushError(
                     f"parameter '{self._names[i]}' got a gradient after its push for step "
                     f"{self.step_number}: call step() after every {self._job.accumulation_steps} "
                     f"backward pass(es) (--accumulation_steps)")
             self._fired[i] += 1
-            if self._fired[i] == self._job.accumulation_steps:
-                self._start_runs([i])
+            self._check_dense(i)  # as the gradient arrives, whenever it is pushed
+            if self._fired[i] == self._job.accumulation_steps and self._job.overlap:
+                self._hold(i)
         return hook
+
+    def _hold(self, i: int) -> None:
+        """Parameter ``i``'s gradient is complete: it joins the held run of
+        complete parameters if it adjoins it (else the held run is pushed and a
+        new one starts with it), and the run is pushed once it holds
+        ``--overlap_min_kb`` of gradients, as psync_worker's runs are
+        (worker/ready_tensors.h); step() pushes what is still held."""
+        first, end = self._held
+        if first == end or (i + 1 != first and i != end):
+            if first != end:
+                self._start_runs(range(first, end))
+            first, end = i, i + 1
+        else:
+            first, end = min(first, i), max(end, i + 1)
+        self._held = (first, end)
+        if 4 * (self._offsets[end] - self._offsets[first]) >= self._job.overlap_min_kb << 10:
+            self._start_runs(range(first, end))
+            self._held = (0, 0)
 
     def _check_parameters(self) -> None:
         now = trainable_parameters(self._model)
@@ -298,11 +321,15 @@ class DistributedOptimizer:
         g = self._params[i].grad if self._fired[i] else None
         if g is None:
             return torch.zeros_like(self._params[i])  # no gradient this step: zeros
-        if g.is_sparse:
+        self._check_dense(i)
+        return g if g.is_contiguous() else g.contiguous()
+
+    def _check_dense(self, i: int) -> None:
+        g = self._params[i].grad
+        if g is not None and g.is_sparse:
             raise SparseGradientError(
                 f"parameter '{self._names[i]}' has a sparse gradient, expected a dense one "
                 f"(e.g. nn.Embedding(sparse=False))")
-        return g if g.is_contiguous() else g.contiguous()
 
     def _start_runs(self, indices: Sequence[int]) -> None:
         """Starts the push-pull of the parameters ``indices`` (ascending), one call

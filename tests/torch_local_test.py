@@ -4,8 +4,9 @@ machine) train as one torch process with torch.optim.SGD (momentum, weight
 decay) on the whole global batch, and end with identical weights; a local
 process that dies fails its machine's root within the group's timeout; the
 root's error from the servers reaches every local process; bad torchrun
-variables are refused by name. Run by run_python_test.sh with the
-interpreter psync was built for; bounds its own time and stops its processes.
+variables are refused by name, and so is a parameter changed after
+registration. Run by run_python_test.sh with the interpreter psync was built
+for; bounds its own time and stops its processes.
 
 Run as `torch_local_test.py local OUT FAULT TIMEOUT_S ARGS...` (LOCAL_RANK etc. in its
 environment) it is one local process, saving its weights to OUT."""
@@ -196,6 +197,61 @@ class LocalAggregationTest(unittest.TestCase):
         self.assertRegex(root_err, "psync.Error: .*--init_from")
         self.assertRegex(other_err, "psync.Error: worker 0's local root \\(local rank 0\\) "
                                     "failed registering: Error: .*--init_from")
+
+
+class LocalParametersChangedTest(unittest.TestCase):
+    """LocalOptimizer refuses a step whose model's parameters changed since it
+    registered them, as DistributedOptimizer does (one check, optimizer.py):
+    one machine of one local process, this test's own."""
+
+    def test_parameters_added_removed_replaced_or_resized(self):
+        job_flags = JOB + ["--num_workers=1", "--devices=1", "--batch_per_device=8"]
+        env = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(free_port())}
+        with Servers(job_flags) as servers:
+            job = pt.init([servers.flag] + job_flags + ["--worker_rank=0"])
+            local = pt.init_local(job, timeout_s=GROUP_TIMEOUT_S, env=env)
+            try:
+                self.check_refusals(job, local)
+            finally:
+                local.close()
+
+    def check_refusals(self, job: pt.Job, local: pt.LocalGroup) -> None:
+        model = net()
+        opt = pt.LocalOptimizer(model, job, local)
+        x, y = global_batch(0)
+
+        def backward() -> None:
+            opt.zero_grad()
+            F.cross_entropy(model(x[:8]), y[:8]).backward()
+
+        def refused(pattern: str) -> None:
+            with self.assertRaisesRegex(pt.ParametersChangedError, pattern):
+                opt.step()
+            self.assertEqual(opt.step_number, 0)
+
+        backward()
+        weight, bias = model[0].weight, model[2].bias
+        model[0].weight = torch.nn.Parameter(weight.detach().clone())
+        refused("parameter '0.weight' was replaced by another tensor after LocalOptimizer "
+                "registered it; change its values in place")
+        model[0].weight = weight
+        model[2].extra = torch.nn.Parameter(torch.zeros(3))
+        refused("parameter '2.extra' was added after LocalOptimizer registered the model; "
+                "build the model completely before LocalOptimizer")
+        del model[2].extra
+        bias.requires_grad_(False)
+        refused(r"parameter '2.bias' was removed \(or stopped requiring a gradient\) after "
+                "LocalOptimizer registered it")
+        bias.requires_grad_(True)
+        values = bias.data
+        bias.data = torch.zeros(7)
+        refused(r"parameter '2.bias' has shape \[7\], registered with \[5\]")
+        bias.data = values
+        backward()  # the model as registered again: the step goes through
+        opt.step()
+        self.assertEqual(opt.step_number, 1)
+        opt.client.cancel()
 
 
 class InitLocalTest(unittest.TestCase):

@@ -25,8 +25,8 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from . import _psync
 from .job import Job
-from .optimizer import (SparseGradientError, StepWithoutBackwardError, checked_parameters,
-                        initial_values, join, zero_grad)
+from .optimizer import (SparseGradientError, StepWithoutBackwardError, check_unchanged,
+                        checked_parameters, initial_values, join, zero_grad)
 from .torch import Client
 
 ROOT = 0  # the local rank that talks to the servers
@@ -116,9 +116,12 @@ class LocalOptimizer:
 
     def __init__(self, model: torch.nn.Module, job: Job, local: LocalGroup) -> None:
         named = checked_parameters(model, "LocalOptimizer")
+        self._model = model
         self._job = job
         self._local = local
+        self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
+        self._shapes = [tuple(p.shape) for p in self._params]
         self._client: Optional[Client] = None
         self._initial = None
         if local.is_root:
@@ -171,10 +174,13 @@ class LocalOptimizer:
         them into every process's parameters, in place.
 
         A parameter without a gradient counts as zeros (a process with
-        ``samples = 0`` may skip backward). Raises
-        :class:`StepWithoutBackwardError` if none has one, and
+        ``samples = 0`` may skip backward). Raises, before any collective,
+        :class:`ParametersChangedError` if a parameter was added, removed,
+        replaced or resized since registration and
+        :class:`StepWithoutBackwardError` if none has a gradient; raises
         :class:`psync.Error` if the root's call to the servers failed.
         """
+        check_unchanged(self._model, self._names, self._params, self._shapes, "LocalOptimizer")
         grads = [self._gradient(i) for i in range(len(self._params))]
         if self._samples and all(g is None for g in grads):
             raise StepWithoutBackwardError(

@@ -99,13 +99,14 @@ def train_torch(first: Weights) -> Weights:
 
 
 class Machines:
-    """`workers` machines of `local_size` local processes each, started as this
-    file's `local` mode with torchrun's variables and a gloo port per machine,
-    `faults` by (worker, local rank); killed if still running when the `with`
-    block ends."""
+    """`workers` machines of `local_size` local processes each, started as
+    `script`'s `local` mode (this file's by default) with torchrun's variables
+    and a gloo port per machine, `faults` by (worker, local rank); killed if
+    still running when the `with` block ends."""
 
     def __init__(self, args: Sequence[str], workers: int, local_size: int,
-                 faults: Dict[tuple, str] = None, timeout_s: float = GROUP_TIMEOUT_S) -> None:
+                 faults: Dict[tuple, str] = None, timeout_s: float = GROUP_TIMEOUT_S,
+                 script: str = __file__) -> None:
         tmp = os.environ["TEST_TMPDIR"]
         self.outs: List[str] = []
         self.logs: List[str] = []
@@ -122,7 +123,7 @@ class Machines:
                 self.logs.append(out + ".stderr")
                 with open(self.logs[-1], "w") as log:
                     self.processes.append(subprocess.Popen(
-                        [sys.executable, __file__, "local", out, fault, str(timeout_s)] +
+                        [sys.executable, script, "local", out, fault, str(timeout_s)] +
                         list(args) + [f"--worker_rank={worker}"], env=env, stderr=log))
 
     def __enter__(self) -> "Machines":

@@ -4,8 +4,8 @@ machine) train as one torch process with torch.optim.SGD (momentum, weight
 decay) on the whole global batch, and end with identical weights; a local
 process that dies fails its machine's root within the group's timeout; the
 root's error from the servers reaches every local process; bad torchrun
-variables are refused by name, and so is a parameter changed after
-registration. Run by run_python_test.sh with the interpreter psync was built
+variables are refused by name, and so are a parameter changed after
+registration and a buffer the group cannot carry. Run by run_python_test.sh with the interpreter psync was built
 for; bounds its own time and stops its processes.
 
 Run as `torch_local_test.py local OUT FAULT TIMEOUT_S ARGS...` (LOCAL_RANK etc. in its
@@ -200,10 +200,11 @@ class LocalAggregationTest(unittest.TestCase):
                                     "failed registering: Error: .*--init_from")
 
 
-class LocalParametersChangedTest(unittest.TestCase):
-    """LocalOptimizer refuses a step whose model's parameters changed since it
-    registered them, as DistributedOptimizer does (one check, optimizer.py):
-    one machine of one local process, this test's own."""
+class LocalOptimizerChecksTest(unittest.TestCase):
+    """LocalOptimizer refuses a buffer its group cannot carry, and a step whose
+    model's parameters changed since it registered them, as DistributedOptimizer
+    does (one check, optimizer.py): one machine of one local process, this
+    test's own."""
 
     def test_parameters_added_removed_replaced_or_resized(self):
         job_flags = JOB + ["--num_workers=1", "--devices=1", "--batch_per_device=8"]
@@ -216,6 +217,15 @@ class LocalParametersChangedTest(unittest.TestCase):
                 self.check_refusals(job, local)
             finally:
                 local.close()
+
+    def test_a_buffer_the_group_cannot_carry(self):
+        model = net()
+        model[0].register_buffer("counts", torch.zeros(4).to_sparse())
+        job = pt.init(["--servers=127.0.0.1:1", "--devices=1"])
+        with self.assertRaisesRegex(TypeError, "LocalOptimizer: buffer '0.counts' is a "
+                                               "torch.sparse_coo tensor on cpu, expected a "
+                                               "dense CPU tensor"):
+            pt.LocalOptimizer(model, job, pt.LocalGroup(rank=0, size=1, timeout_s=1))
 
     def check_refusals(self, job: pt.Job, local: pt.LocalGroup) -> None:
         model = net()

@@ -5,8 +5,9 @@ decay) on the whole global batch, and end with identical weights; a local
 process that dies fails its machine's root within the group's timeout; the
 root's error from the servers reaches every local process; bad torchrun
 variables are refused by name, and so are a parameter changed after
-registration and a buffer the group cannot carry. Run by run_python_test.sh with the interpreter psync was built
-for; bounds its own time and stops its processes.
+registration and a buffer the group cannot carry. Run by run_python_test.sh
+with the interpreter psync was built for; bounds its own time and stops its
+processes.
 
 Run as `torch_local_test.py local OUT FAULT TIMEOUT_S ARGS...` (LOCAL_RANK etc. in its
 environment) it is one local process, saving its weights to OUT."""

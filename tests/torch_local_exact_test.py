@@ -109,11 +109,10 @@ def train_torch(first: State, settings: tu.Settings, kind: str, global_size: int
     for step in range(STEPS):
         x, y = global_batch(step, global_size)
         opt.zero_grad(set_to_none=False)
-        shares = [slice(start, start + ghost) for start in range(0, global_size, ghost)] \
-            if ghost else []
         if not ghost:
             F.cross_entropy(model(x), y).backward()
-        for device, share in enumerate(shares):
+        for device, start in enumerate(range(0, global_size if ghost else 0, ghost or 1)):
+            share = slice(start, start + ghost)
             own = roots.get(device)
             if own is not None:
                 model.load_state_dict(own, strict=False)

@@ -4,8 +4,10 @@ machine) train as one torch process with torch.optim.SGD (momentum, weight
 decay) on the whole global batch, and end with identical weights; a local
 process that dies fails its machine's root within the group's timeout; the
 root's error from the servers reaches every local process; bad torchrun
-variables are refused by name. Run by run_python_test.sh with the
-interpreter psync was built for; bounds its own time and stops its processes.
+variables are refused by name, and so are a parameter changed after
+registration and a buffer the group cannot carry. Run by run_python_test.sh
+with the interpreter psync was built for; bounds its own time and stops its
+processes.
 
 Run as `torch_local_test.py local OUT FAULT TIMEOUT_S ARGS...` (LOCAL_RANK etc. in its
 environment) it is one local process, saving its weights to OUT."""
@@ -98,13 +100,14 @@ def train_torch(first: Weights) -> Weights:
 
 
 class Machines:
-    """`workers` machines of `local_size` local processes each, started as this
-    file's `local` mode with torchrun's variables and a gloo port per machine,
-    `faults` by (worker, local rank); killed if still running when the `with`
-    block ends."""
+    """`workers` machines of `local_size` local processes each, started as
+    `script`'s `local` mode (this file's by default) with torchrun's variables
+    and a gloo port per machine, `faults` by (worker, local rank); killed if
+    still running when the `with` block ends."""
 
     def __init__(self, args: Sequence[str], workers: int, local_size: int,
-                 faults: Dict[tuple, str] = None, timeout_s: float = GROUP_TIMEOUT_S) -> None:
+                 faults: Dict[tuple, str] = None, timeout_s: float = GROUP_TIMEOUT_S,
+                 script: str = __file__) -> None:
         tmp = os.environ["TEST_TMPDIR"]
         self.outs: List[str] = []
         self.logs: List[str] = []
@@ -121,7 +124,7 @@ class Machines:
                 self.logs.append(out + ".stderr")
                 with open(self.logs[-1], "w") as log:
                     self.processes.append(subprocess.Popen(
-                        [sys.executable, __file__, "local", out, fault, str(timeout_s)] +
+                        [sys.executable, script, "local", out, fault, str(timeout_s)] +
                         list(args) + [f"--worker_rank={worker}"], env=env, stderr=log))
 
     def __enter__(self) -> "Machines":
@@ -196,6 +199,71 @@ class LocalAggregationTest(unittest.TestCase):
         self.assertRegex(root_err, "psync.Error: .*--init_from")
         self.assertRegex(other_err, "psync.Error: worker 0's local root \\(local rank 0\\) "
                                     "failed registering: Error: .*--init_from")
+
+
+class LocalOptimizerChecksTest(unittest.TestCase):
+    """LocalOptimizer refuses a buffer its group cannot carry, and a step whose
+    model's parameters changed since it registered them, as DistributedOptimizer
+    does (one check, optimizer.py): one machine of one local process, this
+    test's own."""
+
+    def test_parameters_added_removed_replaced_or_resized(self):
+        job_flags = JOB + ["--num_workers=1", "--devices=1", "--batch_per_device=8"]
+        env = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(free_port())}
+        with Servers(job_flags) as servers:
+            job = pt.init([servers.flag] + job_flags + ["--worker_rank=0"])
+            local = pt.init_local(job, timeout_s=GROUP_TIMEOUT_S, env=env)
+            try:
+                self.check_refusals(job, local)
+            finally:
+                local.close()
+
+    def test_a_buffer_the_group_cannot_carry(self):
+        model = net()
+        model[0].register_buffer("counts", torch.zeros(4).to_sparse())
+        job = pt.init(["--servers=127.0.0.1:1", "--devices=1"])
+        with self.assertRaisesRegex(TypeError, "LocalOptimizer: buffer '0.counts' is a "
+                                               "torch.sparse_coo tensor on cpu, expected a "
+                                               "dense CPU tensor"):
+            pt.LocalOptimizer(model, job, pt.LocalGroup(rank=0, size=1, timeout_s=1))
+
+    def check_refusals(self, job: pt.Job, local: pt.LocalGroup) -> None:
+        model = net()
+        opt = pt.LocalOptimizer(model, job, local)
+        x, y = global_batch(0)
+
+        def backward() -> None:
+            opt.zero_grad()
+            F.cross_entropy(model(x[:8]), y[:8]).backward()
+
+        def refused(pattern: str) -> None:
+            with self.assertRaisesRegex(pt.ParametersChangedError, pattern):
+                opt.step()
+            self.assertEqual(opt.step_number, 0)
+
+        backward()
+        weight, bias = model[0].weight, model[2].bias
+        model[0].weight = torch.nn.Parameter(weight.detach().clone())
+        refused("parameter '0.weight' was replaced by another tensor after LocalOptimizer "
+                "registered it; change its values in place")
+        model[0].weight = weight
+        model[2].extra = torch.nn.Parameter(torch.zeros(3))
+        refused("parameter '2.extra' was added after LocalOptimizer registered the model; "
+                "build the model completely before LocalOptimizer")
+        del model[2].extra
+        bias.requires_grad_(False)
+        refused(r"parameter '2.bias' was removed \(or stopped requiring a gradient\) after "
+                "LocalOptimizer registered it")
+        bias.requires_grad_(True)
+        values = bias.data
+        bias.data = torch.zeros(7)
+        refused(r"parameter '2.bias' has shape \[7\], registered with \[5\]")
+        bias.data = values
+        backward()  # the model as registered again: the step goes through
+        opt.step()
+        self.assertEqual(opt.step_number, 1)
+        opt.client.cancel()
 
 
 class InitLocalTest(unittest.TestCase):

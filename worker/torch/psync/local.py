@@ -8,7 +8,9 @@ machine's worker rank; each is one of the job's ``--devices``. At every
 step (:meth:`LocalOptimizer.step`) each process's gradient sums are reduced
 to local rank 0, the local root; the root alone holds a :class:`Client`,
 registers, pushes the machine's sum with the machine's sample count and
-pulls the new weights, which it then broadcasts to the others. Every
+pulls the new weights, which it then broadcasts to the others with its
+buffers (BatchNorm's running statistics), so that a machine's processes hold
+one model. Every
 collective is bounded by the group's timeout, so a dead local process
 fails its machine's step instead of hanging it. Not thread-safe: one
 training loop per process drives it.
@@ -17,7 +19,7 @@ training loop per process drives it.
 import dataclasses
 import datetime
 import os
-from typing import Callable, List, Mapping, Optional
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -25,11 +27,46 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from . import _psync
 from .job import Job
-from .optimizer import (SparseGradientError, StepWithoutBackwardError, checked_parameters,
-                        initial_values, join, zero_grad)
+from .optimizer import (SparseGradientError, StepWithoutBackwardError, check_unchanged,
+                        checked_parameters, initial_values, join, zero_grad)
 from .torch import Client
 
 ROOT = 0  # the local rank that talks to the servers
+_ALIGN = 8  # bytes: where each tensor starts in the root's broadcast, so any dtype views it
+
+
+def _carried_buffers(model: torch.nn.Module) -> List[torch.Tensor]:
+    """The buffers the root's broadcast carries: ``model``'s floating-point and
+    integer ones (BatchNorm's running statistics and batch count), in
+    ``buffers()`` order. Raises TypeError naming one that is not on the CPU."""
+    carried = []
+    for name, b in model.named_buffers():
+        if b.dtype.is_complex or b.dtype == torch.bool:
+            continue
+        if b.device.type != "cpu" or b.is_sparse:
+            raise TypeError(f"LocalOptimizer: buffer '{name}' is a {b.layout} tensor on "
+                            f"{b.device}, expected a dense CPU tensor (the group is gloo's)")
+        carried.append(b)
+    return carried
+
+
+def _byte_offsets(tensors: Sequence[torch.Tensor]) -> Tuple[List[int], int]:
+    """Where each of ``tensors`` starts in one flat byte buffer (at a multiple of
+    _ALIGN, as viewing the bytes as its dtype requires), and the buffer's size."""
+    offsets, end = [], 0
+    for t in tensors:
+        end += -end % _ALIGN
+        offsets.append(end)
+        end += t.numel() * t.element_size()
+    return offsets, end
+
+
+def _views(flat: torch.Tensor, tensors: Sequence[torch.Tensor],
+           offsets: Sequence[int]) -> List[torch.Tensor]:
+    """Each of ``tensors``' place in the byte buffer ``flat``, viewed as its dtype
+    and shape."""
+    return [flat[o:o + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+            for t, o in zip(tensors, offsets)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,13 +149,24 @@ class LocalOptimizer:
     in place on every local process. A failure of the root's call to the
     servers is raised on every local process as :class:`psync.Error` with the
     root's ``code`` (``'ABORTED'``: call :meth:`recover` on every process).
+
+    Buffers (BatchNorm's running statistics) are not the servers': each
+    process's forward updates its own, and after registering and every step
+    the root's floating-point and integer buffers travel with the new weights
+    into every local process's, in place, so a machine's processes hold one
+    model (DDP's ``broadcast_buffers``, the machine being the group). Other
+    machines' buffers follow their own roots' shares.
     """
 
     def __init__(self, model: torch.nn.Module, job: Job, local: LocalGroup) -> None:
         named = checked_parameters(model, "LocalOptimizer")
+        _carried_buffers(model)  # refuses a buffer the group cannot carry, before registering
+        self._model = model
         self._job = job
         self._local = local
+        self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
+        self._shapes = [tuple(p.shape) for p in self._params]
         self._client: Optional[Client] = None
         self._initial = None
         if local.is_root:
@@ -168,13 +216,16 @@ class LocalOptimizer:
         """Ends step :attr:`step_number` on every local process (a collective: each
         must call it): reduces ``.grad x samples`` and the sample counts to the root,
         which pushes them and pulls the weights of the next step, then broadcasts
-        them into every process's parameters, in place.
+        them into every process's parameters, in place, with the root's buffers.
 
         A parameter without a gradient counts as zeros (a process with
-        ``samples = 0`` may skip backward). Raises
-        :class:`StepWithoutBackwardError` if none has one, and
+        ``samples = 0`` may skip backward). Raises, before any collective,
+        :class:`ParametersChangedError` if a parameter was added, removed,
+        replaced or resized since registration and
+        :class:`StepWithoutBackwardError` if none has a gradient; raises
         :class:`psync.Error` if the root's call to the servers failed.
         """
+        check_unchanged(self._model, self._names, self._params, self._shapes, "LocalOptimizer")
         grads = [self._gradient(i) for i in range(len(self._params))]
         if self._samples and all(g is None for g in grads):
             raise StepWithoutBackwardError(
@@ -259,12 +310,16 @@ class LocalOptimizer:
         return step
 
     def _broadcast_weights(self) -> None:
-        if self._local.is_root:
-            flat = _flatten_dense_tensors([p.detach() for p in self._params])
-        else:
-            flat = torch.empty(sum(p.numel() for p in self._params), dtype=torch.float32)
-        dist.broadcast(flat, ROOT)
-        if not self._local.is_root:
-            with torch.no_grad():
-                for p, w in zip(self._params, _unflatten_dense_tensors(flat, self._params)):
-                    p.copy_(w)
+        """The root's parameters and carried buffers into every local process's, in
+        place: one broadcast of their bytes, whatever their dtypes."""
+        tensors = self._params + _carried_buffers(self._model)
+        offsets, size = _byte_offsets(tensors)
+        flat = torch.empty(size, dtype=torch.uint8)
+        with torch.no_grad():
+            if self._local.is_root:
+                for view, t in zip(_views(flat, tensors, offsets), tensors):
+                    view.copy_(t)
+            dist.broadcast(flat, ROOT)
+            if not self._local.is_root:
+                for view, t in zip(_views(flat, tensors, offsets), tensors):
+                    t.copy_(view)

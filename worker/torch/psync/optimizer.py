@@ -64,6 +64,36 @@ def checked_parameters(model: torch.nn.Module,
     return named
 
 
+def check_unchanged(model: torch.nn.Module, names: Sequence[str],
+                    params: Sequence[torch.nn.Parameter], shapes: Sequence[Tuple[int, ...]],
+                    who: str) -> None:
+    """Raises :class:`ParametersChangedError` unless ``model``'s trainable parameters
+    are still ``params`` (named ``names``, of ``shapes``), those ``who`` registered:
+    none added, removed, replaced by another tensor, or resized."""
+    now = trainable_parameters(model)
+    by_name = dict(now)
+    for name, p, shape in zip(names, params, shapes):
+        q = by_name.get(name)
+        if q is None:
+            raise ParametersChangedError(
+                f"parameter '{name}' was removed (or stopped requiring a gradient) after "
+                f"{who} registered it")
+        if q is not p:
+            raise ParametersChangedError(
+                f"parameter '{name}' was replaced by another tensor after {who} registered "
+                f"it; change its values in place (under torch.no_grad()) instead")
+        if tuple(p.shape) != tuple(shape):
+            raise ParametersChangedError(
+                f"parameter '{name}' has shape {list(p.shape)}, registered with "
+                f"{list(shape)}")
+    registered = set(names)
+    for name, _ in now:
+        if name not in registered:
+            raise ParametersChangedError(
+                f"parameter '{name}' was added after {who} registered the model; build the "
+                f"model completely before {who}")
+
+
 def initial_values(job: Job, params: Sequence[torch.Tensor]) -> Optional[List[torch.Tensor]]:
     """With ``--init_from=worker``, worker 0's model is the job's starting point:
     a copy of its values, kept to be sent again if the servers roll back to 0;
@@ -262,7 +292,8 @@ class DistributedOptimizer:
     def _on_gradient(self, i: int) -> Callable[..., None]:
         def hook(*_unused) -> None:
             if not self._checked:
-                self._check_parameters()  # before this step's first push
+                check_unchanged(self._model, self._names, self._params, self._shapes,
+                                "DistributedOptimizer")  # before this step's first push
                 self._checked = True
             if self._started[i] or self._fired[i] == self._job.accumulation_steps:
                 raise BackwardAfterPushError(
@@ -292,30 +323,6 @@ class DistributedOptimizer:
         if 4 * (self._offsets[end] - self._offsets[first]) >= self._job.overlap_min_kb << 10:
             self._start_runs(range(first, end))
             self._held = (0, 0)
-
-    def _check_parameters(self) -> None:
-        now = trainable_parameters(self._model)
-        by_name = dict(now)
-        registered = set(self._names)
-        for name, p, shape in zip(self._names, self._params, self._shapes):
-            q = by_name.get(name)
-            if q is None:
-                raise ParametersChangedError(
-                    f"parameter '{name}' was removed (or stopped requiring a gradient) after "
-                    f"the optimizer registered it")
-            if q is not p:
-                raise ParametersChangedError(
-                    f"parameter '{name}' was replaced by another tensor after the optimizer "
-                    f"registered it; change its values in place (under torch.no_grad()) instead")
-            if tuple(p.shape) != shape:
-                raise ParametersChangedError(
-                    f"parameter '{name}' has shape {list(p.shape)}, registered with "
-                    f"{list(shape)}")
-        for name, _ in now:
-            if name not in registered:
-                raise ParametersChangedError(
-                    f"parameter '{name}' was added after the optimizer registered the model; "
-                    f"build the model completely before DistributedOptimizer")
 
     def _gradient(self, i: int) -> torch.Tensor:
         g = self._params[i].grad if self._fired[i] else None

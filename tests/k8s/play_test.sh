@@ -15,7 +15,12 @@
 #   4. the secure-demo overlay (mutual TLS and the token, from a Secret made
 #      by deploy/k8s/tools/make_security_secret.sh) completes with the same
 #      weights, and psync_ctl in a server pod is answered with the token and
-#      refused without it.
+#      refused without it;
+#   5. the torch image (build_cpu_image.sh --torch) imports psync.torch as
+#      the pods run it, and the torch overlay, shortened to 300 steps, runs
+#      the torch example as the workers: the Job completes, every server
+#      logs that the job finished at step 300, psync_ctl finds them healthy,
+#      and worker 0 prints a test accuracy of 0.70 at least (about 0.8 here).
 # Every run, the native one included, is pinned to BLAS kernels other than
 # those OpenBLAS picks for this CPU (training.blas_core): the pods do not
 # inherit this host's environment (OPENBLAS_CORETYPE, say), so equal weights
@@ -140,4 +145,67 @@ play "mutual TLS and token from a Secret, same weights; psync_ctl refused withou
             --timeout_s=30 &&
           psync_ctl status --config=/etc/psync/job.pbtxt $tls --num_servers=2 --timeout_s=30 |
           grep UNAUTHENTICATED'"
+
+# --- torch workers ------------------------------------------------------------
+# Not pinned to BLAS kernels and not compared with a native run: the torch
+# workers compute with torch's own kernels, not training.blas_core's.
+torch_started=$SECONDS
+torch_image=localhost/psync:torch
+# Making the torch base (apt-get) takes a few minutes once; then seconds.
+if ! timeout 900 bash deploy/image/build_cpu_image.sh --torch "$torch_image"; then
+  result "k8s play: build $torch_image" 0; exit 1
+fi
+result "k8s play: build $torch_image" 1
+# As a pod runs it: user 65532, read-only root, no capabilities, no network.
+if imported=$(timeout 120 podman run --rm --read-only --read-only-tmpfs=false --cap-drop=all \
+     --security-opt no-new-privileges --user 65532:65532 --network none "$torch_image" \
+     /usr/bin/python3 -c 'import psync.torch, torch; print("torch", torch.__version__)' 2>&1); then
+  result "k8s play: $torch_image imports psync.torch as a pod runs it ($imported)" 1
+else
+  result "k8s play: $torch_image imports psync.torch as a pod runs it" 0 "$imported"
+fi
+
+# The torch overlay with 300 steps instead of an epoch's 938.
+mkdir -p "$work/torch-short"
+rel=$(realpath --relative-to="$work/torch-short" deploy/k8s)
+cat >"$work/torch-short/kustomization.yaml" <<EOF
+resources: [$rel/overlays/torch]
+patches:
+  - target: {kind: StatefulSet, name: psync-server}
+    patch: '[{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--steps=300"}]'
+  - target: {kind: Job, name: psync-worker}
+    patch: '[{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--steps=300"}]'
+transformers: [$rel/base/cluster-size]
+EOF
+timeout 60 kubectl kustomize "$work/torch-short" >"$work/torch.yaml" || {
+  result "k8s play: render the torch overlay" 0; exit 1; }
+dir="$work/play-torch" id="k8s$$-torch"
+plays+=("$id")
+# No --image: the servers run the rendering's localhost/psync:cpu, the
+# workers localhost/psync:torch.
+timeout 540 /usr/bin/python3 tests/k8s/play_k8s.py play "$work/torch.yaml" --work "$dir" \
+  --run-id "$id" --timeout 400 --exec-after psync-server-0 \
+  "psync_ctl status --config=/etc/psync/job.pbtxt --timeout_s=30" >"$dir.log" 2>&1
+rc=$?
+grep '^\[play\]' "$dir.log" | grep -v "not translated" | sed 's/^/  /'
+problems=()
+(( rc == 0 )) || problems+=("play_k8s.py exited with code $rc")
+for rank in 0 1; do
+  grep -q "server $rank: the job finished at version 300 " "$dir/logs/psync-server-$rank.log" 2>/dev/null ||
+    problems+=("server $rank did not log 'the job finished at version 300'")
+done
+# (Any pod of the index: a replaced one prints it too.)
+accuracy=$(cat "$dir"/logs/psync-worker-0-*.log 2>/dev/null | sed -n 's/^test accuracy \([0-9.]*\)$/\1/p' | tail -1)
+if [[ -z "$accuracy" ]] || ! awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.70) }'; then
+  problems+=("worker 0's test accuracy '$accuracy', expected 0.70 at least")
+fi
+cat "$dir"/logs/psync-worker-1-*.log 2>/dev/null | grep -q '^step 299 loss ' ||
+  problems+=("worker 1 did not print its last step, 299")
+if (( ${#problems[@]} )); then
+  tail -5 "$dir"/logs/psync-worker-*.log "$dir"/logs/psync-server-*.log 2>/dev/null
+  result "k8s play: torch workers" 0 "$(printf '%s\n' "${problems[@]}")"
+else
+  result "k8s play: torch workers run the example to the end, test accuracy $accuracy" 1
+fi
+echo "torch part: $((SECONDS - torch_started)) s"
 exit $failed

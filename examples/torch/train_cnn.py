@@ -9,7 +9,7 @@ psync_launch, which appends them:
 
     bazel-bin/deploy/local/psync_launch --num_servers=2 --num_workers=2 \\
         --batch_per_device=32 --epochs=12 --lr=0.05 --momentum=0.9 \\
-        --weight_decay=0.0005 --seed=1 \\
+        --weight_decay=0.0005 --seed=1 --lr_schedule=cosine \\
         --worker_cmd='OMP_NUM_THREADS=1 /usr/bin/python3 examples/torch/train_cnn.py'
 
 The servers own the update; the script computes gradients of the mean loss

@@ -21,6 +21,7 @@ and samples/s, and the final test accuracy.
 
 import argparse
 import sys
+from typing import List
 
 import torch
 import torch.nn.functional as F
@@ -47,11 +48,12 @@ class Cnn(torch.nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
-def positive_ints(text: str, count: int, flag: str) -> list:
+def positive_ints(text: str, count: int, flag: str) -> List[int]:
     values = text.split(",")
     if len(values) != count or not all(v.isdigit() and int(v) > 0 for v in values):
-        raise argparse.ArgumentTypeError(
-            f"{flag}='{text}': expected {count} positive integers separated by commas")
+        expected = "a positive integer" if count == 1 else \
+            f"{count} positive integers separated by commas"
+        raise argparse.ArgumentTypeError(f"{flag}='{text}': expected {expected}")
     return [int(v) for v in values]
 
 

@@ -4,12 +4,13 @@ torch.optim does on the global batch (SGD with momentum and weight decay,
 Nesterov, Adam, AdamW); gradient accumulation equals the doubled batch;
 deterministic mode gives the same bits on a rerun; with --init_from=worker
 every worker starts from worker 0's model; pushes start inside backward;
-each misuse raises its named error; examples/torch/train_mlp.py trains. Run
-by run_python_test.sh with the interpreter psync was built for; bounds its
-own time and stops its servers."""
+each misuse raises its named error; examples/torch/train_mlp.py and
+train_cnn.py train. Run by run_python_test.sh with the interpreter psync was
+built for; bounds its own time and stops its servers."""
 
 import gc
 import os
+import re
 import subprocess
 import sys
 import time
@@ -320,6 +321,30 @@ class ExampleTest(unittest.TestCase):
         self.assertIn("worker 0 of 1: 30 steps of 64 samples from step 0", r.stdout)
         accuracy = float(r.stdout.split("test accuracy ")[1].split()[0])
         self.assertGreater(accuracy, 0.5, r.stdout)  # 10 classes: chance is 0.1
+
+    def test_train_cnn_trains_on_fashion_mnist_and_reports_each_epoch(self):
+        job = ["--num_workers=1", "--batch_per_device=64", "--steps=40", "--lr=0.05",
+               "--momentum=0.9", "--seed=1"]
+        script = os.path.join(os.environ["TEST_SRCDIR"], "psync/examples/torch/train_cnn.py")
+        with Servers(job) as servers:
+            r = subprocess.run([sys.executable, script, servers.flag] + job,
+                               capture_output=True, text=True, timeout=4 * BOUND_S)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("worker 0 of 1: 40 steps of 64 samples from step 0", r.stdout)
+        first_loss = float(r.stdout.split("step 0 loss ")[1].split()[0])
+        epoch = re.search(r"^epoch 1 of 1: loss ([0-9.]+) test accuracy ([0-9.]+) [0-9]+ "
+                          r"samples/s", r.stdout, re.MULTILINE)
+        self.assertIsNotNone(epoch, r.stdout)
+        self.assertLess(float(epoch[1]), first_loss, r.stdout)  # the 40 steps' mean loss
+        self.assertGreater(float(epoch[2]), 0.5, r.stdout)  # 10 classes: chance is 0.1
+        self.assertIn(f"\ntest accuracy {epoch[2]}\n", r.stdout)  # the final line
+
+    def test_train_cnn_refuses_a_bad_channels_flag(self):
+        script = os.path.join(os.environ["TEST_SRCDIR"], "psync/examples/torch/train_cnn.py")
+        r = subprocess.run([sys.executable, script, "--channels=8", "--servers=127.0.0.1:1"],
+                           capture_output=True, text=True, timeout=BOUND_S)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("--channels='8': expected 2 positive integers", r.stderr)
 
 
 if __name__ == "__main__":

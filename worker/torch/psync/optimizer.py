@@ -59,7 +59,13 @@ def checked_parameters(model: torch.nn.Module,
         raise ValueError(f"{who}: the model has no parameter that requires a gradient, "
                          f"expected one at least")
     for name, p in named:
-        if p.dtype != torch.float32 or p.device.type != "cpu" or p.is_sparse:
+        if p.dtype != torch.float32:
+            # Not converted: the servers keep and update float32 weights, and a
+            # narrower copy here would silently round every step's weights.
+            raise TypeError(f"{who}: parameter '{name}' is {p.dtype}, expected torch.float32 "
+                            f"(the servers keep float32 weights): convert the model first, "
+                            f"model.float(); --wire_dtype=bf16 or fp16 sends fewer bytes")
+        if p.device.type != "cpu" or p.is_sparse:
             raise TypeError(f"{who}: parameter '{name}' is {p.dtype} on {p.device}, "
                             f"expected a dense torch.float32 CPU tensor")
     return named

@@ -12,7 +12,8 @@ script computes gradients of the mean loss over its share of each global
 batch and lets DistributedOptimizer push them. Step t's global batch is a
 function of (--seed, t) alone, cut into one contiguous share per worker, so
 the job trains as one process would on the whole batch. The script's own
-flag: --hidden (the MLP's hidden widths). Worker 0 prints the test accuracy.
+flag: --hidden (the MLP's hidden widths). Worker 0 prints the test accuracy,
+which the job's --summary records, and writes the weights to --export_path.
 """
 
 import argparse
@@ -118,9 +119,13 @@ def main() -> int:
                 continue
             if step % 100 == 0 or step == job.steps - 1:
                 print(f"step {step} loss {loss:.4f}", flush=True)
-    if job.worker_rank == 0:
-        x_test, y_test = fashion_mnist(job.data_dir, "t10k")
-        print(f"test accuracy {accuracy(model, x_test, y_test):.4f}", flush=True)
+        metrics = {}
+        if job.worker_rank == 0:
+            x_test, y_test = fashion_mnist(job.data_dir, "t10k")
+            metrics["test_accuracy"] = accuracy(model, x_test, y_test)
+            print(f"test accuracy {metrics['test_accuracy']:.4f}", flush=True)
+        # Worker 0 writes --export_path and --summary (with the accuracy), if given.
+        opt.finish(metrics=metrics)
     return 0
 
 

@@ -244,8 +244,8 @@ class LocalOptimizer:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        """Finishes on a clean exit; after an exception the root cancels what is in
-        flight and the exception goes on."""
+        """Finishes on a clean exit (unless :meth:`finish` was called); after an
+        exception the root cancels what is in flight and the exception goes on."""
         if exc_type is None:
             if not self._finished:
                 self.finish()

@@ -265,8 +265,9 @@ class DistributedOptimizer:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        """Finishes on a clean exit (unless :meth:`finish` was called); after an exception, cancels what is in flight
-        (nothing waits on it) and lets the exception go on."""
+        """Finishes on a clean exit (unless :meth:`finish` was called); after an
+        exception, cancels what is in flight (nothing waits on it) and lets the
+        exception go on."""
         if exc_type is None:
             if not self._finished:
                 self.finish()

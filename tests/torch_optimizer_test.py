@@ -9,6 +9,7 @@ train_cnn.py train. Run by run_python_test.sh with the interpreter psync was
 built for; bounds its own time and stops its servers."""
 
 import gc
+import json
 import os
 import re
 import subprocess
@@ -314,13 +315,19 @@ class ExampleTest(unittest.TestCase):
     def test_train_mlp_trains_on_fashion_mnist_and_reports_its_accuracy(self):
         job = ["--num_workers=1", "--batch_per_device=64", "--steps=30", "--lr=0.1"]
         script = os.path.join(os.environ["TEST_SRCDIR"], "psync/examples/torch/train_mlp.py")
+        summary = os.path.join(os.environ["TEST_TMPDIR"], "train_mlp.json")
         with Servers(job) as servers:
-            r = subprocess.run([sys.executable, script, "--hidden=64", servers.flag] + job,
+            r = subprocess.run([sys.executable, script, "--hidden=64", servers.flag,
+                                f"--summary={summary}"] + job,
                                capture_output=True, text=True, timeout=4 * BOUND_S)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("worker 0 of 1: 30 steps of 64 samples from step 0", r.stdout)
         accuracy = float(r.stdout.split("test accuracy ")[1].split()[0])
         self.assertGreater(accuracy, 0.5, r.stdout)  # 10 classes: chance is 0.1
+        with open(summary) as f:
+            recorded = json.load(f)
+        self.assertEqual(recorded["steps"], 30)
+        self.assertAlmostEqual(recorded["test_accuracy"], accuracy, places=4)
 
     def test_train_cnn_trains_on_fashion_mnist_and_reports_each_epoch(self):
         job = ["--num_workers=1", "--batch_per_device=64", "--steps=40", "--lr=0.05",

@@ -5,8 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/config/job_config.h"
-#include "common/config/lr_policy.h"
 #include "common/process/exit_code.h"
 #include "glog/logging.h"
 
@@ -27,34 +25,24 @@ std::string EpochLine(const EpochReport& r) {
   return line;
 }
 
-std::string JsonNumber(double v, int precision, bool measured) {
-  return measured && std::isfinite(v) ? absl::StrFormat("%.*f", precision, v) : "null";
-}
-
 std::string RunSummaryJson(const proto::JobConfig& c, const TrainResult& r, int64_t global_batch,
                            int64_t train_samples, int servers, const std::string& sha256,
                            const BlasInfo& blas) {
-  // The servers' learning rates, computed the same way (common/config/lr_policy.h).
-  const LrPolicy lr = LrPolicyOf(c);
-  const int64_t per_epoch = (train_samples + global_batch - 1) / global_batch;
-  const bool tested = r.last.test_loss != -1;
+  RunFigures f;
+  if (r.last.test_loss != -1) {  // worker 0 tested the model
+    f.test_accuracy = r.last.test_accuracy;
+    f.test_loss = r.last.test_loss;
+  }
+  f.final_loss = r.last.loss;
+  f.steps = r.steps;
+  f.samples_per_sec = r.samples_per_sec;
+  f.weights_sha256 = sha256;
+  f.model = c.training().model();
   return absl::StrFormat(
-      "{\"test_accuracy\": %s, \"test_loss\": %s, \"final_loss\": %s, \"steps\": %d, "
-      "\"global_batch\": %d, \"samples_per_sec\": %s, \"weights_sha256\": \"%s\", "
-      "\"model\": \"%s\", \"servers\": %d, \"workers\": %d, \"devices_per_worker\": %d, "
-      "\"batch_per_device\": %d, \"accumulation_steps\": %d, \"seed\": %d, "
-      "\"lr_policy\": \"%s\", "
-      "\"learning_rate_first\": %.9g, \"learning_rate_last\": %.9g, "
-      "\"blas_library\": \"%s\", \"blas_core\": \"%s\", \"blas_threads\": %d, "
-      "\"blas_chosen_by\": \"%s\"}\n",
-      JsonNumber(r.last.test_accuracy, 6, tested), JsonNumber(r.last.test_loss, 6, tested),
-      JsonNumber(r.last.loss, 6), r.steps, global_batch, JsonNumber(r.samples_per_sec, 1), sha256,
-      c.training().model(), servers, c.cluster().num_workers(),
-      c.training().devices(), c.training().batch_per_device(),
-      c.training().accumulation_steps(), c.training().seed(),
-      lr.Describe(), lr.Rate(0, global_batch, r.steps, per_epoch),
-      lr.Rate(std::max<int64_t>(0, r.steps - 1), global_batch, r.steps, per_epoch),
-      blas.library, blas.core, blas.threads, blas.chosen_by);
+      "{%s, \"blas_library\": %s, \"blas_core\": %s, \"blas_threads\": %d, "
+      "\"blas_chosen_by\": %s}\n",
+      RunSummaryMembers(c, f, global_batch, train_samples, servers), JsonString(blas.library),
+      JsonString(blas.core), blas.threads, JsonString(blas.chosen_by));
 }
 
 void LogFinished(int rank, const TrainResult& r) {

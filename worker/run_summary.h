@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "proto/job_config.pb.h"
 #include "worker/model/blas.h"
+#include "worker/summary_json.h"
 #include "worker/trainer.h"
 
 namespace psync {
@@ -17,12 +18,9 @@ namespace psync {
 // The line worker 0 prints (or logs) after each epoch.
 std::string EpochLine(const EpochReport& r);
 
-// A JSON number, or null for a figure that is not one: NaN or infinite (a
-// diverged run), or not measured.
-std::string JsonNumber(double v, int precision, bool measured = true);
-
 // The --summary file: one JSON object on a line, of the run `r` of job `c`
-// (`servers` servers, `train_samples` samples, weights hashing to `sha256`).
+// (`servers` servers, `train_samples` samples, weights hashing to `sha256`):
+// RunSummaryMembers and the BLAS psync_worker computed with.
 std::string RunSummaryJson(const proto::JobConfig& c, const TrainResult& r, int64_t global_batch,
                            int64_t train_samples, int servers, const std::string& sha256,
                            const BlasInfo& blas);

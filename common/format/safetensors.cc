@@ -48,7 +48,42 @@ absl::Status ReadAt(int fd, char* p, size_t n, uint64_t offset, const std::strin
   return absl::OkStatus();
 }
 
+struct DtypeInfo {
+  SafetensorsDtype dtype;
+  const char* name;
+  uint64_t size;
+};
+
+constexpr DtypeInfo kDtypes[] = {
+    {SafetensorsDtype::kF64, "F64", 8},  {SafetensorsDtype::kF32, "F32", 4},
+    {SafetensorsDtype::kF16, "F16", 2},  {SafetensorsDtype::kBF16, "BF16", 2},
+    {SafetensorsDtype::kI64, "I64", 8},  {SafetensorsDtype::kI32, "I32", 4},
+    {SafetensorsDtype::kI16, "I16", 2},  {SafetensorsDtype::kI8, "I8", 1},
+    {SafetensorsDtype::kU8, "U8", 1},    {SafetensorsDtype::kBool, "BOOL", 1},
+};
+
+const DtypeInfo& InfoOf(SafetensorsDtype dtype) {
+  for (const DtypeInfo& info : kDtypes) {
+    if (info.dtype == dtype) return info;
+  }
+  return kDtypes[1];  // unreachable: kDtypes lists every enumerator
+}
+
 }  // namespace
+
+absl::string_view SafetensorsDtypeName(SafetensorsDtype dtype) { return InfoOf(dtype).name; }
+
+uint64_t SafetensorsDtypeSize(SafetensorsDtype dtype) { return InfoOf(dtype).size; }
+
+absl::StatusOr<SafetensorsDtype> ParseSafetensorsDtype(absl::string_view name) {
+  std::string known;
+  for (const DtypeInfo& info : kDtypes) {
+    if (name == info.name) return info.dtype;
+    absl::StrAppend(&known, known.empty() ? "" : ", ", info.name);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("has dtype '", name, "', expected one of ", known));
+}
 
 std::string SafetensorsTempPrefix(const std::string& path) { return path + ".tmp."; }
 
@@ -72,18 +107,18 @@ absl::Status WriteSafetensorsFile(const std::string& path,
     // written a few bytes per system call.
     std::string buffer = header;
     for (const SafetensorsEntry& e : entries) {
-      uint64_t n = 1;
-      for (int64_t d : e.shape) n *= static_cast<uint64_t>(d);
-      // Floats are stored little-endian; x86-64 and aarch64 hosts already are.
-      const char* p = reinterpret_cast<const char*>(e.data);
-      if (buffer.size() + n * 4 > kIoBlock) {
+      uint64_t bytes = SafetensorsDtypeSize(e.dtype);
+      for (int64_t d : e.shape) bytes *= static_cast<uint64_t>(d);
+      // Values are stored little-endian; x86-64 and aarch64 hosts already are.
+      const char* p = static_cast<const char*>(e.data);
+      if (buffer.size() + bytes > kIoBlock) {
         PSYNC_RETURN_IF_ERROR(WriteAll(fd, buffer.data(), buffer.size(), temp));
         buffer.clear();
       }
-      if (n * 4 >= kIoBlock) {
-        PSYNC_RETURN_IF_ERROR(WriteAll(fd, p, n * 4, temp));
+      if (bytes >= kIoBlock) {
+        PSYNC_RETURN_IF_ERROR(WriteAll(fd, p, bytes, temp));
       } else {
-        buffer.append(p, n * 4);
+        buffer.append(p, bytes);
       }
     }
     PSYNC_RETURN_IF_ERROR(WriteAll(fd, buffer.data(), buffer.size(), temp));
@@ -140,7 +175,8 @@ SafetensorsReader::~SafetensorsReader() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(const std::string& path) {
+absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(const std::string& path,
+                                                          SafetensorsDtypes accepted) {
   SafetensorsReader r;
   r.path_ = path;
   // O_NONBLOCK: opening a FIFO (or a device) would otherwise wait for a
@@ -166,7 +202,7 @@ absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(const std::string& pat
   }
   std::string header(header_len, '\0');
   PSYNC_RETURN_IF_ERROR(ReadAt(r.fd_, header.data(), header_len, 8, path));
-  auto parsed = safetensors_internal::ParseHeader(header);
+  auto parsed = safetensors_internal::ParseHeader(header, accepted);
   if (!parsed.ok()) return bad(std::string(parsed.status().message()));
   r.data_start_ = 8 + header_len;
   r.data_bytes_ = size - r.data_start_;

@@ -4,9 +4,13 @@
 // strings), then the raw little-endian data. PyTorch
 // (safetensors.torch.load_file) and numpy users can load what we write.
 //
-// Only F32 is supported. Readers are strict, as the reference implementation
-// is: the entries must tile the data section exactly (no gaps, overlaps or
-// trailing bytes), and any malformed file gives a Status, never a crash.
+// psync's own files (weights, checkpoints) are F32, and readers accept F32
+// alone unless asked for any dtype of SafetensorsDtype: the torch binding
+// writes and reads a model's whole state_dict, whose buffers may be
+// integers (BatchNorm's num_batches_tracked is I64). Readers are strict, as
+// the reference implementation is: the entries must tile the data section
+// exactly (no gaps, overlaps or trailing bytes), and any malformed file
+// gives a Status, never a crash.
 #ifndef PSYNC_COMMON_FORMAT_SAFETENSORS_H_
 #define PSYNC_COMMON_FORMAT_SAFETENSORS_H_
 
@@ -18,6 +22,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/model/tensor.h"
 
@@ -25,12 +30,28 @@ namespace psync {
 
 using SafetensorsMetadata = std::map<std::string, std::string>;
 
-// One F32 tensor to write. `data` holds shape's product of floats and is
-// not owned; it must stay valid during the write.
+// The element types psync writes and reads: those of the reference
+// implementation that torch has (it lacks U16, U32 and U64) but for F8.
+enum class SafetensorsDtype { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU8, kBool };
+
+// What a reader accepts: F32 only (psync's own files), or any SafetensorsDtype.
+enum class SafetensorsDtypes { kF32Only, kAll };
+
+// The header's name of `dtype`: "F32", "I64", "BOOL", ...
+absl::string_view SafetensorsDtypeName(SafetensorsDtype dtype);
+// Bytes of one element of `dtype`.
+uint64_t SafetensorsDtypeSize(SafetensorsDtype dtype);
+// The dtype a header names `name`; InvalidArgument naming it and listing
+// the known names otherwise.
+absl::StatusOr<SafetensorsDtype> ParseSafetensorsDtype(absl::string_view name);
+
+// One tensor to write. `data` holds shape's product of elements of `dtype`
+// and is not owned; it must stay valid during the write.
 struct SafetensorsEntry {
   std::string name;
   std::vector<int64_t> shape;
-  const float* data = nullptr;
+  const void* data = nullptr;
+  SafetensorsDtype dtype = SafetensorsDtype::kF32;
 };
 
 // Writes `entries` (data stored in the order given) and `metadata` to
@@ -61,8 +82,9 @@ struct SafetensorsEntryInfo {
   std::vector<int64_t> shape;
   uint64_t begin = 0;
   uint64_t end = 0;
+  SafetensorsDtype dtype = SafetensorsDtype::kF32;
 
-  uint64_t NumElements() const { return (end - begin) / 4; }
+  uint64_t NumElements() const { return (end - begin) / SafetensorsDtypeSize(dtype); }
 };
 
 // An open safetensors file whose header has been parsed and checked against
@@ -70,9 +92,10 @@ struct SafetensorsEntryInfo {
 // may serve several threads.
 class SafetensorsReader {
  public:
-  // Errors (NotFound, InvalidArgument for malformed files, ...) say
-  // "<path>: <what is wrong>".
-  static absl::StatusOr<SafetensorsReader> Open(const std::string& path);
+  // Errors (NotFound, InvalidArgument for malformed files or a dtype
+  // `accepted` leaves out, ...) say "<path>: <what is wrong>".
+  static absl::StatusOr<SafetensorsReader> Open(
+      const std::string& path, SafetensorsDtypes accepted = SafetensorsDtypes::kF32Only);
 
   SafetensorsReader(SafetensorsReader&& other) noexcept;
   SafetensorsReader& operator=(SafetensorsReader&& other) noexcept;

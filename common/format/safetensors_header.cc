@@ -19,7 +19,8 @@ constexpr uint64_t kMaxNumber = uint64_t{1} << 53;
 // of strings. Numbers are non-negative integers.
 class HeaderParser {
  public:
-  explicit HeaderParser(const std::string& text) : text_(text) {}
+  HeaderParser(const std::string& text, SafetensorsDtypes accepted)
+      : text_(text), accepted_(accepted) {}
 
   absl::StatusOr<ParsedHeader> Parse() {
     ParsedHeader out;
@@ -93,23 +94,29 @@ class HeaderParser {
     if (!seen[0] || !seen[1] || !seen[2]) {
       return Error(absl::StrCat("tensor '", name, "' lacks dtype, shape or data_offsets"));
     }
-    if (dtype != "F32") {
+    if (accepted_ == SafetensorsDtypes::kF32Only && dtype != "F32") {
       return Error(absl::StrCat("tensor '", name, "' has dtype '", dtype, "', expected F32"));
     }
+    absl::StatusOr<SafetensorsDtype> parsed = ParseSafetensorsDtype(dtype);
+    if (!parsed.ok()) {
+      return Error(absl::StrCat("tensor '", name, "' ", parsed.status().message()));
+    }
+    e.dtype = *parsed;
+    const uint64_t size = SafetensorsDtypeSize(e.dtype);
     if (offsets.size() != 2 || offsets[0] > offsets[1]) {
       return Error(absl::StrCat("tensor '", name, "' has data_offsets [",
                                 absl::StrJoin(offsets, ","), "], expected [begin,end]"));
     }
     uint64_t n = 1;
     for (uint64_t d : shape) {
-      if (d != 0 && n > kMaxNumber / d) {
+      if (d != 0 && n > kMaxNumber / size / d) {
         return Error(absl::StrCat("tensor '", name, "' has too many elements"));
       }
       n *= d;
     }
-    if (offsets[1] - offsets[0] != n * 4) {
+    if (offsets[1] - offsets[0] != n * size) {
       return Error(absl::StrCat("tensor '", name, "' has byte range [", offsets[0], ", ",
-                                offsets[1], "), expected ", n * 4, " bytes for its shape"));
+                                offsets[1], "), expected ", n * size, " bytes for its shape"));
     }
     e.shape.assign(shape.begin(), shape.end());
     e.begin = offsets[0];
@@ -203,6 +210,7 @@ class HeaderParser {
   }
 
   const std::string& text_;
+  const SafetensorsDtypes accepted_;
   size_t pos_ = 0;
   std::set<std::string> names_;
 };
@@ -225,8 +233,8 @@ void AppendJsonString(std::string* out, const std::string& s) {
 
 }  // namespace
 
-absl::StatusOr<ParsedHeader> ParseHeader(const std::string& json) {
-  return HeaderParser(json).Parse();
+absl::StatusOr<ParsedHeader> ParseHeader(const std::string& json, SafetensorsDtypes accepted) {
+  return HeaderParser(json, accepted).Parse();
 }
 
 absl::StatusOr<std::string> BuildHeader(absl::Span<const SafetensorsEntry> entries,
@@ -246,10 +254,12 @@ absl::StatusOr<std::string> BuildHeader(absl::Span<const SafetensorsEntry> entri
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", e.name, "' is reserved, repeated or has no data"));
     }
+    const uint64_t bytes = n * SafetensorsDtypeSize(e.dtype);
     AppendJsonString(&json, e.name);
-    absl::StrAppend(&json, ":{\"dtype\":\"F32\",\"shape\":[", absl::StrJoin(e.shape, ","),
-                    "],\"data_offsets\":[", offset, ",", offset + n * 4, "]},");
-    offset += n * 4;
+    absl::StrAppend(&json, ":{\"dtype\":\"", SafetensorsDtypeName(e.dtype), "\",\"shape\":[",
+                    absl::StrJoin(e.shape, ","), "],\"data_offsets\":[", offset, ",",
+                    offset + bytes, "]},");
+    offset += bytes;
   }
   json += "\"__metadata__\":{";
   for (const auto& [key, value] : metadata) {

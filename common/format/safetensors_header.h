@@ -17,12 +17,12 @@ struct ParsedHeader {
   SafetensorsMetadata metadata;
 };
 
-// Strict: an object of F32 tensor objects ({"dtype", "shape",
-// "data_offsets"}, each exactly once, byte ranges matching the shapes) and
-// an optional "__metadata__" object of strings; no repeated names, nothing
-// but whitespace after it; JSON string escapes are decoded. Errors say
-// "header at byte N: <what>".
-absl::StatusOr<ParsedHeader> ParseHeader(const std::string& json);
+// Strict: an object of tensor objects ({"dtype", "shape", "data_offsets"},
+// each exactly once, dtypes among `accepted`, byte ranges matching the
+// shapes) and an optional "__metadata__" object of strings; no repeated
+// names, nothing but whitespace after it; JSON string escapes are decoded.
+// Errors say "header at byte N: <what>".
+absl::StatusOr<ParsedHeader> ParseHeader(const std::string& json, SafetensorsDtypes accepted);
 
 // The JSON header for `entries` (data in the order given) and `metadata`,
 // padded with spaces so that 8 + its length is a multiple of 8. Errors for

@@ -114,6 +114,75 @@ TEST(SafetensorsTest, GeneralWriterAndReaderKeepEntriesAndMetadata) {
   }
 }
 
+TEST(SafetensorsTest, OtherDtypesRoundTripWhereTheReaderAcceptsThem) {
+  const std::vector<int64_t> counts = {7, -1};
+  const std::vector<uint16_t> halves = {0x3c00, 0xc000, 0x7bff};
+  const std::vector<double> doubles = {0.1};
+  const std::vector<uint8_t> flags = {1, 0, 1, 1};
+  const float f = 2.5f;
+  const std::vector<SafetensorsEntry> entries = {
+      {"bn.num_batches_tracked", {2}, counts.data(), SafetensorsDtype::kI64},
+      {"h", {3}, halves.data(), SafetensorsDtype::kF16},
+      {"w", {1}, &f},
+      {"d", {}, doubles.data(), SafetensorsDtype::kF64},
+      {"mask", {2, 2}, flags.data(), SafetensorsDtype::kBool}};
+  const std::string path = TempPath("dtypes.safetensors");
+  ASSERT_TRUE(WriteSafetensorsFile(path, entries, {}).ok());
+  auto reader = SafetensorsReader::Open(path, SafetensorsDtypes::kAll);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_EQ(reader->entries().size(), 5u);
+  const std::vector<SafetensorsEntryInfo>& e = reader->entries();
+  EXPECT_EQ(e[0].dtype, SafetensorsDtype::kI64);
+  EXPECT_EQ(e[0].NumElements(), 2u);
+  EXPECT_EQ(e[1].dtype, SafetensorsDtype::kF16);
+  EXPECT_EQ(e[1].end - e[1].begin, 6u);
+  EXPECT_EQ(e[2].dtype, SafetensorsDtype::kF32);
+  EXPECT_EQ(e[3].dtype, SafetensorsDtype::kF64);
+  EXPECT_TRUE(e[3].shape.empty());
+  EXPECT_EQ(e[4].dtype, SafetensorsDtype::kBool);
+  EXPECT_EQ(reader->data_bytes(), 16u + 6 + 4 + 8 + 4);
+  std::vector<int64_t> got_counts(2);
+  std::vector<uint16_t> got_halves(3);
+  double got_double = 0;
+  std::vector<uint8_t> got_flags(4);
+  std::vector<char*> dest = {reinterpret_cast<char*>(got_counts.data()),
+                             reinterpret_cast<char*>(got_halves.data()), nullptr,
+                             reinterpret_cast<char*>(&got_double),
+                             reinterpret_cast<char*>(got_flags.data())};
+  ASSERT_TRUE(reader->ReadEntries(dest, [](const char*, size_t) {}).ok());
+  EXPECT_EQ(got_counts, counts);
+  EXPECT_EQ(got_halves, halves);
+  EXPECT_EQ(got_double, 0.1);
+  EXPECT_EQ(got_flags, flags);
+
+  // psync's own readers stay F32-only, naming the tensor and its dtype.
+  absl::Status s = SafetensorsReader::Open(path).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("tensor 'bn.num_batches_tracked' has dtype 'I64', expected F32"),
+            std::string::npos)
+      << s;
+}
+
+TEST(SafetensorsTest, DtypesTorchLacksAreRefusedNamingThem) {
+  const std::string p = TempPath("u16.safetensors");
+  WriteBytes(p, Header(R"({"a":{"dtype":"U16","shape":[2],"data_offsets":[0,4]}})") +
+                    std::string(4, '\0'));
+  absl::Status s = SafetensorsReader::Open(p, SafetensorsDtypes::kAll).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("tensor 'a' has dtype 'U16', expected one of F64, F32, F16, BF16, "
+                             "I64, I32, I16, I8, U8, BOOL"),
+            std::string::npos)
+      << s;
+  // A byte range is checked against the dtype's element size.
+  WriteBytes(p, Header(R"({"a":{"dtype":"I64","shape":[2],"data_offsets":[0,8]}})") +
+                    std::string(8, '\0'));
+  s = SafetensorsReader::Open(p, SafetensorsDtypes::kAll).status();
+  EXPECT_NE(s.message().find("expected 16 bytes for its shape"), std::string::npos) << s;
+  EXPECT_EQ(ParseSafetensorsDtype("BF16").value(), SafetensorsDtype::kBF16);
+  EXPECT_EQ(SafetensorsDtypeName(SafetensorsDtype::kBool), "BOOL");
+  EXPECT_EQ(SafetensorsDtypeSize(SafetensorsDtype::kBF16), 2u);
+}
+
 TEST(SafetensorsTest, WriterRefusesRepeatedNamesAndMissingFolders) {
   const float x = 1;
   EXPECT_EQ(WriteSafetensorsFile(TempPath("r"), {{"a", {1}, &x}, {"a", {1}, &x}}, {}).code(),

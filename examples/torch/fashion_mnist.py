@@ -9,6 +9,7 @@ the job trains as one process would on the whole batch, and a worker that
 resumes after a rollback or a restart recomputes the same batches.
 """
 
+import argparse
 import functools
 import gzip
 import os
@@ -25,6 +26,18 @@ TRAIN_SAMPLES = 60000
 # Evaluation runs in slices of this many samples, to bound the activations a
 # convolutional model holds at once.
 EVAL_SLICE = 1000
+
+
+def init(parser: argparse.ArgumentParser) -> Tuple[argparse.Namespace, pt.Job]:
+    """The script's own flags (`parser`'s) and the job's (the rest of the
+    command line). A bad job flag exits with code 2, as a bad flag of the
+    script's own does, naming it: psync_launch and a Kubernetes Job then fail
+    the job at once rather than restart a worker that cannot start."""
+    own, job_args = parser.parse_known_args()
+    try:
+        return own, pt.init(job_args, train_samples=TRAIN_SAMPLES)
+    except psync.InvalidArgumentError as e:
+        parser.error(str(e))
 
 
 def read_idx(path: str) -> torch.Tensor:
@@ -129,7 +142,7 @@ def train(model: torch.nn.Module, job: pt.Job, flatten: bool = False) -> Optiona
     Every worker prints its loss every 100 steps; worker 0 evaluates
     the test set at the end of each epoch (and of the job), prints the epoch's
     loss, test accuracy and samples/s, and returns the final test accuracy
-    (None on other workers)."""
+    (None on other workers), which the job's --summary records."""
     x_train, y_train = load(job.data_dir, "train")
     x_test, y_test = load(job.data_dir, "t10k") if job.worker_rank == 0 else (None, None)
     if flatten:
@@ -162,8 +175,10 @@ def train(model: torch.nn.Module, job: pt.Job, flatten: bool = False) -> Optiona
                 final = accuracy(model, x_test, y_test)
                 print(progress.line(step // per_epoch + 1, epochs, final), flush=True)
                 progress.start()
-    if job.worker_rank == 0:
-        if final is None:  # resumed at the end: nothing trained here
+        if job.worker_rank == 0 and final is None:  # resumed at the end: nothing trained here
             final = accuracy(model, x_test, y_test)
+        # Worker 0 writes --export_path and --summary (with the accuracy), if given.
+        opt.finish(metrics={} if final is None else {"test_accuracy": final})
+    if final is not None:
         print(f"test accuracy {final:.4f}", flush=True)
     return final

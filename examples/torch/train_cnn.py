@@ -27,7 +27,6 @@ import torch
 import torch.nn.functional as F
 
 import fashion_mnist
-import psync.torch as pt
 
 
 class Cnn(torch.nn.Module):
@@ -64,9 +63,8 @@ def main() -> int:
                         help="conv1 and conv2 output channels, e.g. 16,32")
     parser.add_argument("--hidden", default="128", type=lambda t: positive_ints(t, 1, "--hidden"),
                         help="fc1's width")
-    own, job_args = parser.parse_known_args()
+    own, job = fashion_mnist.init(parser)
     torch.manual_seed(0)  # the servers' weights replace these (docs/torch.md)
-    job = pt.init(job_args, train_samples=fashion_mnist.TRAIN_SAMPLES)
     model = Cnn(own.channels[0], own.channels[1], own.hidden[0])
     fashion_mnist.train(model, job)
     return 0

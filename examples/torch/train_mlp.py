@@ -11,7 +11,8 @@ The servers own the update (the job's --optimizer, --lr, schedule); the
 script computes gradients of the mean loss over its share of each global
 batch and lets DistributedOptimizer push them (fashion_mnist.train). The
 script's own flag: --hidden (the MLP's hidden widths). Worker 0 prints each
-epoch's loss, test accuracy and samples/s, and the final test accuracy.
+epoch's loss, test accuracy and samples/s, and the final test accuracy,
+which the job's --summary records; it writes the weights to --export_path.
 """
 
 import argparse
@@ -21,7 +22,6 @@ from typing import Sequence
 import torch
 
 import fashion_mnist
-import psync.torch as pt
 
 
 def mlp(widths: Sequence[int]) -> torch.nn.Sequential:
@@ -36,9 +36,8 @@ def mlp(widths: Sequence[int]) -> torch.nn.Sequential:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hidden", default="256,128", help="hidden widths, e.g. 256,128")
-    own, job_args = parser.parse_known_args()
+    own, job = fashion_mnist.init(parser)
     torch.manual_seed(0)  # the servers' weights replace these (docs/torch.md)
-    job = pt.init(job_args, train_samples=fashion_mnist.TRAIN_SAMPLES)
     model = mlp([784] + [int(w) for w in own.hidden.split(",")] + [10])
     fashion_mnist.train(model, job, flatten=True)
     return 0

@@ -5,7 +5,7 @@
 // Status that is not OK becomes psync.Error (a RuntimeError) with the
 // client's message and its code, or psync.InvalidArgumentError (also a
 // ValueError) for INVALID_ARGUMENT; a tensor torch_tensor.h refuses is a
-// TypeError naming it.
+// TypeError naming it. The files a run writes are output_binding.h's.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -19,6 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/config/job_config.h"
 #include "worker/torch/build_info.h"
+#include "worker/torch/output_binding.h"
+#include "worker/torch/py_status.h"
 #include "worker/torch/tensor_client.h"
 #include "worker/torch/tensor_client_factory.h"
 #include "worker/torch/torch_job.h"
@@ -33,23 +35,6 @@ namespace py = pybind11;
 // keeps a module's exception types for the life of the interpreter).
 PyObject* error_type = nullptr;
 PyObject* invalid_argument_type = nullptr;
-
-// A Status that is not OK, on its way to Python (TranslateStatus).
-class StatusException : public std::exception {
- public:
-  explicit StatusException(absl::Status status)
-      : status_(std::move(status)), what_(status_.message()) {}
-  const absl::Status& status() const { return status_; }
-  const char* what() const noexcept override { return what_.c_str(); }
-
- private:
-  absl::Status status_;
-  std::string what_;
-};
-
-void Check(const absl::Status& s) {
-  if (!s.ok()) throw StatusException(s);
-}
 
 void TranslateStatus(std::exception_ptr p) {
   try {
@@ -218,6 +203,9 @@ py::dict ReadJob(const std::vector<std::string>& args, int64_t train_samples) {
   d["init_from"] = std::string(InitSourceName(InitSourceOf(job->config)));
   d["overlap"] = job->config.training().overlap();
   d["overlap_min_kb"] = job->config.training().overlap_min_kb();
+  d["wire_dtype"] = job->config.training().wire_dtype();
+  d["export_path"] = job->config.output().export_path();
+  d["summary"] = job->config.output().summary();
   return d;
 }
 
@@ -248,6 +236,7 @@ PYBIND11_MODULE(_psync, m) {
   // The push step whose values are the servers' initial weights (--init_from=worker).
   m.attr("INITIAL_WEIGHTS_STEP") = psync::kInitialWeightsStep;
   m.def("read_job", &psync::ReadJob, py::arg("args"), py::arg("train_samples") = 0);
+  psync::DefineOutputs(m);
   py::class_<Client>(m, "Client")
       .def(py::init<const std::vector<std::string>&,
                     const std::vector<std::pair<std::string, std::vector<int64_t>>>&, int64_t>(),

@@ -29,6 +29,29 @@ struct TorchTensorView {
 // torch.float64, expected torch.float32".
 bool ViewTorchTensor(PyObject* object, TorchTensorView* view, char* error, size_t error_size);
 
+// A tensor's bytes, of any dtype a safetensors file holds, valid while the
+// tensor lives and is not resized.
+struct TorchTensorBytes {
+  const void* data = nullptr;
+  const int64_t* sizes = nullptr;
+  int64_t dims = 0;
+  const char* safetensors_dtype = nullptr;  // "F32", "I64", "BOOL", ...: static storage
+};
+
+// Fills `view` if `object` is a torch.Tensor that is dense, contiguous, on
+// the CPU and of a dtype safetensors stores (float64, float32, float16,
+// bfloat16, int64, int32, int16, int8, uint8, bool). Otherwise returns
+// false and writes why into `error`, as ViewTorchTensor does.
+bool ViewTorchTensorBytes(PyObject* object, TorchTensorBytes* view, char* error,
+                          size_t error_size);
+
+// A new CPU tensor (a new reference) of the safetensors dtype
+// `safetensors_dtype` ("F32", "I64", ...) and shape sizes[0 .. dims), its
+// memory uninitialised and given in `*data`. Null, with why in `error`,
+// for a dtype torch lacks or a tensor it cannot allocate.
+PyObject* NewTorchTensor(const char* safetensors_dtype, const int64_t* sizes, int64_t dims,
+                         void** data, char* error, size_t error_size);
+
 // Tells autograd that the data of `object` (a tensor ViewTorchTensor
 // accepted) was written in place: its version moves on, so a backward that
 // saved the old values fails instead of using the new ones.

@@ -33,6 +33,9 @@ class Job:
     init_from: str               # "seed" (the servers') or "worker" (worker 0's model), --init_from
     overlap: bool                # --overlap: push during backward
     overlap_min_kb: int          # --overlap_min_kb: the least payload a push during backward
+    wire_dtype: str              # --wire_dtype: float32, bf16 or fp16
+    export_path: str             # --export_path: worker 0 writes the final weights there ("": not)
+    summary: str                 # --summary: worker 0 writes the run's summary there ("": not)
 
     @property
     def worker_batch(self) -> int:

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from . import _psync
+from .export import Metrics, RunOutputs, model_state, pull_master, save_file
 from .job import Job
 from .optimizer import (SparseGradientError, StepWithoutBackwardError, check_unchanged,
                         checked_parameters, initial_values, join, zero_grad)
@@ -167,6 +168,10 @@ class LocalOptimizer:
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
         self._shapes = [tuple(p.shape) for p in self._params]
+        # Worker 0's root writes --export_path and --summary (checked now).
+        self._outputs = RunOutputs(job, model, writer=job.worker_rank == 0 and local.is_root)
+        self._master: Optional[List[torch.Tensor]] = None
+        self._finished = False
         self._client: Optional[Client] = None
         self._initial = None
         if local.is_root:
@@ -175,6 +180,7 @@ class LocalOptimizer:
             self._initial = initial_values(job, self._params)
         self._samples = job.batch_per_device
         self.step_number = self._join()
+        self._outputs.start(self.step_number)
 
     @property
     def job(self) -> Job:
@@ -254,20 +260,45 @@ class LocalOptimizer:
         self._samples = self._job.batch_per_device
         return self.step_number
 
-    def finish(self) -> None:
+    def finish(self, metrics: Optional[Metrics] = None) -> None:
         """Says this machine trained up to :attr:`step_number` (the root's Finish, which
-        waits for the other machines); every local process returns after it."""
+        waits for the other machines); every local process returns after it. Then
+        worker 0's root writes ``--export_path`` and ``--summary`` as
+        :meth:`DistributedOptimizer.finish` does, with its own model's buffers."""
+        self._outputs.check_metrics(metrics)
         step = self.step_number
-        self._from_root(lambda: self._client.finish(step) or step, "finish", weights=False)
+
+        def finish() -> int:
+            if self._outputs.writer and self._outputs.narrow_wire:
+                self._master = pull_master(self._client, step, self._params)
+            self._client.finish(step)
+            return step
+
+        self._from_root(finish, "finish", weights=False)
+        self._finished = True
+        if self._outputs.writer:
+            self._outputs.write(step, model_state(self._model, self._master, self._params),
+                                metrics)
+
+    def export(self, path: str) -> str:
+        """Writes this process's model's ``state_dict()`` to ``path`` now and returns
+        the SHA-256 of its data, as :meth:`DistributedOptimizer.export` does; the
+        root pulls the master weights for it, the others write what they hold."""
+        master = self._master
+        if (master is None and not self._finished and self._client is not None
+                and self._outputs.narrow_wire):
+            master = pull_master(self._client, self.step_number, self._params)
+        return save_file(model_state(self._model, master, self._params), path)
 
     def __enter__(self) -> "LocalOptimizer":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        """Finishes on a clean exit; after an exception the root cancels what is in
-        flight and the exception goes on."""
+        """Finishes on a clean exit (unless :meth:`finish` was called); after an
+        exception the root cancels what is in flight and the exception goes on."""
         if exc_type is None:
-            self.finish()
+            if not self._finished:
+                self.finish()
         elif self._client is not None:
             self._client.cancel()
 

@@ -16,6 +16,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import torch
 
 from . import _psync
+from .export import Metrics, RunOutputs, model_state, pull_master, save_file
 from .job import Job
 from .torch import Client
 
@@ -58,7 +59,13 @@ def checked_parameters(model: torch.nn.Module,
         raise ValueError(f"{who}: the model has no parameter that requires a gradient, "
                          f"expected one at least")
     for name, p in named:
-        if p.dtype != torch.float32 or p.device.type != "cpu" or p.is_sparse:
+        if p.dtype != torch.float32:
+            # Not converted: the servers keep and update float32 weights, and a
+            # narrower copy here would silently round every step's weights.
+            raise TypeError(f"{who}: parameter '{name}' is {p.dtype}, expected torch.float32 "
+                            f"(the servers keep float32 weights): convert the model first, "
+                            f"model.float(); --wire_dtype=bf16 or fp16 sends fewer bytes")
+        if p.device.type != "cpu" or p.is_sparse:
             raise TypeError(f"{who}: parameter '{name}' is {p.dtype} on {p.device}, "
                             f"expected a dense torch.float32 CPU tensor")
     return named
@@ -163,6 +170,10 @@ class DistributedOptimizer:
         self._offsets = [0]  # the layout's float offsets of each parameter, and the end
         for p in self._params:
             self._offsets.append(self._offsets[-1] + p.numel())
+        # Worker 0's --export_path and --summary, checked before training starts.
+        self._outputs = RunOutputs(job, model, writer=job.worker_rank == 0)
+        self._master: Optional[List[torch.Tensor]] = None  # pulled by finish() for the export
+        self._finished = False
         self._client = Client(job.args, list(zip(self._names, self._shapes)), job.train_samples)
         self._hooks = []
         self._accumulators = []  # kept alive: a hook lives as long as its node
@@ -170,6 +181,7 @@ class DistributedOptimizer:
         # its values are kept to be sent again if the servers roll back to 0.
         self._initial = initial_values(job, self._params)
         self.step_number = self._join()
+        self._outputs.start(self.step_number)
         self._reset_step()
         for i, p in enumerate(self._params):
             self._hook(i, p)
@@ -242,11 +254,35 @@ class DistributedOptimizer:
         self._reset_step()
         return self.step_number
 
-    def finish(self) -> None:
+    def finish(self, metrics: Optional[Metrics] = None) -> None:
         """Says this worker trained up to :attr:`step_number`, waits for the others
-        (the servers' Finish), and removes the hooks."""
+        (the servers' Finish), and removes the hooks. Then worker 0 writes the
+        job's ``--export_path`` (the model's ``state_dict()``, parameters with the
+        servers' master weights) and ``--summary`` (with ``metrics``, figures of
+        the script's own such as ``{"test_accuracy": 0.91}``), if given.
+        Raises ValueError or TypeError naming a metric the summary cannot take,
+        before anything is sent."""
+        self._outputs.check_metrics(metrics)
+        if self._outputs.writer and self._outputs.narrow_wire:
+            self._master = pull_master(self._client, self.step_number, self._params)
         self._client.finish(self.step_number)
+        self._finished = True
         self.close()
+        if self._outputs.writer:
+            state = model_state(self._model, self._master, self._params)
+            self._outputs.write(self.step_number, state, metrics)
+
+    def export(self, path: str) -> str:
+        """Writes the model's ``state_dict()`` to ``path`` as safetensors now, on any
+        worker, and returns the SHA-256 of its data (see :func:`psync.torch.save_file`).
+        With a ``--wire_dtype`` narrower than float32 the parameters' values
+        are the servers' master weights of :attr:`step_number`, pulled for it
+        (after :meth:`finish`, those worker 0 pulled then; another worker's
+        parameters as they are)."""
+        master = self._master
+        if master is None and not self._finished and self._outputs.narrow_wire:
+            master = pull_master(self._client, self.step_number, self._params)
+        return save_file(model_state(self._model, master, self._params), path)
 
     def close(self) -> None:
         """Removes the gradient hooks; the parameters keep their last weights."""
@@ -259,10 +295,12 @@ class DistributedOptimizer:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        """Finishes on a clean exit; after an exception, cancels what is in flight
-        (nothing waits on it) and lets the exception go on."""
+        """Finishes on a clean exit (unless :meth:`finish` was called); after an
+        exception, cancels what is in flight (nothing waits on it) and lets the
+        exception go on."""
         if exc_type is None:
-            self.finish()
+            if not self._finished:
+                self.finish()
         else:
             self._client.cancel()
             self.close()

@@ -11,7 +11,9 @@ Training a model goes through :func:`init` (the job's configuration) and
 :class:`DistributedOptimizer` (gradients pushed from backward's hooks, the
 new weights written into the parameters), both re-exported here, and by
 :func:`init_local` and :class:`LocalOptimizer` for a machine's several local
-processes (one per device) that push as one worker.
+processes (one per device) that push as one worker. :func:`save_file` and
+:func:`load_file` write and read safetensors, the format of the weights
+worker 0 exports at the end (``--export_path``).
 """
 
 from typing import List, Sequence, Tuple
@@ -101,6 +103,7 @@ class Client:
 
 
 # The training API over the client (imported last: it builds on Client).
+from .export import load_file, save_file  # noqa: E402  pylint: disable=wrong-import-position
 from .job import Job, init  # noqa: E402  pylint: disable=wrong-import-position
 from .local import (  # noqa: E402  pylint: disable=wrong-import-position
     LocalGroup, LocalOptimizer, init_local)

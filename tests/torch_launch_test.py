@@ -2,12 +2,14 @@
 workers (tests/torch_launch_worker.py) train the weights a run by hand
 gives, bit for bit in deterministic mode; a torch worker killed with
 SIGKILL mid-step (when it says it paused there, never after a delay) is
-restarted and the job ends with the undisturbed run's weights; an empty
+restarted and the job ends with the undisturbed run's weights, as it does
+when a server is killed mid-step and the workers roll back; an empty
 --worker_cmd and one that does not exist are refused naming it. The
 launcher is started without PYTHONPATH: it must add the package itself.
 Run by run_python_test.sh; every run is bounded by --timeout_s and a wait."""
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -122,6 +124,41 @@ class TorchLaunchTest(unittest.TestCase):
                       "(restart 1 of 2)", output)
         self.assertEqual(output.count("[worker 1] worker 1 resumes from step"), 2, output)
         self.assertIn("(1 restart)", output)
+        self.assert_by_hands_weights(out)
+
+    def test_a_killed_server_rolls_the_torch_workers_back_and_the_weights_do_not_change(self):
+        out = os.path.join(TMP, "rolled_back.pt")
+        pid_dir = os.path.join(TMP, "server_pids")
+        marker = os.path.join(TMP, "server_kill_paused")
+        for path in (marker, marker + ".go"):
+            if os.path.exists(path):
+                os.remove(path)
+        cmd = worker_cmd("--out=" + out, "--pause_worker=1", "--pause_at_step=8",
+                         "--pause_marker=" + marker)
+        launch = start_launch([f"--worker_cmd={cmd}", f"--pid_dir={pid_dir}",
+                               f"--checkpoint_dir={os.path.join(TMP, 'ckpt')}",
+                               "--checkpoint_every=3", "--max_restarts=2"])
+        seen = read_until(launch, "[worker 1] paused at step 8")
+        if seen is None:
+            code, output = finish(launch)
+            self.fail(f"worker 1 did not pause (exit code {code}):\n{output}")
+        # Server 1 dies with step 8 half pushed; it restarts from the newest
+        # checkpoint every server has written (6, or an earlier one: checkpoints are
+        # written in the background), and both workers, told ABORTED, recover() and
+        # train again from there.
+        with open(os.path.join(pid_dir, "server-1.pid")) as f:
+            os.kill(int(f.read()), signal.SIGKILL)
+        open(marker + ".go", "w").close()
+        code, output = finish(launch, seen)
+        self.assertEqual(code, 0, output)
+        self.assertIn("[launch] server 1 exited with code 137 (killed by SIGKILL); restarting it",
+                      output)
+        resumed = [re.findall(rf"\[worker {r}\] the servers rolled back: resuming from step "
+                              r"(\d+)", output) for r in range(2)]
+        self.assertEqual(resumed[0], resumed[1], output)
+        self.assertIn(resumed[0], [["0"], ["3"], ["6"]], output)
+        self.assertIn("(1 restart)", output)  # the server's; no worker was restarted
+        self.assertNotIn("[launch] worker", output.split("[launch] server 1 exited")[1])
         self.assert_by_hands_weights(out)
 
     def test_a_bad_worker_cmd_is_refused_naming_it(self):

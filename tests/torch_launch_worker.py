@@ -8,8 +8,9 @@ Its own flags, before the job's (which psync_launch appends):
   --out=FILE            where worker 0 writes the weights
   --pause_worker=R      worker R stops inside step K, after its backward
   --pause_at_step=K     (pushes in flight, before step()), prints "paused at
-  --pause_marker=FILE   step K" and waits to be killed; only if it creates
-                        FILE, so a restarted worker trains on.
+  --pause_marker=FILE   step K" and waits until FILE.go exists (or it is
+                        killed); only if it creates FILE, so a restarted
+                        worker, or one replaying the step, trains on.
 """
 
 import argparse
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 import psync
 import psync.torch as pt
 
-PAUSE_LIMIT_S = 120  # a paused worker nobody kills gives up, failing
+PAUSE_LIMIT_S = 120  # a paused worker nobody kills or resumes gives up, failing
 
 
 def global_batch(job: pt.Job, step: int):
@@ -39,8 +40,13 @@ def pause_once(step: int, marker: str) -> None:
     except FileExistsError:
         return
     print(f"paused at step {step}", flush=True)
-    time.sleep(PAUSE_LIMIT_S)
-    sys.exit(f"paused at step {step} for {PAUSE_LIMIT_S} s and nobody killed this worker")
+    deadline = time.monotonic() + PAUSE_LIMIT_S
+    while not os.path.exists(marker + ".go"):
+        if time.monotonic() > deadline:
+            sys.exit(f"paused at step {step} for {PAUSE_LIMIT_S} s and nobody killed or "
+                     "resumed this worker")
+        time.sleep(0.05)
+    print(f"resumed at step {step}", flush=True)
 
 
 def main() -> int:

@@ -24,7 +24,8 @@ from psync_servers import BOUND_S, Servers
 JOB = ["--num_workers=2", "--batch_per_device=8", "--devices=1", "--steps=12", "--lr=0.1",
        "--momentum=0.9", "--weight_decay=0.01", "--deterministic", "--seed=7",
        "--pull_timeout_s=60", "--rpc_timeout_s=60", "--connect_timeout_s=30",
-       "--peer_timeout_s=60", "--chunk_kb=1"]
+       "--peer_timeout_s=60", "--chunk_kb=1",
+       "--overlap_min_kb=0"]  # each parameter's push starts in backward: a pause is mid-push
 RUNFILES = os.path.join(os.environ.get("TEST_SRCDIR", ""), "psync")
 LAUNCH = os.path.join(RUNFILES, "deploy/local/psync_launch")
 WORKER = os.path.join(RUNFILES, "tests/torch_launch_worker.py")
@@ -142,10 +143,10 @@ class TorchLaunchTest(unittest.TestCase):
         if seen is None:
             code, output = finish(launch)
             self.fail(f"worker 1 did not pause (exit code {code}):\n{output}")
-        # Server 1 dies with step 8 half pushed; it restarts from the newest
-        # checkpoint every server has written (6, or an earlier one: checkpoints are
-        # written in the background), and both workers, told ABORTED, recover() and
-        # train again from there.
+        # Server 1 dies with step 8's pushes started; it restarts from the newest
+        # checkpoint every server has written (9 at most; checkpoints are written in
+        # the background), and both workers, told ABORTED, recover() and train again
+        # from there.
         with open(os.path.join(pid_dir, "server-1.pid")) as f:
             os.kill(int(f.read()), signal.SIGKILL)
         open(marker + ".go", "w").close()
@@ -156,7 +157,7 @@ class TorchLaunchTest(unittest.TestCase):
         resumed = [re.findall(rf"\[worker {r}\] the servers rolled back: resuming from step "
                               r"(\d+)", output) for r in range(2)]
         self.assertEqual(resumed[0], resumed[1], output)
-        self.assertIn(resumed[0], [["0"], ["3"], ["6"]], output)
+        self.assertIn(resumed[0], [["0"], ["3"], ["6"], ["9"]], output)
         self.assertIn("(1 restart)", output)  # the server's; no worker was restarted
         self.assertNotIn("[launch] worker", output.split("[launch] server 1 exited")[1])
         self.assert_by_hands_weights(out)

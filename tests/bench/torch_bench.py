@@ -49,6 +49,10 @@ from typing import Dict, List, Optional, Sequence
 MODELS = ("mlp", "cnn")
 WORKERS = 2  # the psync, DDP and C++ configurations' worker processes
 POOL = 4096  # synthetic samples; step t's batch is rows t*B.. (mod POOL)
+# A torch worker's step, timed in parts: forward (with the batch and
+# zero_grad), backward (with psync's hooks and the pushes they start), and
+# the optimizer's step (psync: pushing the rest, waiting, copying weights in).
+PHASES = ("forward", "backward", "step")
 
 
 # ---------------------------------------------------------------------------
@@ -109,20 +113,29 @@ def run_worker(a: argparse.Namespace, job_args: List[str]) -> None:
         opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     start = time.monotonic()
     loss = None
+    phases = {p: [] for p in PHASES}  # seconds of each phase of each timed step
     for step in range(a.steps):
         if step == a.warmup:
             start = time.monotonic()
+        t0 = time.perf_counter()
         rows = share(step, a.global_batch, rank, ranks)
         opt.zero_grad()
         loss = F.cross_entropy(model(x[rows]), y[rows])
+        t1 = time.perf_counter()
         loss.backward()
+        t2 = time.perf_counter()
         opt.step()
+        t3 = time.perf_counter()
+        if step >= a.warmup:
+            for p, dt in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2)):
+                phases[p].append(dt)
     seconds = time.monotonic() - start
     if a.worker == "psync":
         opt.finish()
     elif a.worker == "ddp":
         torch.distributed.destroy_process_group()
-    print("RESULT " + json.dumps({"rank": rank, "seconds": seconds, "loss": loss.item()}),
+    print("RESULT " + json.dumps({"rank": rank, "seconds": seconds, "loss": loss.item(),
+                                  **{p: statistics.median(v) for p, v in phases.items()}}),
           flush=True)
 
 
@@ -184,6 +197,8 @@ class Bench:
         self.procs = Processes()
         self.deadline = time.monotonic() + a.timeout
         self.count = 0
+        # (model, config) -> worker 0's median phase times of each run
+        self.phases: Dict[tuple, List[Dict[str, float]]] = {}
 
     def steps(self, model: str) -> int:
         return self.a.mlp_steps if model == "mlp" else self.a.cnn_steps
@@ -277,14 +292,16 @@ class Bench:
             self.finish(w)
             return csv_seconds(csv_path, a.warmup, self.steps(model)) / timed
         self.finish(w)
-        return worker0_seconds(os.path.join(self.dir, "worker0.log")) / timed
+        result = worker0_result(os.path.join(self.dir, "worker0.log"))
+        self.phases.setdefault((model, config), []).append({p: result[p] for p in PHASES})
+        return result["seconds"] / timed
 
 
-def worker0_seconds(log: str) -> float:
+def worker0_result(log: str) -> Dict[str, float]:
     with open(log) as f:
         for line in f:
             if line.startswith("RESULT "):
-                return json.loads(line[len("RESULT "):])["seconds"]
+                return json.loads(line[len("RESULT "):])
     raise RuntimeError(f"torch_bench: {log} has no RESULT line")
 
 
@@ -320,6 +337,14 @@ TARGETS = (
 def with_best_single(t: Dict[str, List[float]]) -> Dict[str, List[float]]:
     singles = [t[c] for c in ("single", "single 1t") if c in t]
     return dict(t, **({"best single": [min(v) for v in zip(*singles)]} if singles else {}))
+
+
+def report_phases(phases: Dict[tuple, List[Dict[str, float]]]) -> None:
+    print("\nworker 0's step in parts, ms (median over the runs of each run's median step):")
+    print(f"{'model':5} {'configuration':13} " + " ".join(f"{p:>9}" for p in PHASES))
+    for (model, config), runs in phases.items():
+        print(f"{model:5} {config:13} " +
+              " ".join(f"{statistics.median(r[p] for r in runs) * 1e3:9.2f}" for p in PHASES))
 
 
 def report(a: argparse.Namespace, times: Dict[str, Dict[str, List[float]]]) -> None:
@@ -443,6 +468,7 @@ def main(argv: Sequence[str]) -> int:
                     print(f"run {run + 1}/{a.runs} {model} {config}: {s * 1e3:.2f} ms/step",
                           flush=True)
         report(a, times)
+        report_phases(bench.phases)
     finally:
         if a.keep:
             print(f"logs in {work}")

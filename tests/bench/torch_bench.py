@@ -283,13 +283,16 @@ class Bench:
         else:  # cxx: psync_worker; worker 0 writes a CSV row per step
             servers = self.start_servers(1, [f"--model={model}"], model)
             csv_path = os.path.join(self.dir, "steps.csv")
+            trace_path = os.path.join(self.dir, "trace.json")  # worker 0's
             w = [self.procs.start(
                 [os.path.join(a.bin_dir, "psync_worker"), *self.job(model, servers),
                  f"--model={model}", f"--worker_rank={r}", f"--synthetic_samples={POOL * 16}",
-                 f"--metrics_csv={csv_path}"],
+                 f"--metrics_csv={csv_path}", f"--trace={trace_path}",
+                 f"--trace_steps={self.steps(model)}"],
                 os.path.join(self.dir, f"worker{r}.log"), thread_env(a.worker_threads, ""))
                 for r in range(WORKERS)]
             self.finish(w)
+            self.phases.setdefault((model, config), []).append(trace_phases(trace_path, a.warmup))
             return csv_seconds(csv_path, a.warmup, self.steps(model)) / timed
         self.finish(w)
         result = worker0_result(os.path.join(self.dir, "worker0.log"))
@@ -303,6 +306,28 @@ def worker0_result(log: str) -> Dict[str, float]:
             if line.startswith("RESULT "):
                 return json.loads(line[len("RESULT "):])
     raise RuntimeError(f"torch_bench: {log} has no RESULT line")
+
+
+def trace_phases(path: str, warmup: int) -> Dict[str, float]:
+    """psync_worker's --trace, in the torch rows' parts: its one span of forward and
+    backward (as "backward"; "forward" is NaN), and the rest of the step."""
+    with open(path) as f:
+        events = json.load(f)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    compute, whole = {}, {}
+    for e in events:
+        step = e.get("args", {}).get("step", -1)
+        if e.get("ph") != "X" or step < warmup:
+            continue
+        if e["name"] == "forward + backward":
+            compute[step] = e["dur"] * 1e-6
+        elif e["name"] == f"step {step}":
+            whole[step] = e["dur"] * 1e-6
+    steps = sorted(set(compute) & set(whole))
+    if not steps:
+        raise RuntimeError(f"torch_bench: {path} has no step after {warmup}")
+    return {"forward": float("nan"), "backward": statistics.median(compute[s] for s in steps),
+            "step": statistics.median(whole[s] - compute[s] for s in steps)}
 
 
 def csv_seconds(path: str, warmup: int, steps: int) -> float:
@@ -340,7 +365,8 @@ def with_best_single(t: Dict[str, List[float]]) -> Dict[str, List[float]]:
 
 
 def report_phases(phases: Dict[tuple, List[Dict[str, float]]]) -> None:
-    print("\nworker 0's step in parts, ms (median over the runs of each run's median step):")
+    print("\nworker 0's step in parts, ms (median over the runs of each run's median step; "
+          "psync_worker's forward and backward are one span, under backward):")
     print(f"{'model':5} {'configuration':13} " + " ".join(f"{p:>9}" for p in PHASES))
     for (model, config), runs in phases.items():
         print(f"{model:5} {config:13} " +

@@ -3,7 +3,7 @@
 # process, and against psync_worker (docs/performance.md, "PyTorch workers").
 # Builds what it needs, then runs tests/bench/torch_bench.py with the flags
 # given (--runs=5 by default; --models=mlp for the MLP alone; --help).
-# Takes about 5 minutes on 2 cores.
+# Takes 3 to 5 minutes on a quiet 2-core machine (every row, both models, 5 runs).
 #
 #   tests/bench/torch_bench.sh
 #   tests/bench/torch_bench.sh --runs=1 --models=mlp

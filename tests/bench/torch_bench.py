@@ -53,6 +53,9 @@ POOL = 4096  # synthetic samples; step t's batch is rows t*B.. (mod POOL)
 # zero_grad), backward (with psync's hooks and the pushes they start), and
 # the optimizer's step (psync: pushing the rest, waiting, copying weights in).
 PHASES = ("forward", "backward", "step")
+# What the phase table shows: the phases, and the worker's CPU time (every
+# thread of its process) per timed step.
+COLUMNS = PHASES + ("cpu",)
 
 
 # ---------------------------------------------------------------------------
@@ -111,12 +114,12 @@ def run_worker(a: argparse.Namespace, job_args: List[str]) -> None:
                                     rank=rank, world_size=ranks)
             model = torch.nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
-    start = time.monotonic()
+    start, cpu_start = time.monotonic(), time.process_time()
     loss = None
     phases = {p: [] for p in PHASES}  # seconds of each phase of each timed step
     for step in range(a.steps):
         if step == a.warmup:
-            start = time.monotonic()
+            start, cpu_start = time.monotonic(), time.process_time()
         t0 = time.perf_counter()
         rows = share(step, a.global_batch, rank, ranks)
         opt.zero_grad()
@@ -129,12 +132,13 @@ def run_worker(a: argparse.Namespace, job_args: List[str]) -> None:
         if step >= a.warmup:
             for p, dt in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2)):
                 phases[p].append(dt)
-    seconds = time.monotonic() - start
+    seconds, cpu = time.monotonic() - start, time.process_time() - cpu_start
     if a.worker == "psync":
         opt.finish()
     elif a.worker == "ddp":
         torch.distributed.destroy_process_group()
     print("RESULT " + json.dumps({"rank": rank, "seconds": seconds, "loss": loss.item(),
+                                  "cpu": cpu / (a.steps - a.warmup),
                                   **{p: statistics.median(v) for p, v in phases.items()}}),
           flush=True)
 
@@ -296,7 +300,7 @@ class Bench:
             return csv_seconds(csv_path, a.warmup, self.steps(model)) / timed
         self.finish(w)
         result = worker0_result(os.path.join(self.dir, "worker0.log"))
-        self.phases.setdefault((model, config), []).append({p: result[p] for p in PHASES})
+        self.phases.setdefault((model, config), []).append({c: result[c] for c in COLUMNS})
         return result["seconds"] / timed
 
 
@@ -327,7 +331,7 @@ def trace_phases(path: str, warmup: int) -> Dict[str, float]:
     if not steps:
         raise RuntimeError(f"torch_bench: {path} has no step after {warmup}")
     return {"forward": float("nan"), "backward": statistics.median(compute[s] for s in steps),
-            "step": statistics.median(whole[s] - compute[s] for s in steps)}
+            "step": statistics.median(whole[s] - compute[s] for s in steps), "cpu": float("nan")}
 
 
 def csv_seconds(path: str, warmup: int, steps: int) -> float:
@@ -366,11 +370,12 @@ def with_best_single(t: Dict[str, List[float]]) -> Dict[str, List[float]]:
 
 def report_phases(phases: Dict[tuple, List[Dict[str, float]]]) -> None:
     print("\nworker 0's step in parts, ms (median over the runs of each run's median step; "
-          "psync_worker's forward and backward are one span, under backward):")
-    print(f"{'model':5} {'configuration':13} " + " ".join(f"{p:>9}" for p in PHASES))
+          "psync_worker's forward and backward are one span, under backward; cpu: the process's "
+          "CPU time per step, every thread):")
+    print(f"{'model':5} {'configuration':13} " + " ".join(f"{c:>9}" for c in COLUMNS))
     for (model, config), runs in phases.items():
         print(f"{model:5} {config:13} " +
-              " ".join(f"{statistics.median(r[p] for r in runs) * 1e3:9.2f}" for p in PHASES))
+              " ".join(f"{statistics.median(r[c] for r in runs) * 1e3:9.2f}" for c in COLUMNS))
 
 
 def report(a: argparse.Namespace, times: Dict[str, Dict[str, List[float]]]) -> None:

@@ -22,8 +22,10 @@ process gets --single_threads (the whole machine). A configuration's time
 is worker 0's wall time from the end of its --warmup-th step to the end of
 its last step; runs go through every configuration in turn, --runs times,
 so drift hits each alike. Prints a table of medians, one JSON line per
-configuration, and the targets' ratios (each the median of the runs'
-ratios, measured side by side).
+configuration, the targets' ratios (each the median of the runs' ratios,
+measured side by side), and worker 0's step in parts (forward, backward,
+the optimizer's step; psync_worker's from its --trace) with its process's
+CPU time per step.
 
     tests/bench/torch_bench.sh                  # builds, then runs this
     python3 tests/bench/torch_bench.py --bin_dir=bazel-bin --runs=5
@@ -44,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
 MODELS = ("mlp", "cnn")
 WORKERS = 2  # the psync, DDP and C++ configurations' worker processes

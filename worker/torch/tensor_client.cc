@@ -15,6 +15,13 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+// to[k] = from[k] * scale: a framework's gradient into the flat vector. The
+// two never overlap (a tensor's own memory, the client's flat vector); with
+// -O3 GCC vectorizes this loop, which -O2 leaves scalar (2-3x slower).
+void ScaledCopy(const float* __restrict from, int64_t n, float scale, float* __restrict to) {
+  for (int64_t k = 0; k < n; ++k) to[k] = from[k] * scale;
+}
+
 }  // namespace
 
 TensorClient::TensorClient(Layout layout, std::unique_ptr<PsClient> client)
@@ -117,7 +124,7 @@ absl::Status TensorClient::StartPushPull(int64_t step, int64_t sample_count, int
     if (grad_scale == 1.0f) {
       std::copy(g.data, g.data + n, to);
     } else {
-      for (int64_t k = 0; k < n; ++k) to[k] = g.data[k] * grad_scale;
+      ScaledCopy(g.data, n, grad_scale, to);
     }
   }
   PSYNC_RETURN_IF_ERROR(

@@ -23,7 +23,6 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from . import _psync
 from .export import Metrics, RunOutputs, model_state, pull_master, save_file
@@ -62,8 +61,17 @@ def _byte_offsets(tensors: Sequence[torch.Tensor]) -> Tuple[List[int], int]:
     return offsets, end
 
 
-def _views(flat: torch.Tensor, tensors: Sequence[torch.Tensor],
-           offsets: Sequence[int]) -> List[torch.Tensor]:
+def _views(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    """Consecutive views of the float32 ``flat`` shaped as ``tensors``."""
+    views, start = [], 0
+    for t in tensors:
+        views.append(flat[start:start + t.numel()].view(t.shape))
+        start += t.numel()
+    return views
+
+
+def _byte_views(flat: torch.Tensor, tensors: Sequence[torch.Tensor],
+                offsets: Sequence[int]) -> List[torch.Tensor]:
     """Each of ``tensors``' place in the byte buffer ``flat``, viewed as its dtype
     and shape."""
     return [flat[o:o + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
@@ -178,6 +186,17 @@ class LocalOptimizer:
             self._client = Client(job.args, [(n, tuple(p.shape)) for n, p in named],
                                   job.train_samples)
             self._initial = initial_values(job, self._params)
+        # Every tensor the group's collectives take is made once and kept for the
+        # optimizer's life: no allocation per step, and no deadlock in torch 2's
+        # destroy_process_group, which joins gloo's threads holding the GIL while
+        # one of them, dropping the last reference to a tensor Python made, waits
+        # for the GIL to free it.
+        self._grads = torch.zeros(sum(p.numel() for p in self._params))
+        self._grad_views = _views(self._grads, self._params)
+        self._count = torch.zeros(1, dtype=torch.int64)
+        self._header = torch.zeros(3, dtype=torch.int64)  # failed, step, message bytes
+        self._message = torch.empty(0, dtype=torch.uint8)
+        self._weights = torch.empty(0, dtype=torch.uint8)
         self._samples = job.batch_per_device
         self.step_number = self._join()
         self._outputs.start(self.step_number)
@@ -237,16 +256,20 @@ class LocalOptimizer:
             raise StepWithoutBackwardError(
                 f"step() for step {self.step_number} on local rank {self._local.rank} without "
                 f"a backward pass: no parameter has a gradient (call loss.backward() first)")
-        flat = _flatten_dense_tensors([torch.zeros_like(p) if g is None else g
-                                       for p, g in zip(self._params, grads)])
-        flat.mul_(self._samples)
-        count = torch.tensor([self._samples * self._job.accumulation_steps], dtype=torch.int64)
-        dist.reduce(flat, ROOT)
-        dist.reduce(count, ROOT)
+        with torch.no_grad():
+            for view, g in zip(self._grad_views, grads):
+                if g is None:
+                    view.zero_()
+                else:
+                    view.copy_(g)
+            self._grads.mul_(self._samples)
+        self._count.fill_(self._samples * self._job.accumulation_steps)
+        dist.reduce(self._grads, ROOT)
+        dist.reduce(self._count, ROOT)
 
         def push_pull() -> int:
-            sums = _unflatten_dense_tensors(flat, self._params)
-            self._client.push_pull(self.step_number, int(count.item()), sums, self._params)
+            self._client.push_pull(self.step_number, int(self._count.item()), self._grad_views,
+                                   self._params)
             return self.step_number + 1
 
         self.step_number = self._from_root(push_pull, f"step {self.step_number}")
@@ -318,20 +341,26 @@ class LocalOptimizer:
         every local process learns its outcome, raising the root's error where it
         failed, and, with ``weights``, receives the root's parameters. Returns the
         step."""
-        header: List[object] = [None]
         error: Optional[BaseException] = None
         if self._local.is_root:
             try:
                 with torch.no_grad():
-                    header = [("OK", "", action())]
+                    self._header.copy_(torch.tensor([0, action(), 0]))
             except Exception as e:  # every local process must hear of it, not time out
-                header = [(getattr(e, "code", "UNKNOWN"), f"{type(e).__name__}: {e}", None)]
                 error = e
-        dist.broadcast_object_list(header, src=ROOT)
-        code, message, step = header[0]
+                text = f"{getattr(e, 'code', 'UNKNOWN')}\n{type(e).__name__}: {e}".encode()
+                self._message = torch.tensor(list(text), dtype=torch.uint8)
+                self._header.copy_(torch.tensor([1, 0, len(text)]))
+        dist.broadcast(self._header, ROOT)
+        failed, step, length = self._header.tolist()
+        if failed:
+            if not self._local.is_root:
+                self._message = torch.empty(length, dtype=torch.uint8)
+            dist.broadcast(self._message, ROOT)
         if error is not None:
             raise error
-        if code != "OK":
+        if failed:
+            code, _, message = bytes(self._message.tolist()).decode().partition("\n")
             failure = _psync.Error(f"worker {self._job.worker_rank}'s local root (local rank "
                                    f"{ROOT}) failed {what}: {message}")
             failure.code = code
@@ -345,12 +374,13 @@ class LocalOptimizer:
         place: one broadcast of their bytes, whatever their dtypes."""
         tensors = self._params + _carried_buffers(self._model)
         offsets, size = _byte_offsets(tensors)
-        flat = torch.empty(size, dtype=torch.uint8)
+        if self._weights.numel() != size:
+            self._weights = torch.empty(size, dtype=torch.uint8)
         with torch.no_grad():
             if self._local.is_root:
-                for view, t in zip(_views(flat, tensors, offsets), tensors):
+                for view, t in zip(_byte_views(self._weights, tensors, offsets), tensors):
                     view.copy_(t)
-            dist.broadcast(flat, ROOT)
+            dist.broadcast(self._weights, ROOT)
             if not self._local.is_root:
-                for view, t in zip(_views(flat, tensors, offsets), tensors):
+                for view, t in zip(_byte_views(self._weights, tensors, offsets), tensors):
                     t.copy_(view)

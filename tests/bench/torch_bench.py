@@ -7,6 +7,9 @@ global batch and SGD with momentum, on 127.0.0.1:
 
   psync 1s / 2s  2 torch processes through psync.torch.DistributedOptimizer,
                  1 or 2 psync_server processes
+  local 1s       1 machine of 2 local torch processes through
+                 psync.torch.LocalOptimizer (a gloo group; the root alone
+                 pushes), 1 psync_server
   ddp            2 torch processes, torch.nn.parallel.DistributedDataParallel
                  on gloo, torch.optim.SGD
   single         1 torch process, the whole global batch, torch.optim.SGD,
@@ -46,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 MODELS = ("mlp", "cnn")
 WORKERS = 2  # the psync, DDP and C++ configurations' worker processes
@@ -108,6 +111,12 @@ def run_worker(a: argparse.Namespace, job_args: List[str]) -> None:
         job = pt.init(job_args)
         ranks, rank = job.num_workers, job.worker_rank
         opt = pt.DistributedOptimizer(model, job)
+    elif a.worker == "local":
+        import psync.torch as pt
+        job = pt.init(job_args)
+        local = pt.init_local(job, timeout_s=a.config_timeout)
+        opt = pt.LocalOptimizer(model, job, local)
+        ranks, rank = job.num_workers * job.devices, opt.device_rank
     else:
         rank = a.rank
         if a.worker == "ddp":
@@ -135,8 +144,10 @@ def run_worker(a: argparse.Namespace, job_args: List[str]) -> None:
             for p, dt in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2)):
                 phases[p].append(dt)
     seconds, cpu = time.monotonic() - start, time.process_time() - cpu_start
-    if a.worker == "psync":
+    if a.worker in ("psync", "local"):
         opt.finish()
+    if a.worker == "local":
+        local.close()
     elif a.worker == "ddp":
         torch.distributed.destroy_process_group()
     print("RESULT " + json.dumps({"rank": rank, "seconds": seconds, "loss": loss.item(),
@@ -240,14 +251,14 @@ class Bench:
             time.sleep(0.02)
 
     def torch_worker(self, kind: str, model: str, rank: int, threads: int,
-                     extra: List[str]) -> subprocess.Popen:
+                     extra: List[str], env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
         a = self.a
         argv = [a.python, os.path.abspath(__file__), f"--worker={kind}", f"--model={model}",
                 f"--rank={rank}", f"--threads={threads}", f"--steps={self.steps(model)}",
                 f"--warmup={a.warmup}", f"--global_batch={a.global_batch}", f"--lr={a.lr}",
                 f"--momentum={a.momentum}", f"--seed={a.seed}", *extra]
         return self.procs.start(argv, os.path.join(self.dir, f"worker{rank}.log"),
-                                thread_env(threads, a.python_path))
+                                {**thread_env(threads, a.python_path), **(env or {})})
 
     def finish(self, workers: List[subprocess.Popen]) -> None:
         self.wait_for(lambda: all(p.poll() is not None for p in workers), "the workers' exit")
@@ -280,6 +291,15 @@ class Bench:
         elif config == "ddp":
             port = str(free_port())
             w = [self.torch_worker("ddp", model, r, a.worker_threads, [f"--port={port}"])
+                 for r in range(WORKERS)]
+        elif config == "local 1s":  # one machine: --num_workers=1, --devices=2
+            servers = self.start_servers(1, ["--num_workers=1", "--devices=2"], model)
+            port = str(free_port())
+            w = [self.torch_worker("local", model, r, a.worker_threads,
+                                   ["--", *self.job(model, servers), "--num_workers=1",
+                                    "--devices=2", "--worker_rank=0"],
+                                   {"LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(WORKERS),
+                                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
                  for r in range(WORKERS)]
         elif config.startswith("psync"):
             servers = self.start_servers(int(config[-2]), [], model)
@@ -352,7 +372,7 @@ def csv_seconds(path: str, warmup: int, steps: int) -> float:
 # ---------------------------------------------------------------------------
 # Report.
 
-CONFIGS = ("psync 1s", "psync 2s", "ddp", "single", "single 1t", "alone", "cxx 1s")
+CONFIGS = ("psync 1s", "psync 2s", "local 1s", "ddp", "single", "single 1t", "alone", "cxx 1s")
 # The targets: (name, configuration, baseline, bound): met where the
 # configuration's samples/s are at least `bound` times the baseline's (more
 # than, for a bound of 1). "best single" is, run by run, the faster single row.
@@ -401,7 +421,7 @@ def report(a: argparse.Namespace, times: Dict[str, Dict[str, List[float]]]) -> N
     print("\nratios, each the median of the runs' ratios (samples/s over the baseline's):")
     for model in a.models:
         t = with_best_single(times[model])
-        for config in ("psync 1s", "psync 2s", "ddp", "cxx 1s"):
+        for config in ("psync 1s", "psync 2s", "local 1s", "ddp", "cxx 1s"):
             if config in t and "alone" in t:
                 print(f"  {model}: {config} / alone (compute only): "
                       f"{statistics.median(c / n for n, c in zip(t[config], t['alone'])):.2f}")
@@ -436,7 +456,7 @@ def parse(argv: Sequence[str]):
     p.add_argument("--config_timeout", type=float, default=180, help="one run of one configuration")
     p.add_argument("--keep", action="store_true", help="keep the logs' folder")
     # A worker process's own flags (set by the driver).
-    p.add_argument("--worker", choices=("psync", "ddp", "single", "alone"))
+    p.add_argument("--worker", choices=("psync", "local", "ddp", "single", "alone"))
     p.add_argument("--model", choices=MODELS, default="mlp")
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)

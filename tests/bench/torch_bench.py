@@ -224,7 +224,8 @@ class Bench:
         a = self.a
         return ["--servers=" + ",".join(servers), f"--num_workers={WORKERS}",
                 f"--batch_per_device={a.global_batch // WORKERS}", f"--steps={self.steps(model)}",
-                f"--lr={a.lr}", f"--momentum={a.momentum}", f"--seed={a.seed}"]
+                f"--lr={a.lr}", f"--momentum={a.momentum}", f"--seed={a.seed}",
+                *a.psync_flags.split()]
 
     def start_servers(self, count: int, job_extra: List[str], model: str) -> List[str]:
         addresses = [f"127.0.0.1:{free_port()}" for _ in range(count)]
@@ -447,6 +448,8 @@ def parse(argv: Sequence[str]):
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--worker_threads", type=int, default=1)
+    p.add_argument("--psync_flags", default="",
+                   help="job flags added to psync's servers and workers, e.g. '--overlap_min_kb=64'")
     p.add_argument("--single_threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--bin_dir", default="bazel-bin",
                    help="where server/psync_server, worker/psync_worker and worker/torch/python are")

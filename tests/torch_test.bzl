@@ -8,7 +8,7 @@ _DATA = [
     "//worker/torch:psync",
 ]
 
-def psync_torch_test(name, data = []):
+def psync_torch_test(name, data = [], size = "medium"):
     """`name`.py run by the interpreter psync was built for (run_python_test.sh).
 
     Without a torch the package is not built, and the test is tagged manual,
@@ -17,11 +17,12 @@ def psync_torch_test(name, data = []):
     Args:
       name: the test's name; its script is `name`.py.
       data: what it needs besides the script, the package and psync_server.
+      size: Bazel's size, for the timeout (medium: 300 s).
     """
     script = name + ".py"
     native.sh_test(
         name = name,
-        size = "medium",
+        size = size,
         srcs = ["run_python_test.sh"],
         args = [PYTHON, "$(location %s)" % script],
         data = [script] + _DATA + [d for d in data if d not in _DATA],

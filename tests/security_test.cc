@@ -29,7 +29,6 @@ void Openssl(const std::vector<std::string>& args) {
 class Pki {
  public:
   explicit Pki(const std::string& dir) : dir_(dir) {
-    WriteFile(dir_ + "/san.ext", "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
     WriteFile(dir_ + "/token", absl::StrCat(kToken, "\n"));
     WriteFile(dir_ + "/wrong_token", "not-the-token\n");
   }
@@ -40,14 +39,16 @@ class Pki {
              "-keyout", Path(name + ".key"), "-out", Path(name + ".pem"), "-days", "2", "-subj",
              "/CN=" + name});
   }
-  // A certificate for 127.0.0.1 signed by `ca`, valid for `days` (0: it has
-  // expired a second later).
-  void Cert(const std::string& name, const std::string& ca, int days) {
+  // A certificate for `names` (openssl's subjectAltName) signed by `ca`,
+  // valid for `days` (0: it has expired a second later).
+  void Cert(const std::string& name, const std::string& ca, int days,
+            const std::string& names = "IP:127.0.0.1,DNS:localhost") {
+    WriteFile(Path(name + ".ext"), "subjectAltName=" + names + "\n");
     Openssl({"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
              "-keyout", Path(name + ".key"), "-out", Path(name + ".csr"), "-subj", "/CN=" + name});
     Openssl({"x509", "-req", "-in", Path(name + ".csr"), "-CA", Path(ca + ".pem"), "-CAkey",
              Path(ca + ".key"), "-CAcreateserial", "-out", Path(name + ".pem"), "-days",
-             absl::StrCat(days), "-extfile", Path("san.ext")});
+             absl::StrCat(days), "-extfile", Path(name + ".ext")});
   }
   // The job flags of a process presenting `cert`, trusting `ca`.
   std::vector<std::string> Flags(const std::string& cert, const std::string& ca,
@@ -188,6 +189,57 @@ TEST_F(SecurityTest, BadSecurityFilesFailAtStart) {
     const Ended run = RunToEnd(argv);
     EXPECT_EQ(run.exit_code, 2) << run.output;
     EXPECT_TRUE(Contains(run.output, message)) << run.output;
+  }
+}
+
+// Workers would dial the server at its --servers entry and refuse, in every
+// handshake, a certificate that does not name that host: the server refuses
+// it at start, naming the host and the names the certificate has.
+TEST_F(SecurityTest, AServerCertificateThatDoesNotNameItsAddressIsRefusedAtStart) {
+  pki_.Cert("localhost_only", "ca", 2, "DNS:localhost");
+  pki_.Cert("wildcard", "ca", 2, "DNS:*.psync.test");
+  PortReservation reserved;
+  absl::StatusOr<int> port = reserved.Add();
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string port_text = absl::StrCat(*port);
+  struct Case {
+    std::string cert;
+    std::string host;
+    std::string names;  // what the server says the certificate names; empty: it starts
+  };
+  const std::vector<Case> cases = {
+      {"localhost_only", "127.0.0.1",
+       "the certificate names DNS:localhost, not 127.0.0.1; expected a subjectAltName "
+       "IP:127.0.0.1"},
+      {"wildcard", "a.b.psync.test",
+       "the certificate names DNS:*.psync.test, not a.b.psync.test; expected a subjectAltName "
+       "DNS:a.b.psync.test"},
+      {"server", "localhost", ""},
+      {"localhost_only", "localhost", ""},
+      {"wildcard", "b.psync.test", ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.cert + " at " + c.host);
+    const std::string address = c.host + ":" + port_text;
+    std::vector<std::string> argv = {Runfile("server/psync_server"), "--port=" + port_text,
+                                     "--num_workers=1", "--servers=" + address,
+                                     "--server_rank=0", "--host=127.0.0.1"};
+    for (const std::string& f : pki_.Flags(c.cert, "ca", "")) argv.push_back(f);
+    if (!c.names.empty()) {
+      const Ended run = RunToEnd(argv);
+      EXPECT_EQ(run.exit_code, 2) << run.output;
+      EXPECT_TRUE(Contains(run.output, "security.tls_cert " + pki_.Path(c.cert + ".pem") +
+                                           " does not name " + c.host + ", server 0's address "
+                                           "in --servers (" + address + ")"))
+          << run.output;
+      EXPECT_TRUE(Contains(run.output, c.names)) << run.output;
+      continue;
+    }
+    reserved.Release();
+    std::unique_ptr<Subprocess> server = StartProcess(argv, "server");
+    EXPECT_TRUE(WaitForOutput(*server, "listening on", absl::Now() + absl::Seconds(20)))
+        << server->output();
+    server->Stop(absl::Seconds(5));
   }
 }
 

@@ -243,6 +243,53 @@ TEST_F(SecurityTest, AServerCertificateThatDoesNotNameItsAddressIsRefusedAtStart
   }
 }
 
+// deploy/tls/make_certs.sh's material, made for the job's --servers, passes
+// the server's start check and trains a job: the server with its server
+// certificate, the worker with its worker certificate. A server listed
+// under a name it did not get is refused.
+TEST_F(SecurityTest, MakeCertsMaterialStartsAServerAndRunsAJob) {
+  PortReservation reserved;
+  absl::StatusOr<int> port = reserved.Add();
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string address = absl::StrCat("127.0.0.1:", *port);
+  const std::string dir = FreshDir("made");
+  const Ended made = RunToEnd({"/bin/bash", Runfile("deploy/tls/make_certs.sh"), dir,
+                               address + ",[::1]:" + absl::StrCat(*port)});
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  EXPECT_TRUE(Contains(made.output, "naming IP:127.0.0.1,IP:::1")) << made.output;
+  const auto flags = [&](const std::string& role) {
+    return std::vector<std::string>{"--tls_cert=" + dir + "/" + role + ".crt",
+                                    "--tls_key=" + dir + "/" + role + ".key",
+                                    "--tls_ca=" + dir + "/ca.crt",
+                                    "--auth_token_file=" + dir + "/token"};
+  };
+  std::vector<std::string> server = {Runfile("server/psync_server"),
+                                     absl::StrCat("--port=", *port), "--num_workers=1",
+                                     "--server_rank=0"};
+  for (const std::string& f : flags("server")) server.push_back(f);
+
+  std::vector<std::string> unnamed = server;
+  unnamed.push_back(absl::StrCat("--servers=localhost:", *port));
+  const Ended refused = RunToEnd(unnamed);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_TRUE(Contains(refused.output, "does not name localhost")) << refused.output;
+
+  server.push_back("--servers=" + address);
+  reserved.Release();
+  servers_.push_back(StartProcess(server, "server"));
+  ASSERT_TRUE(WaitForOutput(*servers_.back(), "TLS on, mutual, token required",
+                            absl::Now() + absl::Seconds(20)))
+      << servers_.back()->output();
+  std::vector<std::string> worker = {Runfile("worker/psync_worker"), "--servers=" + address,
+                                     "--synthetic_samples=64", "--steps=2", "--device=cpu"};
+  for (const std::string& f : flags("worker")) worker.push_back(f);
+  const Ended trained = RunToEnd(worker);
+  EXPECT_EQ(trained.exit_code, 0) << trained.output;
+  // psync_ctl presents the worker's certificate too.
+  const Ended status = Ctl(address, flags("worker"));
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+}
+
 // A job through mutual TLS with a token, the test's or psync_launch
 // --secure's throwaway ones, trains the same weights as in plaintext
 // (deterministic mode).

@@ -57,13 +57,13 @@ absl::Status CheckCertificateNamesAddress(const proto::JobConfig& config, int ra
     return absl::OkStatus();
   }
   const std::string host = HostOfAddress(addresses[rank]);
-  const absl::Status named = CheckCertificateNamesHost(security.cert_pem, host);
-  if (named.ok()) return named;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "bad configuration: security.tls_cert ", config.security().tls_cert(), " does not name ",
-      host, ", server ", rank, "'s address in --servers (", addresses[rank],
-      ") that workers and servers dial, which gRPC would refuse in each handshake ('Peer name ",
-      host, " is not in peer certificate'): ", named.message()));
+  return Prefixed("bad configuration: ",
+                  CheckTlsCertNamesHost(
+                      config.security().tls_cert(), security.cert_pem, host,
+                      absl::StrCat("server ", rank, "'s address in --servers (", addresses[rank],
+                                   ") that workers and servers dial, which gRPC would refuse in "
+                                   "each handshake ('Peer name ", host,
+                                   " is not in peer certificate')")));
 }
 
 absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c,

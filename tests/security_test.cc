@@ -241,6 +241,18 @@ TEST_F(SecurityTest, AServerCertificateThatDoesNotNameItsAddressIsRefusedAtStart
         << server->output();
     server->Stop(absl::Seconds(5));
   }
+
+  // psync_launch runs every server on 127.0.0.1: it refuses such a
+  // certificate before it starts any process.
+  std::vector<std::string> job = {"--num_servers=1", "--num_workers=1",
+                                  "--synthetic_samples=64", "--steps=2", "--timeout_s=30"};
+  for (const std::string& f : pki_.Flags("localhost_only", "ca", "")) job.push_back(f);
+  const JobRun launched = RunLaunch("localhost_only", job);
+  EXPECT_EQ(launched.exit_code, 2) << launched.output;
+  EXPECT_TRUE(Contains(launched.output, "does not name 127.0.0.1, where psync_launch runs "
+                                        "every server: the certificate names DNS:localhost"))
+      << launched.output;
+  EXPECT_FALSE(Contains(launched.output, "[server 0]")) << launched.output;
 }
 
 // deploy/tls/make_certs.sh's material, made for the job's --servers, passes

@@ -141,6 +141,15 @@ absl::Status CheckCertificateNamesHost(const std::string& cert_pem, absl::string
       ", not ", host, "; expected a subjectAltName ", ip ? "IP:" : "DNS:", host));
 }
 
+absl::Status CheckTlsCertNamesHost(absl::string_view tls_cert, const std::string& cert_pem,
+                                   absl::string_view host, absl::string_view why) {
+  const absl::Status named = CheckCertificateNamesHost(cert_pem, host);
+  if (named.ok()) return named;
+  return absl::Status(named.code(), absl::StrCat("security.tls_cert ", tls_cert,
+                                                 " does not name ", host, ", ", why, ": ",
+                                                 named.message()));
+}
+
 std::string HostOfAddress(absl::string_view address) {
   const size_t colon = address.rfind(':');
   absl::string_view host = colon == absl::string_view::npos ? address : address.substr(0, colon);

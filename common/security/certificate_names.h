@@ -33,6 +33,12 @@ absl::StatusOr<std::vector<std::string>> CertificateNames(const std::string& cer
 // and the SAN that would do.
 absl::Status CheckCertificateNamesHost(const std::string& cert_pem, absl::string_view host);
 
+// CheckCertificateNamesHost for the certificate read from `tls_cert` (the
+// path, for the message), its refusal prefixed with "security.tls_cert
+// <path> does not name <host>, <why>: ".
+absl::Status CheckTlsCertNamesHost(absl::string_view tls_cert, const std::string& cert_pem,
+                                   absl::string_view host, absl::string_view why);
+
 // The host of a --servers entry as gRPC compares it: "h:7070" -> "h",
 // "[::1]:7070" -> "::1".
 std::string HostOfAddress(absl::string_view address);

@@ -1,8 +1,10 @@
 // TLS and the token with real processes and certificates made by openssl in
 // the test: a server with mutual TLS and a token, asked for its status by
 // psync_ctl with every kind of wrong credentials and the right ones; a
-// server with an expired certificate; a worker with a wrong token; and a
-// whole job through TLS giving the weights of the same job in plaintext.
+// server with an expired certificate; a worker with a wrong token; a server
+// (and psync_launch) refusing a certificate that does not name its
+// --servers address; deploy/tls/make_certs.sh's material running a job; and
+// a whole job through TLS giving the weights of the same job in plaintext.
 #include <string>
 #include <vector>
 

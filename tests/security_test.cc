@@ -267,10 +267,21 @@ TEST_F(SecurityTest, MakeCertsMaterialStartsAServerAndRunsAJob) {
   ASSERT_TRUE(port.ok()) << port.status();
   const std::string address = absl::StrCat("127.0.0.1:", *port);
   const std::string dir = FreshDir("made");
-  const Ended made = RunToEnd({"/bin/bash", Runfile("deploy/tls/make_certs.sh"), dir,
+  const std::string script = Runfile("deploy/tls/make_certs.sh");
+  const Ended made = RunToEnd({"/bin/bash", script, dir,
                                address + ",[::1]:" + absl::StrCat(*port)});
   ASSERT_EQ(made.exit_code, 0) << made.output;
   EXPECT_TRUE(Contains(made.output, "naming IP:127.0.0.1,IP:::1")) << made.output;
+  // A {rank} pattern is expanded as psync does; a bad host is refused by name.
+  const Ended pattern = RunToEnd({"/bin/bash", script, FreshDir("pattern"),
+                                  "localhost,psync-{rank}.test:7070", "2"});
+  EXPECT_EQ(pattern.exit_code, 0) << pattern.output;
+  EXPECT_TRUE(Contains(pattern.output, "naming DNS:localhost,DNS:psync-0.test,DNS:psync-1.test,"))
+      << pattern.output;
+  const Ended bad = RunToEnd({"/bin/bash", script, FreshDir("bad"), "a b:7070"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_TRUE(Contains(bad.output, "entry 'a b:7070' has host 'a b', expected a host name"))
+      << bad.output;
   const auto flags = [&](const std::string& role) {
     return std::vector<std::string>{"--tls_cert=" + dir + "/" + role + ".crt",
                                     "--tls_key=" + dir + "/" + role + ".key",

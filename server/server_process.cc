@@ -20,6 +20,7 @@
 #include "common/process/exit_code.h"
 #include "common/process/incarnation.h"
 #include "common/process/process_tuning.h"
+#include "common/security/certificate_names.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/listener_watch.h"
@@ -43,6 +44,26 @@ absl::Status BadConfig(absl::Status s) {
 
 absl::Status Prefixed(absl::string_view prefix, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+}
+
+// Workers and the other servers dial this server at its --servers entry,
+// and gRPC refuses a certificate that does not name that host, but only in
+// their handshakes, where every retry fails the same way: refused here,
+// before serving. Without --servers (one server) nothing names the host.
+absl::Status CheckCertificateNamesAddress(const proto::JobConfig& config, int rank,
+                                          const PeerSecurity& security) {
+  const std::vector<std::string> addresses = ServerAddresses(config);
+  if (security.cert_pem.empty() || rank >= static_cast<int>(addresses.size())) {
+    return absl::OkStatus();
+  }
+  const std::string host = HostOfAddress(addresses[rank]);
+  return Prefixed("bad configuration: ",
+                  CheckTlsCertNamesHost(
+                      config.security().tls_cert(), security.cert_pem, host,
+                      absl::StrCat("server ", rank, "'s address in --servers (", addresses[rank],
+                                   ") that workers and servers dial, which gRPC would refuse in "
+                                   "each handshake ('Peer name ", host,
+                                   " is not in peer certificate')")));
 }
 
 absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c,
@@ -209,6 +230,7 @@ absl::Status ServerProcess::StartServing() {
   const int rank = options_.server_rank;
   absl::StatusOr<PeerSecurity> security = LoadPeerSecurity(config.security());
   if (!security.ok()) return BadConfig(Prefixed("bad configuration: ", security.status()));
+  PSYNC_RETURN_IF_ERROR(BadConfig(CheckCertificateNamesAddress(config, rank, *security)));
   absl::StatusOr<TcpCongestion> congestion = ParseTcpCongestion(config.cluster().tcp_congestion());
   if (!congestion.ok()) return BadConfig(Prefixed("bad configuration: ", congestion.status()));
   LOG(INFO) << "server " << rank << ": TCP congestion control: "

@@ -1,8 +1,10 @@
 // TLS and the token with real processes and certificates made by openssl in
 // the test: a server with mutual TLS and a token, asked for its status by
 // psync_ctl with every kind of wrong credentials and the right ones; a
-// server with an expired certificate; a worker with a wrong token; and a
-// whole job through TLS giving the weights of the same job in plaintext.
+// server with an expired certificate; a worker with a wrong token; a server
+// (and psync_launch) refusing a certificate that does not name its
+// --servers address; deploy/tls/make_certs.sh's material running a job; and
+// a whole job through TLS giving the weights of the same job in plaintext.
 #include <string>
 #include <vector>
 
@@ -29,7 +31,6 @@ void Openssl(const std::vector<std::string>& args) {
 class Pki {
  public:
   explicit Pki(const std::string& dir) : dir_(dir) {
-    WriteFile(dir_ + "/san.ext", "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
     WriteFile(dir_ + "/token", absl::StrCat(kToken, "\n"));
     WriteFile(dir_ + "/wrong_token", "not-the-token\n");
   }
@@ -40,14 +41,16 @@ class Pki {
              "-keyout", Path(name + ".key"), "-out", Path(name + ".pem"), "-days", "2", "-subj",
              "/CN=" + name});
   }
-  // A certificate for 127.0.0.1 signed by `ca`, valid for `days` (0: it has
-  // expired a second later).
-  void Cert(const std::string& name, const std::string& ca, int days) {
+  // A certificate for `names` (openssl's subjectAltName) signed by `ca`,
+  // valid for `days` (0: it has expired a second later).
+  void Cert(const std::string& name, const std::string& ca, int days,
+            const std::string& names = "IP:127.0.0.1,DNS:localhost") {
+    WriteFile(Path(name + ".ext"), "subjectAltName=" + names + "\n");
     Openssl({"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
              "-keyout", Path(name + ".key"), "-out", Path(name + ".csr"), "-subj", "/CN=" + name});
     Openssl({"x509", "-req", "-in", Path(name + ".csr"), "-CA", Path(ca + ".pem"), "-CAkey",
              Path(ca + ".key"), "-CAcreateserial", "-out", Path(name + ".pem"), "-days",
-             absl::StrCat(days), "-extfile", Path("san.ext")});
+             absl::StrCat(days), "-extfile", Path(name + ".ext")});
   }
   // The job flags of a process presenting `cert`, trusting `ca`.
   std::vector<std::string> Flags(const std::string& cert, const std::string& ca,
@@ -189,6 +192,127 @@ TEST_F(SecurityTest, BadSecurityFilesFailAtStart) {
     EXPECT_EQ(run.exit_code, 2) << run.output;
     EXPECT_TRUE(Contains(run.output, message)) << run.output;
   }
+}
+
+// Workers would dial the server at its --servers entry and refuse, in every
+// handshake, a certificate that does not name that host: the server refuses
+// it at start, naming the host and the names the certificate has.
+TEST_F(SecurityTest, AServerCertificateThatDoesNotNameItsAddressIsRefusedAtStart) {
+  pki_.Cert("localhost_only", "ca", 2, "DNS:localhost");
+  pki_.Cert("wildcard", "ca", 2, "DNS:*.psync.test");
+  PortReservation reserved;
+  absl::StatusOr<int> port = reserved.Add();
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string port_text = absl::StrCat(*port);
+  struct Case {
+    std::string cert;
+    std::string host;
+    std::string names;  // what the server says the certificate names; empty: it starts
+  };
+  const std::vector<Case> cases = {
+      {"localhost_only", "127.0.0.1",
+       "the certificate names DNS:localhost, not 127.0.0.1; expected a subjectAltName "
+       "IP:127.0.0.1"},
+      {"wildcard", "a.b.psync.test",
+       "the certificate names DNS:*.psync.test, not a.b.psync.test; expected a subjectAltName "
+       "DNS:a.b.psync.test"},
+      {"server", "localhost", ""},
+      {"localhost_only", "localhost", ""},
+      {"wildcard", "b.psync.test", ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.cert + " at " + c.host);
+    const std::string address = c.host + ":" + port_text;
+    std::vector<std::string> argv = {Runfile("server/psync_server"), "--port=" + port_text,
+                                     "--num_workers=1", "--servers=" + address,
+                                     "--server_rank=0", "--host=127.0.0.1"};
+    for (const std::string& f : pki_.Flags(c.cert, "ca", "")) argv.push_back(f);
+    if (!c.names.empty()) {
+      const Ended run = RunToEnd(argv);
+      EXPECT_EQ(run.exit_code, 2) << run.output;
+      EXPECT_TRUE(Contains(run.output, "security.tls_cert " + pki_.Path(c.cert + ".pem") +
+                                           " does not name " + c.host + ", server 0's address "
+                                           "in --servers (" + address + ")"))
+          << run.output;
+      EXPECT_TRUE(Contains(run.output, c.names)) << run.output;
+      continue;
+    }
+    reserved.Release();
+    std::unique_ptr<Subprocess> server = StartProcess(argv, "server");
+    EXPECT_TRUE(WaitForOutput(*server, "listening on", absl::Now() + absl::Seconds(20)))
+        << server->output();
+    server->Stop(absl::Seconds(5));
+  }
+
+  // psync_launch runs every server on 127.0.0.1: it refuses such a
+  // certificate before it starts any process.
+  std::vector<std::string> job = {"--num_servers=1", "--num_workers=1",
+                                  "--synthetic_samples=64", "--steps=2", "--timeout_s=30"};
+  for (const std::string& f : pki_.Flags("localhost_only", "ca", "")) job.push_back(f);
+  const JobRun launched = RunLaunch("localhost_only", job);
+  EXPECT_EQ(launched.exit_code, 2) << launched.output;
+  EXPECT_TRUE(Contains(launched.output, "does not name 127.0.0.1, where psync_launch runs "
+                                        "every server: the certificate names DNS:localhost"))
+      << launched.output;
+  EXPECT_FALSE(Contains(launched.output, "[server 0]")) << launched.output;
+}
+
+// deploy/tls/make_certs.sh's material, made for the job's --servers, passes
+// the server's start check and trains a job: the server with its server
+// certificate, the worker with its worker certificate. A server listed
+// under a name it did not get is refused.
+TEST_F(SecurityTest, MakeCertsMaterialStartsAServerAndRunsAJob) {
+  PortReservation reserved;
+  absl::StatusOr<int> port = reserved.Add();
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string address = absl::StrCat("127.0.0.1:", *port);
+  const std::string dir = FreshDir("made");
+  const std::string script = Runfile("deploy/tls/make_certs.sh");
+  const Ended made = RunToEnd({"/bin/bash", script, dir,
+                               address + ",[::1]:" + absl::StrCat(*port)});
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  EXPECT_TRUE(Contains(made.output, "naming IP:127.0.0.1,IP:::1")) << made.output;
+  // A {rank} pattern is expanded as psync does; a bad host is refused by name.
+  const Ended pattern = RunToEnd({"/bin/bash", script, FreshDir("pattern"),
+                                  "localhost,psync-{rank}.test:7070", "2"});
+  EXPECT_EQ(pattern.exit_code, 0) << pattern.output;
+  EXPECT_TRUE(Contains(pattern.output, "naming DNS:localhost,DNS:psync-0.test,DNS:psync-1.test,"))
+      << pattern.output;
+  const Ended bad = RunToEnd({"/bin/bash", script, FreshDir("bad"), "a b:7070"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_TRUE(Contains(bad.output, "entry 'a b:7070' has host 'a b', expected a host name"))
+      << bad.output;
+  const auto flags = [&](const std::string& role) {
+    return std::vector<std::string>{"--tls_cert=" + dir + "/" + role + ".crt",
+                                    "--tls_key=" + dir + "/" + role + ".key",
+                                    "--tls_ca=" + dir + "/ca.crt",
+                                    "--auth_token_file=" + dir + "/token"};
+  };
+  std::vector<std::string> server = {Runfile("server/psync_server"),
+                                     absl::StrCat("--port=", *port), "--num_workers=1",
+                                     "--server_rank=0"};
+  for (const std::string& f : flags("server")) server.push_back(f);
+
+  std::vector<std::string> unnamed = server;
+  unnamed.push_back(absl::StrCat("--servers=localhost:", *port));
+  const Ended refused = RunToEnd(unnamed);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_TRUE(Contains(refused.output, "does not name localhost")) << refused.output;
+
+  server.push_back("--servers=" + address);
+  reserved.Release();
+  servers_.push_back(StartProcess(server, "server"));
+  ASSERT_TRUE(WaitForOutput(*servers_.back(), "TLS on, mutual, token required",
+                            absl::Now() + absl::Seconds(20)))
+      << servers_.back()->output();
+  std::vector<std::string> worker = {Runfile("worker/psync_worker"), "--servers=" + address,
+                                     "--synthetic_samples=64", "--steps=2", "--device=cpu"};
+  for (const std::string& f : flags("worker")) worker.push_back(f);
+  const Ended trained = RunToEnd(worker);
+  EXPECT_EQ(trained.exit_code, 0) << trained.output;
+  // psync_ctl presents the worker's certificate too.
+  const Ended status = Ctl(address, flags("worker"));
+  EXPECT_EQ(status.exit_code, 0) << status.output;
 }
 
 // A job through mutual TLS with a token, the test's or psync_launch

@@ -40,7 +40,8 @@ proto::SecurityConfig ThrowawayPkiIn(const std::string& dir) {
   return security;
 }
 
-absl::StatusOr<proto::SecurityConfig> MakeThrowawayPki(const std::string& dir) {
+absl::StatusOr<proto::SecurityConfig> MakeThrowawayPki(const std::string& dir,
+                                                       const std::string& names) {
   const proto::SecurityConfig security = ThrowawayPkiIn(dir);
   const std::string& ca = security.tls_ca();
   const std::string& key = security.tls_key();
@@ -58,11 +59,14 @@ absl::StatusOr<proto::SecurityConfig> MakeThrowawayPki(const std::string& dir) {
   request.insert(request.end(), ec.begin(), ec.end());
   request.insert(request.end(), {"-keyout", key, "-out", csr, "-subj", "/CN=psync"});
   PSYNC_RETURN_IF_ERROR(Openssl(request));
-  PSYNC_RETURN_IF_ERROR(WriteFileAtomically(
-      "throwaway certificates", ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\n"));
-  PSYNC_RETURN_IF_ERROR(Openssl({"x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key,
-                                 "-CAcreateserial", "-out", cert, "-days", "7", "-extfile",
-                                 ext}));
+  std::vector<std::string> sign = {"x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key,
+                                   "-CAcreateserial", "-out", cert, "-days", "7"};
+  if (!names.empty()) {
+    PSYNC_RETURN_IF_ERROR(WriteFileAtomically("throwaway certificates", ext,
+                                              absl::StrCat("subjectAltName=", names, "\n")));
+    sign.insert(sign.end(), {"-extfile", ext});
+  }
+  PSYNC_RETURN_IF_ERROR(Openssl(sign));
   // Nothing more is signed with it.
   std::remove(ca_key.c_str());
   std::remove(csr.c_str());

@@ -11,11 +11,16 @@
 
 namespace psync {
 
-// Writes ca.pem, node.pem and node.key (an EC P-256 certificate for
-// 127.0.0.1 and localhost, valid 7 days, used by every process as server
-// and client certificate) and token (32 random bytes in hex) into `dir`;
-// returns the security section naming them. The CA's key is deleted.
-absl::StatusOr<proto::SecurityConfig> MakeThrowawayPki(const std::string& dir);
+// The names MakeThrowawayPki's certificate has unless told otherwise.
+inline constexpr char kThrowawayNames[] = "IP:127.0.0.1,DNS:localhost";
+
+// Writes ca.pem, node.pem and node.key (an EC P-256 certificate with the
+// subjectAltName `names`, in openssl's form, or none if it is empty; valid
+// 7 days, used by every process as server and client certificate) and
+// token (32 random bytes in hex) into `dir`; returns the security section
+// naming them. The CA's key is deleted.
+absl::StatusOr<proto::SecurityConfig> MakeThrowawayPki(const std::string& dir,
+                                                       const std::string& names = kThrowawayNames);
 
 // The security section naming the files MakeThrowawayPki writes in `dir`.
 proto::SecurityConfig ThrowawayPkiIn(const std::string& dir);

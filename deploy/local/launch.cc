@@ -45,6 +45,8 @@
 #include "common/process/port_file.h"
 #include "common/process/runfiles.h"
 #include "common/process/subprocess.h"
+#include "common/security/certificate_names.h"
+#include "common/security/security.h"
 #include "common/security/throwaway_pki.h"
 #include "common/status_macros.h"
 #include "deploy/local/worker_command.h"
@@ -172,6 +174,11 @@ absl::Status Validate(const LoadedJobConfig& loaded, bool worker_cmd_given) {
     return absl::InvalidArgumentError(
         "--secure makes its own certificates and token, expected no security.tls_cert, "
         "tls_ca or auth_token_file with it");
+  }
+  if (!security.tls_cert().empty()) {  // refused before anything starts
+    PSYNC_ASSIGN_OR_RETURN(const PeerSecurity material, LoadPeerSecurity(security));
+    PSYNC_RETURN_IF_ERROR(CheckTlsCertNamesHost(security.tls_cert(), material.cert_pem,
+                                                "127.0.0.1", "where psync_launch runs every server"));
   }
   if (worker_cmd_given) {
     PSYNC_RETURN_IF_ERROR(ValidateWorkerCommand(absl::GetFlag(FLAGS_worker_cmd)));

@@ -10,7 +10,12 @@
 #   - yamllint passes on deploy/k8s (settings: .yamllint);
 #   - in every rendering, each --num_servers= flag equals the StatefulSet's
 #     replicas and each --num_workers= flag the Job's completions and
-#     parallelism, also in an overlay made here that changes both counts.
+#     parallelism, also in an overlay made here that changes both counts;
+#   - in every rendering, no NetworkPolicy lets DNS (port 53) out to any
+#     address: an egress rule that can reach port 53 names only the
+#     cluster's DNS pods (namespace kube-system, k8s-app: kube-dns), and
+#     some rule does, or the pods could not resolve the servers; a policy
+#     made here with an any-address rule for port 53 is refused.
 # Prints "PASS name" / "FAIL name" per check (what failed goes to stderr,
 # indented) and exits non-zero if one failed. Every command runs under
 # `timeout`; with the tools installed the whole takes well under a minute.
@@ -96,6 +101,59 @@ for doc in sts + jobs:
 if errors:
     sys.exit("\n".join(errors))
 print(f"{servers} servers, {workers} workers")
+EOF
+
+# DNS egress goes only to the cluster's DNS pods. A rule without "to"
+# reaches every address, one without "ports" every port; a named port (a
+# string) may be "dns", so it counts as 53.
+cat >"$work/dns_egress.py" <<'EOF'
+import sys
+import yaml
+
+DNS_NAMESPACE = {"kubernetes.io/metadata.name": "kube-system"}
+DNS_PODS = {"k8s-app": "kube-dns"}
+EXPECTED = "expected only the DNS pods (namespace kube-system, k8s-app: kube-dns)"
+
+
+def reaches_53(port):
+    number = port.get("port")
+    if number is None or isinstance(number, str):
+        return True
+    return number <= 53 <= port.get("endPort", number)
+
+
+def is_dns_pods(peer):
+    ns = (peer.get("namespaceSelector") or {}).get("matchLabels") or {}
+    pods = (peer.get("podSelector") or {}).get("matchLabels") or {}
+    return "ipBlock" not in peer and ns == DNS_NAMESPACE and pods.items() >= DNS_PODS.items()
+
+
+errors = []
+to_dns = 0
+for doc in yaml.safe_load_all(open(sys.argv[1])):
+    if not doc or doc["kind"] != "NetworkPolicy":
+        continue
+    name = doc["metadata"]["name"]
+    for i, rule in enumerate(doc["spec"].get("egress") or []):
+        ports = rule.get("ports") or []
+        if ports and not any(reaches_53(p) for p in ports):
+            continue
+        peers = rule.get("to") or []
+        if not peers:
+            errors.append(f"NetworkPolicy {name}: egress rule {i} lets port 53 out to any "
+                          f"address, {EXPECTED}")
+            continue
+        for peer in peers:
+            if not is_dns_pods(peer):
+                errors.append(f"NetworkPolicy {name}: egress rule {i} lets port 53 out to "
+                              f"{peer}, {EXPECTED}")
+        to_dns += all(is_dns_pods(p) for p in peers)
+if not errors and to_dns == 0:
+    errors.append("no NetworkPolicy lets DNS out to the cluster's DNS pods: the pods could "
+                  "not resolve the servers' names")
+if errors:
+    sys.exit("\n".join(errors))
+print(f"{to_dns} egress rule(s) to the DNS pods, none to any other address")
 EOF
 
 # Every checkov.io/skip annotation names a check and gives a reason.
@@ -213,6 +271,36 @@ EOF
     pass "counts follow an overlay's replicas and completions"
   else
     fail "counts follow an overlay's replicas and completions" "$work/out"
+  fi
+fi
+
+# --- DNS egress -------------------------------------------------------------
+if [[ -n "$python" && -n "${tool[kubectl]}" ]]; then
+  [[ -s "$work/base.yaml" ]] &&
+    check "DNS egress only to the DNS pods in base" 60 "$python" "$work/dns_egress.py" "$work/base.yaml"
+  for o in "${rendered[@]}"; do
+    check "DNS egress only to the DNS pods in overlay $o" 60 \
+      "$python" "$work/dns_egress.py" "$work/$o.yaml"
+  done
+  # The check can fail: the base's policy with a rule for port 53 to any
+  # address (as these manifests once had) is refused by name.
+  cat >"$work/open_dns.py" <<'EOF'
+import sys
+import yaml
+
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+for d in docs:
+    if d["kind"] == "NetworkPolicy":
+        d["spec"]["egress"].append({"ports": [{"port": 53, "protocol": "UDP"}]})
+yaml.safe_dump_all(docs, sys.stdout)
+EOF
+  if [[ -s "$work/base.yaml" ]] &&
+     timeout 60 "$python" "$work/open_dns.py" "$work/base.yaml" >"$work/open_dns.yaml" &&
+     ! timeout 60 "$python" "$work/dns_egress.py" "$work/open_dns.yaml" >"$work/out" 2>&1 &&
+     grep -q "lets port 53 out to any address" "$work/out"; then
+    pass "DNS egress to any address is refused"
+  else
+    fail "DNS egress to any address is refused" "$work/out"
   fi
 fi
 

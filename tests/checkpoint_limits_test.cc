@@ -2,7 +2,8 @@
 // starting psync_server (its checkpoint scan) refuse each file by name with
 // the limit it breaks, and neither process ever holds 64 MB. Among them are
 // the files that cost 0.4 to 1 GB before the reader had limits: a ~100 MiB
-// header of "shape":[0,0,...] and 1.8 million zero-size tensors.
+// header of "shape":[0,0,...] and 1.8 million zero-size tensors; and a
+// small file whose metadata names the largest layout psync accepts.
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -18,8 +19,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/format/safetensors.h"
+#include "common/model/layout.h"
 #include "common/process/subprocess.h"
 #include "gtest/gtest.h"
+#include "server/checkpoint.h"
 #include "tests/test_util.h"
 
 namespace psync {
@@ -38,7 +42,29 @@ struct Hostile {
   std::string reason;
   uint64_t length_field = 0;  // 0: the header's real length
   uint64_t file_bytes = 0;    // 0: just the length field and the header
+  // When set, writes the whole file at the path instead.
+  std::function<void(const std::string& path, int64_t version)> write_file;
 };
+
+// A valid file of version `version` with a checkpoint's metadata
+// (docs/checkpoint_format.md) for a model of one tensor cut into
+// Layout::kMaxChunks 4-byte chunks, but with one tensor entry: a few
+// hundred bytes that name the largest layout psync accepts.
+void WriteManyChunks(const std::string& path, int64_t version) {
+  auto layout = Layout::Create({{"big", {Layout::kMaxChunks}}}, 4, 1, 0);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  auto header = MakeCheckpointHeader(*layout, 0);
+  ASSERT_TRUE(header.ok()) << header.status();
+  const SafetensorsMetadata metadata = {
+      {"format", "psync-checkpoint-1"}, {"version", absl::StrCat(version)},
+      {"generation", "1"}, {"server_rank", "0"}, {"num_servers", "1"},
+      {"tensors", absl::StrCat("big:", Layout::kMaxChunks)}, {"chunk_bytes", "4"},
+      {"init_seed", "0"}, {"layout_fingerprint", absl::StrCat(header->layout_fingerprint)},
+      {"model_id", absl::StrCat(header->model_id)}, {"optimizer", "sgd"}, {"training", ""},
+      {"sha256", std::string(64, '0')}};
+  const float one = 1.0f;
+  ASSERT_TRUE(WriteSafetensorsFile(path, {{"weights/big@0", {1}, &one}}, metadata).ok());
+}
 
 // `count` copies of `piece`, written 1 MiB at a time.
 void Repeat(std::ofstream& out, const std::string& piece, uint64_t count) {
@@ -113,6 +139,10 @@ std::vector<Hostile> HostileFiles() {
        [](std::ofstream& out) { out << "{}"; },
        "header length 209715200 exceeds the limit of 104857600 bytes", 200 * kMiB,
        201 * kMiB},
+      {"many chunks", nullptr,
+       absl::StrCat("has 1 tensors; the layout puts ", Layout::kMaxChunks,
+                    " chunks on this server, expected 1 to 3 tensors for each"),
+       0, 0, WriteManyChunks},
   };
 }
 
@@ -125,6 +155,11 @@ std::vector<std::string> WriteHostileFiles(const std::string& dir,
     const std::string folder = absl::StrFormat("%s/ckpt-%012d", dir, i + 1);
     EXPECT_EQ(::mkdir(folder.c_str(), 0755), 0) << folder;
     const std::string path = folder + "/server-0-of-1.safetensors";
+    paths.push_back(path);
+    if (files[i].write_file) {
+      files[i].write_file(path, static_cast<int64_t>(i + 1));
+      continue;
+    }
     {
       std::ofstream out(path, std::ios::binary);
       out << std::string(8, '\0');
@@ -140,7 +175,6 @@ std::vector<std::string> WriteHostileFiles(const std::string& dir,
     if (files[i].file_bytes != 0) {
       EXPECT_EQ(::truncate(path.c_str(), static_cast<off_t>(files[i].file_bytes)), 0) << path;
     }
-    paths.push_back(path);
   }
   return paths;
 }

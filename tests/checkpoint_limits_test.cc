@@ -228,6 +228,8 @@ TEST_F(CheckpointLimitsTest, ListRefusesEachFileByNameUnder64MB) {
   }
   // psync_ckpt was waited for: its peak is among the children's (the
   // largest child's; every child of this test must stay under the limit).
+  // A child's peak includes what it shared with this test before exec, so
+  // the test never holds a hostile file in memory.
   struct rusage usage;
   ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
   std::printf("psync_ckpt list: peak %ld kB\n", usage.ru_maxrss);

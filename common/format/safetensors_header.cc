@@ -52,7 +52,6 @@ class HeaderParser {
   }
 
   uint64_t num_entries() const { return num_entries_; }
-  uint64_t metadata_bytes() const { return metadata_bytes_; }
 
  private:
   absl::Status Error(const std::string& what) const {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,6 +22,9 @@ absl::StatusOr<uint64_t> ModelId(const Layout& layout) {
 
 namespace checkpoint_internal {
 namespace {
+
+// Every checkpoint psync can write is one the safetensors reader accepts.
+static_assert(kSafetensorsMaxEntries >= kNumStateSlots * Layout::kMaxChunks);
 
 constexpr const char* kMetadataKeys[] = {
     "format",      "version",   "generation",         "server_rank", "num_servers",
@@ -242,6 +246,69 @@ void CheckpointDigest::AddU64(uint64_t v) {
   sha_.Update(le, 8);
 }
 
+namespace {
+
+// The role of each of `entries` (a file of server `rank` of `layout`), or
+// what is wrong with them.
+absl::StatusOr<std::vector<EntryRole>> EntryRoles(
+    const std::vector<SafetensorsEntryInfo>& entries, const Layout& layout, int rank) {
+  auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
+  // One, two or three entries per chunk: checked before the index below,
+  // whose size a few bytes of metadata choose.
+  const std::vector<int32_t>& ids = layout.ChunksOnServer(rank);
+  const size_t num_entries = entries.size();
+  const bool plausible = ids.empty() ? num_entries == 0
+                                     : num_entries % ids.size() == 0 &&
+                                           num_entries >= ids.size() &&
+                                           num_entries / ids.size() <= kNumStateSlots;
+  if (!plausible) {
+    return bad(absl::StrCat("has ", num_entries, " tensors; the layout puts ", ids.size(),
+                            " chunks on this server, expected 1 to ", kNumStateSlots,
+                            " tensors for each"));
+  }
+  // The chunk of each "<tensor>@<first>", the entry names without their slot.
+  std::unordered_map<std::string, int32_t> chunk_of;
+  for (int32_t id : ids) {
+    const ChunkInfo& c = layout.chunks()[id];
+    chunk_of[absl::StrCat(layout.tensors()[c.tensor].name, "@", c.tensor_offset)] = id;
+  }
+  std::vector<EntryRole> roles;
+  size_t count[kNumStateSlots] = {};
+  for (const SafetensorsEntryInfo& e : entries) {
+    EntryRole role;
+    auto it = chunk_of.end();
+    for (role.slot = 0; role.slot < kNumStateSlots; ++role.slot) {
+      absl::string_view rest = e.name;
+      if (absl::ConsumePrefix(&rest, StateSlotName(role.slot)) && absl::ConsumePrefix(&rest, "/")) {
+        it = chunk_of.find(std::string(rest));
+        break;
+      }
+    }
+    if (it == chunk_of.end()) {
+      return bad(absl::StrCat("tensor '", e.name, "' is not a chunk of this server"));
+    }
+    role.chunk_id = it->second;
+    const int64_t n = layout.chunks()[role.chunk_id].num_elements;
+    if (e.shape != std::vector<int64_t>{n}) {
+      return bad(absl::StrCat("tensor '", e.name, "' has shape [", absl::StrJoin(e.shape, ","),
+                              "], expected [", n, "]"));
+    }
+    roles.push_back(role);
+    ++count[role.slot];
+  }
+  if (count[kWeightsSlot] != ids.size() ||
+      (count[kMomentumSlot] != 0 && count[kMomentumSlot] != ids.size()) ||
+      (count[kSecondSlot] != 0 && count[kSecondSlot] != ids.size())) {
+    return bad(absl::StrCat("has ", count[kWeightsSlot], " weights, ", count[kMomentumSlot],
+                            " momentum and ", count[kSecondSlot],
+                            " second-moment tensors; the layout puts ", ids.size(),
+                            " chunks on this server (optimizer state: all or none)"));
+  }
+  return roles;
+}
+
+}  // namespace
+
 absl::StatusOr<CheckpointFile> OpenCheckpointFile(const std::string& path) {
   auto bad = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
@@ -270,42 +337,11 @@ absl::StatusOr<CheckpointFile> OpenCheckpointFile(const std::string& path) {
   absl::Status describes = CheckHeaderDescribes(*header, *layout);
   if (!describes.ok()) return bad(absl::StrCat("metadata: ", describes.message()));
 
-  // Which entry each expected name is, and the chunk it belongs to.
-  const std::vector<int32_t>& ids = layout->ChunksOnServer(name_rank);
-  std::unordered_map<std::string, EntryRole> expected;
-  for (int32_t id : ids) {
-    const ChunkInfo& c = layout->chunks()[id];
-    const std::string& tensor = layout->tensors()[c.tensor].name;
-    for (int slot = 0; slot < kNumStateSlots; ++slot) {
-      expected[EntryName(slot, tensor, c.tensor_offset)] = {id, slot};
-    }
-  }
-  std::vector<EntryRole> roles;
-  size_t count[kNumStateSlots] = {};
-  for (const SafetensorsEntryInfo& e : reader.entries()) {
-    auto it = expected.find(e.name);
-    if (it == expected.end()) {
-      return bad(absl::StrCat("tensor '", e.name, "' is not a chunk of this server"));
-    }
-    const int64_t n = layout->chunks()[it->second.chunk_id].num_elements;
-    if (e.shape != std::vector<int64_t>{n}) {
-      return bad(absl::StrCat("tensor '", e.name, "' has shape [", absl::StrJoin(e.shape, ","),
-                              "], expected [", n, "]"));
-    }
-    roles.push_back(it->second);
-    ++count[it->second.slot];
-  }
-  if (count[kWeightsSlot] != ids.size() ||
-      (count[kMomentumSlot] != 0 && count[kMomentumSlot] != ids.size()) ||
-      (count[kSecondSlot] != 0 && count[kSecondSlot] != ids.size())) {
-    return bad(absl::StrCat("has ", count[kWeightsSlot], " weights, ", count[kMomentumSlot],
-                            " momentum and ", count[kSecondSlot],
-                            " second-moment tensors; the layout puts ", ids.size(),
-                            " chunks on this server (optimizer state: all or none)"));
-  }
+  auto roles = EntryRoles(reader.entries(), *layout, name_rank);
+  if (!roles.ok()) return bad(roles.status().message());
   CheckpointFile file{std::move(reader), std::move(*header), std::move(*layout),
-                      std::move(roles)};
-  for (int slot = 0; slot < kNumStateSlots; ++slot) file.has_slot[slot] = count[slot] != 0;
+                      std::move(*roles)};
+  for (const EntryRole& role : file.roles) file.has_slot[role.slot] = true;
   return file;
 }
 

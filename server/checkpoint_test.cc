@@ -267,6 +267,47 @@ TEST_F(CheckpointTest, CorruptMetadataValueIsRefused) {
   EXPECT_NE(scan.refused[0].find("checksum"), std::string::npos) << scan.refused[0];
 }
 
+// Entries are counted against the layout before they are looked up: a file
+// keeping one of its 9 chunks, or four entries for each, is refused by its
+// count; one with a foreign or missing entry among the right count by name.
+TEST_F(CheckpointTest, EntryCountAndNamesMustMatchTheLayout) {
+  const Layout layout = MakeLayout(1);
+  WriteAll(dir_, layout, 1, Flat(layout));
+  const std::string path = FilePath(dir_, 1, 0, 1);
+  auto reader = SafetensorsReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const std::vector<float> values(8, 1.0f);
+  // The one refusal of a scan after `entries` replaced the file's.
+  auto rewrite = [&](const std::vector<SafetensorsEntry>& entries) -> std::string {
+    const absl::Status written = WriteSafetensorsFile(path, entries, reader->metadata());
+    if (!written.ok()) return written.ToString();
+    CheckpointScan scan = Scan(0, 1);
+    EXPECT_TRUE(scan.candidates.empty());
+    return scan.refused.size() == 1 ? scan.refused[0]
+                                    : absl::StrCat(scan.refused.size(), " refusals");
+  };
+  auto entry = [&](const SafetensorsEntryInfo& e, std::string name) {
+    return SafetensorsEntry{std::move(name), e.shape, values.data()};
+  };
+  const std::vector<SafetensorsEntryInfo> all = reader->entries();  // 9 chunks x 2 slots
+  ASSERT_EQ(all.size(), 18u);
+  EXPECT_THAT(rewrite({entry(all[0], all[0].name)}),
+              HasSubstr("has 1 tensors; the layout puts 9 chunks on this server, expected 1 to "
+                        "3 tensors for each"));
+  std::vector<SafetensorsEntry> four;
+  for (const SafetensorsEntryInfo& e : all) {
+    four.push_back(entry(e, e.name));
+    four.push_back(entry(e, "x" + e.name));
+  }
+  EXPECT_THAT(rewrite(four), HasSubstr("has 36 tensors"));
+  std::vector<SafetensorsEntry> renamed;
+  for (const SafetensorsEntryInfo& e : all) renamed.push_back(entry(e, e.name));
+  renamed.back().name = "second/" + renamed.back().name.substr(renamed.back().name.find('/') + 1);
+  EXPECT_THAT(rewrite(renamed), HasSubstr("second-moment tensors; the layout puts 9 chunks"));
+  renamed.back().name = "weights/fc9.bias@0";
+  EXPECT_THAT(rewrite(renamed), HasSubstr("tensor 'weights/fc9.bias@0' is not a chunk"));
+}
+
 TEST_F(CheckpointTest, TruncatedFileIsRefused) {
   const Layout layout = MakeLayout(1);
   WriteAll(dir_, layout, 1, Flat(layout));

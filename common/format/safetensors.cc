@@ -17,8 +17,6 @@
 namespace psync {
 namespace {
 
-// The reference implementation's limit.
-constexpr uint64_t kMaxHeaderBytes = 100 << 20;
 constexpr size_t kIoBlock = 1 << 20;
 
 absl::Status WriteAll(int fd, const char* p, size_t n, const std::string& path) {
@@ -196,16 +194,22 @@ absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(const std::string& pat
   PSYNC_RETURN_IF_ERROR(ReadAt(r.fd_, reinterpret_cast<char*>(len), 8, 0, path));
   uint64_t header_len = 0;
   for (int i = 0; i < 8; ++i) header_len |= uint64_t{len[i]} << (8 * i);
-  if (header_len > kMaxHeaderBytes || header_len > size - 8) {
+  if (header_len > size - 8) {
     return bad(absl::StrCat("header length ", header_len, " exceeds the file (", size,
-                            " bytes) or the limit (", kMaxHeaderBytes, ")"));
+                            " bytes)"));
   }
-  std::string header(header_len, '\0');
-  PSYNC_RETURN_IF_ERROR(ReadAt(r.fd_, header.data(), header_len, 8, path));
-  auto parsed = safetensors_internal::ParseHeader(header, accepted);
-  if (!parsed.ok()) return bad(std::string(parsed.status().message()));
+  if (header_len > kSafetensorsMaxHeaderBytes) {
+    return bad(absl::StrCat("header length ", header_len, " exceeds the limit of ",
+                            kSafetensorsMaxHeaderBytes, " bytes"));
+  }
   r.data_start_ = 8 + header_len;
   r.data_bytes_ = size - r.data_start_;
+  safetensors_internal::HeaderText text(r.fd_, 8, header_len, path);
+  auto parsed = safetensors_internal::ParseHeader(text, r.data_bytes_, accepted);
+  if (!parsed.ok()) {
+    if (!text.status().ok()) return text.status();  // already names the file
+    return bad(std::string(parsed.status().message()));
+  }
   r.entries_ = std::move(parsed->entries);
   r.metadata_ = std::move(parsed->metadata);
   std::sort(r.entries_.begin(), r.entries_.end(),

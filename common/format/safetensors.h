@@ -37,6 +37,22 @@ enum class SafetensorsDtype { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU
 // What a reader accepts: F32 only (psync's own files), or any SafetensorsDtype.
 enum class SafetensorsDtypes { kF32Only, kAll };
 
+// What a reader accepts of a header, checked before it stores anything of
+// it (docs/checkpoint_format.md#limits): a hostile file costs a bounded
+// amount of memory before it is refused, whatever its header says.
+// The reference implementation's limit on the header's length.
+inline constexpr uint64_t kSafetensorsMaxHeaderBytes = uint64_t{100} << 20;
+// Tensors in one file: psync's own most, a checkpoint of Layout::kMaxChunks
+// chunks on one server with three state slots each.
+inline constexpr uint64_t kSafetensorsMaxEntries = uint64_t{3} << 18;
+// Dimensions of one tensor (numpy 2's limit).
+inline constexpr size_t kSafetensorsMaxDims = 64;
+// Bytes of one tensor name (and of a dtype or field name).
+inline constexpr uint64_t kSafetensorsMaxNameBytes = uint64_t{64} << 10;
+// Bytes of all "__metadata__" keys and values together (decoded): room for
+// a checkpoint's list of Layout::kMaxTensors tensors at 128 bytes each.
+inline constexpr uint64_t kSafetensorsMaxMetadataBytes = uint64_t{8} << 20;
+
 // The header's name of `dtype`: "F32", "I64", "BOOL", ...
 absl::string_view SafetensorsDtypeName(SafetensorsDtype dtype);
 // Bytes of one element of `dtype`.

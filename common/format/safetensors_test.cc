@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <set>
@@ -227,6 +228,89 @@ TEST(SafetensorsTest, StrictReaderRefusesMalformedFiles) {
   WriteBytes(p, Header("{}").substr(0, 8) + "{");
   EXPECT_NE(SafetensorsReader::Open(p).status().message().find("exceeds the file"),
             std::string::npos);
+}
+
+TEST(SafetensorsTest, LimitsAreRefusedNamingTheValueForEveryDtypeSet) {
+  const std::string p = TempPath("limits.safetensors");
+  const std::string data(16, '\0');
+  auto ones = [](int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += "1,";
+    return s;
+  };
+  auto tensor = [](const std::string& name, const std::string& shape) {
+    return absl::StrCat("{\"", name, "\":{\"dtype\":\"F32\",\"shape\":[", shape,
+                        "],\"data_offsets\":[0,16]}");
+  };
+  const std::string long_name(kSafetensorsMaxNameBytes + 1, 'n');
+  const std::string big_value(kSafetensorsMaxMetadataBytes, 'v');
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {tensor("a", ones(64) + "4") + "}", "tensor 'a' has 65 dimensions, expected at most 64"},
+      {tensor(long_name, "4") + "}", "a tensor name has 65537 bytes, expected at most 65536"},
+      {R"({"__metadata__":{"k":")" + big_value + "\"}," + tensor("a", "4").substr(1) + "}",
+       "__metadata__ has more than 8388608 bytes"},
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16,32]}})", "has 3 data_offsets"},
+      {R"({"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})",
+       "ends past the data section (16 bytes"},
+  };
+  for (SafetensorsDtypes accepted : {SafetensorsDtypes::kF32Only, SafetensorsDtypes::kAll}) {
+    for (const auto& [json, expected] : cases) {
+      WriteBytes(p, Header(json) + data);
+      auto r = SafetensorsReader::Open(p, accepted);
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << expected;
+      EXPECT_NE(r.status().message().find(expected), std::string::npos) << r.status();
+      EXPECT_NE(r.status().message().find(p), std::string::npos) << r.status();
+    }
+  }
+  // At the limits, files are read.
+  WriteBytes(p, Header(tensor("a", ones(63) + "4") + "}") + data);
+  auto at_limit = SafetensorsReader::Open(p);
+  ASSERT_TRUE(at_limit.ok()) << at_limit.status();
+  EXPECT_EQ(at_limit->entries()[0].shape.size(), kSafetensorsMaxDims);
+  WriteBytes(p, Header(tensor(long_name.substr(1), "4") + "}") + data);
+  EXPECT_TRUE(SafetensorsReader::Open(p).ok());
+  // A header length past the file or over the limit is refused before any
+  // of it is read.
+  std::string len(8, '\0');
+  len[7] = static_cast<char>(0x80);
+  WriteBytes(p, len + "{}");
+  EXPECT_NE(SafetensorsReader::Open(p).status().message().find(
+                "header length 9223372036854775808 exceeds the file (10 bytes)"),
+            std::string::npos);
+}
+
+TEST(SafetensorsTest, WriterRefusesWhatTheReaderWould) {
+  const float x[4] = {1, 2, 3, 4};
+  std::vector<int64_t> shape(kSafetensorsMaxDims + 1, 1);
+  shape.back() = 4;
+  absl::Status s = WriteSafetensorsFile(TempPath("w"), {{"a", shape, x}}, {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("65 dimensions"), std::string::npos) << s;
+  s = WriteSafetensorsFile(TempPath("w"), {{"a", {4}, x}},
+                           {{"k", std::string(kSafetensorsMaxMetadataBytes, 'v')}});
+  EXPECT_NE(s.message().find("metadata of 8388609 bytes, expected at most 8388608"),
+            std::string::npos) << s;
+}
+
+// Headers far longer than the reader's window, with escapes across its
+// edges, read back exactly.
+TEST(SafetensorsTest, LongHeadersRoundTrip) {
+  std::string value;
+  for (int i = 0; i < 50000; ++i) value += (i % 3 == 0) ? "\x01" : (i % 3 == 1) ? "\"" : "\xc3\xa9";
+  std::vector<float> values(3000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  std::vector<SafetensorsEntry> entries;
+  for (int i = 0; i < 3000; ++i) {
+    entries.push_back({absl::StrCat("layer", i, ".\x02weight"), {1}, &values[i]});
+  }
+  const std::string path = TempPath("long.safetensors");
+  ASSERT_TRUE(WriteSafetensorsFile(path, entries, {{"v", value}}).ok());
+  ASSERT_GT(std::filesystem::file_size(path), 4u << 16);
+  auto reader = SafetensorsReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ(reader->metadata().at("v"), value);
+  ASSERT_EQ(reader->entries().size(), 3000u);
+  EXPECT_EQ(reader->entries()[2999].name, "layer2999.\x02weight");
 }
 
 TEST(SafetensorsTest, ReadEntriesCopiesChosenEntriesAndSeesEveryByte) {

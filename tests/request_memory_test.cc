@@ -3,7 +3,8 @@
 // Push, PushPull and Register calls without a token, from a peer with a
 // valid client certificate and against a token-only (plaintext) server,
 // leave the server's peak RSS within the bound of unauthenticated requests
-// and a legitimate call's median latency within twice its idle median.
+// and a legitimate call's median latency within twice its idle median. With
+// the token, large pushes hold no more than the server's memory quota.
 #include <algorithm>
 #include <atomic>
 #include <fstream>
@@ -112,7 +113,7 @@ class RequestMemoryTest : public ::testing::Test {
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
 
   // Starts a one-server job's server, with TLS or not, and the token.
-  void StartServer(bool tls) {
+  void StartServer(bool tls, int max_message_mb = kMaxMessageMb) {
     PortReservation reserved;
     absl::StatusOr<int> port = reserved.Add();
     ASSERT_TRUE(port.ok()) << port.status();
@@ -120,7 +121,7 @@ class RequestMemoryTest : public ::testing::Test {
     address_ = absl::StrCat("127.0.0.1:", *port);
     std::vector<std::string> argv = {Runfile("server/psync_server"),
                                      absl::StrCat("--port=", *port), "--num_workers=1",
-                                     absl::StrCat("--max_message_mb=", kMaxMessageMb),
+                                     absl::StrCat("--max_message_mb=", max_message_mb),
                                      "--auth_token_file=" + Path("token")};
     if (tls) {
       argv.insert(argv.end(), {"--tls_cert=" + Path("server.pem"),
@@ -164,7 +165,15 @@ class RequestMemoryTest : public ::testing::Test {
   // Rounds of concurrent large calls without a token, each on a connection
   // of its own; every one must be refused. Returns the codes seen.
   void Attack(bool tls, std::atomic<int>* unauthenticated, std::atomic<int>* other) {
-    const grpc::ByteBuffer push = Bytes(size_t{kPushMb} << 20);
+    Flood(tls, /*token=*/false, kPushMb, kRegisters, unauthenticated, other);
+  }
+
+  // Rounds of kPushes concurrent Push and PushPull calls of `push_mb` MiB and
+  // `registers` Register calls, each on a connection of its own, with the
+  // token or not; counts the UNAUTHENTICATED answers and the others.
+  void Flood(bool tls, bool token, int push_mb, int registers,
+             std::atomic<int>* unauthenticated, std::atomic<int>* other) {
+    const grpc::ByteBuffer push = Bytes(size_t(push_mb) << 20);
     const grpc::ByteBuffer reg = BigRegister();
     for (int round = 0; round < kRounds; ++round) {
       struct Pending {
@@ -180,6 +189,7 @@ class RequestMemoryTest : public ::testing::Test {
         auto p = std::make_unique<Pending>();
         p->channel = Connect(tls, round * 100 + static_cast<int>(calls.size()));
         p->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+        if (token) p->ctx.AddMetadata("authorization", absl::StrCat("Bearer ", kToken));
         grpc::GenericStub stub(p->channel);
         p->call = stub.PrepareUnaryCall(&p->ctx, method, body, &cq);
         p->call->StartCall();
@@ -191,7 +201,7 @@ class RequestMemoryTest : public ::testing::Test {
                          : "/psync.proto.ParameterServer/PushPull",
               push);
       }
-      for (int i = 0; i < kRegisters; ++i) start("/psync.proto.ParameterServer/Register", reg);
+      for (int i = 0; i < registers; ++i) start("/psync.proto.ParameterServer/Register", reg);
       for (size_t i = 0; i < calls.size(); ++i) {
         void* tag;
         bool ok;
@@ -245,6 +255,28 @@ class RequestMemoryTest : public ::testing::Test {
 TEST_F(RequestMemoryTest, ClientCertificateWithoutTokenCostsNoMemory) { RunAttack(true); }
 
 TEST_F(RequestMemoryTest, TokenOnlyServerWithoutTokenCostsNoMemory) { RunAttack(false); }
+
+// Admitted calls are read, but what they hold is bounded by the quota,
+// max_message_mb x (num_workers + 1) (RequestMemoryBound): 4 x 60 MiB of
+// concurrent pushes with the token, against a 128 MiB quota. Those the
+// quota cancels get RESOURCE_EXHAUSTED, the rest their answer (the job has
+// no worker registered: FAILED_PRECONDITION).
+TEST_F(RequestMemoryTest, PushesWithTheTokenStayWithinTheQuota) {
+  StartServer(/*tls=*/false);
+  if (HasFatalFailure()) return;
+  const int64_t quota = (int64_t{kMaxMessageMb} << 20) * 2;
+  const int64_t before = ProcStatusBytes(server_->pid(), "VmHWM");
+  std::atomic<int> unauthenticated{0}, other{0};
+  Flood(/*tls=*/false, /*token=*/true, kPushMb, /*registers=*/0, &unauthenticated, &other);
+  const int64_t after = ProcStatusBytes(server_->pid(), "VmHWM");
+  EXPECT_EQ(unauthenticated.load(), 0);
+  EXPECT_EQ(other.load(), kRounds * kPushes);
+  std::cout << "peak RSS " << (before >> 20) << " MiB before the pushes, " << (after >> 20)
+            << " MiB after; quota " << (quota >> 20) << " MiB" << std::endl;
+  // Reading all four would hold 240 MiB; gRPC's own buffers besides.
+  EXPECT_LE(after - before, quota + (int64_t{32} << 20))
+      << "peak RSS grew from " << before << " to " << after << " bytes";
+}
 
 }  // namespace
 }  // namespace psync

@@ -62,6 +62,11 @@ struct GrpcServerOptions {
   MetricRegistry* metrics = nullptr;
 };
 
+// The memory a server lets requests hold, at most: gRPC's memory quota
+// for its transports (docs/security.md). A whole message per worker and one
+// more: max_message_bytes x (num_workers + 1).
+int64_t RequestMemoryBound(const ShardStoreOptions& store);
+
 // Owns the gRPC server and its threads. Thread-safe.
 class GrpcServer {
  public:

@@ -27,6 +27,8 @@
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/impl/codegen/rpc_service_method.h"
 #include "grpcpp/support/async_stream.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "server/rpc/parsed_size.h"
 
 namespace psync {
 
@@ -103,7 +105,9 @@ class ServerCall {
 // and is parsed here, only if it is within the method's own bound: parsed
 // messages can take far more memory than their bytes (an empty repeated
 // submessage is 2 bytes on the wire and some 70 in memory), so the methods
-// that carry no payload are not given the limit sized for payloads.
+// that carry no payload are not given the limit sized for payloads, and a
+// request whose parsed form would take more than kParsedPerRequestByte
+// times that bound is refused before it is parsed.
 template <typename Req, typename Resp>
 class UnaryCall final : public ServerCall {
  public:
@@ -178,7 +182,12 @@ class UnaryCall final : public ServerCall {
     }
   }
 
-  // Parses the received bytes into request_, within the method's bound.
+  // What a parsed request may take, at most (EstimateParsedBytes), for each
+  // byte of its method's bound.
+  static constexpr int64_t kParsedPerRequestByte = 4;
+
+  // Parses the received bytes into request_, within the method's bound and
+  // what that may take once parsed: refused unparsed past either.
   grpc::Status Parse() {
     const size_t bytes = received_.Length();
     if (bytes > static_cast<size_t>(method_->max_request_bytes)) {
@@ -186,7 +195,18 @@ class UnaryCall final : public ServerCall {
                           absl::StrCat(method_->name, ": the request has ", bytes,
                                        " bytes, expected at most ", method_->max_request_bytes));
     }
-    if (!grpc::SerializationTraits<Req>::Deserialize(&received_, &request_).ok()) {
+    const int64_t max_parsed = kParsedPerRequestByte * method_->max_request_bytes;
+    grpc::ProtoBufferReader reader(&received_);
+    const int64_t parsed = EstimateParsedBytes(&reader, *Req::descriptor(), max_parsed);
+    if (parsed > max_parsed) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat(method_->name, ": the request (", bytes,
+                                       " bytes) would take more than ", max_parsed,
+                                       " bytes once parsed, expected at most ",
+                                       kParsedPerRequestByte, " times its bound of ",
+                                       method_->max_request_bytes));
+    }
+    if (parsed < 0 || !grpc::SerializationTraits<Req>::Deserialize(&received_, &request_).ok()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat(method_->name, ": the request (", bytes,
                                        " bytes) is not a valid ", request_.GetTypeName()));

@@ -3,8 +3,9 @@
 // Push, PushPull and Register calls without a token, from a peer with a
 // valid client certificate and against a token-only (plaintext) server,
 // leave the server's peak RSS within the bound of unauthenticated requests
-// and a legitimate call's median latency within twice its idle median (and 2 ms). With
-// the token, large pushes hold no more than the server's memory quota.
+// and a legitimate call's median latency within twice its idle median (and
+// 2 ms). With the token, large pushes hold no more than the server's memory
+// quota and one message.
 #include <algorithm>
 #include <atomic>
 #include <fstream>

@@ -149,8 +149,10 @@ class GrpcServerImpl final : public GrpcServer {
   void AddRequestMemoryBounds(grpc::ServerBuilder& builder) {
     quota_.Resize(static_cast<size_t>(RequestMemoryBound(store_->options())));
     builder.SetResourceQuota(quota_);
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
-                               max_waiting_per_connection_ + kStreamsBesidesWaiting);
+    builder.AddChannelArgument(
+        GRPC_ARG_MAX_CONCURRENT_STREAMS,
+        static_cast<int>(std::min<int64_t>(
+            int64_t{max_waiting_per_connection_} + kStreamsBesidesWaiting, INT32_MAX)));
   }
 
   ShardStore* const store_;

@@ -297,6 +297,20 @@ TEST_F(BadRequestTest, MalformedBytes) {
   EXPECT_FALSE(status.ok());
 }
 
+// 2 MB, under Register's 8 MiB, but some 70 MB once parsed: refused unparsed.
+TEST_F(BadRequestTest, RegisterThatWouldTakeTooMuchMemoryParsed) {
+  proto::RegisterRequest req;
+  req.set_num_workers(kWorkers);
+  for (int i = 0; i < 1000000; ++i) req.mutable_layout()->add_tensors();
+  proto::RegisterResponse resp;
+  const grpc::Status s = Call(&proto::ParameterServer::Stub::Register, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(s.error_message(), absl::StrCat("Register: the request (", req.ByteSizeLong(),
+                                                       " bytes) would take more than 33554432 "
+                                                       "bytes once parsed")))
+      << s.error_message();
+}
+
 TEST_F(BadRequestTest, RetriedPushIsAcknowledged) {
   auto req = GoodPush();
   EXPECT_TRUE(Push(req).ok());

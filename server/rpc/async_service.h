@@ -26,7 +26,9 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/impl/codegen/rpc_service_method.h"
-#include "grpcpp/support/async_unary_call.h"
+#include "grpcpp/support/async_stream.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "server/rpc/parsed_size.h"
 
 namespace psync {
 
@@ -59,11 +61,15 @@ class ServerCall {
 
  protected:
   ServerCall() { ctx_.AsyncNotifyWhenDone(&over_event_); }
-  // The call arrived: ask for the next one and run the method.
+  // The call arrived, with its metadata but not its request: ask for the
+  // next one, admit it or refuse it, and read its request if admitted.
   virtual void Start() = 0;
+  // Its request was read (ok), or will never be.
+  virtual void Received(bool ok) = 0;
 
   grpc::ServerContext ctx_;
   Event arrived_{this, &ServerCall::Arrived};
+  Event read_{this, &ServerCall::Received};
   Event answered_{this, &ServerCall::Ended};
 
  private:
@@ -87,11 +93,21 @@ class ServerCall {
 
 // A unary call of a method whose request is Req: a grpc::ByteBuffer (a
 // payload the method decodes itself, bounded by the server's message size
-// limit alone), or a protobuf message. A protobuf request arrives as bytes
+// limit alone), or a protobuf message.
+//
+// The call is admitted (its metadata checked: the token) before its request
+// is read. gRPC reads a unary method's request whole before it hands the
+// call to the server, so the methods are registered with gRPC as
+// client-streaming (the same on the wire: one message, then the client's
+// half-close) and read their one message themselves: a refused call's body
+// is never read past the transport's flow-control window, and the answer
+// resets the stream. A protobuf request arrives as bytes
 // and is parsed here, only if it is within the method's own bound: parsed
 // messages can take far more memory than their bytes (an empty repeated
 // submessage is 2 bytes on the wire and some 70 in memory), so the methods
-// that carry no payload are not given the limit sized for payloads.
+// that carry no payload are not given the limit sized for payloads, and a
+// request whose parsed form would take more than kParsedPerRequestByte
+// times that bound is refused before it is parsed.
 template <typename Req, typename Resp>
 class UnaryCall final : public ServerCall {
  public:
@@ -102,6 +118,10 @@ class UnaryCall final : public ServerCall {
   struct Served {
     std::string name;                // the method's own name, for errors
     int64_t max_request_bytes = 0;   // of a protobuf request
+    // Whether a call may be run, from its metadata alone (e.g. its token):
+    // a call it refuses is answered with its status, its request unread.
+    // Null: every call is.
+    std::function<grpc::Status(const grpc::ServerContext&)> admit;
     std::function<void(UnaryCall*)> run;
     std::function<void(UnaryCall*, grpc::ServerCompletionQueue*)> request;
   };
@@ -119,9 +139,9 @@ class UnaryCall final : public ServerCall {
   // be gone when this returns.
   void Finish(const grpc::Status& status) {
     if (status.ok()) {
-      writer_.Finish(response_, status, &answered_);
+      reader_.Finish(response_, status, &answered_);
     } else {
-      writer_.FinishWithError(status, &answered_);
+      reader_.FinishWithError(status, &answered_);
     }
   }
 
@@ -132,6 +152,20 @@ class UnaryCall final : public ServerCall {
 
   void Start() override {
     Post(method_, cq_);
+    if (method_->admit) {
+      const grpc::Status admitted = method_->admit(ctx_);
+      if (!admitted.ok()) return Finish(admitted);
+    }
+    reader_.Read(bytes(), &read_);
+  }
+
+  void Received(bool ok) override {
+    if (!ok) {
+      // No message: the client half-closed without one, or the call is
+      // over (cancelled, or its message over the server's size limit).
+      return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 absl::StrCat(method_->name, ": the call carried no request")));
+    }
     if constexpr (kProtobufRequest) {
       const grpc::Status parsed = Parse();
       if (!parsed.ok()) return Finish(parsed);
@@ -139,7 +173,21 @@ class UnaryCall final : public ServerCall {
     method_->run(this);
   }
 
-  // Parses the received bytes into request_, within the method's bound.
+  // Where the request's bytes are read to.
+  grpc::ByteBuffer* bytes() {
+    if constexpr (kProtobufRequest) {
+      return &received_;
+    } else {
+      return &request_;
+    }
+  }
+
+  // What a parsed request may take, at most (EstimateParsedBytes), for each
+  // byte of its method's bound.
+  static constexpr int64_t kParsedPerRequestByte = 4;
+
+  // Parses the received bytes into request_, within the method's bound and
+  // what that may take once parsed: refused unparsed past either.
   grpc::Status Parse() {
     const size_t bytes = received_.Length();
     if (bytes > static_cast<size_t>(method_->max_request_bytes)) {
@@ -147,7 +195,18 @@ class UnaryCall final : public ServerCall {
                           absl::StrCat(method_->name, ": the request has ", bytes,
                                        " bytes, expected at most ", method_->max_request_bytes));
     }
-    if (!grpc::SerializationTraits<Req>::Deserialize(&received_, &request_).ok()) {
+    const int64_t max_parsed = kParsedPerRequestByte * method_->max_request_bytes;
+    grpc::ProtoBufferReader reader(&received_);
+    const int64_t parsed = EstimateParsedBytes(&reader, *Req::descriptor(), max_parsed);
+    if (parsed > max_parsed) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat(method_->name, ": the request (", bytes,
+                                       " bytes) would take more than ", max_parsed,
+                                       " bytes once parsed, expected at most ",
+                                       kParsedPerRequestByte, " times its bound of ",
+                                       method_->max_request_bytes));
+    }
+    if (parsed < 0 || !grpc::SerializationTraits<Req>::Deserialize(&received_, &request_).ok()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat(method_->name, ": the request (", bytes,
                                        " bytes) is not a valid ", request_.GetTypeName()));
@@ -160,7 +219,7 @@ class UnaryCall final : public ServerCall {
   grpc::ByteBuffer received_;  // a protobuf request's bytes, until Parse
   Req request_;
   Resp response_;
-  grpc::ServerAsyncResponseWriter<Resp> writer_{&ctx_};
+  grpc::ServerAsyncReader<Resp, grpc::ByteBuffer> reader_{&ctx_};
 };
 
 // A service of unary methods on the asynchronous API. Register it with a
@@ -183,28 +242,26 @@ class AsyncService : public grpc::Service {
   // Adds the method `name` ("/package.Service/Method"); `run` handles each
   // call of it, on the thread of the queue it arrived on. A protobuf
   // request of more than `max_request_bytes` is refused with
-  // INVALID_ARGUMENT, as is one that does not parse, before `run`.
+  // INVALID_ARGUMENT, as is one that does not parse, before `run`; `admit`
+  // (if set) sees each call's metadata before its request is read
+  // (UnaryCall::Served::admit).
   template <typename Req, typename Resp>
   void AddUnary(std::string name, std::function<void(UnaryCall<Req, Resp>*)> run,
-                int64_t max_request_bytes = kMaxControlRequestBytes) {
+                int64_t max_request_bytes = kMaxControlRequestBytes,
+                std::function<grpc::Status(const grpc::ServerContext&)> admit = nullptr) {
     using Call = UnaryCall<Req, Resp>;
     names_.push_back(std::move(name));
     const int index = static_cast<int>(names_.size()) - 1;  // this method's, in order added
     AddMethod(new grpc::internal::RpcServiceMethod(
-        names_.back().c_str(), grpc::internal::RpcMethod::NORMAL_RPC, nullptr));
+        names_.back().c_str(), grpc::internal::RpcMethod::CLIENT_STREAMING, nullptr));
     MarkMethodRaw(index);  // every request arrives as bytes
     auto method = std::make_shared<typename Call::Served>();
     method->name = names_.back().substr(names_.back().rfind('/') + 1);
     method->max_request_bytes = max_request_bytes;
     method->run = std::move(run);
+    method->admit = std::move(admit);
     method->request = [this, index](Call* call, grpc::ServerCompletionQueue* cq) {
-      grpc::ByteBuffer* bytes;
-      if constexpr (Call::kProtobufRequest) {
-        bytes = &call->received_;
-      } else {
-        bytes = &call->request_;
-      }
-      RequestAsyncUnary(index, &call->ctx_, bytes, &call->writer_, cq, cq, &call->arrived_);
+      RequestAsyncClientStreaming(index, &call->ctx_, &call->reader_, cq, cq, &call->arrived_);
     };
     // Owns the method's entry, which its calls point at.
     posts_.push_back([method](grpc::ServerCompletionQueue* cq) { Call::Post(method.get(), cq); });

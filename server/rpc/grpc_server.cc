@@ -8,12 +8,18 @@
 #include "common/process/listen_error.h"
 #include "common/rpc/channel.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/resource_quota.h"
 #include "proto/health.pb.h"
 #include "server/rpc/async_service.h"
 #include "server/rpc/parameter_service.h"
 
 namespace psync {
 namespace {
+
+// Streams a connection may open besides its waiting pulls: a worker's push
+// window, at most kMaxRequestsPerServer requests (worker/client/request_plan.h),
+// and control calls.
+constexpr int kStreamsBesidesWaiting = 64;
 
 // The standard grpc.health.v1 service's Check, as Kubernetes' gRPC probes
 // call it: the whole server ("") is SERVING or NOT_SERVING (see
@@ -52,7 +58,8 @@ class GrpcServerImpl final : public GrpcServer {
         health_address_(options.health_address),
         handshake_timeout_(options.handshake_timeout),
         idle_timeout_(options.idle_timeout),
-        rpc_threads_(options.rpc_threads) {}
+        rpc_threads_(options.rpc_threads),
+        max_waiting_per_connection_(options.max_waiting_per_connection) {}
   ~GrpcServerImpl() override { Shutdown(absl::Now()); }
 
   absl::Status Start(const std::string& address) {
@@ -79,6 +86,7 @@ class GrpcServerImpl final : public GrpcServer {
         std::min<int64_t>(store_->options().max_message_bytes, INT32_MAX));
     builder.SetMaxReceiveMessageSize(limit);
     builder.SetMaxSendMessageSize(limit);
+    AddRequestMemoryBounds(builder);
     server_ = AsyncServer::Start(builder, {service_.get(), &health_}, rpc_threads_);
     if (server_ == nullptr || port_ == 0) {
       return ListenError(address, "");  // gRPC does not say why
@@ -129,6 +137,24 @@ class GrpcServerImpl final : public GrpcServer {
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   }
 
+  // What requests may cost (docs/security.md, "Memory for requests"). A
+  // call is admitted from its headers before its body is read (UnaryCall),
+  // so a peer without the token holds at most its streams' flow-control
+  // windows; what admitted calls hold is bounded by gRPC's memory quota,
+  // which shrinks the windows it announces under pressure and past the
+  // quota cancels streams (RESOURCE_EXHAUSTED). The quota is a whole
+  // message per worker and one more (a push of a share is cut into
+  // requests of at most a message, within a push window). The stream limit
+  // leaves each connection its waiting pulls and a full push window.
+  void AddRequestMemoryBounds(grpc::ServerBuilder& builder) {
+    quota_.Resize(static_cast<size_t>(RequestMemoryBound(store_->options())));
+    builder.SetResourceQuota(quota_);
+    builder.AddChannelArgument(
+        GRPC_ARG_MAX_CONCURRENT_STREAMS,
+        static_cast<int>(std::min<int64_t>(
+            int64_t{max_waiting_per_connection_} + kStreamsBesidesWaiting, INT32_MAX)));
+  }
+
   ShardStore* const store_;
   const std::unique_ptr<AsyncService> service_;  // the ParameterServer methods
   std::atomic<bool> serving_{true};  // what both health services answer
@@ -139,6 +165,8 @@ class GrpcServerImpl final : public GrpcServer {
   const std::string health_address_;
   const absl::Duration handshake_timeout_, idle_timeout_;
   const int rpc_threads_;
+  const int max_waiting_per_connection_;
+  grpc::ResourceQuota quota_{"psync_server_requests"};
   std::unique_ptr<AsyncServer> server_;
   std::unique_ptr<AsyncServer> health_server_;  // null without health_address_
   int port_ = 0;
@@ -148,6 +176,10 @@ class GrpcServerImpl final : public GrpcServer {
 };
 
 }  // namespace
+
+int64_t RequestMemoryBound(const ShardStoreOptions& store) {
+  return store.max_message_bytes * (int64_t{store.num_workers} + 1);
+}
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(ShardStore* store,
                                                                const GrpcServerOptions& options) {

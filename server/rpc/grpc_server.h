@@ -40,7 +40,8 @@ struct GrpcServerOptions {
   uint64_t incarnation = 0;
   std::function<int64_t()> newest_checkpoint;
   // TLS (with a certificate) and the token every call must carry (when
-  // set): a call without it gets UNAUTHENTICATED and changes nothing. The
+  // set): a call without it gets UNAUTHENTICATED, from its headers before
+  // its request is read (UnaryCall, async_service.h), and changes nothing. The
   // health service answers without a token (it tells nothing).
   PeerSecurity security;
   // Congestion control of the accepted connections (--tcp_congestion).
@@ -61,6 +62,11 @@ struct GrpcServerOptions {
   // method and code, bytes, latency, pulls waiting). Must outlive the server.
   MetricRegistry* metrics = nullptr;
 };
+
+// The memory a server lets requests hold, at most: gRPC's memory quota
+// for its transports (docs/security.md). A whole message per worker and one
+// more: max_message_bytes x (num_workers + 1).
+int64_t RequestMemoryBound(const ShardStoreOptions& store);
 
 // Owns the gRPC server and its threads. Thread-safe.
 class GrpcServer {

@@ -136,14 +136,16 @@ class ParameterService final : public AsyncService {
         }
         call->Finish(status);
       };
-      if (!Authorized(call->context())) {
-        reply(absl::UnauthenticatedError(
-            "missing or wrong token: the job's servers require the token of "
-            "security.auth_token_file on every call"));
-      } else {
-        run(this, call, std::move(reply));
-      }
-    }, max_request_bytes);
+      run(this, call, std::move(reply));
+    }, max_request_bytes, [this, m](const grpc::ServerContext& ctx) {
+      // Before the request is read (UnaryCall::Served::admit).
+      if (Authorized(ctx)) return grpc::Status::OK;
+      const grpc::Status refused(grpc::StatusCode::UNAUTHENTICATED,
+                                 "missing or wrong token: the job's servers require the token "
+                                 "of security.auth_token_file on every call");
+      if (m != nullptr) m->Record(refused, absl::ZeroDuration(), 0, 0);
+      return refused;
+    });
   }
 
   // Whether the call carries the job's token (always, without one).

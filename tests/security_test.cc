@@ -98,7 +98,7 @@ class SecurityTest : public ::testing::Test {
 
   Ended Ctl(const std::string& address, const std::vector<std::string>& flags) {
     std::vector<std::string> argv = {Runfile("server/psync_ctl"), "status",
-                                     "--servers=" + address, "--timeout_s=3"};
+                                     "--servers=" + address, "--timeout_s=10"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     return RunToEnd(argv);
   }

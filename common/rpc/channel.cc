@@ -72,7 +72,13 @@ std::string ConnectionErrorMessage(const grpc::Status& st, const PeerSecurity& s
   const std::string& message = st.error_message();
   if (st.error_code() != grpc::StatusCode::UNAVAILABLE) return message;
   const bool handshake = absl::StrContains(message, "andshake failed");
-  if (!handshake && !absl::StrContains(message, "Socket closed")) return message;
+  // A server that closes the connection mid-handshake reads as "Socket
+  // closed" or, when the client was reading its part, "Handshake read
+  // failed" (write, when writing), by timing alone.
+  const bool closed = absl::StrContains(message, "Socket closed") ||
+                      absl::StrContains(message, "Handshake read failed") ||
+                      absl::StrContains(message, "Handshake write failed");
+  if (!handshake && !closed) return message;
   // "Socket closed" also ends a call whose server died: the hints say when
   // they apply.
   if (!tls) {

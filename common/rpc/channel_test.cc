@@ -38,6 +38,15 @@ TEST(ConnectionErrorMessageTest, AClosedConnectionPointsAtTls) {
   EXPECT_TRUE(absl::StrContains(tls, "trust this process's certificate")) << tls;
 }
 
+TEST(ConnectionErrorMessageTest, AHandshakeTheServerCutsShortPointsAtTheClientsCertificate) {
+  for (const char* cut : {"ipv4:127.0.0.1:1: Handshake read failed",
+                          "ipv4:127.0.0.1:1: Handshake write failed"}) {
+    const std::string tls =
+        ConnectionErrorMessage(grpc::Status(grpc::StatusCode::UNAVAILABLE, cut), Tls());
+    EXPECT_TRUE(absl::StrContains(tls, "closes the connection during the TLS handshake")) << tls;
+  }
+}
+
 TEST(ConnectionErrorMessageTest, AFailedHandshakePointsAtTheCa) {
   const grpc::Status failed(grpc::StatusCode::UNAVAILABLE,
                             "Ssl handshake failed: SSL_ERROR_SSL: certificate verify failed");

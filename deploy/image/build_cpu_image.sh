@@ -120,7 +120,8 @@ env=(--env PATH=/usr/local/bin:/usr/bin:/bin)
 if (( torch )); then
   buildah copy --quiet "$container" "$staged/lib/python/psync" \
     /usr/local/lib/python/psync >/dev/null
-  buildah copy --quiet --chmod 0644 "$container" examples/torch/train_mlp.py \
+  # The examples and the module they share (fashion_mnist.py).
+  buildah copy --quiet --chmod 0644 "$container" examples/torch/*.py \
     /usr/local/share/psync/examples/torch/ >/dev/null
   # The root file system is read-only in the pods: no bytecode to write.
   env+=(--env PYTHONPATH=/usr/local/lib/python --env PYTHONDONTWRITEBYTECODE=1)
@@ -128,6 +129,10 @@ if (( torch )); then
   # (psync's import check names both), not the pod at its start.
   buildah run --isolation=chroot --user "$uid:$uid" "${env[@]}" "$container" -- \
     /usr/bin/python3 -c 'import psync.torch' || { say "the image cannot import psync.torch"; exit 1; }
+  # Nor can an example that misses a module of its own: --help imports them all.
+  buildah run --isolation=chroot --user "$uid:$uid" "${env[@]}" "$container" -- \
+    /usr/bin/python3 /usr/local/share/psync/examples/torch/train_mlp.py --help >/dev/null ||
+    { say "the image's train_mlp.py does not start"; exit 1; }
 fi
 buildah config --user "$uid:$uid" --workingdir / "${env[@]}" \
   --label org.opencontainers.image.title=psync \

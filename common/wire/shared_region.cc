@@ -1,17 +1,18 @@
 #include "common/wire/shared_region.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "common/process/incarnation.h"
 
 namespace psync {
@@ -24,7 +25,8 @@ constexpr char kMagic[8] = {'p', 's', 'y', 'n', 'c', 'S', 'H', 'M'};
 // Far past any share (a layout holds at most 64 GiB in 256 KiB chunks).
 constexpr int64_t kMaxBytes = int64_t{1} << 40;
 constexpr int kNeededSeals = F_SEAL_SHRINK | F_SEAL_GROW;
-// The memory file's name, which /proc shows as "/memfd:psync-shared".
+// The memory file's name, which /proc shows as "/memfd:psync-shared": for
+// people reading /proc only, a server never trusts a name.
 constexpr char kName[] = "psync-shared";
 
 std::string Errno() { return std::strerror(errno); }
@@ -35,6 +37,48 @@ absl::Status CheckSize(int64_t bytes) {
                                                    " bytes; expected 1 to ", kMaxBytes));
   }
   return absl::OkStatus();
+}
+
+// The one answer to every offer this process cannot take and map: it
+// names neither the process nor the descriptor, nor why, so that offers
+// cannot tell which processes exist or what another process holds open.
+absl::Status Unusable() {
+  return absl::FailedPreconditionError(
+      "the offered shared memory is not usable: the offered descriptor cannot be taken, or it "
+      "is not a sealed psync memory region of the offered size and nonce (shared memory needs "
+      "the worker on this host, in this server's pid namespace, as a user whose descriptors the "
+      "server may take)");
+}
+
+// A duplicate of descriptor `fd` of process `pid` (close-on-exec), or -1.
+// The kernel hands over the very file the process holds, with its access
+// mode: no path is opened, so nothing the process names is reopened with
+// this process's privileges. Needs ptrace access to `pid` (the same user,
+// or CAP_SYS_PTRACE; Yama's ptrace_scope 1 also wants an ancestor).
+int TakeDescriptor(pid_t pid, int fd) {
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return -1;
+  const int taken = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+  close(pidfd);
+  return taken;
+}
+
+// Whether `fd` is a psync region's file: an ordinary (not hugetlbfs)
+// memory file, sealed against shrinking and growing, open for reading and
+// writing, of `total` bytes. The seals are asked first because only memory
+// files answer them, inside the kernel: the filesystem calls after them
+// (fstatfs, fstat) then never reach a filesystem a peer could stall (FUSE).
+// A hugetlbfs file is refused: with no huge page left, touching it would
+// raise SIGBUS in the server.
+bool IsSealedMemoryFile(int fd, int64_t total) {
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kNeededSeals) != kNeededSeals) return false;
+  struct statfs fs;
+  if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) return false;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != total) return false;
+  const int flags = fcntl(fd, F_GETFL);
+  return flags >= 0 && (flags & O_ACCMODE) == O_RDWR;
 }
 
 }  // namespace
@@ -88,51 +132,23 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Open(const Offer& of
         "shared memory offer of process ", offer.pid, ", descriptor ", offer.fd,
         "; expected a process id > 0 and a descriptor >= 0"));
   }
-  const std::string path = absl::StrCat("/proc/", offer.pid, "/fd/", offer.fd);
-  const auto unreachable = [&path](const std::string& why) {
-    return absl::NotFoundError(absl::StrCat(
-        "cannot open ", path, ": ", why,
-        " (the worker runs on another host, in another pid namespace, or as another user)"));
-  };
-  // Only a memory file of ours is opened at all: never a device, a FIFO or
-  // a file someone holds a lease on (whose open would wait for the lease,
-  // and hold the server's thread).
-  char target[64] = {};
-  const ssize_t length = readlink(path.c_str(), target, sizeof(target) - 1);
-  if (length < 0) return unreachable(Errno());
-  if (!absl::StartsWith(absl::string_view(target, static_cast<size_t>(length)),
-                        absl::StrCat("/memfd:", kName))) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " is not the region offered: it is '", absl::string_view(target, length),
-        "', expected a memory file /memfd:", kName));
-  }
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return unreachable(Errno());
-  // Closes `fd` and says why the file is not the region offered.
-  auto refuse = [&](const std::string& why) {
+  const int fd = TakeDescriptor(static_cast<pid_t>(offer.pid), offer.fd);
+  if (fd < 0) return Unusable();
+  const int64_t total = kHeaderBytes + offer.bytes;
+  if (!IsSealedMemoryFile(fd, total)) {
     close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(path, " is not the region offered: ", why));
-  };
-  struct stat st;
-  if (fstat(fd, &st) != 0) return refuse(Errno());
-  if (!S_ISREG(st.st_mode)) return refuse("not a memory file");
-  const int seals = fcntl(fd, F_GET_SEALS);
-  if (seals < 0 || (seals & kNeededSeals) != kNeededSeals) {
-    return refuse("not sealed against shrinking and growing");
+    return Unusable();
   }
-  if (st.st_size != kHeaderBytes + offer.bytes) {
-    return refuse(absl::StrCat(st.st_size - kHeaderBytes, " bytes, offered ", offer.bytes));
-  }
-  const size_t total = static_cast<size_t>(st.st_size);
-  void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) return refuse(absl::StrCat("mmap: ", Errno()));
+  void* base = mmap(nullptr, static_cast<size_t>(total), PROT_READ | PROT_WRITE, MAP_SHARED,
+                    fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) return Unusable();
   uint64_t nonce = 0;
   std::memcpy(&nonce, static_cast<char*>(base) + sizeof(kMagic), sizeof(nonce));
   if (std::memcmp(base, kMagic, sizeof(kMagic)) != 0 || nonce != offer.nonce) {
-    munmap(base, total);
-    return refuse("its nonce differs");
+    munmap(base, static_cast<size_t>(total));
+    return Unusable();
   }
-  close(fd);
   return std::unique_ptr<SharedRegion>(
       new SharedRegion(-1, static_cast<char*>(base), offer.bytes, offer.nonce));
 }

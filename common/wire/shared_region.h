@@ -6,13 +6,14 @@
 // shrinking and growing (so that the server can never fault on a page past
 // its end), with a header holding a magic word and a random nonce. It offers
 // the region to a server over an authenticated call by process id,
-// descriptor number and nonce; the server opens it through /proc (which
-// works only on the same host, in the same pid namespace, for a process
-// allowed to read the worker's descriptors), checks its seals, size and
-// nonce, and maps it. The nonce is what a server trusts: only the worker
-// and the servers it told over the channel know it. Once the server has
-// mapped it the worker closes its descriptor, after which no other process
-// can open the region.
+// descriptor number and nonce; the server takes that descriptor from the
+// worker with pidfd_getfd (which works only on the same host, in the same
+// pid namespace, for a process allowed to ptrace the worker), never opening
+// a path, checks that it is a sealed ordinary memory file (not hugetlbfs)
+// open for writing, its size and nonce, and maps it. The nonce is what a
+// server trusts: only the worker and the servers it told over the channel
+// know it. Once the server has mapped it the worker closes its descriptor,
+// after which no other process can take the region.
 #ifndef PSYNC_COMMON_WIRE_SHARED_REGION_H_
 #define PSYNC_COMMON_WIRE_SHARED_REGION_H_
 
@@ -36,8 +37,10 @@ class SharedRegion {
   // A new region of `bytes` usable bytes (page-aligned, zero), with its
   // descriptor open until CloseDescriptor().
   static absl::StatusOr<std::unique_ptr<SharedRegion>> Create(int64_t bytes);
-  // Maps the region `offer` describes, or says why not (it is not on this
-  // host, not a sealed psync region of that size, or its nonce differs).
+  // Maps the region `offer` describes. Every refusal of a well-formed offer
+  // is the same FailedPrecondition, which says nothing of the process or
+  // descriptor named (whether they exist, what the descriptor is), so that
+  // offers cannot probe other processes.
   static absl::StatusOr<std::unique_ptr<SharedRegion>> Open(const Offer& offer);
 
   ~SharedRegion();
@@ -46,7 +49,7 @@ class SharedRegion {
 
   // The creator's offer (the descriptor must still be open).
   Offer offer() const;
-  // Once every peer has mapped the region: no other process can open it
+  // Once every peer has mapped the region: no other process can take it
   // from then on. The mapping stays.
   void CloseDescriptor();
 

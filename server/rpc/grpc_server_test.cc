@@ -944,7 +944,8 @@ TEST_F(GrpcServerTest, AnOfferThatCannotBeMappedLeavesPayloadsInTheMessages) {
   shared_memory_ = true;
   StartServer();
   for (auto [slots, nonce_flip, why] :
-       {std::tuple{1, 1, "nonce differs"}, std::tuple{0, 0, "expected 1 to 1024 slots"},
+       {std::tuple{1, 1, "offered shared memory is not usable"},
+        std::tuple{0, 0, "expected 1 to 1024 slots"},
         std::tuple{1 << 20, 0, "expected 1 to 1024 slots"}}) {
     req = RegisterRequestFor(0);
     m0.OfferIn(req);
@@ -1069,7 +1070,7 @@ TEST_F(GrpcServerTest, BadSharedModelOffersAndRequestsAreRefused) {
   shared_memory_ = true;
   StartServer();
   EXPECT_THAT(offer(n - 1, 0, false), HasSubstr("shared model of 5 parameters; the layout has 6"));
-  EXPECT_THAT(offer(n, 1, false), HasSubstr("nonce differs"));
+  EXPECT_THAT(offer(n, 1, false), HasSubstr("offered shared memory is not usable"));
   EXPECT_THAT(offer(n, 0, true), HasSubstr("this server holds none of that nonce"));
   // In the model without one (the last offer was refused), in a slot and
   // the model at once, narrow, with data in the message.

@@ -1,11 +1,13 @@
 #include "server/coordinator.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
@@ -13,7 +15,7 @@
 namespace psync {
 
 Coordinator::Coordinator(int num_servers)
-    : num_servers_(num_servers), members_(num_servers) {}
+    : num_servers_(num_servers), members_(num_servers), retired_incarnations_(num_servers) {}
 
 int64_t Coordinator::CommonVersionLocked() const {
   // version -> model id -> servers holding that version of that model (a
@@ -47,7 +49,12 @@ int64_t Coordinator::CommonVersionLocked() const {
 
 namespace {
 
-constexpr int64_t kMaxGeneration = int64_t{1} << 62;
+// The highest generation a coordinator takes before its first round, from a
+// server that restored an earlier coordinator's: a job that rolled back
+// 2^31 times (ten times a second for seven years) is not plausible.
+constexpr int64_t kMaxFirstGeneration = int64_t{1} << 31;
+// Earlier incarnations kept per rank, so that an old one is refused.
+constexpr size_t kMaxRetiredIncarnations = 64;
 
 }  // namespace
 
@@ -72,26 +79,42 @@ absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
           ", expected > 0"));
     }
   }
+  if (info.incarnation == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Join: server ", info.server_rank, " reports incarnation 0, expected a random non-zero "
+        "one, new at each start of the server"));
+  }
   absl::MutexLock lock(&mu_);
   // A round's generation is one more than the highest reported, and a
-  // server reports the one it restored (this coordinator's target) or, to a
-  // restarted coordinator, an earlier one's. Up to 2^62, or the target if
-  // higher: no job rolls back 2^62 times, so no round overflows.
-  const int64_t max_generation = std::max(kMaxGeneration, target_generation_);
+  // server reports the one it restored: this coordinator's target at most,
+  // or, before this coordinator's first round, an earlier coordinator's.
+  const int64_t max_generation =
+      target_generation_ > 0 ? target_generation_ : kMaxFirstGeneration;
   for (int64_t g : {info.generation, info.failed_generation}) {
     if (g < 0 || g > max_generation) {
-      return absl::InvalidArgumentError(absl::StrCat("Join: server ", info.server_rank,
-                                                     " reports generation ", g, ", expected 0..",
-                                                     max_generation));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Join: server ", info.server_rank, " reports generation ", g, ", expected 0..",
+          max_generation,
+          target_generation_ > 0 ? " (none past the coordinator's current one)"
+                                 : " (an earlier coordinator's at most)"));
     }
   }
   std::optional<Member>& member = members_[info.server_rank];
+  std::deque<uint64_t>& retired = retired_incarnations_[info.server_rank];
+  if (absl::c_linear_search(retired, info.incarnation)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Join: server ", info.server_rank, " reports incarnation ", info.incarnation,
+        ", which that rank has had and replaced; expected its current one or a new one (a "
+        "late or replayed Join?)"));
+  }
   bool new_round = false;
   if (member.has_value() && member->incarnation != info.incarnation) {
     LOG(INFO) << "coordinator: server " << info.server_rank << " restarted (new incarnation"
               << (info.peer.empty() ? std::string() : absl::StrCat(", from ", info.peer))
               << "); the cluster rolls back";
     new_round = true;
+    retired.push_back(member->incarnation);
+    if (retired.size() > kMaxRetiredIncarnations) retired.pop_front();
   }
   if (info.failed_generation != 0 && info.failed_generation == target_generation_) {
     LOG(WARNING) << "coordinator: server " << info.server_rank

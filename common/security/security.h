@@ -20,6 +20,9 @@ struct PeerSecurity {
   std::string ca_pem;
   // Carried by every RPC, required by every server; empty: none.
   std::string token;
+  // The server role's (servers only): what servers send on their calls to
+  // each other (Join) and require for them; empty: those take `token`.
+  std::string server_token;
 };
 
 // Reads the files `config` names (each a regular file of at most 1 MiB; a
@@ -28,6 +31,11 @@ struct PeerSecurity {
 // its own unencrypted key, a readable CA certificate. Errors name the field
 // and the path, never the token.
 absl::StatusOr<PeerSecurity> LoadPeerSecurity(const proto::SecurityConfig& config);
+
+// LoadPeerSecurity, and the server role's token (security.server_token_file,
+// read as the job's token is), which must differ from the job's. For
+// servers only: a worker never reads that file.
+absl::StatusOr<PeerSecurity> LoadServerSecurity(const proto::SecurityConfig& config);
 
 // Compares in time that depends only on the lengths, not on where the
 // strings first differ.

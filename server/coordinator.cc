@@ -10,6 +10,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 
 namespace psync {
@@ -56,16 +57,14 @@ constexpr int64_t kMaxFirstGeneration = int64_t{1} << 31;
 // Earlier incarnations kept per rank, so that an old one is refused.
 constexpr size_t kMaxRetiredIncarnations = 64;
 
-}  // namespace
-
-absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
-  if (info.server_rank < 0 || info.server_rank >= num_servers_) {
+// What a server reports that needs no state: its rank, its checkpoint list
+// (kept and merged at each round) and its incarnation.
+absl::Status CheckReport(const JoinInfo& info, int num_servers) {
+  if (info.server_rank < 0 || info.server_rank >= num_servers) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Join: server rank ", info.server_rank, " is out of range 0..", num_servers_ - 1,
+        "Join: server rank ", info.server_rank, " is out of range 0..", num_servers - 1,
         " (do the servers agree on --num_servers?)"));
   }
-  // Bounds on what another process sends: every member's list is kept and
-  // merged at each round (below), and generations are incremented.
   constexpr size_t kMaxCheckpoints = 4096;
   if (info.checkpoints.size() > kMaxCheckpoints) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -84,7 +83,12 @@ absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
         "Join: server ", info.server_rank, " reports incarnation 0, expected a random non-zero "
         "one, new at each start of the server"));
   }
-  absl::MutexLock lock(&mu_);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Coordinator::CheckReportLocked(const JoinInfo& info) const {
   // A round's generation is one more than the highest reported, and a
   // server reports the one it restored: this coordinator's target at most,
   // or, before this coordinator's first round, an earlier coordinator's.
@@ -99,14 +103,21 @@ absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
                                  : " (an earlier coordinator's at most)"));
     }
   }
-  std::optional<Member>& member = members_[info.server_rank];
-  std::deque<uint64_t>& retired = retired_incarnations_[info.server_rank];
-  if (absl::c_linear_search(retired, info.incarnation)) {
+  if (absl::c_linear_search(retired_incarnations_[info.server_rank], info.incarnation)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Join: server ", info.server_rank, " reports incarnation ", info.incarnation,
         ", which that rank has had and replaced; expected its current one or a new one (a "
         "late or replayed Join?)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
+  PSYNC_RETURN_IF_ERROR(CheckReport(info, num_servers_));
+  absl::MutexLock lock(&mu_);
+  PSYNC_RETURN_IF_ERROR(CheckReportLocked(info));
+  std::optional<Member>& member = members_[info.server_rank];
+  std::deque<uint64_t>& retired = retired_incarnations_[info.server_rank];
   bool new_round = false;
   if (member.has_value() && member->incarnation != info.incarnation) {
     LOG(INFO) << "coordinator: server " << info.server_rank << " restarted (new incarnation"

@@ -76,6 +76,9 @@ class Coordinator {
     std::vector<CheckpointVersion> checkpoints;
     bool fresh = true;  // reported since the round began
   };
+  // The generations and incarnation of `info` against what this
+  // coordinator has seen (its rank already checked).
+  absl::Status CheckReportLocked(const JoinInfo& info) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The newest version every member can restore, or 0.
   int64_t CommonVersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -293,6 +293,7 @@ TEST_F(SecurityTest, MakeCertsMaterialStartsAServerAndRunsAJob) {
                                      absl::StrCat("--port=", *port), "--num_workers=1",
                                      "--server_rank=0"};
   for (const std::string& f : flags("server")) server.push_back(f);
+  server.push_back("--server_token_file=" + dir + "/server_token");
 
   std::vector<std::string> unnamed = server;
   unnamed.push_back(absl::StrCat("--servers=localhost:", *port));
@@ -303,7 +304,8 @@ TEST_F(SecurityTest, MakeCertsMaterialStartsAServerAndRunsAJob) {
   server.push_back("--servers=" + address);
   reserved.Release();
   servers_.push_back(StartProcess(server, "server"));
-  ASSERT_TRUE(WaitForOutput(*servers_.back(), "TLS on, mutual, token required",
+  ASSERT_TRUE(WaitForOutput(*servers_.back(),
+                            "TLS on, mutual, token required, Join by the servers' token",
                             absl::Now() + absl::Seconds(20)))
       << servers_.back()->output();
   std::vector<std::string> worker = {Runfile("worker/psync_worker"), "--servers=" + address,

@@ -168,6 +168,15 @@ absl::StatusOr<PeerSecurity> LoadServerSecurity(const proto::SecurityConfig& con
   return s;
 }
 
+std::vector<std::string> TakeServerOnlyFlags(proto::SecurityConfig* config) {
+  std::vector<std::string> flags;
+  if (!config->server_token_file().empty()) {
+    flags.push_back(absl::StrCat("--server_token_file=", config->server_token_file()));
+  }
+  config->clear_server_token_file();
+  return flags;
+}
+
 bool TokenMatches(absl::string_view expected, absl::string_view given) {
   if (expected.size() != given.size()) return false;
   unsigned char differs = 0;

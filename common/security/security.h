@@ -5,6 +5,7 @@
 #define PSYNC_COMMON_SECURITY_SECURITY_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -36,6 +37,11 @@ absl::StatusOr<PeerSecurity> LoadPeerSecurity(const proto::SecurityConfig& confi
 // read as the job's token is), which must differ from the job's. For
 // servers only: a worker never reads that file.
 absl::StatusOr<PeerSecurity> LoadServerSecurity(const proto::SecurityConfig& config);
+
+// The fields of `config` only servers read (server_token_file), as flags
+// ("--server_token_file=PATH"), cleared from `config`: for a launcher that
+// writes one configuration for every process and gives servers the rest.
+std::vector<std::string> TakeServerOnlyFlags(proto::SecurityConfig* config);
 
 // Compares in time that depends only on the lengths, not on where the
 // strings first differ.

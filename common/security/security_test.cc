@@ -142,6 +142,14 @@ TEST(SecurityTest, TheServerTokenIsTheServersOwn) {
       << message;
   EXPECT_EQ(message.find("secret"), std::string::npos) << message;
 
+  // A launcher hands it to servers by flag, not in the file workers read.
+  proto::SecurityConfig shared = c;
+  EXPECT_EQ(TakeServerOnlyFlags(&shared),
+            std::vector<std::string>{"--server_token_file=" + c.server_token_file()});
+  EXPECT_EQ(shared.server_token_file(), "");
+  EXPECT_EQ(shared.auth_token_file(), c.auth_token_file());
+  EXPECT_TRUE(TakeServerOnlyFlags(&shared).empty());
+
   for (const char* bad : {" \n", "server secret\n"}) {
     c.set_server_token_file(Write("bad_server_token", bad));
     server = LoadServerSecurity(c);

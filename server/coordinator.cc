@@ -1,19 +1,22 @@
 #include "server/coordinator.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 
 namespace psync {
 
 Coordinator::Coordinator(int num_servers)
-    : num_servers_(num_servers), members_(num_servers) {}
+    : num_servers_(num_servers), members_(num_servers), retired_incarnations_(num_servers) {}
 
 int64_t Coordinator::CommonVersionLocked() const {
   // version -> model id -> servers holding that version of that model (a
@@ -47,18 +50,21 @@ int64_t Coordinator::CommonVersionLocked() const {
 
 namespace {
 
-constexpr int64_t kMaxGeneration = int64_t{1} << 62;
+// The highest generation a coordinator takes before its first round, from a
+// server that restored an earlier coordinator's: a job that rolled back
+// 2^31 times (ten times a second for seven years) is not plausible.
+constexpr int64_t kMaxFirstGeneration = int64_t{1} << 31;
+// Earlier incarnations kept per rank, so that an old one is refused.
+constexpr size_t kMaxRetiredIncarnations = 64;
 
-}  // namespace
-
-absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
-  if (info.server_rank < 0 || info.server_rank >= num_servers_) {
+// What a server reports that needs no state: its rank, its checkpoint list
+// (kept and merged at each round) and its incarnation.
+absl::Status CheckReport(const JoinInfo& info, int num_servers) {
+  if (info.server_rank < 0 || info.server_rank >= num_servers) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Join: server rank ", info.server_rank, " is out of range 0..", num_servers_ - 1,
+        "Join: server rank ", info.server_rank, " is out of range 0..", num_servers - 1,
         " (do the servers agree on --num_servers?)"));
   }
-  // Bounds on what another process sends: every member's list is kept and
-  // merged at each round (below), and generations are incremented.
   constexpr size_t kMaxCheckpoints = 4096;
   if (info.checkpoints.size() > kMaxCheckpoints) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -72,26 +78,54 @@ absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
           ", expected > 0"));
     }
   }
-  absl::MutexLock lock(&mu_);
+  if (info.incarnation == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Join: server ", info.server_rank, " reports incarnation 0, expected a random non-zero "
+        "one, new at each start of the server"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Coordinator::CheckReportLocked(const JoinInfo& info) const {
   // A round's generation is one more than the highest reported, and a
-  // server reports the one it restored (this coordinator's target) or, to a
-  // restarted coordinator, an earlier one's. Up to 2^62, or the target if
-  // higher: no job rolls back 2^62 times, so no round overflows.
-  const int64_t max_generation = std::max(kMaxGeneration, target_generation_);
+  // server reports the one it restored: this coordinator's target at most,
+  // or, before this coordinator's first round, an earlier coordinator's.
+  const int64_t max_generation =
+      target_generation_ > 0 ? target_generation_ : kMaxFirstGeneration;
   for (int64_t g : {info.generation, info.failed_generation}) {
     if (g < 0 || g > max_generation) {
-      return absl::InvalidArgumentError(absl::StrCat("Join: server ", info.server_rank,
-                                                     " reports generation ", g, ", expected 0..",
-                                                     max_generation));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Join: server ", info.server_rank, " reports generation ", g, ", expected 0..",
+          max_generation,
+          target_generation_ > 0 ? " (none past the coordinator's current one)"
+                                 : " (an earlier coordinator's at most)"));
     }
   }
+  if (absl::c_linear_search(retired_incarnations_[info.server_rank], info.incarnation)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Join: server ", info.server_rank, " reports incarnation ", info.incarnation,
+        ", which that rank has had and replaced; expected its current one or a new one (a "
+        "late or replayed Join?)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
+  PSYNC_RETURN_IF_ERROR(CheckReport(info, num_servers_));
+  absl::MutexLock lock(&mu_);
+  PSYNC_RETURN_IF_ERROR(CheckReportLocked(info));
   std::optional<Member>& member = members_[info.server_rank];
+  std::deque<uint64_t>& retired = retired_incarnations_[info.server_rank];
   bool new_round = false;
   if (member.has_value() && member->incarnation != info.incarnation) {
     LOG(INFO) << "coordinator: server " << info.server_rank << " restarted (new incarnation"
               << (info.peer.empty() ? std::string() : absl::StrCat(", from ", info.peer))
               << "); the cluster rolls back";
     new_round = true;
+    retired.push_back(member->incarnation);
+    if (retired.size() > kMaxRetiredIncarnations) retired.pop_front();
   }
   if (info.failed_generation != 0 && info.failed_generation == target_generation_) {
     LOG(WARNING) << "coordinator: server " << info.server_rank

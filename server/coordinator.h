@@ -4,6 +4,7 @@
 #define PSYNC_SERVER_COORDINATOR_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <string>
@@ -54,6 +55,12 @@ using JoinFunction = std::function<absl::StatusOr<JoinReply>(const JoinInfo&)>;
 // since data order and sums are deterministic, training from there gives the
 // same weights. Workers register once every server reports the target
 // generation (`ready`).
+//
+// What a server reports is bounded: a generation up to the current target
+// (before the first round, up to 2^31: an earlier coordinator's), an
+// incarnation that is not 0 and not one the rank had before. Who may report
+// is the transport's concern: with a server token, only servers reach Join
+// (ParameterService).
 class Coordinator {
  public:
   explicit Coordinator(int num_servers);
@@ -69,12 +76,18 @@ class Coordinator {
     std::vector<CheckpointVersion> checkpoints;
     bool fresh = true;  // reported since the round began
   };
+  // The generations and incarnation of `info` against what this
+  // coordinator has seen (its rank already checked).
+  absl::Status CheckReportLocked(const JoinInfo& info) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The newest version every member can restore, or 0.
   int64_t CommonVersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int num_servers_;
   mutable absl::Mutex mu_;
   std::vector<std::optional<Member>> members_ ABSL_GUARDED_BY(mu_);
+  // Per rank, the incarnations it had before its current one (the newest
+  // few): a Join with one of them is refused, not taken as a restart.
+  std::vector<std::deque<uint64_t>> retired_incarnations_ ABSL_GUARDED_BY(mu_);
   bool round_needed_ ABSL_GUARDED_BY(mu_) = true;
   int64_t target_generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t target_version_ ABSL_GUARDED_BY(mu_) = 0;

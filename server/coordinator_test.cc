@@ -1,5 +1,6 @@
 #include "server/coordinator.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace psync {
@@ -111,28 +112,55 @@ TEST(CoordinatorTest, ImplausibleReportsAreRefused) {
   EXPECT_EQ(c.Join(Info(0, 1, 0, many)).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// A report of a generation near INT64_MAX is refused, and one at the bound
-// still leaves the servers' later reports of the rounds' generations taken,
-// with no overflow.
-TEST(CoordinatorTest, GenerationsNearTheLimitNeitherOverflowNorStopTheRounds) {
+// Before its first round a coordinator takes an earlier coordinator's
+// generation up to 2^31, not 2^62 or INT64_MAX; after it, none past its
+// own target, so no report moves the generation by more than one a round.
+TEST(CoordinatorTest, GenerationsAreBoundedByTheCurrentOne) {
   Coordinator c(1);
-  auto r = c.Join(Info(0, 1, INT64_MAX - 1));
+  for (int64_t g : {INT64_MAX - 1, int64_t{1} << 62, (int64_t{1} << 31) + 1}) {
+    auto r = c.Join(Info(0, 1, g));
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << g;
+    EXPECT_NE(r.status().message().find(absl::StrCat("generation ", g,
+                                                     ", expected 0..2147483648")),
+              std::string::npos)
+        << r.status();
+  }
+  auto r = c.Join(Info(0, 1, 6));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->target_generation, 7);
+  r = c.Join(Info(0, 1, 8));  // ahead of the coordinator
   ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find(
-                "generation 9223372036854775806, expected 0..4611686018427387904"),
+  EXPECT_NE(r.status().message().find("generation 8, expected 0..7 (none past the coordinator's"),
             std::string::npos)
       << r.status();
-  const int64_t bound = int64_t{1} << 62;
-  r = c.Join(Info(0, 1, bound));
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->target_generation, bound + 1);
-  r = c.Join(Info(0, 1, bound + 1));  // the server restored the target
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_TRUE(r->ready);
-  r = c.Join(Info(0, 2, bound + 1));  // and restarted: a new round
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->target_generation, bound + 2);
-  EXPECT_EQ(c.Join(Info(0, 2, bound + 3)).status().code(), absl::StatusCode::kInvalidArgument);
+  JoinInfo failed = Info(0, 1, 7);
+  failed.failed_generation = 9;
+  EXPECT_EQ(c.Join(failed).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(c.Join(Info(0, 1, 7))->ready);
+  EXPECT_EQ(c.Join(Info(0, 2, 7))->target_generation, 8);  // a restart: one more
+}
+
+// A rank's earlier incarnation (a late or replayed Join) is refused rather
+// than taken as yet another restart, and 0 (none) is refused.
+TEST(CoordinatorTest, AnEarlierIncarnationIsRefused) {
+  Coordinator c(2);
+  c.Join(Info(0, 100, 0)).IgnoreError();
+  ASSERT_EQ(c.Join(Info(1, 200, 0))->target_generation, 1);
+  c.Join(Info(0, 100, 1)).IgnoreError();
+  c.Join(Info(1, 201, 1)).IgnoreError();  // server 1 restarted
+  c.Join(Info(0, 100, 1)).IgnoreError();
+  ASSERT_EQ(c.Join(Info(1, 201, 1))->target_generation, 2);
+  auto r = c.Join(Info(1, 200, 2));
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("incarnation 200, which that rank has had and replaced"),
+            std::string::npos)
+      << r.status();
+  EXPECT_EQ(c.Join(Info(0, 100, 2))->target_generation, 2);  // no new round
+  r = c.Join(Info(1, 0, 2));
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("incarnation 0, expected a random non-zero"),
+            std::string::npos)
+      << r.status();
 }
 
 TEST(CoordinatorTest, BadRankIsRefused) {

@@ -228,7 +228,7 @@ absl::Status ServerProcess::OpenCheckpoints() {
 absl::Status ServerProcess::StartServing() {
   const proto::JobConfig& config = loaded_.config;
   const int rank = options_.server_rank;
-  absl::StatusOr<PeerSecurity> security = LoadPeerSecurity(config.security());
+  absl::StatusOr<PeerSecurity> security = LoadServerSecurity(config.security());
   if (!security.ok()) return BadConfig(Prefixed("bad configuration: ", security.status()));
   PSYNC_RETURN_IF_ERROR(BadConfig(CheckCertificateNamesAddress(config, rank, *security)));
   absl::StatusOr<TcpCongestion> congestion = ParseTcpCongestion(config.cluster().tcp_congestion());
@@ -239,6 +239,12 @@ absl::Status ServerProcess::StartServing() {
     LOG(WARNING) << "server " << rank
                  << ": a token without TLS travels in clear text, and a request's body is read "
                     "before its token is checked; give security.tls_cert, tls_key and tls_ca";
+  }
+  if (security->server_token.empty() && (!security->token.empty() || !security->cert_pem.empty())) {
+    LOG(WARNING) << "server " << rank
+                 << ": no security.server_token_file: Join takes the job's credential, so any "
+                    "worker could join as a server and roll the job back; give the servers a "
+                    "token of their own (docs/security.md#roles)";
   }
   if (rank == 0) {
     coordinator_ = std::make_unique<Coordinator>(options_.num_servers);
@@ -317,6 +323,7 @@ void ServerProcess::LogListening(const PeerSecurity& security) const {
                                                       options_.checkpoint_every, " steps"))
             << ", TLS " << (security.cert_pem.empty() ? "off" : "on, mutual") << ", token "
             << (security.token.empty() ? "off" : "required")
+            << (security.server_token.empty() ? "" : ", Join by the servers' token")
             << (server_->health_port() > 0
                     ? absl::StrCat(", health service also on :", server_->health_port())
                     : std::string())

@@ -33,6 +33,7 @@ class Pki {
   explicit Pki(const std::string& dir) : dir_(dir) {
     WriteFile(dir_ + "/token", absl::StrCat(kToken, "\n"));
     WriteFile(dir_ + "/wrong_token", "not-the-token\n");
+    WriteFile(dir_ + "/server_token", "servers-own-token-4b1e9d\n");
   }
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
 
@@ -292,6 +293,7 @@ TEST_F(SecurityTest, MakeCertsMaterialStartsAServerAndRunsAJob) {
                                      absl::StrCat("--port=", *port), "--num_workers=1",
                                      "--server_rank=0"};
   for (const std::string& f : flags("server")) server.push_back(f);
+  server.push_back("--server_token_file=" + dir + "/server_token");
 
   std::vector<std::string> unnamed = server;
   unnamed.push_back(absl::StrCat("--servers=localhost:", *port));
@@ -302,7 +304,8 @@ TEST_F(SecurityTest, MakeCertsMaterialStartsAServerAndRunsAJob) {
   server.push_back("--servers=" + address);
   reserved.Release();
   servers_.push_back(StartProcess(server, "server"));
-  ASSERT_TRUE(WaitForOutput(*servers_.back(), "TLS on, mutual, token required",
+  ASSERT_TRUE(WaitForOutput(*servers_.back(),
+                            "TLS on, mutual, token required, Join by the servers' token",
                             absl::Now() + absl::Seconds(20)))
       << servers_.back()->output();
   std::vector<std::string> worker = {Runfile("worker/psync_worker"), "--servers=" + address,
@@ -315,8 +318,8 @@ TEST_F(SecurityTest, MakeCertsMaterialStartsAServerAndRunsAJob) {
   EXPECT_EQ(status.exit_code, 0) << status.output;
 }
 
-// A job through mutual TLS with a token, the test's or psync_launch
-// --secure's throwaway ones, trains the same weights as in plaintext
+// A job through mutual TLS with a token and the servers' own token, the
+// test's or psync_launch --secure's throwaway ones, trains the same weights as in plaintext
 // (deterministic mode).
 TEST_F(SecurityTest, TrainingThroughTlsGivesTheSameWeights) {
   const std::vector<std::string> job = {"--num_servers=2", "--num_workers=2", "--devices=1",
@@ -326,6 +329,7 @@ TEST_F(SecurityTest, TrainingThroughTlsGivesTheSameWeights) {
   const JobRun plain = RunLaunch("plain", job);
   std::vector<std::string> secure = job;
   for (const std::string& f : pki_.Flags("server", "ca", "token")) secure.push_back(f);
+  secure.push_back("--server_token_file=" + pki_.Path("server_token"));  // roles of their own
   const JobRun tls = RunLaunch("tls", secure);
   std::vector<std::string> throwaway = job;
   throwaway.push_back("--secure");
@@ -338,6 +342,13 @@ TEST_F(SecurityTest, TrainingThroughTlsGivesTheSameWeights) {
   EXPECT_EQ(secure_run.sha, plain.sha);
   EXPECT_TRUE(Contains(tls.output, "TLS on, mutual, token required")) << tls.output;
   EXPECT_TRUE(Contains(secure_run.output, "TLS on, mutual, token required")) << secure_run.output;
+  // Both gave the servers a token of their own (no warning that workers
+  // could join), and the workers were not handed it.
+  for (const JobRun* run : {&tls, &secure_run}) {
+    EXPECT_FALSE(Contains(run->output, "no security.server_token_file")) << run->output;
+    EXPECT_TRUE(Contains(run->output, "Join by the servers' token")) << run->output;
+    EXPECT_FALSE(Contains(run->output, "servers-own-token")) << run->output;
+  }
 
   // --secure makes its own: given with the security flags, it is refused.
   std::vector<std::string> both = throwaway;

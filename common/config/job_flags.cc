@@ -137,6 +137,9 @@ ABSL_FLAG(std::string, tls_ca, "",
           "signed by it (mutual TLS).");
 ABSL_FLAG(std::string, auth_token_file, "",
           "File holding the token every RPC carries and every server requires.");
+ABSL_FLAG(std::string, server_token_file, "",
+          "Servers only: file holding the server role's token, which servers send on Join "
+          "and require for it; workers never read it. Empty: Join takes --auth_token_file's.");
 ABSL_FLAG(int32_t, metrics_port, 0,
           "Prometheus metrics on http://metrics_host:metrics_port/metrics; 0: off (psync_launch: "
           "the first of consecutive ports, servers first).");

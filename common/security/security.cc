@@ -96,6 +96,37 @@ absl::Status CheckTlsMaterial(const proto::SecurityConfig& config, const PeerSec
   return absl::OkStatus();
 }
 
+// The token in `path` (the field `field`), surrounding whitespace dropped;
+// "" for no path. Errors name the field and the path, never the token.
+absl::StatusOr<std::string> ReadToken(const char* field, const std::string& path) {
+  std::string text;
+  PSYNC_RETURN_IF_ERROR(Read(field, path, &text));
+  std::string token(absl::StripAsciiWhitespace(text));
+  if (!path.empty() && token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("security.", field, " ", path, " is empty, expected a token"));
+  }
+  // It travels in a header of every call, and gRPC refuses a call whose
+  // headers pass 8 KiB in all (with the method's own and the deadline).
+  constexpr size_t kMaxTokenBytes = 4096;
+  if (token.size() > kMaxTokenBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "security.", field, " ", path, " holds ", token.size(),
+        " bytes, expected a token of at most ", kMaxTokenBytes, " (it travels in every call's "
+        "headers, which gRPC bounds at 8 KiB)"));
+  }
+  for (char c : token) {
+    // It travels in an HTTP/2 header value.
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "security.", field, " ", path,
+          " holds a character that is not printable ASCII, expected a token of printable "
+          "ASCII without spaces"));
+    }
+  }
+  return token;
+}
+
 }  // namespace
 
 absl::StatusOr<PeerSecurity> LoadPeerSecurity(const proto::SecurityConfig& config) {
@@ -120,33 +151,30 @@ absl::StatusOr<PeerSecurity> LoadPeerSecurity(const proto::SecurityConfig& confi
     }
   }
   PSYNC_RETURN_IF_ERROR(CheckTlsMaterial(config, s));
-  std::string token;
-  PSYNC_RETURN_IF_ERROR(Read("auth_token_file", config.auth_token_file(), &token));
-  s.token = std::string(absl::StripAsciiWhitespace(token));
-  if (!config.auth_token_file().empty() && s.token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("security.auth_token_file ",
-                                                   config.auth_token_file(),
-                                                   " is empty, expected a token"));
-  }
-  // It travels in a header of every call, and gRPC refuses a call whose
-  // headers pass 8 KiB in all (with the method's own and the deadline).
-  constexpr size_t kMaxTokenBytes = 4096;
-  if (s.token.size() > kMaxTokenBytes) {
+  PSYNC_ASSIGN_OR_RETURN(s.token, ReadToken("auth_token_file", config.auth_token_file()));
+  return s;
+}
+
+absl::StatusOr<PeerSecurity> LoadServerSecurity(const proto::SecurityConfig& config) {
+  PSYNC_ASSIGN_OR_RETURN(PeerSecurity s, LoadPeerSecurity(config));
+  PSYNC_ASSIGN_OR_RETURN(s.server_token,
+                         ReadToken("server_token_file", config.server_token_file()));
+  if (!s.server_token.empty() && TokenMatches(s.token, s.server_token)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "security.auth_token_file ", config.auth_token_file(), " holds ", s.token.size(),
-        " bytes, expected a token of at most ", kMaxTokenBytes, " (it travels in every call's "
-        "headers, which gRPC bounds at 8 KiB)"));
-  }
-  for (char c : s.token) {
-    // It travels in an HTTP/2 header value.
-    if (c < 0x21 || c > 0x7e) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "security.auth_token_file ", config.auth_token_file(),
-          " holds a character that is not printable ASCII, expected a token of printable "
-          "ASCII without spaces"));
-    }
+        "security.server_token_file ", config.server_token_file(),
+        " holds the same token as security.auth_token_file ", config.auth_token_file(),
+        ", expected another: every worker holds that one, and with it could join as a server"));
   }
   return s;
+}
+
+std::vector<std::string> TakeServerOnlyFlags(proto::SecurityConfig* config) {
+  std::vector<std::string> flags;
+  if (!config->server_token_file().empty()) {
+    flags.push_back(absl::StrCat("--server_token_file=", config->server_token_file()));
+  }
+  config->clear_server_token_file();
+  return flags;
 }
 
 bool TokenMatches(absl::string_view expected, absl::string_view given) {

@@ -5,6 +5,7 @@
 #define PSYNC_COMMON_SECURITY_SECURITY_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -20,6 +21,9 @@ struct PeerSecurity {
   std::string ca_pem;
   // Carried by every RPC, required by every server; empty: none.
   std::string token;
+  // The server role's (servers only): what servers send on their calls to
+  // each other (Join) and require for them; empty: those take `token`.
+  std::string server_token;
 };
 
 // Reads the files `config` names (each a regular file of at most 1 MiB; a
@@ -28,6 +32,16 @@ struct PeerSecurity {
 // its own unencrypted key, a readable CA certificate. Errors name the field
 // and the path, never the token.
 absl::StatusOr<PeerSecurity> LoadPeerSecurity(const proto::SecurityConfig& config);
+
+// LoadPeerSecurity, and the server role's token (security.server_token_file,
+// read as the job's token is), which must differ from the job's. For
+// servers only: a worker never reads that file.
+absl::StatusOr<PeerSecurity> LoadServerSecurity(const proto::SecurityConfig& config);
+
+// The fields of `config` only servers read (server_token_file), as flags
+// ("--server_token_file=PATH"), cleared from `config`: for a launcher that
+// writes one configuration for every process and gives servers the rest.
+std::vector<std::string> TakeServerOnlyFlags(proto::SecurityConfig* config);
 
 // Compares in time that depends only on the lengths, not on where the
 // strings first differ.

@@ -117,6 +117,48 @@ TEST(SecurityTest, BadFilesAreRefusedByFieldAndPathNeverShowingTheToken) {
   }
 }
 
+// The server role's token is read only by LoadServerSecurity, with the job
+// token's checks, and must differ from the job's token (which every worker
+// holds).
+TEST(SecurityTest, TheServerTokenIsTheServersOwn) {
+  proto::SecurityConfig c;
+  c.set_auth_token_file(Write("job_token", "worker-secret\n"));
+  c.set_server_token_file(Write("server_token", " server-secret \n"));
+  absl::StatusOr<PeerSecurity> worker = LoadPeerSecurity(c);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ(worker->server_token, "");  // a worker never reads it
+  absl::StatusOr<PeerSecurity> server = LoadServerSecurity(c);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(server->token, "worker-secret");
+  EXPECT_EQ(server->server_token, "server-secret");
+
+  c.set_server_token_file(Write("same_token", "worker-secret\n"));
+  server = LoadServerSecurity(c);
+  ASSERT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(server.status().message());
+  EXPECT_NE(message.find("security.server_token_file " + c.server_token_file() +
+                         " holds the same token as security.auth_token_file"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("secret"), std::string::npos) << message;
+
+  // A launcher hands it to servers by flag, not in the file workers read.
+  proto::SecurityConfig shared = c;
+  EXPECT_EQ(TakeServerOnlyFlags(&shared),
+            std::vector<std::string>{"--server_token_file=" + c.server_token_file()});
+  EXPECT_EQ(shared.server_token_file(), "");
+  EXPECT_EQ(shared.auth_token_file(), c.auth_token_file());
+  EXPECT_TRUE(TakeServerOnlyFlags(&shared).empty());
+
+  for (const char* bad : {" \n", "server secret\n"}) {
+    c.set_server_token_file(Write("bad_server_token", bad));
+    server = LoadServerSecurity(c);
+    ASSERT_FALSE(server.ok());
+    EXPECT_NE(server.status().message().find("security.server_token_file"), std::string::npos)
+        << server.status();
+  }
+}
+
 TEST(SecurityTest, TokenMatchesOnlyTheSameBytes) {
   EXPECT_TRUE(TokenMatches("Bearer abc", "Bearer abc"));
   EXPECT_FALSE(TokenMatches("Bearer abc", "Bearer abd"));

@@ -37,6 +37,7 @@ proto::SecurityConfig ThrowawayPkiIn(const std::string& dir) {
   security.set_tls_key(Join(dir, "node.key"));
   security.set_tls_ca(Join(dir, "ca.pem"));
   security.set_auth_token_file(Join(dir, "token"));
+  security.set_server_token_file(Join(dir, "server_token"));
   return security;
 }
 
@@ -74,6 +75,8 @@ absl::StatusOr<proto::SecurityConfig> MakeThrowawayPki(const std::string& dir,
   // OpenSSL's CSPRNG, 32 bytes as hex.
   PSYNC_RETURN_IF_ERROR(
       Openssl({"rand", "-hex", "-out", security.auth_token_file(), "32"}));
+  PSYNC_RETURN_IF_ERROR(
+      Openssl({"rand", "-hex", "-out", security.server_token_file(), "32"}));
   return security;
 }
 

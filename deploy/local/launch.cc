@@ -57,8 +57,8 @@ ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server and psync_wo
           "(default: the folder of this binary, where `bazel run //deploy:install -- PREFIX` "
           "puts them all, else this binary's Bazel runfiles and output tree).");
 ABSL_FLAG(bool, secure, false,
-          "Make a throwaway CA, certificate and token for this run (openssl) and run every "
-          "connection with mutual TLS and the token; not with the security flags.");
+          "Make a throwaway CA, certificate and tokens (openssl) and run every connection with "
+          "mutual TLS, the job's token and the servers' own; not with the security flags.");
 ABSL_FLAG(int, max_restarts, 3,
           "Restarts of dead servers and workers allowed in the whole job; 0: fail at the first "
           "death. Exit codes 2 (bad flags) and 3 (the job cannot continue) are never restarted; "
@@ -169,11 +169,10 @@ absl::Status Validate(const LoadedJobConfig& loaded, bool worker_cmd_given) {
                                                    absl::GetFlag(FLAGS_timeout_s), ", expected >= 1"));
   }
   const proto::SecurityConfig& security = loaded.config.security();
-  if (absl::GetFlag(FLAGS_secure) && (!security.tls_cert().empty() || !security.tls_ca().empty() ||
-                                      !security.auth_token_file().empty())) {
+  if (absl::GetFlag(FLAGS_secure) && security.ByteSizeLong() > 0) {  // any field given
     return absl::InvalidArgumentError(
-        "--secure makes its own certificates and token, expected no security.tls_cert, "
-        "tls_ca or auth_token_file with it");
+        "--secure makes its own certificates and tokens, expected no security.tls_cert, "
+        "tls_key, tls_ca, auth_token_file or server_token_file with it");
   }
   if (!security.tls_cert().empty()) {  // refused before anything starts
     PSYNC_ASSIGN_OR_RETURN(const PeerSecurity material, LoadPeerSecurity(security));
@@ -306,6 +305,8 @@ class Launcher {
                   config.server().health_port());
     }
     config.mutable_server()->set_health_port(0);
+    // The servers' own token by flag, not in the file workers read too.
+    const std::vector<std::string> server_only = TakeServerOnlyFlags(config.mutable_security());
     const std::string config_path = absl::StrCat(dir_, "/job.pbtxt");
     PSYNC_RETURN_IF_ERROR(WriteFileAtomically("job configuration", config_path,
                                               JobConfigToText(config)));
@@ -330,6 +331,7 @@ class Launcher {
       if (!pid_dir_.empty()) d.pid_file = absl::StrCat(pid_dir_, "/server-", i, ".pid");
       d.argv = {server_bin, config_flag, absl::StrCat("--server_rank=", i),
                 absl::StrCat("--port=", ports[i]), absl::StrCat("--port_file=", d.port_file)};
+      d.argv.insert(d.argv.end(), server_only.begin(), server_only.end());
       metrics_flag(&d.argv, i);
     }
     reserved.Release();

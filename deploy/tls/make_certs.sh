@@ -14,7 +14,10 @@
 #                        workers and servers dial them; server and client
 #                        use (servers are clients of server 0)
 #   worker.crt, .key     for workers and psync_ctl: client use only
-#   token                32 random bytes in hex (kept if DIR has one)
+#   token                32 random bytes in hex (kept if DIR has one): the
+#                        job's, every process holds it
+#   server_token         another 32 (kept if DIR has one): the servers' own
+#                        (--server_token_file), which Join requires
 # Certificates are valid DAYS days (environment, default 365). Keep ca.key
 # private: it signs more certificates. Needs openssl.
 set -euo pipefail
@@ -82,4 +85,6 @@ issue server "psync server" "extendedKeyUsage=serverAuth,clientAuth
 subjectAltName=$names"
 issue worker "psync worker" "extendedKeyUsage=clientAuth"
 [[ -s "$dir/token" ]] || quiet openssl rand -hex -out "$dir/token" 32
-echo "make_certs: $dir: ca.crt, server.crt/.key naming $names, worker.crt/.key, token" >&2
+[[ -s "$dir/server_token" ]] || quiet openssl rand -hex -out "$dir/server_token" 32
+echo "make_certs: $dir: ca.crt, server.crt/.key naming $names, worker.crt/.key, token," \
+  "server_token" >&2

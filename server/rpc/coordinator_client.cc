@@ -12,8 +12,12 @@ namespace psync {
 
 JoinFunction CreateGrpcJoinFn(const std::string& address, int num_servers, absl::Duration timeout,
                               const PeerSecurity& security) {
+  // Join is a server's call: it carries the server role's token where the
+  // job has one (ParameterService requires it), the job's otherwise.
+  PeerSecurity as_server = security;
+  if (!security.server_token.empty()) as_server.token = security.server_token;
   std::shared_ptr<proto::ParameterServer::Stub> stub = proto::ParameterServer::NewStub(
-      CreatePeerChannel(address, security, PeerChannelArguments()));
+      CreatePeerChannel(address, as_server, PeerChannelArguments()));
   return [stub, address, num_servers, timeout,
           security](const JoinInfo& info) -> absl::StatusOr<JoinReply> {
     proto::JoinRequest req;

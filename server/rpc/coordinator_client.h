@@ -13,7 +13,8 @@
 namespace psync {
 
 // Each call is one Join RPC to `address` with `timeout`, with the job's
-// `security`. The returned function is thread-safe.
+// `security`: the server role's token where it has one (server_token), the
+// job's otherwise. The returned function is thread-safe.
 JoinFunction CreateGrpcJoinFn(const std::string& address, int num_servers, absl::Duration timeout,
                               const PeerSecurity& security);
 

@@ -7,7 +7,9 @@
 #include <optional>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/config/init_source.h"
 #include "common/config/training_shape.h"
@@ -29,6 +31,10 @@
 
 namespace psync {
 namespace {
+
+// The calls only servers make (to server 0): with a server token in the
+// job, they need it (ParameterService::Admit).
+constexpr absl::string_view kServerOnlyMethods[] = {"Join"};
 
 // Bounds on the requests that carry no payload beyond the others' 1 MiB
 // (AsyncService::kMaxControlRequestBytes). Register: the most tensors a
@@ -68,6 +74,9 @@ class ParameterService final : public AsyncService {
         auth_value_(options.security.token.empty()
                         ? ""
                         : absl::StrCat(kAuthScheme, options.security.token)),
+        server_auth_value_(options.security.server_token.empty()
+                               ? ""
+                               : absl::StrCat(kAuthScheme, options.security.server_token)),
         metrics_(options.metrics),
         waiting_(store->options().server_rank, options.max_waiting_calls,
                  options.max_waiting_per_connection,
@@ -137,26 +146,39 @@ class ParameterService final : public AsyncService {
         call->Finish(status);
       };
       run(this, call, std::move(reply));
-    }, max_request_bytes, [this, m](const grpc::ServerContext& ctx) {
+    }, max_request_bytes, [this, m, name](const grpc::ServerContext& ctx) {
       // Before the request is read (UnaryCall::Served::admit).
-      if (Authorized(ctx)) return grpc::Status::OK;
-      const grpc::Status refused(grpc::StatusCode::UNAUTHENTICATED,
-                                 "missing or wrong token: the job's servers require the token "
-                                 "of security.auth_token_file on every call");
-      if (m != nullptr) m->Record(refused, absl::ZeroDuration(), 0, 0);
-      return refused;
+      const grpc::Status admitted = Admit(name, ctx);
+      if (!admitted.ok() && m != nullptr) m->Record(admitted, absl::ZeroDuration(), 0, 0);
+      return admitted;
     });
   }
 
-  // Whether the call carries the job's token (always, without one).
-  bool Authorized(const grpc::ServerContext& ctx) const {
-    if (auth_value_.empty()) return true;
+  // Whether a call of method `name` may run, from its headers alone: every
+  // call carries the job's token (when there is one); a server-only call
+  // (Join) carries the server role's instead, where the job has one.
+  grpc::Status Admit(absl::string_view name, const grpc::ServerContext& ctx) const {
+    const bool server_only = absl::c_linear_search(kServerOnlyMethods, name);
+    if (server_only && !server_auth_value_.empty()) {
+      if (Carries(ctx, server_auth_value_)) return grpc::Status::OK;
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          absl::StrCat(name, " is a call between servers: it needs the server "
+                                             "role's token (security.server_token_file), which "
+                                             "this call does not carry"));
+    }
+    if (auth_value_.empty() || Carries(ctx, auth_value_)) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing or wrong token: the job's servers require the token "
+                        "of security.auth_token_file on every call");
+  }
+
+  // Whether the call's authorization header is `value` ("Bearer <token>").
+  static bool Carries(const grpc::ServerContext& ctx, const std::string& value) {
     const auto& metadata = ctx.client_metadata();
     const auto found = metadata.find(kAuthMetadataKey);
     return found != metadata.end() &&
-           TokenMatches(auth_value_, absl::string_view(found->second.data(), found->second.size()));
+           TokenMatches(value, absl::string_view(found->second.data(), found->second.size()));
   }
-
 
   // Register and Join change the cluster for everyone: their logs and
   // errors name the peer that sent them.
@@ -519,6 +541,8 @@ class ParameterService final : public AsyncService {
   const uint64_t incarnation_;
   const std::function<int64_t()> newest_checkpoint_;  // null: checkpoints off
   const std::string auth_value_;  // "Bearer <token>"; empty: no token required
+  // "Bearer <server token>" for kServerOnlyMethods; empty: they take auth_value_.
+  const std::string server_auth_value_;
   MetricRegistry* const metrics_;  // null: no metrics
   std::deque<MethodMetrics> method_metrics_;  // handlers keep pointers
   WaitingCalls waiting_;

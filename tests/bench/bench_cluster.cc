@@ -93,7 +93,8 @@ std::vector<std::string> BenchCluster::ServerArgv(const std::string& server_bin,
   if (!tls_dir_.empty()) {
     const proto::SecurityConfig s = ThrowawayPkiIn(tls_dir_);
     argv.insert(argv.end(), {"--tls_cert=" + s.tls_cert(), "--tls_key=" + s.tls_key(),
-                             "--tls_ca=" + s.tls_ca(), "--auth_token_file=" + s.auth_token_file()});
+                             "--tls_ca=" + s.tls_ca(), "--auth_token_file=" + s.auth_token_file(),
+                             "--server_token_file=" + s.server_token_file()});
   }
   return argv;
 }

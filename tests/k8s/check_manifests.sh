@@ -15,7 +15,14 @@
 #     address: an egress rule that can reach port 53 names only the
 #     cluster's DNS pods (namespace kube-system, k8s-app: kube-dns), and
 #     some rule does, or the pods could not resolve the servers; a policy
-#     made here with an any-address rule for port 53 is refused.
+#     made here with an any-address rule for port 53 is refused;
+#   - each role holds only its own credentials: in every rendering no
+#     worker pod mounts a servers' Secret or names --server_token_file, and
+#     servers given a token are given --server_token_file too (a rendering
+#     made here with the servers' Secret in the workers is refused);
+#     deploy/k8s/tools/make_security_secret.sh prints one Secret per role,
+#     the workers' without the servers' key or token, and the Secrets the
+#     secure-demo overlay mounts are those.
 # Prints "PASS name" / "FAIL name" per check (what failed goes to stderr,
 # indented) and exits non-zero if one failed. Every command runs under
 # `timeout`; with the tools installed the whole takes well under a minute.
@@ -178,6 +185,58 @@ if bad:
 print(f"{len(skips)} skips, each with a reason")
 EOF
 
+# Each role holds only its own credentials (docs/security.md#roles).
+cat >"$work/roles.py" <<'EOF'
+import base64
+import sys
+import yaml
+
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+errors = []
+mounted = set()
+for d in docs:
+    if d["kind"] not in ("StatefulSet", "Job"):
+        continue
+    spec = d["spec"]["template"]["spec"]
+    secrets = {v["secret"]["secretName"] for v in spec.get("volumes") or [] if "secret" in v}
+    mounted |= secrets
+    args = [a for c in spec["containers"] for a in c.get("args") or []]
+    server_token = any(a.startswith("--server_token_file=") for a in args)
+    token = any(a.startswith("--auth_token_file=") for a in args)
+    name = f"{d['kind']} {d['metadata']['name']}"
+    if d["kind"] == "Job":
+        for s in secrets:
+            if "server" in s:
+                errors.append(f"{name} mounts Secret {s}, expected only the workers' own")
+        if server_token:
+            errors.append(f"{name} names --server_token_file, expected none in a worker")
+    elif token and not server_token:
+        errors.append(f"{name} has --auth_token_file without --server_token_file: any worker "
+                      "could join as a server")
+if len(sys.argv) > 2:  # the Secrets make_security_secret.sh prints
+    made = {d["metadata"]["name"]: {k: base64.b64decode(v) for k, v in d["data"].items()}
+            for d in yaml.safe_load_all(open(sys.argv[2])) if d and d["kind"] == "Secret"}
+    want = {"psync-server-security": {"tls.crt", "tls.key", "ca.crt", "token", "server_token"},
+            "psync-worker-security": {"tls.crt", "tls.key", "ca.crt", "token"}}
+    for name, keys in want.items():
+        if set(made.get(name, {})) != keys:
+            errors.append(f"Secret {name} holds {sorted(made.get(name, {}))}, expected "
+                          f"{sorted(keys)}")
+    if not errors:
+        server, worker = made["psync-server-security"], made["psync-worker-security"]
+        if server["tls.key"] == worker["tls.key"] or server["tls.crt"] == worker["tls.crt"]:
+            errors.append("the workers' Secret holds the servers' certificate or key")
+        if server["server_token"] == server["token"]:
+            errors.append("the servers' token is the job's, which every worker holds")
+        if server["token"] != worker["token"] or server["ca.crt"] != worker["ca.crt"]:
+            errors.append("the Secrets differ in the job's token or CA")
+    if mounted and mounted != set(want):
+        errors.append(f"the rendering mounts Secrets {sorted(mounted)}, expected {sorted(want)}")
+if errors:
+    sys.exit("\n".join(errors))
+print(f"Secrets mounted: {sorted(mounted) or 'none'}; each role only its own")
+EOF
+
 # --- render -----------------------------------------------------------------
 overlays=()
 for dir in deploy/k8s/overlays/*/; do overlays+=("$(basename "$dir")"); done
@@ -301,6 +360,33 @@ EOF
     pass "DNS egress to any address is refused"
   else
     fail "DNS egress to any address is refused" "$work/out"
+  fi
+fi
+
+# --- role credentials -------------------------------------------------------
+if [[ -n "$python" && -n "${tool[kubectl]}" ]]; then
+  for o in "${rendered[@]}"; do
+    check "each role only its own credentials in overlay $o" 60 \
+      "$python" "$work/roles.py" "$work/$o.yaml"
+  done
+  if [[ " ${rendered[*]} " != *" secure-demo "* ]]; then
+    :  # its rendering failed, above
+  elif PATH="$(dirname "${tool[kubectl]}"):$PATH" timeout 60 \
+       bash deploy/k8s/tools/make_security_secret.sh psync "" 2 >"$work/secrets.yaml" \
+       2>"$work/out"; then
+    check "make_security_secret.sh gives each role only its own, as secure-demo mounts" 60 \
+      "$python" "$work/roles.py" "$work/secure-demo.yaml" "$work/secrets.yaml"
+    # The check can fail: the workers given the servers' Secret are refused.
+    sed 's/secretName: psync-worker-security/secretName: psync-server-security/' \
+      "$work/secure-demo.yaml" >"$work/shared_secret.yaml"
+    if ! timeout 60 "$python" "$work/roles.py" "$work/shared_secret.yaml" >"$work/out" 2>&1 &&
+       grep -q "Job psync-worker mounts Secret psync-server-security" "$work/out"; then
+      pass "the servers' Secret in the workers is refused"
+    else
+      fail "the servers' Secret in the workers is refused" "$work/out"
+    fi
+  else
+    fail "make_security_secret.sh runs" "$work/out"
   fi
 fi
 

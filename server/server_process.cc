@@ -237,8 +237,8 @@ absl::Status ServerProcess::StartServing() {
             << DescribeTcpCongestion(*congestion);
   if (!security->token.empty() && security->cert_pem.empty()) {
     LOG(WARNING) << "server " << rank
-                 << ": a token without TLS travels in clear text, and a request's body is read "
-                    "before its token is checked; give security.tls_cert, tls_key and tls_ca";
+                 << ": a token without TLS travels in clear text, for anyone on the path to "
+                    "read and replay; give security.tls_cert, tls_key and tls_ca";
   }
   if (security->server_token.empty() && (!security->token.empty() || !security->cert_pem.empty())) {
     LOG(WARNING) << "server " << rank

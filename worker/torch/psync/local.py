@@ -191,7 +191,7 @@ class LocalOptimizer:
         # destroy_process_group, which joins gloo's threads holding the GIL while
         # one of them, dropping the last reference to a tensor Python made, waits
         # for the GIL to free it.
-        self._grads = torch.zeros(sum(p.numel() for p in self._params))
+        self._grads = torch.zeros(sum(p.numel() for p in self._params), dtype=torch.float32)
         self._grad_views = _views(self._grads, self._params)
         self._count = torch.zeros(1, dtype=torch.int64)
         self._header = torch.zeros(3, dtype=torch.int64)  # failed, step, message bytes

@@ -72,3 +72,15 @@ class Servers:
                 if line.startswith(series + " "):
                     return float(line.split()[-1])
         return 0.0
+
+
+def wait_all(processes: Sequence[subprocess.Popen]) -> List[int]:
+    """Every process's exit code, each waited for at most 4 x BOUND_S; any still
+    running when this returns or raises (TimeoutExpired) is killed."""
+    try:
+        return [p.wait(timeout=4 * BOUND_S) for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 import psync
 import psync.torch as pt
-from psync_servers import BOUND_S, Servers, free_port
+from psync_servers import Servers, free_port, wait_all
 
 STEPS = 6
 BATCH = 16  # the global batch
@@ -107,13 +107,7 @@ def run_processes(mode: str, args_of: List[List[str]],
         with open(log, "w") as f:
             processes.append(subprocess.Popen([sys.executable, __file__, mode, out] + args,
                                               env=dict(os.environ, **env), stderr=f))
-    try:
-        codes = [p.wait(timeout=4 * BOUND_S) for p in processes]
-    finally:
-        for p in processes:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    codes = wait_all(processes)
     stderr = []
     for i, (code, log) in enumerate(zip(codes, logs)):
         with open(log) as f:

@@ -103,19 +103,27 @@ class TorchLaunchTest(unittest.TestCase):
         self.assertIn("(0 restarts)", output)
         self.assert_by_hands_weights(out)
 
-    def test_a_killed_torch_worker_is_restarted_and_the_weights_do_not_change(self):
-        out = os.path.join(TMP, "restarted.pt")
-        pid_dir = os.path.join(TMP, "pids")
-        marker = os.path.join(TMP, "paused")
-        if os.path.exists(marker):
-            os.remove(marker)
-        cmd = worker_cmd("--out=" + out, "--pause_worker=1", "--pause_at_step=5",
-                         "--pause_marker=" + marker)
-        launch = start_launch([f"--worker_cmd={cmd}", f"--pid_dir={pid_dir}", "--max_restarts=2"])
-        seen = read_until(launch, "[worker 1] paused at step 5")
+    def launch_paused(self, name: str, step: int, flags: List[str]) -> Tuple[subprocess.Popen, str]:
+        """psync_launch (--pid_dir=TMP/NAME_pids, `flags`) with worker 1 told to pause
+        inside `step` (marker TMP/NAME_paused), once it says it has; and what it
+        printed up to then. Worker 0 writes its weights to TMP/NAME.pt."""
+        marker = os.path.join(TMP, name + "_paused")
+        for path in (marker, marker + ".go"):
+            if os.path.exists(path):
+                os.remove(path)
+        cmd = worker_cmd(f"--out={os.path.join(TMP, name + '.pt')}", "--pause_worker=1",
+                         f"--pause_at_step={step}", "--pause_marker=" + marker)
+        launch = start_launch([f"--worker_cmd={cmd}", f"--pid_dir={os.path.join(TMP, name)}_pids",
+                               "--max_restarts=2"] + flags)
+        seen = read_until(launch, f"[worker 1] paused at step {step}")
         if seen is None:
             code, output = finish(launch)
             self.fail(f"worker 1 did not pause (exit code {code}):\n{output}")
+        return launch, seen
+
+    def test_a_killed_torch_worker_is_restarted_and_the_weights_do_not_change(self):
+        launch, seen = self.launch_paused("restarted", 5, [])
+        pid_dir = os.path.join(TMP, "restarted_pids")
         with open(os.path.join(pid_dir, "worker-1.pid")) as f:
             group = int(f.read())  # the shell's pid, and its process group
         os.killpg(group, signal.SIGKILL)  # the shell and the script: the whole worker
@@ -125,31 +133,19 @@ class TorchLaunchTest(unittest.TestCase):
                       "(restart 1 of 2)", output)
         self.assertEqual(output.count("[worker 1] worker 1 resumes from step"), 2, output)
         self.assertIn("(1 restart)", output)
-        self.assert_by_hands_weights(out)
+        self.assert_by_hands_weights(os.path.join(TMP, "restarted.pt"))
 
     def test_a_killed_server_rolls_the_torch_workers_back_and_the_weights_do_not_change(self):
-        out = os.path.join(TMP, "rolled_back.pt")
-        pid_dir = os.path.join(TMP, "server_pids")
-        marker = os.path.join(TMP, "server_kill_paused")
-        for path in (marker, marker + ".go"):
-            if os.path.exists(path):
-                os.remove(path)
-        cmd = worker_cmd("--out=" + out, "--pause_worker=1", "--pause_at_step=8",
-                         "--pause_marker=" + marker)
-        launch = start_launch([f"--worker_cmd={cmd}", f"--pid_dir={pid_dir}",
-                               f"--checkpoint_dir={os.path.join(TMP, 'ckpt')}",
-                               "--checkpoint_every=3", "--max_restarts=2"])
-        seen = read_until(launch, "[worker 1] paused at step 8")
-        if seen is None:
-            code, output = finish(launch)
-            self.fail(f"worker 1 did not pause (exit code {code}):\n{output}")
+        launch, seen = self.launch_paused(
+            "rolled_back", 8, [f"--checkpoint_dir={os.path.join(TMP, 'ckpt')}",
+                               "--checkpoint_every=3"])
         # Server 1 dies with step 8's pushes started; it restarts from the newest
         # checkpoint every server has written (9 at most; checkpoints are written in
         # the background), and both workers, told ABORTED, recover() and train again
         # from there.
-        with open(os.path.join(pid_dir, "server-1.pid")) as f:
+        with open(os.path.join(TMP, "rolled_back_pids", "server-1.pid")) as f:
             os.kill(int(f.read()), signal.SIGKILL)
-        open(marker + ".go", "w").close()
+        open(os.path.join(TMP, "rolled_back_paused.go"), "w").close()
         code, output = finish(launch, seen)
         self.assertEqual(code, 0, output)
         self.assertIn("[launch] server 1 exited with code 137 (killed by SIGKILL); restarting it",
@@ -160,7 +156,7 @@ class TorchLaunchTest(unittest.TestCase):
         self.assertIn(resumed[0], [["0"], ["3"], ["6"], ["9"]], output)
         self.assertIn("(1 restart)", output)  # the server's; no worker was restarted
         self.assertNotIn("[launch] worker", output.split("[launch] server 1 exited")[1])
-        self.assert_by_hands_weights(out)
+        self.assert_by_hands_weights(os.path.join(TMP, "rolled_back.pt"))
 
     def test_a_bad_worker_cmd_is_refused_naming_it(self):
         code, output = finish(start_launch(["--worker_cmd="]))

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 import psync
 import psync.torch as pt
 from psync_servers import BOUND_S, Servers, free_port
+from torch_test_util import weights_of
 
 STEPS = 10
 GLOBAL_BATCH = 64
@@ -49,10 +50,6 @@ def global_batch(step: int):
     g = torch.Generator().manual_seed(500 + step)
     n = LAST_BATCH if step == STEPS - 1 else GLOBAL_BATCH
     return torch.randn(n, 12, generator=g), torch.randint(0, 5, (n,), generator=g)
-
-
-def weights_of(model: torch.nn.Module) -> Weights:
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
 def local_main(out: str, fault: str, timeout_s: float, args: Sequence[str]) -> None:

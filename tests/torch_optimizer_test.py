@@ -141,26 +141,31 @@ class InitialWeightsTest(unittest.TestCase):
                 self.optimizer(servers, Mlp(), 0, ["--init_from=seed"])
 
 
+def backward_of_step_0(servers: Servers, job: List[str]):
+    """An optimizer of an Mlp through `servers` after step 0's backward, and what
+    was in flight when backward reached fc1's output (fc3's and fc2's gradients
+    accumulated, their nodes running first; fc1's not yet computed)."""
+    model = Mlp()
+    opt = pt.DistributedOptimizer(model, pt.init([servers.flag] + job))
+    seen = {}
+
+    def on_fc1_output_gradient(_grad):
+        seen["in_flight"] = opt.in_flight
+
+    model.on_hidden = lambda h: h.register_hook(on_fc1_output_gradient)
+    x, y = batch(0)
+    F.cross_entropy(model(x), y).backward()
+    return opt, seen["in_flight"]
+
+
 class OverlapTest(unittest.TestCase):
 
     def test_pushes_start_inside_backward_and_are_answered_without_step(self):
         job = JOB + ["--num_workers=1", "--batch_per_device=32", "--overlap_min_kb=0"]
         with Servers(job) as servers:
             answered = 'psync_server_requests_total{method="PushPull",code="OK"}'
-            model = Mlp()
-            opt = pt.DistributedOptimizer(model, pt.init([servers.flag] + job))
-            seen = {}
-
-            def on_fc1_output_gradient(_grad):
-                # Backward has reached fc1's output: fc3's and fc2's gradients are
-                # accumulated (their nodes run first), fc1's not yet computed.
-                seen["in_flight"] = opt.in_flight
-
-            model.on_hidden = lambda h: h.register_hook(on_fc1_output_gradient)
-            x, y = batch(0)
-            F.cross_entropy(model(x), y).backward()
-            self.assertEqual(seen["in_flight"], ["fc2.weight", "fc2.bias", "fc3.weight",
-                                                 "fc3.bias"])
+            opt, at_fc1 = backward_of_step_0(servers, job)
+            self.assertEqual(at_fc1, ["fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"])
             self.assertEqual(opt.in_flight, ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
                                              "fc3.weight", "fc3.bias"])
             # The pushes travel on their own: the server answers them before step()
@@ -182,17 +187,8 @@ class OverlapTest(unittest.TestCase):
                             (["--nooverlap"], [[], 0])):
             job = JOB + ["--num_workers=1", "--batch_per_device=32"] + flags
             with Servers(job) as servers:
-                model = Mlp()
-                opt = pt.DistributedOptimizer(model, pt.init([servers.flag] + job))
-                seen = {}
-
-                def on_fc1_output_gradient(_grad):
-                    seen["in_flight"] = opt.in_flight
-
-                model.on_hidden = lambda h: h.register_hook(on_fc1_output_gradient)
-                x, y = batch(0)
-                F.cross_entropy(model(x), y).backward()
-                self.assertEqual([seen["in_flight"], len(opt.in_flight)], want, flags)
+                opt, at_fc1 = backward_of_step_0(servers, job)
+                self.assertEqual([at_fc1, len(opt.in_flight)], want, flags)
                 opt.step()
                 self.assertEqual(opt.step_number, 1)
                 opt.finish()

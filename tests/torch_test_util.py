@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import psync.torch as pt
-from psync_servers import BOUND_S
+from psync_servers import wait_all
 
 STEPS = 10
 BATCH = 32           # the global batch; a power of two, like the sample counts
@@ -148,13 +148,7 @@ def train_worker_processes(args: Sequence[str], num_workers: int,
     outs = [os.path.join(out_dir, f"worker{r}.pt") for r in range(num_workers)]
     workers = [subprocess.Popen([sys.executable, __file__, "worker", str(r), str(num_workers),
                                  outs[r]] + list(args)) for r in range(num_workers)]
-    try:
-        codes = [w.wait(timeout=4 * BOUND_S) for w in workers]
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-                w.wait()
+    codes = wait_all(workers)
     for rank, code in enumerate(codes):
         if code != 0:
             raise AssertionError(f"worker {rank} of {num_workers} exited with {code}")

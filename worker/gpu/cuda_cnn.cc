@@ -48,14 +48,13 @@ absl::Status CudaCnn::Init() {
   PSYNC_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, cudaStreamLegacy));
   PSYNC_CUDNN_RETURN_IF_ERROR(cudnnCreate(&cudnn_));
   PSYNC_CUDNN_RETURN_IF_ERROR(cudnnSetStream(cudnn_, cudaStreamLegacy));
-  for (cudnnTensorDescriptor_t* d : {&x_desc_, &act1_desc_, &pool1_desc_, &act2_desc_,
-                                     &pool2_desc_, &b1_desc_, &b2_desc_}) {
+  for (cudnnTensorDescriptor_t* d :
+       {&x_desc_, &act1_desc_, &pool1_desc_, &act2_desc_, &b1_desc_, &b2_desc_}) {
     PSYNC_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(d));
   }
   PSYNC_CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&w1_desc_));
   PSYNC_CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&w2_desc_));
   PSYNC_CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&conv_));
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnCreatePoolingDescriptor(&pool_));
   PSYNC_CUDNN_RETURN_IF_ERROR(cudnnCreateActivationDescriptor(&relu_));
   const int k = static_cast<int>(c_.kernel);
   PSYNC_CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(
@@ -72,8 +71,6 @@ absl::Status CudaCnn::Init() {
   // Full float32 arithmetic: no TF32 tensor-core math, which keeps 10
   // mantissa bits and would drift from CpuCnn by ~1e-3.
   PSYNC_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(conv_, CUDNN_FMA_MATH));
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnSetPooling2dDescriptor(
-      pool_, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN, 2, 2, 0, 0, 2, 2));
   PSYNC_CUDNN_RETURN_IF_ERROR(
       cudnnSetActivationDescriptor(relu_, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
   return absl::OkStatus();
@@ -83,13 +80,12 @@ CudaCnn::~CudaCnn() {
   cudaSetDevice(device_);
   for (void* p : allocations_) cudaFree(p);
   for (cudnnTensorDescriptor_t d :
-       {x_desc_, act1_desc_, pool1_desc_, act2_desc_, pool2_desc_, b1_desc_, b2_desc_}) {
+       {x_desc_, act1_desc_, pool1_desc_, act2_desc_, b1_desc_, b2_desc_}) {
     if (d != nullptr) cudnnDestroyTensorDescriptor(d);
   }
   if (w1_desc_ != nullptr) cudnnDestroyFilterDescriptor(w1_desc_);
   if (w2_desc_ != nullptr) cudnnDestroyFilterDescriptor(w2_desc_);
   if (conv_ != nullptr) cudnnDestroyConvolutionDescriptor(conv_);
-  if (pool_ != nullptr) cudnnDestroyPoolingDescriptor(pool_);
   if (relu_ != nullptr) cudnnDestroyActivationDescriptor(relu_);
   if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
@@ -101,7 +97,6 @@ absl::Status CudaCnn::Prepare(int64_t n) {
   PSYNC_RETURN_IF_ERROR(SetNchw(act1_desc_, n, c1, h, w));
   PSYNC_RETURN_IF_ERROR(SetNchw(pool1_desc_, n, c1, h / 2, w / 2));
   PSYNC_RETURN_IF_ERROR(SetNchw(act2_desc_, n, c2, h / 2, w / 2));
-  PSYNC_RETURN_IF_ERROR(SetNchw(pool2_desc_, n, c2, h / 4, w / 4));
   if (n <= rows_) return absl::OkStatus();
 
   rows_ = 0;  // until every buffer below exists again
@@ -121,6 +116,8 @@ absl::Status CudaCnn::Prepare(int64_t n) {
   for (float** p : {&pool1_, &dpool1_}) PSYNC_RETURN_IF_ERROR(alloc(p, n * c1 * h * w / 4));
   for (float** p : {&act2_, &dact2_}) PSYNC_RETURN_IF_ERROR(alloc(p, n * c2 * h * w / 4));
   for (float** p : {&pool2_, &dpool2_}) PSYNC_RETURN_IF_ERROR(alloc(p, n * flat));
+  PSYNC_RETURN_IF_ERROR(alloc(&arg1_, n * c1 * h * w / 4));
+  PSYNC_RETURN_IF_ERROR(alloc(&arg2_, n * flat));
   for (float** p : {&hidden_, &dhidden_}) PSYNC_RETURN_IF_ERROR(alloc(p, n * c_.hidden));
   for (float** p : {&logits_, &dlogits_}) PSYNC_RETURN_IF_ERROR(alloc(p, n * c_.classes));
   PSYNC_RETURN_IF_ERROR(alloc(&ones_, n));
@@ -182,8 +179,8 @@ absl::StatusOr<BatchStats> CudaCnn::Forward(const float* weights, const Batch& b
         cudnnAddTensor(cudnn_, &one, s.b_desc, param(weights, s.b), &one, s.act_desc, s.act));
     PSYNC_CUDNN_RETURN_IF_ERROR(
         cudnnActivationForward(cudnn_, relu_, &one, s.act_desc, s.act, &zero, s.act_desc, s.act));
-    PSYNC_CUDNN_RETURN_IF_ERROR(cudnnPoolingForward(cudnn_, pool_, &one, s.act_desc, s.act,
-                                                    &zero, s.pool_desc, s.pooled));
+    PSYNC_CUDA_RETURN_IF_ERROR(gpu::MaxPool2x2(s.act, n * s.channels, s.height, s.width, s.pooled,
+                                               s.arg, stream));
   }
   const int64_t flat = c_.conv2_channels * (c_.height / 4) * (c_.width / 4);
   PSYNC_RETURN_IF_ERROR(DenseForward(cublas_, pool2_, param(weights, 4), param(weights, 5), n,
@@ -193,20 +190,20 @@ absl::StatusOr<BatchStats> CudaCnn::Forward(const float* weights, const Batch& b
   return head_.Run(logits_, labels_, n, c_.classes, backward ? dlogits_ : nullptr);
 }
 
-// Back through max-pool and ReLU (ReLU's input is gone, but its output
-// has the same sign pattern), then the filter and bias gradients (added to
-// dw and db when `accumulate`) and, if din is not null, the gradient for
-// the stage's input.
-absl::Status CudaCnn::StageBackward(const Stage& s, const float* weights, const float* dpooled,
-                                    float* dw, float* db, float* din, bool accumulate) {
+// Back through max-pool and ReLU (ReLU's input is gone, but its output is
+// positive exactly where the input was), then the filter and bias
+// gradients (added to dw and db when `accumulate`) and, if din is not
+// null, the gradient for the stage's input.
+absl::Status CudaCnn::StageBackward(const Stage& s, int64_t n, const float* weights,
+                                    const float* dpooled, float* dw, float* db, float* din,
+                                    bool accumulate) {
   const float one = 1.0f, zero = 0.0f;
   const float grad_beta = accumulate ? 1.0f : 0.0f;
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnPoolingBackward(cudnn_, pool_, &one, s.pool_desc, s.pooled,
-                                                   s.pool_desc, dpooled, s.act_desc, s.act, &zero,
-                                                   s.act_desc, s.dact));
-  PSYNC_CUDNN_RETURN_IF_ERROR(cudnnActivationBackward(cudnn_, relu_, &one, s.act_desc, s.act,
-                                                      s.act_desc, s.dact, s.act_desc, s.act,
-                                                      &zero, s.act_desc, s.dact));
+  const cudaStream_t stream = cudaStreamLegacy;
+  PSYNC_CUDA_RETURN_IF_ERROR(gpu::MaxPool2x2Backward(dpooled, s.arg, n * s.channels, s.height,
+                                                     s.width, s.dact, stream));
+  PSYNC_CUDA_RETURN_IF_ERROR(
+      gpu::ReluMask(s.dact, s.act, n * s.channels * s.height * s.width, stream));
   PSYNC_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
       cudnn_, &one, s.in_desc, s.in, s.act_desc, s.dact, conv_, kBwdFilterAlgo, workspace_,
       workspace_bytes_, &grad_beta, s.w_desc, dw));
@@ -258,10 +255,10 @@ absl::StatusOr<BatchStats> CudaCnn::DoComputeGradients(const float* weights, con
   if (ready) ready(4, 6);
 
   PSYNC_RETURN_IF_ERROR(
-      StageBackward(Stage2(), weights, dpool2_, g(2), g(3), dpool1_, accumulate));
+      StageBackward(Stage2(), n, weights, dpool2_, g(2), g(3), dpool1_, accumulate));
   if (ready) ready(2, 4);
   PSYNC_RETURN_IF_ERROR(
-      StageBackward(Stage1(), weights, dpool1_, g(0), g(1), nullptr, accumulate));
+      StageBackward(Stage1(), n, weights, dpool1_, g(0), g(1), nullptr, accumulate));
   if (ready) ready(0, 2);
   PSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return stats;

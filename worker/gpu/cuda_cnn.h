@@ -1,6 +1,7 @@
-// The CNN of worker/cnn.h on a CUDA device: convolution, max-pooling and
-// ReLU through cuDNN (forward, backward data, backward filter), the dense
-// layers through cuBLAS.
+// The CNN of worker/cnn.h on a CUDA device: convolution and ReLU through
+// cuDNN (forward, backward data, backward filter), max-pooling and ReLU's
+// backward by psync's kernels (CpuCnn's rules on ties), the dense layers
+// through cuBLAS.
 #ifndef PSYNC_WORKER_GPU_CUDA_CNN_H_
 #define PSYNC_WORKER_GPU_CUDA_CNN_H_
 
@@ -42,28 +43,29 @@ class CudaCnn final : public Model {
   absl::StatusOr<BatchStats> Forward(const float* weights, const Batch& batch, bool backward);
 
   // One conv -> bias -> ReLU -> max-pool stage: its descriptors, parameter
-  // indices and buffers.
+  // indices, the shape of its activations per sample and its buffers.
   struct Stage {
     cudnnTensorDescriptor_t in_desc;
     const float* in;
     cudnnFilterDescriptor_t w_desc;
     int w, b;
     cudnnTensorDescriptor_t b_desc, act_desc;
+    int64_t channels, height, width;
     float* act;
     float* dact;
-    cudnnTensorDescriptor_t pool_desc;
     float* pooled;
+    uint8_t* arg;  // which of its window each pooled value came from
   };
   Stage Stage1() const {
-    return {x_desc_, inputs_, w1_desc_, 0, 1, b1_desc_, act1_desc_, act1_, dact1_, pool1_desc_,
-            pool1_};
+    return {x_desc_, inputs_, w1_desc_, 0, 1, b1_desc_, act1_desc_,
+            c_.conv1_channels, c_.height, c_.width, act1_, dact1_, pool1_, arg1_};
   }
   Stage Stage2() const {
-    return {pool1_desc_, pool1_, w2_desc_, 2, 3, b2_desc_, act2_desc_, act2_, dact2_, pool2_desc_,
-            pool2_};
+    return {pool1_desc_, pool1_, w2_desc_, 2, 3, b2_desc_, act2_desc_,
+            c_.conv2_channels, c_.height / 2, c_.width / 2, act2_, dact2_, pool2_, arg2_};
   }
-  absl::Status StageBackward(const Stage& s, const float* weights, const float* dpooled,
-                             float* dw, float* db, float* din,
+  absl::Status StageBackward(const Stage& s, int64_t n, const float* weights,
+                             const float* dpooled, float* dw, float* db, float* din,
                              bool accumulate);
   const float* param(const float* flat, int i) const { return flat + offsets_[i]; }
 
@@ -76,11 +78,9 @@ class CudaCnn final : public Model {
   // Descriptors: tensors (NCHW, for the current batch size), filters,
   // biases as [1, C, 1, 1].
   cudnnTensorDescriptor_t x_desc_ = nullptr, act1_desc_ = nullptr, pool1_desc_ = nullptr,
-                          act2_desc_ = nullptr, pool2_desc_ = nullptr, b1_desc_ = nullptr,
-                          b2_desc_ = nullptr;
+                          act2_desc_ = nullptr, b1_desc_ = nullptr, b2_desc_ = nullptr;
   cudnnFilterDescriptor_t w1_desc_ = nullptr, w2_desc_ = nullptr;
   cudnnConvolutionDescriptor_t conv_ = nullptr;
-  cudnnPoolingDescriptor_t pool_ = nullptr;
   cudnnActivationDescriptor_t relu_ = nullptr;
 
   // Device scratch for up to rows_ samples.
@@ -90,7 +90,7 @@ class CudaCnn final : public Model {
         *pool2_ = nullptr, *hidden_ = nullptr, *logits_ = nullptr, *dlogits_ = nullptr,
         *dhidden_ = nullptr, *dpool2_ = nullptr, *dact2_ = nullptr, *dpool1_ = nullptr,
         *dact1_ = nullptr, *ones_ = nullptr;
-  uint8_t* labels_ = nullptr;
+  uint8_t *labels_ = nullptr, *arg1_ = nullptr, *arg2_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   SoftmaxHead head_;

@@ -3,6 +3,7 @@
 #include "worker/gpu/gpu.h"
 
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "common/model/init.h"
@@ -40,10 +41,34 @@ TEST(GpuTest, ProbeAlwaysExplainsItself) {
   }
 }
 
+// Each tensor's largest difference against that tensor's largest CPU
+// value: ExpectRelativelyClose's floor of 1 would let an error in small
+// gradients (most are well under 1) through.
+void ExpectCloseInEachTensor(const std::vector<TensorSpec>& tensors, const std::vector<float>& gpu,
+                             const std::vector<float>& cpu, double tolerance) {
+  int64_t offset = 0;
+  for (const TensorSpec& t : tensors) {
+    double scale = 0, worst = 0;
+    for (int64_t i = offset; i < offset + t.NumElements(); ++i) {
+      scale = std::max(scale, std::fabs(double{cpu[i]}));
+      worst = std::max(worst, std::fabs(double{gpu[i]} - cpu[i]));
+    }
+    std::printf("%-14s largest |gpu - cpu| %.3g, %.3g of the largest |cpu| %.3g\n", t.name.c_str(),
+                worst, scale > 0 ? worst / scale : 0.0, scale);
+    EXPECT_LE(worst, tolerance * scale) << t.name;
+    offset += t.NumElements();
+  }
+}
+
 // Forward and backward of the same weights and batch on both; loss,
 // accuracy and every gradient must agree (1e-4 relative). Uses a
 // one-device reducer to move buffers between host and device 0.
-void CompareOnFixedInputs(Model& cpu, Model& gpu, Reducer& reducer) {
+// `bias_offset` is added to every bias: a negative one turns many ReLU
+// units off. With `blank_top`, the first half of each sample's inputs is 0,
+// as a blank background: a convolution there gives the same value across
+// each max-pool window, so the rule for ties decides where gradients go.
+void CompareOnFixedInputs(Model& cpu, Model& gpu, Reducer& reducer, float bias_offset = 0.0f,
+                          bool blank_top = false) {
   const int64_t n = cpu.num_parameters();
   ASSERT_EQ(gpu.num_parameters(), n);
   std::vector<float> w(n);
@@ -51,13 +76,18 @@ void CompareOnFixedInputs(Model& cpu, Model& gpu, Reducer& reducer) {
   for (const TensorSpec& t : cpu.parameters()) {
     InitialValues(3, t, 0, t.NumElements(), w.data() + offset);
     if (t.shape.size() == 1) {  // biases start at 0: give them values to check
-      for (int64_t i = 0; i < t.NumElements(); ++i) w[offset + i] = 0.01f * ((i % 7) - 3);
+      for (int64_t i = 0; i < t.NumElements(); ++i) {
+        w[offset + i] = 0.01f * ((i % 7) - 3) + bias_offset;
+      }
     }
     offset += t.NumElements();
   }
   const int batch = 7;
   std::vector<float> x(batch * cpu.input_dim());
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 131) % 255) / 255.0f;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const bool blank = blank_top && i % cpu.input_dim() < cpu.input_dim() / 2;
+    x[i] = blank ? 0.0f : static_cast<float>((i * 131) % 255) / 255.0f;
+  }
   std::vector<uint8_t> y = {0, 1, 2, 3, 4, 5, 9};
   std::vector<float> cpu_grad(n);
   auto cpu_stats = cpu.ComputeGradients(w.data(), {x.data(), y.data(), batch}, cpu_grad.data());
@@ -76,6 +106,7 @@ void CompareOnFixedInputs(Model& cpu, Model& gpu, Reducer& reducer) {
   EXPECT_NEAR(gpu_stats->loss_sum, cpu_stats->loss_sum, 1e-4 * cpu_stats->loss_sum);
   EXPECT_EQ(gpu_stats->correct, cpu_stats->correct);
   ExpectRelativelyClose(gpu_grad, cpu_grad, 1e-4);
+  ExpectCloseInEachTensor(cpu.parameters(), gpu_grad, cpu_grad, 1e-4);
   auto gpu_eval = gpu.Evaluate(dw->get(), {x.data(), y.data(), batch});
   ASSERT_TRUE(gpu_eval.ok());
   EXPECT_NEAR(gpu_eval->loss_sum, cpu_stats->loss_sum, 1e-4 * cpu_stats->loss_sum);
@@ -114,23 +145,39 @@ TEST(GpuTest, SizedModelsMatchTheirCpuTwins) {
   }
 }
 
-TEST(GpuTest, CudaCnnMatchesCpuCnn) {
-  SKIP_WITHOUT_GPUS(1);
+// The default CNN on both, with CompareOnFixedInputs' options.
+void CompareCnns(float bias_offset, bool blank_top) {
   auto cpu = CpuCnn::Create(CnnConfig{});
   ASSERT_TRUE(cpu.ok());
   auto gpu = CreateCudaModel("cnn", 0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   auto reducer = CreateNcclReducer(1);
   ASSERT_TRUE(reducer.ok()) << reducer.status();
-  CompareOnFixedInputs(**cpu, **gpu, **reducer);
+  CompareOnFixedInputs(**cpu, **gpu, **reducer, bias_offset, blank_top);
+}
+
+TEST(GpuTest, CudaCnnMatchesCpuCnn) {
+  SKIP_WITHOUT_GPUS(1);
+  CompareCnns(0.0f, /*blank_top=*/false);
+}
+
+TEST(GpuTest, CudaCnnMatchesCpuCnnWithMostUnitsOff) {
+  SKIP_WITHOUT_GPUS(1);
+  CompareCnns(-0.2f, /*blank_top=*/false);
+}
+
+TEST(GpuTest, CudaCnnMatchesCpuCnnOnTiesInMaxPool) {
+  SKIP_WITHOUT_GPUS(1);
+  CompareCnns(0.05f, /*blank_top=*/true);
 }
 
 // The reducer's only ways in and out are Broadcast (host to every device)
 // and Reduce (every device to host). Two broadcasts leave different values
 // on device 0 (A) and the others (B): the sum must be A + (D-1) B, as the
-// CPU reducer computes it.
+// CPU reducer computes it. Runs on every GPU there is, one included (then
+// the sum is A, through NCCL's communicator, streams and pinned buffers).
 TEST(GpuTest, NcclReducerMatchesCpuReducer) {
-  SKIP_WITHOUT_GPUS(2);
+  SKIP_WITHOUT_GPUS(1);
   const int devices = ProbeGpus().count;
   auto nccl = CreateNcclReducer(devices);
   ASSERT_TRUE(nccl.ok()) << nccl.status();

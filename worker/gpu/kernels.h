@@ -18,6 +18,19 @@ cudaError_t AddBias(float* y, const float* bias, int64_t n, int64_t cols, bool r
 // is `activation`).
 cudaError_t ReluMask(float* d, const float* activation, int64_t count, cudaStream_t stream);
 
+// 2x2 max-pooling with stride 2 over `planes` planes of h x w (h and w
+// even): out[p, y, x] is the largest of its window, and arg[p, y, x] which
+// of the window's four (0..3, row-major) it was, the first on ties as in
+// CpuCnn. Ties are common: a conv over a blank background gives equal
+// values across the window.
+cudaError_t MaxPool2x2(const float* in, int64_t planes, int64_t h, int64_t w, float* out,
+                       uint8_t* arg, cudaStream_t stream);
+
+// Backward of MaxPool2x2: each window's gradient goes to the element arg
+// names alone; the window's other three get 0.
+cudaError_t MaxPool2x2Backward(const float* dout, const uint8_t* arg, int64_t planes, int64_t h,
+                               int64_t w, float* din, cudaStream_t stream);
+
 // Per sample i of n: loss[i] = -log softmax(logits[i])[labels[i]],
 // correct[i] = (argmax == label, first index on ties), and, if dlogits is
 // not null, dlogits[i] = softmax(logits[i]) - onehot(labels[i]).

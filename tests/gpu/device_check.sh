@@ -1,0 +1,144 @@
+#!/bin/bash
+# The GPU checks, in one bounded run on a machine with an NVIDIA GPU and
+# CUDA 13's libraries but no Bazel (a lent device machine): the CUDA models
+# and the NCCL reducer against their CPU twins (//worker/gpu:gpu_test), GPU
+# runs against CPU runs and against each other, samples/s of the MLP and the
+# CNN on both paths, overlap of the per-layer reduce with backward, and the
+# CNN trained on Fashion-MNIST with --device=cuda.
+#
+# Made ready here by tests/gpu/make_device_bundle.sh (.gpu_bundle/); run from
+# the repository root:  bash tests/gpu/device_check.sh [OUT_DIR [PHASE...]]
+# PHASEs (default all, in this order): tests equivalence drift speed overlap
+# fashion. SPEED_DEVICES (default "cuda cpu") picks the speed phase's devices.
+# Every phase has its own time bound; a failed phase is reported and the next
+# one runs. OUT_DIR (default $OUT, else a temp dir) gets two files, whenever
+# the run ends: check.log and logs.tar.gz (every job's log, summary and trace).
+set -u
+out="${1:-${OUT:-$(mktemp -d)}}"
+shift
+phases=" ${*:-tests equivalence drift speed overlap fashion} "
+wanted() { [[ "$phases" == *" $1 "* ]]; }
+mkdir -p "$out"
+exec > >(tee "$out/check.log") 2>&1
+bundle="$PWD/.gpu_bundle"
+bin="$bundle/bin"
+data="$bundle/data"
+work="$(mktemp -d)"
+start=$(date +%s)
+trap 'exit 143' TERM
+trap 'tar -C "$work" -czf "$out/logs.tar.gz" --exclude=lib --exclude="*.safetensors" .' EXIT
+phase() { echo; echo "=== $1 (at $(($(date +%s) - start)) s)"; }
+
+phase "the machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+nvidia-smi | head -4 | tail -2
+command -v nvcc > /dev/null && nvcc --version | tail -2
+grep PRETTY_NAME /etc/os-release
+nproc
+
+tar -C "$work" -xJf "$bundle/lib.tar.xz"
+# cuBLAS, cuDNN and NCCL come from this machine: the first directory holding
+# each (CUDA's own, else a Python package's).
+cuda_dirs=""
+for lib in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+  found=$(find /usr/local/cuda/ /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name "$lib" 2> /dev/null | head -1)
+  echo "$lib: ${found:-NOT FOUND}"
+  [ -n "$found" ] && cuda_dirs="$cuda_dirs:$(dirname "$found")"
+done
+export LD_LIBRARY_PATH="$work/lib${cuda_dirs}:$work/lib/fallback"
+export PSYNC_CUDA_PLUGIN="$bin/libpsync_cuda.so"
+ldd "$PSYNC_CUDA_PLUGIN" | grep -E "not found|cuda|cublas|cudnn|nccl"
+ldd "$bin/psync_worker" | grep "not found"
+
+if wanted tests; then
+  phase "gpu_test: CUDA models and the NCCL reducer against the CPU ones"
+  timeout 240 "$bin/gpu_test" --gtest_output="xml:$work/gpu_test.xml"
+  echo "gpu_test exit $?"
+fi
+
+# launch NAME FLAGS...: one job, its summary and weights in $work/NAME.*
+launch() {
+  local name=$1
+  shift
+  timeout 330 "$bin/psync_launch" --bin_dir="$bin" --data_dir="$data" --timeout_s=300 \
+    --summary="$work/$name.json" --export_path="$work/$name.safetensors" "$@" \
+    > "$work/$name.log" 2>&1
+  local rc=$?
+  echo "[$name] exit $rc: $(cat "$work/$name.json" 2> /dev/null)"
+  grep -m2 -iE "worker 0.*(gpu|cuda)" "$work/$name.log"
+  if [ $rc -ne 0 ]; then grep -E "FAILED|failed|rror|terminate|Check" "$work/$name.log" | tail -8; fi
+}
+compare() { python3 "$(dirname "$0")/compare_weights.py" "$work/$1.safetensors" "$work/$2.safetensors" "${@:3}"; }
+
+if wanted equivalence; then
+  phase "equivalence: the MLP on the GPU, one worker against two, and against the CPU"
+  common=(--deterministic --seed=7 --steps=30 --lr=0.05 --momentum=0.9 --weight_decay=0.0001 --chunk_kb=64)
+  # The CPU runs pin OpenBLAS's Haswell kernels: with the generic ones some
+  # machines get, the CNN's CPU run drifts from every other (see drift).
+  cpu=(--device=cpu --blas_core=Haswell)
+  launch gpu_single "${common[@]}" --device=cuda --num_servers=1 --num_workers=1 --devices=1 --batch_per_device=32
+  launch gpu_dist "${common[@]}" --device=cuda --num_servers=2 --num_workers=2 --devices=1 --batch_per_device=16
+  launch cpu_single "${common[@]}" "${cpu[@]}" --num_servers=1 --num_workers=1 --devices=1 --batch_per_device=32
+  launch gpu_two_devices "${common[@]}" --device=cuda --num_workers=1 --devices=2 --batch_per_device=16
+  echo "GPU, 2 workers x 16 against 1 x 32:"; compare gpu_single gpu_dist 1e-5
+  echo "GPU against CPU (Haswell kernels), 1 x 32:"; compare cpu_single gpu_single 1e-4
+  launch gpu_cnn_single "${common[@]}" --model=cnn --device=cuda --num_workers=1 --devices=1 --batch_per_device=32
+  launch gpu_cnn_dist "${common[@]}" --model=cnn --device=cuda --num_servers=2 --num_workers=2 --devices=1 --batch_per_device=16
+  launch cpu_cnn_single "${common[@]}" --model=cnn "${cpu[@]}" --num_workers=1 --devices=1 --batch_per_device=32
+  echo "CNN on the GPU, 2 workers x 16 against 1 x 32:"; compare gpu_cnn_single gpu_cnn_dist 1e-5
+  echo "CNN, GPU against CPU (Haswell kernels), 1 x 32:"; compare cpu_cnn_single gpu_cnn_single 1e-4
+fi
+
+if wanted drift; then
+  phase "drift: GPU against CPU after 1, 3 and 30 steps (1 worker x 32, deterministic)"
+  for model in mlp cnn; do
+    for steps in 1 3 30; do
+      for device in cuda cpu; do
+        launch "drift_${model}_${device}_$steps" --model=$model --device=$device --deterministic \
+          --seed=7 --steps=$steps --lr=0.05 --momentum=0.9 --weight_decay=0.0001 --batch_per_device=32 \
+          > /dev/null
+      done
+      echo "$model after $steps steps:"; compare "drift_${model}_cpu_$steps" "drift_${model}_cuda_$steps"
+    done
+  done
+  # The spread between two CPU runs whose BLAS kernels differ, for scale:
+  # what the GPU's own rounding does to a run is of that kind.
+  launch drift_cnn_haswell_30 --model=cnn --device=cpu --blas_core=Haswell --deterministic --seed=7 \
+    --steps=30 --lr=0.05 --momentum=0.9 --weight_decay=0.0001 --batch_per_device=32 > /dev/null
+  echo "cnn after 30 steps, GPU against CPU with Haswell kernels:"
+  compare drift_cnn_haswell_30 drift_cnn_cuda_30
+  echo "cnn after 30 steps, CPU with this machine's kernels against Haswell's:"
+  compare drift_cnn_haswell_30 drift_cnn_cpu_30
+  for f in "$work"/drift_cnn_*_30.safetensors; do cp "$f" "${f%.safetensors}.weights"; done
+fi
+
+if wanted speed; then
+  phase "samples/s: GPU against CPU (2 servers, 2 workers, 1 device each, 300 steps)"
+  for model in mlp cnn; do
+    for batch in 32 256; do
+      for device in ${SPEED_DEVICES:-cuda cpu}; do
+        launch "speed_${model}_${device}_b${batch}" --model=$model --device=$device --num_servers=2 \
+          --num_workers=2 --devices=1 --batch_per_device=$batch --steps=300 --seed=1 --lr=0.05
+      done
+    done
+  done
+fi
+
+if wanted overlap; then
+  phase "overlap of the per-layer reduce with backward (CNN on the GPU, batch 256)"
+  for overlap in true false; do
+    launch "overlap_$overlap" --model=cnn --device=cuda --num_servers=2 --num_workers=2 --devices=1 \
+      --batch_per_device=256 --steps=500 --seed=1 --lr=0.05 --overlap=$overlap --overlap_min_kb=0 \
+      --trace="$work/trace_overlap_$overlap.json" --trace_steps=30
+  done
+fi
+
+if wanted fashion; then
+  phase "the CNN on Fashion-MNIST with --device=cuda (deploy/local/train_cnn.sh's job)"
+  launch cnn_fashion --model=cnn --device=cuda --num_servers=2 --num_workers=2 --devices=1 \
+    --batch_per_device=32 --epochs=12 --lr=0.05 --momentum=0.9 --weight_decay=0.0005 --seed=1 \
+    --lr_schedule=cosine
+  grep -h "test_acc" "$work/cnn_fashion.log" | grep "worker 0"
+fi
+
+phase "done"

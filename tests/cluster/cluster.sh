@@ -15,7 +15,9 @@
 #       some kernels lack: then `up` says so and makes nothing). Inside a host
 #       (`ip netns exec NAME-hI …`) /etc/hosts names every host: NAME-hI.
 #   cluster.sh down --name=NAME
-#       removes all that `up` made for NAME; idempotent.
+#       removes all that `up` made for NAME; idempotent. End the processes
+#       running on the hosts first: a namespace (and its link) lives until
+#       its last process exits, and `down` names those it finds.
 #   cluster.sh cpu CMD [ARG…]
 #       runs CMD, then prints to stderr its wall time, the CPU time CMD and
 #       its children used, and how busy the machine's cores were meanwhile
@@ -166,6 +168,9 @@ down() {
   needs_root_and_iproute2
   local ns
   for ns in $(ip netns list | awk '{print $1}' | grep -E -- "^$name-(sw|h[0-9]+)$" || true); do
+    local left
+    left=$(ip netns pids "$ns" | xargs)
+    [[ -z $left ]] || echo "$me: processes $left still run on $ns: it lives until they exit" >&2
     ip netns del "$ns"
   done
   for ns in /etc/netns/"$name"-h*; do

@@ -21,9 +21,21 @@ worker_bin=worker/psync_worker
 name="sm$$"
 logs=$(mktemp -d)
 pids=()
-cleanup() {
+# Ends what is left (a daemon stops on SIGTERM, a worker within seconds;
+# SIGKILL after 20 s), then the hosts.
+any_alive() {
   local p
+  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done
+  return 1
+}
+cleanup() {
+  local p i
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for (( i = 0; i < 200; ++i )); do
+    any_alive || break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   "$cluster" down --name="$name" >/dev/null 2>&1
   rm -rf "$logs"
@@ -39,8 +51,10 @@ job=(--num_servers=1 --num_workers=3 --synthetic_samples=192 --steps=3 --batch_p
 ip netns exec "$name-h0" timeout 120 "$server_bin" --server_rank=0 --servers="$a0:7070" \
   --host=0.0.0.0 --port=7070 "${job[@]}" 2>"$logs/server" &
 pids+=($!)
+# Run in the background, each as the process its pid names (exec), so that
+# killing that pid reaches the worker through `timeout`.
 worker() {  # RANK HOST SERVER_ADDRESS
-  ip netns exec "$name-h$2" timeout 120 "$worker_bin" --worker_rank="$1" --servers="$3" \
+  exec ip netns exec "$name-h$2" timeout 120 "$worker_bin" --worker_rank="$1" --servers="$3" \
     "${job[@]}" --connect_timeout_s=60 2>"$logs/worker$1"
 }
 worker 0 0 "$a0:7070" & w0=$!

@@ -311,14 +311,26 @@ class Launcher {
     // A failure of the job ends with what the daemon last logged as an error.
     auto fail = [&](absl::StatusCode status, absl::string_view why) {
       const std::string output = d.process->DrainedOutput(absl::Now() + kDrainWait);
-      const std::string error = d.command ? LastLine(output) : LastError(output);
+      bool line = d.command;
+      std::string error = line ? LastLine(output) : LastError(output);
+      // ssh, say, failing to reach the host says why in a line of its own.
+      if (error.empty() && d.host != nullptr) {
+        line = true;
+        error = LastLine(output);
+      }
       return absl::Status(status, absl::StrCat(exited, why, error.empty() ? "" : "; its last ",
-                                               d.command ? "line: " : "error: ", error));
+                                               line ? "line: " : "error: ", error));
     };
     if (d.command && !ShellExitReason(code).empty()) {  // a typo in --worker_cmd
       return fail(absl::StatusCode::kInvalidArgument,
                   absl::StrCat(": its --worker_cmd '", worker_cmd_, "' ", ShellExitReason(code),
                                " (never restarted)"));
+    }
+    if (d.host != nullptr && !ShellExitReason(code).empty()) {  // a typo, a missing install
+      return fail(absl::StatusCode::kInvalidArgument,
+                  absl::StrCat(": --host_cmd '", options_.plan.host_cmd,
+                               "', or the program it runs on ", d.host->name, ", ",
+                               ShellExitReason(code), " (never restarted)"));
     }
     if (code == kExitBadConfig) {  // what only a daemon checks: a missing --data_dir, say
       return fail(absl::StatusCode::kInvalidArgument, ": bad flags (never restarted)");

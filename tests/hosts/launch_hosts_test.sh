@@ -4,7 +4,7 @@
 # through --host_cmd='ip netns exec {host} sh -c', the template users give
 # for ssh in the same place. Checks that
 #   1. bad multi-host flags stop the launcher at start, exit 2, naming the
-#      flag and the value;
+#      flag and the value, and so does a --host_cmd that cannot run;
 #   2. a deterministic job with servers on hosts 0 and 1 and workers on all
 #      three ends with the weights_sha256 of the same job on one host;
 #   3. worker 1, killed with SIGKILL by its pid on its host (--pid_dir),
@@ -104,6 +104,9 @@ bad_case "--host_cmd is 'ssh node' without {host}" --hosts=a,b --host_cmd='ssh n
 bad_case "--server_hosts places processes on several hosts, expected --hosts" --server_hosts=0,1
 bad_case "--base_port is 0" "${on_hosts[@]}" --base_port=0
 bad_case "--secure makes its certificates here" "${on_hosts[@]}" --secure
+# A template that cannot run fails the job at once, not after every restart.
+bad_case "exited with code 127: --host_cmd 'psync-no-such-tool {host}', or the program it runs on a," \
+  --hosts=a --host_cmd='psync-no-such-tool {host}'
 result "launch hosts: bad flags exit 2 naming them" $bad_flags_ok
 
 # 2. The same job on one host, then across the three.
@@ -131,7 +134,7 @@ fi
 launcher=$!
 killed=""
 for ((i = 0; i < 600; ++i)); do  # 60 s
-  if grep -q "worker 1 registered" "$work/kill.log" && [[ -s "$work/pids/worker-1.pid" ]]; then
+  if grep -qs "worker 1 registered" "$work/kill.log" && [[ -s "$work/pids/worker-1.pid" ]]; then
     killed=$(cat "$work/pids/worker-1.pid")
     kill -9 "$killed"
     break
@@ -157,7 +160,7 @@ fi
 "$launch" "${job[@]}" "${on_hosts[@]}" --steps=100000 >"$work/stop.log" 2>&1 &
 launcher=$!
 for ((i = 0; i < 600; ++i)); do
-  grep -q "worker 2 registered" "$work/stop.log" && break
+  grep -qs "worker 2 registered" "$work/stop.log" && break
   sleep 0.1
 done
 running=$(left_in_namespaces | wc -l)

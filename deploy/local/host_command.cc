@@ -1,5 +1,7 @@
 #include "deploy/local/host_command.h"
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -38,11 +40,19 @@ kill "$w" 2>/dev/null
 rm -rf "$d"
 exit "$c")";
 
+// A word no shell changes, and that is not NAME=value, which a shell reads
+// as an assignment where a command's first word is expected.
 bool IsPlainWord(absl::string_view word) {
   for (const char c : word) {
     if (!absl::ascii_isalnum(c) && !absl::StrContains("_@%+=:,./-", c)) return false;
   }
-  return !word.empty();
+  const absl::string_view name = word.substr(0, word.find('='));
+  const bool assignment = name.size() < word.size() && !name.empty() &&
+                          !absl::ascii_isdigit(name[0]) &&
+                          std::all_of(name.begin(), name.end(), [](char c) {
+                            return absl::ascii_isalnum(c) || c == '_';
+                          });
+  return !word.empty() && !assignment;
 }
 
 }  // namespace

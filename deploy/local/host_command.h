@@ -28,7 +28,8 @@ inline constexpr char kDefaultHostCommand[] = "ssh {host}";
 absl::Status ValidateHostCommand(absl::string_view host_cmd);
 
 // `word` as one word for a POSIX shell: unchanged if it has only letters,
-// digits and _ @ % + = : , . / -, else in single quotes (a ' inside as '\'').
+// digits and _ @ % + = : , . / - and is not NAME=value (an assignment where
+// a command is expected), else in single quotes (a ' inside as '\'').
 std::string ShellQuote(absl::string_view word);
 
 // The words quoted and joined with spaces: a command line that a POSIX

@@ -20,7 +20,7 @@ using ::testing::HasSubstr;
 // Words a shell would otherwise split, expand or choke on.
 const std::vector<std::string> kHardWords = {
     "plain", "two words", "it's", "\"double\"", "$HOME", "`id`", "a\\b", "", "*", "x;y",
-    "line\nbreak", "'", "--flag=a b"};
+    "line\nbreak", "'", "--flag=a b", "#x", "~", "{a,b}"};
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
@@ -63,6 +63,8 @@ TEST(HostCommandTest, PlainWordsStayAndOthersAreSingleQuoted) {
   EXPECT_EQ(ShellQuote(""), "''");
   EXPECT_EQ(ShellQuote("a b"), "'a b'");
   EXPECT_EQ(ShellQuote("it's"), "'it'\\''s'");
+  EXPECT_EQ(ShellQuote("A_1=x"), "'A_1=x'") << "an assignment as a first word";
+  EXPECT_EQ(ShellQuote("1A=x"), "1A=x");
   EXPECT_EQ(ShellCommandLine({"echo", "a b", "$x"}), "echo 'a b' '$x'");
 }
 

@@ -31,9 +31,9 @@ sha_of() {  # summary.json -> weights_sha256
 }
 
 # --- a temporary stand-in for tests/cluster/cluster.sh (same interface:
-# namespaces NAME-hI, one address each, joined by a bridge). The bridge
-# lives in a namespace of its own, so this machine's interfaces are never
-# touched.
+# namespaces NAME-hI, one address each, joined by a bridge; one line
+# "NAME-hI ADDRESS" per host). The bridge lives in a namespace of its own,
+# so this machine's interfaces are never touched.
 cluster_down() {
   local i
   for ((i = 0; i < hosts; ++i)); do ip netns del "$name-h$i" 2>/dev/null; done
@@ -51,6 +51,7 @@ cluster_up() {
       ip -n "$name-h$i" addr add "10.213.0.$((i + 1))/24" dev eth0 &&
       ip -n "$name-h$i" link set eth0 up &&
       ip -n "$name-h$i" link set lo up || return 1
+    echo "$name-h$i 10.213.0.$((i + 1))"
   done
 }
 # --- end of the stand-in
@@ -59,6 +60,13 @@ cluster_up() {
 left_in_namespaces() {
   local i
   for ((i = 0; i < hosts; ++i)); do ip netns pids "$name-h$i" 2>/dev/null; done
+}
+# Waits for the launcher PID up to SECONDS, killing it past them; sets rc
+# to its exit code (137 if it had to be killed).
+finish() {  # PID SECONDS
+  timeout "$2" tail --pid="$1" -f /dev/null || kill -9 "$1" 2>/dev/null
+  wait "$1"
+  rc=$?
 }
 cleanup() {
   local pid
@@ -75,9 +83,9 @@ if [[ ! -x "$launch" ]]; then
   result "launch hosts: binaries" 0 "no $launch: run bazel build //deploy/local:psync_launch"
   exit 1
 fi
-cluster_up || { result "launch hosts: namespaces" 0 "could not create them"; exit 1; }
-
-host_list="$name-h0=10.213.0.1,$name-h1=10.213.0.2,$name-h2=10.213.0.3"
+cluster_up >"$work/hosts" || { result "launch hosts: namespaces" 0 "could not create them"; exit 1; }
+host_list=$(awk '{printf "%s%s=%s", (NR > 1 ? "," : ""), $1, $2}' "$work/hosts")
+mapfile -t address < <(awk '{print $2}' "$work/hosts")
 on_hosts=(--hosts="$host_list" --host_cmd='ip netns exec {host} sh -c'
           --server_hosts=0,1 --worker_hosts=0,1,2 --base_port=7070)
 job=(--num_servers=2 --num_workers=3 --devices=1 --synthetic_samples=2000 --steps=300
@@ -90,7 +98,7 @@ timeout 180 "$launch" "${job[@]}" "${on_hosts[@]}" --summary="$work/hosts.json" 
 one=$(sha_of "$work/one.json")
 across=$(sha_of "$work/hosts.json")
 placed=1
-for line in "servers started at 10.213.0.1:7070,10.213.0.2:7070" "[worker 2@$name-h2] " \
+for line in "servers started at ${address[0]}:7070,${address[1]}:7070" "[worker 2@$name-h2] " \
             "[server 1@$name-h1] "; do
   grep -qF -- "$line" "$work/hosts.log" || placed=0
 done
@@ -116,9 +124,7 @@ for ((i = 0; i < 600; ++i)); do  # 60 s
   kill -0 $launcher 2>/dev/null || break
   sleep 0.1
 done
-timeout 180 tail --pid=$launcher -f /dev/null
-wait $launcher
-rc=$?
+finish $launcher 180
 restarted="worker 1@$name-h1 exited with code 137 (killed by SIGKILL); restarting it"
 if [[ -n "$killed" && $rc == 0 && "$(sha_of "$work/kill.json")" == "$one" ]] &&
    grep -qF "$restarted" "$work/kill.log" &&
@@ -139,9 +145,7 @@ for ((i = 0; i < 600; ++i)); do
 done
 running=$(left_in_namespaces | wc -l)
 kill -TERM $launcher
-timeout 60 tail --pid=$launcher -f /dev/null
-wait $launcher
-rc=$?
+finish $launcher 60
 if [[ $running -ge 5 && $rc == 1 && -z "$(left_in_namespaces)" ]] &&
    grep -q "interrupted: received SIGTERM" "$work/stop.log"; then
   result "launch hosts: stopping the launcher stops every host's processes" 1

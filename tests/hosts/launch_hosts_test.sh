@@ -98,8 +98,9 @@ timeout 180 "$launch" "${job[@]}" "${on_hosts[@]}" --summary="$work/hosts.json" 
 one=$(sha_of "$work/one.json")
 across=$(sha_of "$work/hosts.json")
 placed=1
+# Each process where it was put: its prefix, and its address as the servers see it.
 for line in "servers started at ${address[0]}:7070,${address[1]}:7070" "[worker 2@$name-h2] " \
-            "[server 1@$name-h1] "; do
+            "[server 1@$name-h1] " "server 1: worker 2 registered from ipv4:${address[2]}:"; do
   grep -qF -- "$line" "$work/hosts.log" || placed=0
 done
 if [[ -n "$one" && "$one" == "$across" && $placed == 1 && -z "$(left_in_namespaces)" ]]; then

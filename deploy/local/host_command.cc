@@ -1,12 +1,14 @@
 #include "deploy/local/host_command.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 
 namespace psync {
 namespace {
@@ -72,6 +74,21 @@ absl::Status ValidateHostCommand(absl::string_view host_cmd) {
           absl::StrCat("--host_cmd is '", host_cmd, "': its only placeholder is {host}, ",
                        "found '", host_cmd.substr(brace, 12), "'"));
     }
+  }
+  // Commands that exec their last argument rather than hand it to a shell
+  // as ssh does: without a shell at the end the whole command line would
+  // be taken for a program's name.
+  const std::vector<absl::string_view> words =
+      absl::StrSplit(host_cmd, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+  constexpr absl::string_view kExecers[] = {"ip", "nsenter", "docker", "podman", "kubectl",
+                                            "chroot"};
+  const bool execer =
+      std::find(std::begin(kExecers), std::end(kExecers), words.front()) != std::end(kExecers);
+  if (execer && words.back() != "-c") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--host_cmd is '", host_cmd, "': ", words.front(),
+        " runs its last argument as a program, not as a shell command line as ssh does; ",
+        "end the template with a shell, e.g. '", host_cmd, " sh -c'"));
   }
   return absl::OkStatus();
 }

@@ -24,7 +24,9 @@ namespace psync {
 inline constexpr char kDefaultHostCommand[] = "ssh {host}";
 
 // OK for a template with {host} and no other {placeholder}; InvalidArgument
-// naming --host_cmd otherwise.
+// naming --host_cmd otherwise, and for one that starts with a command known
+// to exec its last argument (ip, nsenter, docker, podman, kubectl, chroot)
+// and does not end with a shell's -c to read the command line.
 absl::Status ValidateHostCommand(absl::string_view host_cmd);
 
 // `word` as one word for a POSIX shell: unchanged if it has only letters,

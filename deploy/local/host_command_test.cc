@@ -93,10 +93,16 @@ TEST(HostCommandTest, TheWordsSurviveAnSshStyleTemplateAndALocalOne) {
 TEST(HostCommandTest, TemplatesNeedHostAndNoOtherPlaceholder) {
   EXPECT_TRUE(ValidateHostCommand(kDefaultHostCommand).ok());
   EXPECT_TRUE(ValidateHostCommand("ip netns exec {host} sh -c").ok());
+  EXPECT_TRUE(ValidateHostCommand("ssh -p 2222 {host}").ok());
+  EXPECT_TRUE(ValidateHostCommand("  ip netns exec {host} bash -c").ok());
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"", "--host_cmd is '' without {host}"},
       {"ssh node1", "--host_cmd is 'ssh node1' without {host}"},
       {"ssh {host} {cmd}", "its only placeholder is {host}, found '{cmd}'"},
+      {"ip netns exec {host}",
+       "ip runs its last argument as a program, not as a shell command line as ssh does; end "
+       "the template with a shell, e.g. 'ip netns exec {host} sh -c'"},
+      {"docker exec -i {host}", "e.g. 'docker exec -i {host} sh -c'"},
   };
   for (const auto& [value, message] : cases) {
     const absl::Status s = ValidateHostCommand(value);

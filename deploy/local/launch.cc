@@ -97,7 +97,9 @@ absl::Status CheckDirFlag(const char* flag, const std::string& path) {
   return absl::OkStatus();
 }
 
-bool FlagGiven(absl::string_view name) { return absl::flags_internal::WasPresentOnCommandLine(name); }
+bool FlagGiven(absl::string_view name) {
+  return absl::flags_internal::WasPresentOnCommandLine(name);
+}
 
 // --hosts, --host_cmd, the placements and --base_port, checked together.
 absl::StatusOr<HostPlan> PlanHosts(const LoadedJobConfig& loaded) {
@@ -251,7 +253,8 @@ int main(int argc, char** argv) {
   options.pid_dir = absl::GetFlag(FLAGS_pid_dir);
   options.plan = *std::move(plan);
   options.stop_signal = &psync::g_stop_signal;
-  const psync::LaunchResult result = psync::RunLauncher(std::move(loaded->config), std::move(options));
+  const psync::LaunchResult result =
+      psync::RunLauncher(std::move(loaded->config), std::move(options));
   const absl::Status& s = result.status;
   if (absl::IsCancelled(s) && psync::g_stop_signal.load() != 0) {
     // Ctrl-C: what can be run again, and from where.

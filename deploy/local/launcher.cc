@@ -188,8 +188,9 @@ class Launcher {
         PSYNC_ASSIGN_OR_RETURN(const int port, reserved.Add());
         ports.push_back(port);
       }
+      const HostPlan& plan = options_.plan;
       addresses.push_back(absl::StrCat(
-          here ? "127.0.0.1" : options_.plan.hosts[options_.plan.server_hosts[i]].address, ":", ports[i]));
+          here ? "127.0.0.1" : plan.hosts[plan.server_hosts[i]].address, ":", ports[i]));
     }
     const std::string server_list = absl::StrJoin(addresses, ",");
     if (!config.cluster().servers().empty()) {

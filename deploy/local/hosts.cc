@@ -30,8 +30,10 @@ absl::StatusOr<std::vector<LaunchHost>> ParseHosts(absl::string_view value) {
   std::set<std::string> names;
   for (absl::string_view entry : absl::StrSplit(value, ',')) {
     std::pair<absl::string_view, absl::string_view> parts = absl::StrSplit(entry, '=');
+    // By default the machine ssh reaches: NAME without its user@.
+    const absl::string_view machine = parts.first.substr(parts.first.find('@') + 1);
     LaunchHost host{std::string(parts.first),
-                    std::string(parts.second.empty() ? parts.first : parts.second)};
+                    std::string(parts.second.empty() ? machine : parts.second)};
     const bool extra_equals = std::count(entry.begin(), entry.end(), '=') > 1;
     if (!AllOf(host.name, "._-@") || extra_equals || (entry.find('=') != entry.npos &&
                                                       parts.second.empty())) {

@@ -19,8 +19,8 @@ struct LaunchHost {
 };
 
 // "NAME[=ADDRESS],...": NAME is letters, digits and . _ - @ (user@machine
-// for ssh); ADDRESS, NAME by default, a host name or IPv4 address (letters,
-// digits, . and -). InvalidArgument naming --hosts and the entry for an
+// for ssh); ADDRESS, by default NAME without a user@, a host name or IPv4
+// address (letters, digits, . and -). InvalidArgument naming --hosts and the entry for an
 // empty list or entry, a bad character, or a NAME listed twice.
 absl::StatusOr<std::vector<LaunchHost>> ParseHosts(absl::string_view value);
 

@@ -10,9 +10,11 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(HostsTest, NamesWithAndWithoutAddresses) {
-  const auto hosts = ParseHosts("node1,me@node2=10.0.0.2,psync-h2=gpu-2.example.org");
+  const auto hosts = ParseHosts("node1,me@node2=10.0.0.2,psync-h2=gpu-2.example.org,me@node4");
   ASSERT_TRUE(hosts.ok()) << hosts.status();
-  ASSERT_EQ(hosts->size(), 3u);
+  ASSERT_EQ(hosts->size(), 4u);
+  EXPECT_EQ((*hosts)[3].name, "me@node4");
+  EXPECT_EQ((*hosts)[3].address, "node4") << "the machine, without the user";
   EXPECT_EQ((*hosts)[0].name, "node1");
   EXPECT_EQ((*hosts)[0].address, "node1");
   EXPECT_EQ((*hosts)[1].name, "me@node2");

@@ -21,7 +21,9 @@
 
 namespace psync {
 
-inline constexpr char kDefaultHostCommand[] = "ssh {host}";
+// BatchMode: a host that wants a password fails at once (ssh exits 255,
+// saying why) instead of every process prompting on the terminal together.
+inline constexpr char kDefaultHostCommand[] = "ssh -o BatchMode=yes {host}";
 
 // OK for a template with {host} and no other {placeholder}; InvalidArgument
 // naming --host_cmd otherwise, and for one that starts with a command known

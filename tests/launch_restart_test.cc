@@ -1,7 +1,8 @@
 // psync_launch supervising its cluster, with real processes: a worker
 // killed with SIGKILL fails the job when restarts are off, and is restarted
-// (the job then finishes) when they are on; bad supervision flags fail at
-// start. Every run is bounded by --timeout_s and a deadline on its wait.
+// (the job then finishes) when they are on; bad supervision flags, and
+// bad multi-host ones, fail at start. Every run is bounded by --timeout_s
+// and a deadline on its wait.
 #include <signal.h>
 #include <sys/types.h>
 
@@ -171,6 +172,59 @@ TEST(LaunchRestartTest, BadSupervisionFlagsFailAtStart) {
     EXPECT_TRUE(Contains(output, "[launch] bad configuration: " + message)) << output;
     EXPECT_FALSE(Contains(output, "[server 0]")) << "started a server: " << output;
   }
+}
+
+// --hosts and its companions, checked before anything starts (no host is
+// contacted: the template would fail if it were).
+TEST(LaunchRestartTest, BadMultiHostFlagsFailAtStart) {
+  const std::string hosts = "--hosts=h0,h1,h2=10.0.0.3";
+  const std::string never = "--host_cmd=false {host}";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--hosts=a;b"}, "--hosts entry 'a;b': expected NAME[=ADDRESS]"},
+      {{"--hosts=a,a"}, "--hosts lists 'a' twice"},
+      {{hosts, never, "--server_hosts=0,3"}, "--server_hosts has '3', expected a host index 0..2"},
+      {{hosts, never, "--worker_hosts=0"},
+       "--worker_hosts is '0' (1 hosts), expected one host per process: 2 (--num_workers)"},
+      {{hosts, "--host_cmd=ssh node"}, "--host_cmd is 'ssh node' without {host}"},
+      {{hosts, "--host_cmd=ssh {host} {cmd}"},
+       "--host_cmd is 'ssh {host} {cmd}': its only placeholder is {host}"},
+      {{hosts, "--host_cmd=ip netns exec {host}"},
+       "--host_cmd is 'ip netns exec {host}': ip runs its last argument as a program"},
+      {{"--server_hosts=0,1"},
+       "--server_hosts places processes on several hosts, expected --hosts"},
+      {{"--host_cmd=ssh {host}"},
+       "--host_cmd places processes on several hosts, expected --hosts"},
+      {{hosts, never, "--base_port=0"}, "--base_port is 0, expected 1..65535"},
+      {{hosts, never, "--server_hosts=1,1", "--base_port=65535"},
+       "--base_port is 65535, expected 1..65534: the servers of one host take consecutive ports"},
+      {{hosts, never, "--secure"}, "--secure makes its certificates here, for 127.0.0.1"},
+  };
+  for (const auto& [flags, message] : cases) {
+    SCOPED_TRACE(flags.back());
+    std::vector<std::string> args = {"--num_servers=2", "--num_workers=2"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto launch = StartLaunch("badhosts", args);
+    ASSERT_NE(launch, nullptr);
+    std::string output;
+    EXPECT_EQ(Finish(*launch, &output), 2) << output;
+    EXPECT_TRUE(Contains(output, "[launch] bad configuration: " + message)) << output;
+    EXPECT_FALSE(Contains(output, "[server 0")) << "started a server: " << output;
+  }
+}
+
+// A template that cannot run fails the job at once, naming it, rather
+// than after every restart.
+TEST(LaunchRestartTest, AHostCommandThatCannotRunIsFinal) {
+  auto launch = StartLaunch("nohostcmd", {"--num_servers=1", "--num_workers=1", "--hosts=a",
+                                          "--host_cmd=psync-no-such-tool {host}"});
+  ASSERT_NE(launch, nullptr);
+  std::string output;
+  EXPECT_EQ(Finish(*launch, &output), 2) << output;
+  EXPECT_TRUE(Contains(output, "exited with code 127: --host_cmd 'psync-no-such-tool {host}', "
+                               "or the program it runs on a, was not found by /bin/sh (never "
+                               "restarted)"))
+      << output;
+  EXPECT_FALSE(Contains(output, "restarting it")) << output;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bootstraps, builds and runs every test, then checks that the build without
-# CUDA still works, the sources' size limits (tests/code_limits.py), lints
+# CUDA still works, the sources' size limits (tests/code_limits.py), runs
+# psync_launch across network namespaces (tests/hosts/launch_hosts_test.sh), lints
 # the deployment files (tests/k8s/check_manifests.sh)
 # and plays the Kubernetes manifests as containers (tests/k8s/play_test.sh);
 # ends with "N passed, N failed" counted from the test cases in Bazel's
@@ -50,6 +51,10 @@ deployment_check() {  # SCRIPT (.sh run by bash, .py by Debian's python3)
 }
 # The sources' size limits (no file over 600 lines, no function over 80).
 deployment_check tests/code_limits.py
+# psync_launch across hosts: network namespaces, which need root and
+# /run/netns, read-only in Bazel's sandbox; so a check here, on the
+# binaries `bazel test //...` built.
+deployment_check tests/hosts/launch_hosts_test.sh
 if bash deploy/bootstrap_tools.sh; then
   deployment_check tests/k8s/check_manifests.sh
   deployment_check tests/k8s/play_test.sh

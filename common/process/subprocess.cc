@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,7 +29,7 @@ absl::Mutex& StdoutMutex() {
 
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(std::vector<std::string> argv,
                                                               std::string prefix, bool echo,
-                                                              int nice) {
+                                                              int nice, bool control_stdin) {
   if (argv.empty()) return absl::InvalidArgumentError("Subprocess: empty argv");
   if (access(argv[0].c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("Subprocess: '", argv[0], "' is not an executable file"));
@@ -37,6 +38,18 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(std::vector<std::s
   if (pipe2(fds, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("Subprocess: pipe: ", std::strerror(errno)));
   }
+  // A socket, not a pipe: send(MSG_NOSIGNAL) to a child that is gone fails
+  // instead of raising SIGPIPE in the launcher.
+  int in[2] = {-1, -1};
+  if (control_stdin && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) != 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return absl::InternalError(absl::StrCat("Subprocess: socketpair: ", std::strerror(errno)));
+  }
+  auto close_in = [&in] {
+    if (in[0] >= 0) close(in[0]);
+    if (in[1] >= 0) close(in[1]);
+  };
   std::vector<char*> args;
   for (std::string& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
@@ -45,6 +58,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(std::vector<std::s
   if (pid < 0) {
     close(fds[0]);
     close(fds[1]);
+    close_in();
     return absl::InternalError(absl::StrCat("Subprocess: fork: ", std::strerror(errno)));
   }
   if (pid == 0) {
@@ -56,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(std::vector<std::s
     if (getppid() != parent) _exit(127);
     dup2(fds[1], STDOUT_FILENO);
     dup2(fds[1], STDERR_FILENO);
+    if (in[1] >= 0) dup2(in[1], STDIN_FILENO);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -64,12 +79,13 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(std::vector<std::s
     _exit(127);
   }
   close(fds[1]);
+  if (in[1] >= 0) close(in[1]);
   setpgid(pid, pid);  // also here: whichever runs first wins the race
-  return std::unique_ptr<Subprocess>(new Subprocess(pid, fds[0], std::move(prefix), echo));
+  return std::unique_ptr<Subprocess>(new Subprocess(pid, fds[0], in[0], std::move(prefix), echo));
 }
 
-Subprocess::Subprocess(pid_t pid, int out_fd, std::string prefix, bool echo)
-    : pid_(pid), out_fd_(out_fd), prefix_(std::move(prefix)), echo_(echo) {
+Subprocess::Subprocess(pid_t pid, int out_fd, int in_fd, std::string prefix, bool echo)
+    : pid_(pid), out_fd_(out_fd), in_fd_(in_fd), prefix_(std::move(prefix)), echo_(echo) {
   reader_ = std::thread([this] { Relay(); });
 }
 
@@ -77,6 +93,7 @@ Subprocess::~Subprocess() {
   if (!Poll().has_value()) Stop(absl::Seconds(2));
   // Anything the child left behind in its group would hold the pipe open.
   kill(-pid_, SIGKILL);
+  CloseInput();
   reader_.join();
   close(out_fd_);
 }
@@ -145,6 +162,23 @@ int Subprocess::Stop(absl::Duration grace) {
   if (auto code = Wait(absl::Now() + grace)) return *code;
   Signal(SIGKILL);
   return *Wait(absl::InfiniteFuture());
+}
+
+bool Subprocess::WriteInput(absl::string_view text) {
+  absl::MutexLock lock(&mu_);
+  while (in_fd_ >= 0 && !text.empty()) {
+    const ssize_t n = send(in_fd_, text.data(), text.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    text.remove_prefix(n);
+  }
+  return in_fd_ >= 0;
+}
+
+void Subprocess::CloseInput() {
+  absl::MutexLock lock(&mu_);
+  if (in_fd_ >= 0) close(in_fd_);
+  in_fd_ = -1;
 }
 
 std::string Subprocess::output() const {

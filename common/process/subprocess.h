@@ -13,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -25,10 +26,13 @@ class Subprocess {
   // Starts argv (argv[0] is a path). Each line the child writes to stdout or
   // stderr is kept (the last 1 MiB) and, if `echo`, written to our stdout
   // as "<prefix>line". A positive `nice` lowers the child's CPU priority
-  // (its nice value, before it runs anything).
+  // (its nice value, before it runs anything). With `control_stdin` the
+  // child's standard input is a socket that WriteInput writes to and
+  // CloseInput ends (its end of input); without, it is ours.
   static absl::StatusOr<std::unique_ptr<Subprocess>> Start(std::vector<std::string> argv,
                                                            std::string prefix, bool echo = true,
-                                                           int nice = 0);
+                                                           int nice = 0,
+                                                           bool control_stdin = false);
   // Kills the child if it still runs, reaps it and joins the reader thread.
   ~Subprocess();
 
@@ -43,6 +47,12 @@ class Subprocess {
   void Signal(int signal);
   // SIGTERM, then SIGKILL after `grace`; returns the exit code.
   int Stop(absl::Duration grace);
+  // Writes `text` to the child's standard input; false if it was not
+  // started with control_stdin, the input was closed, or the child no
+  // longer reads it (never SIGPIPE).
+  bool WriteInput(absl::string_view text);
+  // Ends the child's standard input (it reads end of file). Idempotent.
+  void CloseInput();
   // What the child wrote so far (its last 1 MiB).
   std::string output() const;
   // Waits until the child's output has ended (it and everything it started
@@ -50,11 +60,12 @@ class Subprocess {
   std::string DrainedOutput(absl::Time deadline) const;
 
  private:
-  Subprocess(pid_t pid, int out_fd, std::string prefix, bool echo);
+  Subprocess(pid_t pid, int out_fd, int in_fd, std::string prefix, bool echo);
   void Relay();
 
   const pid_t pid_;
   const int out_fd_;
+  int in_fd_ ABSL_GUARDED_BY(mu_);  // -1 without control_stdin or once closed
   const std::string prefix_;
   const bool echo_;
   mutable absl::Mutex mu_;

@@ -45,6 +45,32 @@ TEST(SubprocessTest, NiceLowersTheChildsPriority) {
   }
 }
 
+TEST(SubprocessTest, ControlledInputIsReadAndItsEndIsSeen) {
+  auto p = Subprocess::Start({"/bin/sh", "-c", "while read -r l; do echo got $l; done; exit 7"},
+                             "", false, 0, /*control_stdin=*/true);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE((*p)->WriteInput("a\nb\n"));
+  (*p)->CloseInput();
+  EXPECT_FALSE((*p)->WriteInput("c\n")) << "the input is closed";
+  EXPECT_EQ((*p)->Wait(absl::Now() + absl::Seconds(10)), 7);
+  EXPECT_EQ((*p)->DrainedOutput(absl::Now() + absl::Seconds(10)), "got a\ngot b\n");
+}
+
+TEST(SubprocessTest, WritingToAChildThatIsGoneFailsWithoutASignal) {
+  auto p = Subprocess::Start({"/bin/true"}, "", false, 0, /*control_stdin=*/true);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->Wait(absl::Now() + absl::Seconds(10)), 0);
+  std::string big(1 << 20, 'x');  // more than the socket buffers hold
+  EXPECT_FALSE((*p)->WriteInput(big));
+}
+
+TEST(SubprocessTest, InputIsOnlyControlledWhenAsked) {
+  auto p = Subprocess::Start({"/bin/true"}, "", false);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE((*p)->WriteInput("x"));
+  (*p)->Wait(absl::Now() + absl::Seconds(10));
+}
+
 TEST(SubprocessTest, MissingBinaryIsNotFound) {
   EXPECT_EQ(Subprocess::Start({"/no/such/binary"}, "").status().code(), absl::StatusCode::kNotFound);
 }

@@ -1,25 +1,31 @@
 #!/usr/bin/env bash
-# psync_launch across hosts (--hosts): three network namespaces of this
-# machine stand for three hosts, and the launcher starts every process
-# through --host_cmd='ip netns exec {host} sh -c', the template users give
-# for ssh in the same place (its bad flags are //tests:launch_restart_test's,
-# which needs no root). Checks that
-#   1. a deterministic job with servers on hosts 0 and 1 and workers on all
-#      three ends with the weights_sha256 of the same job on one host;
+# psync_launch across hosts (--hosts): four hosts of an emulated cluster
+# (tests/cluster/cluster.sh: network namespaces of this machine, each link
+# shaped as a NIC), two with a server and a worker, two with a worker only.
+# The launcher starts every process through --host_cmd='ip netns exec {host}
+# sh -c', the template users give for ssh in the same place (its bad flags
+# are //tests:launch_restart_test's, which needs no root). Checks that
+#   1. a deterministic job across the four hosts ends with the
+#      weights_sha256 of the same job on one host;
 #   2. worker 1, killed with SIGKILL by its pid on its host (--pid_dir),
 #      is restarted through the template and the job ends with the same
 #      weights;
 #   3. the launcher stopped with SIGTERM mid-run leaves no process in any
-#      of the namespaces.
+#      of the hosts;
+#   4. host 3's link cut for 3 s mid-run (`ip link set eth0 down`) and
+#      restored: the job waits, goes on and ends with the same weights;
+#   5. host 3's link cut for good: its worker is missing, and once
+#      --peer_timeout_s has passed the servers fail the job naming it
+#      (docs/failures.md), and the launcher says so.
 # Prints "PASS name" / "FAIL name" per check; exits non-zero if one failed.
-# Needs root and iproute2; the namespaces are removed on exit, whatever
+# Needs root and iproute2; the hosts are removed on exit, whatever
 # happened. The binaries come from `bazel build //deploy/local:psync_launch`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 launch=$PWD/bazel-bin/deploy/local/psync_launch
 name=psl$$  # namespaces psl<pid>-h0.., psl<pid>-sw
-hosts=3
+hosts=4
 work=$(mktemp -d /tmp/psync_launch_hosts.XXXXXX)
 failed=0
 result() {  # NAME OK [DETAIL]
@@ -30,31 +36,8 @@ sha_of() {  # summary.json -> weights_sha256
   sed -n 's/.*"weights_sha256": "\([0-9a-f]*\)".*/\1/p' "$1" 2>/dev/null
 }
 
-# --- a temporary stand-in for tests/cluster/cluster.sh (same interface:
-# namespaces NAME-hI, one address each, joined by a bridge; one line
-# "NAME-hI ADDRESS" per host). The bridge lives in a namespace of its own,
-# so this machine's interfaces are never touched.
-cluster_down() {
-  local i
-  for ((i = 0; i < hosts; ++i)); do ip netns del "$name-h$i" 2>/dev/null; done
-  ip netns del "$name-sw" 2>/dev/null
-  return 0
-}
-cluster_up() {
-  ip netns add "$name-sw" || return 1
-  ip -n "$name-sw" link add br0 type bridge && ip -n "$name-sw" link set br0 up || return 1
-  local i
-  for ((i = 0; i < hosts; ++i)); do
-    ip netns add "$name-h$i" &&
-      ip link add eth0 netns "$name-h$i" type veth peer name p$i netns "$name-sw" &&
-      ip -n "$name-sw" link set p$i master br0 up &&
-      ip -n "$name-h$i" addr add "10.213.0.$((i + 1))/24" dev eth0 &&
-      ip -n "$name-h$i" link set eth0 up &&
-      ip -n "$name-h$i" link set lo up || return 1
-    echo "$name-h$i 10.213.0.$((i + 1))"
-  done
-}
-# --- end of the stand-in
+cluster_down() { bash tests/cluster/cluster.sh down --name="$name" >/dev/null 2>&1; return 0; }
+cluster_up() { bash tests/cluster/cluster.sh up --name="$name" --hosts="$hosts"; }
 
 # Every process still running in the namespaces (none, once a run is over).
 left_in_namespaces() {
@@ -87,11 +70,11 @@ cluster_up >"$work/hosts" || { result "launch hosts: namespaces" 0 "could not cr
 host_list=$(awk '{printf "%s%s=%s", (NR > 1 ? "," : ""), $1, $2}' "$work/hosts")
 mapfile -t address < <(awk '{print $2}' "$work/hosts")
 on_hosts=(--hosts="$host_list" --host_cmd='ip netns exec {host} sh -c'
-          --server_hosts=0,1 --worker_hosts=0,1,2 --base_port=7070)
-job=(--num_servers=2 --num_workers=3 --devices=1 --synthetic_samples=2000 --steps=300
+          --server_hosts=0,1 --worker_hosts=0,1,2,3 --base_port=7070)
+job=(--num_servers=2 --num_workers=4 --devices=1 --synthetic_samples=2000 --steps=300
      --batch_per_device=8 --deterministic --seed=3 --timeout_s=120)
 
-# 1. The same job on one host, then across the three.
+# 1. The same job on one host, then across the four.
 timeout 180 "$launch" "${job[@]}" --summary="$work/one.json" >"$work/one.log" 2>&1
 timeout 180 "$launch" "${job[@]}" "${on_hosts[@]}" --summary="$work/hosts.json" \
   >"$work/hosts.log" 2>&1
@@ -104,10 +87,10 @@ for line in "servers started at ${address[0]}:7070,${address[1]}:7070" "[worker 
   grep -qF -- "$line" "$work/hosts.log" || placed=0
 done
 if [[ -n "$one" && "$one" == "$across" && $placed == 1 && -z "$(left_in_namespaces)" ]]; then
-  result "launch hosts: 3 hosts give the weights of one host" 1
+  result "launch hosts: 4 hosts give the weights of one host" 1
 else
-  result "launch hosts: 3 hosts give the weights of one host" 0 \
-    "one host: '$one', 3 hosts: '$across', placed as asked: $placed, left: $(left_in_namespaces)
+  result "launch hosts: 4 hosts give the weights of one host" 0 \
+    "one host: '$one', 4 hosts: '$across', placed as asked: $placed, left: $(left_in_namespaces)
 $(tail -30 "$work/hosts.log")"
 fi
 
@@ -154,5 +137,56 @@ else
   result "launch hosts: stopping the launcher stops every host's processes" 0 \
     "$running processes before, launcher exit $rc, left: $(left_in_namespaces)
 $(tail -20 "$work/stop.log")"
+fi
+# Waits until the launcher's log shows worker 0 has trained past epoch 1
+# (the job is under way on every host); 0 if it did within 60 s.
+wait_for_training() {  # LOG LAUNCHER_PID
+  local i
+  for ((i = 0; i < 600; ++i)); do
+    grep -qs "epoch 1 step" "$1" && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+# 4. Host 3's link down for 3 s mid-run, then up again.
+"$launch" "${job[@]}" "${on_hosts[@]}" --steps=1500 --summary="$work/cut.json" >"$work/cut.log" 2>&1 &
+launcher=$!
+cut=0
+if wait_for_training "$work/cut.log" $launcher; then
+  ip -n "$name-h3" link set eth0 down && cut=1
+  sleep 3
+  ip -n "$name-h3" link set eth0 up
+fi
+finish $launcher 240
+timeout 240 "$launch" "${job[@]}" --steps=1500 --summary="$work/one1500.json" >"$work/one1500.log" 2>&1
+if [[ $cut == 1 && $rc == 0 && -n "$(sha_of "$work/cut.json")" &&
+      "$(sha_of "$work/cut.json")" == "$(sha_of "$work/one1500.json")" ]]; then
+  result "launch hosts: a host cut off for 3 s rejoins and the weights are the same" 1
+else
+  result "launch hosts: a host cut off for 3 s rejoins and the weights are the same" 0 \
+    "cut: $cut, launcher exit $rc, weights '$(sha_of "$work/cut.json")' vs one host's '$(sha_of "$work/one1500.json")'
+$(tail -30 "$work/cut.log")"
+fi
+
+# 5. Host 3's link down for good: its worker is missing past the peer timeout.
+"$launch" "${job[@]}" "${on_hosts[@]}" --steps=100000 --peer_timeout_s=5 >"$work/gone.log" 2>&1 &
+launcher=$!
+cut=0
+if wait_for_training "$work/gone.log" $launcher; then
+  ip -n "$name-h3" link set eth0 down && cut=1
+fi
+finish $launcher 120
+named="worker 3 has not been heard from for"
+if [[ $cut == 1 && $rc != 0 && $rc != 137 ]] && grep -qF "$named" "$work/gone.log" &&
+   grep -q "^\[launch\] FAILED: server [01]@$name-h[01] exited with code 3" "$work/gone.log" &&
+   [[ -z "$(left_in_namespaces)" ]]; then
+  result "launch hosts: a host gone for good fails the job, naming its worker" 1
+else
+  result "launch hosts: a host gone for good fails the job, naming its worker" 0 \
+    "cut: $cut, launcher exit $rc, left: $(left_in_namespaces)
+$(grep -E "FAILED|heard from" "$work/gone.log" | tail -5)
+$(tail -20 "$work/gone.log")"
 fi
 exit $failed

@@ -359,6 +359,18 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
   return result;
 }
 
+absl::Status ShardStore::CheckSession(int worker_rank, uint64_t session) const {
+  return CheckCaller("Hold", session, worker_rank, std::nullopt).status();
+}
+
+void ShardStore::ReleaseLease(int worker_rank, uint64_t session) {
+  if (roster_.Release(worker_rank, session)) {
+    LOG(INFO) << "server " << options_.server_rank << ": worker " << worker_rank
+              << "'s connection closed (session " << session
+              << "): a restarted worker may take its rank now";
+  }
+}
+
 int64_t ShardStore::FinishedVersion() const { return roster_.FinishedVersion(); }
 
 void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state) {

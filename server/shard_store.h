@@ -167,6 +167,13 @@ class ShardStore {
   // Finish must not take it back to train a done job; see finished_version_).
   absl::StatusOr<HeartbeatResult> Heartbeat(int worker_rank, uint64_t session,
                                             int64_t done_version);
+  // OK while `session` is `worker_rank`'s current one, as every request's
+  // check (for Hold).
+  absl::Status CheckSession(int worker_rank, uint64_t session) const;
+  // The worker's Hold call of `session` was dropped (its connection
+  // closed): its lease on the rank ends now (WorkerRoster::Release).
+  void ReleaseLease(int worker_rank, uint64_t session);
+
   // The version every worker has said it trained every step at, once
   // Heartbeat answers all_done for it (with checkpoint_every, once its
   // checkpoint was written or failed): the job is complete. 0 until then.

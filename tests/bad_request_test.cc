@@ -253,6 +253,18 @@ TEST_F(BadRequestTest, ASecondLiveProcessCannotTakeARank) {
               grpc::StatusCode::ALREADY_EXISTS, "worker rank 1 is held by a live process");
 }
 
+TEST_F(BadRequestTest, AHoldNeedsTheRanksCurrentSession) {
+  proto::HoldRequest hold;
+  hold.set_worker_rank(1);
+  hold.set_session(sessions_[1] + 1);
+  proto::HoldResponse resp;
+  ExpectError(Call(&proto::ParameterServer::Stub::Hold, hold, &resp), grpc::StatusCode::ABORTED,
+              "Hold: worker 1 has no current session");
+  hold.set_worker_rank(kWorkers);
+  ExpectError(Call(&proto::ParameterServer::Stub::Hold, hold, &resp),
+              grpc::StatusCode::INVALID_ARGUMENT, "Hold: worker rank 2 is out of range 0..1");
+}
+
 TEST_F(BadRequestTest, AWorkerWithAnotherShapeIsRefused) {
   ExpectError(Register(1, *layout_, kWorkers, 0, 0, /*batch_per_device=*/16),
               grpc::StatusCode::FAILED_PRECONDITION, "batch_per_device is '16', the job's is '8'");

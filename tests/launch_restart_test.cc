@@ -53,11 +53,12 @@ int Finish(Subprocess& launch, std::string* output) {
   return code.value_or(-1);
 }
 
-// Kills worker 1 with SIGKILL once it has registered (it is then training);
-// returns the pid it killed.
-std::optional<pid_t> KillWorker1WhenTraining(Subprocess& launch, const std::string& pid_dir) {
-  if (!WaitForOutput(launch, "worker 1 registered", absl::Now() + absl::Seconds(60))) {
-    ADD_FAILURE() << "worker 1 never registered:\n" << launch.output();
+// Kills worker 1 with SIGKILL once the output has `line` (by default once
+// it has registered: it is then training); returns the pid it killed.
+std::optional<pid_t> KillWorker1WhenTraining(Subprocess& launch, const std::string& pid_dir,
+                                             const std::string& line = "worker 1 registered") {
+  if (!WaitForOutput(launch, line, absl::Now() + absl::Seconds(60))) {
+    ADD_FAILURE() << "no '" << line << "' in the output:\n" << launch.output();
     return std::nullopt;
   }
   const std::optional<pid_t> pid = ReadPid(pid_dir + "/worker-1.pid");
@@ -123,6 +124,30 @@ TEST(LaunchRestartTest, KilledWorkerIsRestartedAndTheJobFinishes) {
   EXPECT_TRUE(std::regex_search(json.str(), std::regex("\"steps\": 300\\b"))) << json.str();
   EXPECT_TRUE(std::filesystem::is_directory(checkpoints));
   EXPECT_FALSE(std::filesystem::is_empty(checkpoints)) << "no final checkpoint in " << checkpoints;
+}
+
+// A killed worker's rank is free at once: the calls it held open with the
+// servers end with its connections, so its restarted process registers
+// without waiting out its lease, which here is longer than the job's whole
+// time limit.
+TEST(LaunchRestartTest, AKilledWorkersRankIsFreeAtOnce) {
+  const std::string pid_dir = FreshDir("lease_pids");
+  auto launch = StartLaunch("lease", {"--num_servers=2", "--num_workers=2", "--max_restarts=3",
+                                      "--pid_dir=" + pid_dir, "--worker_lease_ms=120000",
+                                      "--peer_timeout_s=150"});
+  ASSERT_NE(launch, nullptr);
+  // Killed after an epoch of steps: its calls have long been open.
+  const std::optional<pid_t> killed =
+      KillWorker1WhenTraining(*launch, pid_dir, "[worker 0] epoch 1 step");
+  std::string output;
+  const int code = Finish(*launch, &output);
+  ASSERT_TRUE(killed.has_value());
+  EXPECT_EQ(code, 0) << output;
+  for (int server : {0, 1}) {
+    EXPECT_TRUE(Contains(output, absl::StrCat("server ", server, ": worker 1's connection closed")))
+        << output;
+  }
+  EXPECT_TRUE(Contains(output, "(1 restart)")) << output;
 }
 
 TEST(LaunchRestartTest, BadSupervisionFlagsFailAtStart) {

@@ -4,7 +4,7 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 
-#include "common/rpc/tcp_congestion.h"
+#include "common/rpc/same_host.h"
 
 namespace psync {
 

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/config/enum_names.h"
+#include "common/rpc/same_host.h"
 #include "glog/logging.h"
 #include "grpc/support/sync.h"
 
@@ -211,20 +212,6 @@ std::string CongestionFor(const TcpCongestion& policy, bool peer_is_loopback) {
   return "";
 }
 
-bool IsLoopbackHost(absl::string_view host) {
-  host = absl::StripSuffix(absl::StripPrefix(host, "["), "]");
-  if (absl::EqualsIgnoreCase(host, "localhost")) return true;
-  in6_addr v6{};
-  const std::string text(host);
-  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
-    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
-    if (!IN6_IS_ADDR_V4MAPPED(&v6)) return false;
-    return v6.s6_addr[12] == 127;
-  }
-  in_addr v4{};
-  return inet_pton(AF_INET, text.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
-}
-
 bool ApplyTcpCongestion(int fd, const TcpCongestion& policy, bool peer_is_loopback) {
   const std::string name = CongestionFor(policy, peer_is_loopback);
   if (name.empty() || SocketCongestion(fd) == name) return true;
@@ -236,10 +223,6 @@ bool ApplyTcpCongestion(int fd, const TcpCongestion& policy, bool peer_is_loopba
                  << ReadProcLine("/proc/sys/net/ipv4/tcp_congestion_control");
   }
   return false;
-}
-
-bool IsLoopbackAddress(absl::string_view address) {
-  return IsLoopbackHost(address.substr(0, address.rfind(':')));
 }
 
 void SetTcpCongestion(const TcpCongestion& policy, const std::string& address,

@@ -51,14 +51,6 @@ std::string DescribeTcpCongestion(const TcpCongestion& policy);
 // The algorithm `policy` gives a connection, or "" for the system's.
 std::string CongestionFor(const TcpCongestion& policy, bool peer_is_loopback);
 
-// True for 127.0.0.0/8, ::1, IPv4-mapped 127.x and "localhost" (a host
-// name, an address literal, or a bracketed IPv6 literal).
-bool IsLoopbackHost(absl::string_view host);
-
-// The same for an address "host:port" ("[v6]:port"), as
-// ParseServerAddresses gives them: the port follows the last colon.
-bool IsLoopbackAddress(absl::string_view address);
-
 // Sets the algorithm `policy` gives a socket whose peer is or will be
 // loopback (or not). Returns false, and logs once per process, where the
 // kernel refuses: the connection then keeps the system's.

@@ -79,8 +79,12 @@ class ServerCall {
   }
   void Over(bool ok) {
     over_.store(true, std::memory_order_release);
+    if (ctx_.IsCancelled()) Dropped();
     Ended(ok);
   }
+  // Over before it was answered: its client cancelled it, its deadline
+  // passed or its connection closed.
+  virtual void Dropped() {}
   // Answered, or over: the call goes once both are.
   void Ended(bool) {
     if (--events_left_ == 0) delete this;
@@ -131,6 +135,11 @@ class UnaryCall final : public ServerCall {
     method->request(new UnaryCall(method, cq), cq);
   }
 
+  // Runs `dropped` on the call's thread if the call is dropped before it is
+  // answered (ServerCall::Dropped): set it from the method's `run`, whose
+  // thread that is, so that the two never race.
+  void OnDropped(std::function<void()> dropped) { dropped_ = std::move(dropped); }
+
   const Req& request() const { return request_; }
   Req* mutable_request() { return &request_; }  // e.g. to free its bytes early
   Resp* response() { return &response_; }
@@ -157,6 +166,10 @@ class UnaryCall final : public ServerCall {
       if (!admitted.ok()) return Finish(admitted);
     }
     reader_.Read(bytes(), &read_);
+  }
+
+  void Dropped() override {
+    if (dropped_) dropped_();
   }
 
   void Received(bool ok) override {
@@ -219,6 +232,7 @@ class UnaryCall final : public ServerCall {
   grpc::ByteBuffer received_;  // a protobuf request's bytes, until Parse
   Req request_;
   Resp response_;
+  std::function<void()> dropped_;
   grpc::ServerAsyncReader<Resp, grpc::ByteBuffer> reader_{&ctx_};
 };
 
@@ -229,6 +243,11 @@ class AsyncService : public grpc::Service {
  public:
   // A protobuf request's bound unless its method names another.
   static constexpr int64_t kMaxControlRequestBytes = int64_t{1} << 20;
+
+  // Answers every call the service holds open, and every later one at
+  // once: before the server shuts down, after which no call may be
+  // answered.
+  virtual void Close() {}
 
   // Asks for calls of every method on `cq`, a few of each at a time: each
   // call that arrives asks for the next.

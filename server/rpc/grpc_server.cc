@@ -120,6 +120,7 @@ class GrpcServerImpl final : public GrpcServer {
     if (stopped_ || server_ == nullptr) return;
     stopped_ = true;
     store_->Close();  // answers every waiting pull, and refuses new calls
+    service_->Close();  // answers every Hold
     if (health_server_ != nullptr) health_server_->Shutdown(deadline);
     server_->Shutdown(deadline);
   }

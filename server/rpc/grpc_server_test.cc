@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/model/init.h"
 #include "common/rpc/channel.h"
+#include "common/rpc/host_addresses.h"
 #include "common/wire/layout_proto.h"
 #include "common/wire/shared_region.h"
 #include "common/wire/wire_dtype.h"
@@ -69,6 +70,7 @@ class GrpcServerTest : public ::testing::Test {
     so.max_waiting_per_connection = max_waiting_calls_;
     so.rpc_threads = rpc_threads_;
     so.shared_memory = shared_memory_;
+    so.address = listen_address_;
     auto server = GrpcServer::Start(store_.get(), so);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -191,6 +193,7 @@ class GrpcServerTest : public ::testing::Test {
   int max_waiting_calls_ = 4096;        // likewise, also per connection
   int rpc_threads_ = 1;                 // likewise
   bool shared_memory_ = true;           // likewise
+  std::string listen_address_ = "127.0.0.1:0";  // likewise
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<GrpcServer> server_;
@@ -882,6 +885,26 @@ TEST_F(GrpcServerTest, PushPullsThroughSharedMemoryCarryNoPayloadBytes) {
   EXPECT_EQ(next.shared_slot(), 1u);
   std::memcpy(got.data(), m1.Slot(1), got.size() * sizeof(float));
   EXPECT_EQ(got, expected);
+}
+
+// A worker on the server's host shares memory whichever of the host's
+// addresses it connects to, as gRPC names the peer ("ipv4:…",
+// "ipv6:%5B…%5D:…"): IPv4 and IPv6 loopback, and the host's own address.
+TEST_F(GrpcServerTest, AWorkerOnTheServersHostSharesMemoryByAnyOfItsAddresses) {
+  listen_address_ = "[::]:0";
+  StartServer();
+  std::vector<std::string> hosts = {"127.0.0.1", "[::1]"};
+  if (const std::string own = NonLoopbackIpv4Address(); !own.empty()) hosts.push_back(own);
+  for (const std::string& host : hosts) {
+    stub_ = proto::ParameterServer::NewStub(grpc::CreateChannel(
+        absl::StrCat(host, ":", server_->port()), grpc::InsecureChannelCredentials()));
+    WorkerMemory memory(2, 1024);
+    proto::RegisterRequest req = RegisterRequestFor(0);
+    memory.OfferIn(req);
+    proto::RegisterResponse resp;
+    ASSERT_TRUE(Call(&proto::ParameterServer::Stub::Register, req, &resp).ok()) << host;
+    EXPECT_TRUE(resp.shared_memory()) << host << ": " << resp.shared_memory_refused();
+  }
 }
 
 TEST_F(GrpcServerTest, BadSharedSlotsAreRefusedAndChangeNothing) {

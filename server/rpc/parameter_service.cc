@@ -25,6 +25,7 @@
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "proto/psync.pb.h"
 #include "server/rpc/async_service.h"
+#include "server/rpc/held_calls.h"
 #include "server/rpc/method_metrics.h"
 #include "server/rpc/waiting_calls.h"
 #include "server/rpc/worker_regions.h"
@@ -96,7 +97,10 @@ class ParameterService final : public AsyncService {
     Add<proto::HeartbeatRequest, proto::HeartbeatResponse>("Heartbeat",
                                                            &ParameterService::Heartbeat);
     Add<proto::JoinRequest, proto::JoinResponse>("Join", &ParameterService::Join);
+    Add<proto::HoldRequest, proto::HoldResponse>("Hold", &ParameterService::Hold);
   }
+
+  void Close() override { held_.Close(); }
 
  private:
   // A method that answers at once.
@@ -229,7 +233,7 @@ class ParameterService final : public AsyncService {
     resp->set_has_chunks(result->has_chunks);
     resp->set_max_message_bytes(store_->options().max_message_bytes);
     for (int32_t id : result->chunk_ids) resp->add_chunk_ids(id);
-    regions_.Take(*req, result->session, resp);
+    regions_.Take(*req, result->session, peer, resp);
     return absl::OkStatus();
   }
 
@@ -333,6 +337,14 @@ class ParameterService final : public AsyncService {
     resp->set_version(beat->version);
     resp->set_all_done(beat->all_done);
     return absl::OkStatus();
+  }
+
+  // Kept open while the worker's session lasts (HeldCalls).
+  void Hold(UnaryCall<proto::HoldRequest, proto::HoldResponse>* call, Reply reply) {
+    const proto::HoldRequest& req = call->request();
+    const absl::Status current = store_->CheckSession(req.worker_rank(), req.session());
+    if (!current.ok()) return reply(current);
+    call->OnDropped(held_.Hold(req.worker_rank(), req.session(), std::move(reply)));
   }
 
   absl::Status JoinFrom(const std::string& peer, const proto::JoinRequest* req,
@@ -547,6 +559,9 @@ class ParameterService final : public AsyncService {
   std::deque<MethodMetrics> method_metrics_;  // handlers keep pointers
   WaitingCalls waiting_;
   WorkerRegions regions_;  // workers' shared memory, by session
+  HeldCalls held_{store_->options().num_workers, [store = store_](int rank, uint64_t session) {
+                    store->ReleaseLease(rank, session);
+                  }};
 };
 
 }  // namespace

@@ -12,7 +12,7 @@
 namespace psync {
 
 // The service's methods (Register, Push, Pull, PushPull, GetStatus,
-// Heartbeat, Join) for AsyncServer::Start. `store` (and options.coordinator,
+// Heartbeat, Hold, Join) for AsyncServer::Start. `store` (and options.coordinator,
 // options.metrics) must outlive it.
 std::unique_ptr<AsyncService> NewParameterService(ShardStore* store,
                                                   const GrpcServerOptions& options);

@@ -8,14 +8,28 @@
 
 namespace psync {
 
+absl::Status WorkerRegions::MayShare(absl::string_view peer) const {
+  if (!enabled_) {
+    return absl::FailedPreconditionError(
+        "this server does not share memory (--shared_memory=false)");
+  }
+  absl::StatusOr<HostAddresses> host = host_();
+  if (!host.ok()) {
+    // Loopback is this host's all the same.
+    LOG(WARNING) << "server " << server_rank_ << ": only loopback peers share memory: "
+                 << host.status().message();
+    host = HostAddresses({});
+  }
+  return PeerOnHost(peer, *host);
+}
+
 void WorkerRegions::Take(const proto::RegisterRequest& req, uint64_t session,
-                         proto::RegisterResponse* resp) {
+                         absl::string_view peer, proto::RegisterResponse* resp) {
   auto region = std::make_shared<WorkerRegion>();
   region->worker_rank = req.worker_rank();
-  const absl::Status off =
-      enabled_ ? absl::OkStatus()
-               : absl::FailedPreconditionError(
-                     "this server does not share memory (--shared_memory=false)");
+  const absl::Status off = req.has_shared_memory() || req.has_shared_model()
+                               ? MayShare(peer)
+                               : absl::OkStatus();
   const absl::Status slots = !req.has_shared_memory() ? absl::OkStatus()
                              : !off.ok()              ? off
                                                       : MapSlots(req.shared_memory(), *region);

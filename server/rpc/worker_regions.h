@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/model/layout.h"
+#include "common/rpc/same_host.h"
 #include "common/wire/shared_region.h"
 #include "common/wire/wire_dtype.h"
 #include "proto/psync.pb.h"
@@ -66,20 +67,29 @@ class WorkerRegions {
   // The server's current layout (null: none yet), asked only when a request
   // names shared memory.
   using LayoutSource = std::function<std::shared_ptr<const Layout>()>;
+  // This server's host's addresses, asked at each registration that offers
+  // shared memory (an interface may gain or lose one).
+  using HostSource = std::function<absl::StatusOr<HostAddresses>()>;
 
   // `enabled`: this server shares memory (--shared_memory); slots hold at
   // most `max_message_bytes` each. `server_rank` names the server in
   // errors.
-  WorkerRegions(int server_rank, int64_t max_message_bytes, bool enabled, LayoutSource layout)
+  WorkerRegions(int server_rank, int64_t max_message_bytes, bool enabled, LayoutSource layout,
+                HostSource host = HostAddresses::OfThisProcess)
       : server_rank_(server_rank),
         max_message_bytes_(max_message_bytes),
         enabled_(enabled),
-        layout_(std::move(layout)) {}
+        layout_(std::move(layout)),
+        host_(std::move(host)) {}
 
   // Maps the shared memory `req` offers for `session` in place of the
   // worker's earlier sessions', and says in `resp` what this session may
-  // use (shared_memory, shared_model) and why an offer was refused.
-  void Take(const proto::RegisterRequest& req, uint64_t session, proto::RegisterResponse* resp);
+  // use (shared_memory, shared_model) and why an offer was refused. Only a
+  // worker on this server's host may share memory: `peer` (the call's
+  // grpc::ServerContext::peer()) must be loopback or one of the host's
+  // addresses (common/rpc/same_host.h), whatever the offer says.
+  void Take(const proto::RegisterRequest& req, uint64_t session, absl::string_view peer,
+            proto::RegisterResponse* resp);
 
   // The shared memory a request names (a slot from 1, or the worker's
   // model; neither: none, and no SharedUse), checked against the session's
@@ -96,11 +106,14 @@ class WorkerRegions {
   // the region it offers, or with fd -1 the one an earlier session of the
   // same worker mapped, by nonce.
   absl::Status MapModel(const proto::SharedModelOffer& o, WorkerRegion& region);
+  // OK when this server may share memory with the worker at `peer`.
+  absl::Status MayShare(absl::string_view peer) const;
 
   const int server_rank_;
   const int64_t max_message_bytes_;
   const bool enabled_;
   const LayoutSource layout_;
+  const HostSource host_;
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<const WorkerRegion>> regions_
       ABSL_GUARDED_BY(mu_);  // by session

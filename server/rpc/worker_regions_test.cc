@@ -1,6 +1,7 @@
 #include "server/rpc/worker_regions.h"
 
 #include <memory>
+#include <string>
 
 #include "common/model/layout.h"
 #include "common/wire/shared_region.h"
@@ -11,6 +12,9 @@ namespace psync {
 namespace {
 
 using ::testing::HasSubstr;
+
+// A worker on the server's host, connected over loopback.
+constexpr char kLoopbackPeer[] = "ipv4:127.0.0.1:40000";
 
 // 96 parameters in 3 chunks of 32 (128 bytes in float32), on one server.
 std::shared_ptr<const Layout> TestLayout() {
@@ -38,7 +42,7 @@ TEST(WorkerRegionsTest, AServerThatDoesNotShareMemoryRefusesOffersSayingSo) {
   WorkerRegions regions(/*server_rank=*/0, /*max_message_bytes=*/1 << 20, /*enabled=*/false,
                         TestLayout);
   proto::RegisterResponse resp;
-  regions.Take(SlotsOffer(**region, 2, 512), /*session=*/5, &resp);
+  regions.Take(SlotsOffer(**region, 2, 512), /*session=*/5, kLoopbackPeer, &resp);
   EXPECT_FALSE(resp.shared_memory());
   EXPECT_THAT(resp.shared_memory_refused(), HasSubstr("--shared_memory=false"));
   const auto use = regions.UseOf("Push", 1, false, 5, {0}, WireDType::kFloat32);
@@ -51,7 +55,7 @@ TEST(WorkerRegionsTest, AnOfferOutOfBoundsIsRefusedNamingTheBounds) {
   ASSERT_TRUE(region.ok()) << region.status();
   WorkerRegions regions(0, 1 << 20, true, TestLayout);
   proto::RegisterResponse resp;
-  regions.Take(SlotsOffer(**region, 5000, 1), 5, &resp);
+  regions.Take(SlotsOffer(**region, 5000, 1), 5, kLoopbackPeer, &resp);
   EXPECT_FALSE(resp.shared_memory());
   EXPECT_THAT(resp.shared_memory_refused(),
               HasSubstr("shared memory offer of 5000 slots of 1 bytes; expected 1 to 1024 slots"));
@@ -62,7 +66,7 @@ TEST(WorkerRegionsTest, ChunksLieOneAfterAnotherInTheirSlot) {
   ASSERT_TRUE(region.ok()) << region.status();
   WorkerRegions regions(0, 1 << 20, true, TestLayout);
   proto::RegisterResponse resp;
-  regions.Take(SlotsOffer(**region, 2, 512), 5, &resp);
+  regions.Take(SlotsOffer(**region, 2, 512), 5, kLoopbackPeer, &resp);
   ASSERT_TRUE(resp.shared_memory()) << resp.shared_memory_refused();
 
   auto use = regions.UseOf("Push", 2, false, 5, {2, 0}, WireDType::kFloat32);
@@ -91,19 +95,80 @@ TEST(WorkerRegionsTest, AWorkersNextRegistrationReplacesItsRegion) {
   ASSERT_TRUE(region.ok()) << region.status();
   WorkerRegions regions(0, 1 << 20, true, TestLayout);
   proto::RegisterResponse resp;
-  regions.Take(SlotsOffer(**region, 2, 512), 5, &resp);
+  regions.Take(SlotsOffer(**region, 2, 512), 5, kLoopbackPeer, &resp);
   ASSERT_TRUE(resp.shared_memory());
   auto held = regions.UseOf("Push", 1, false, 5, {0}, WireDType::kFloat32);
   ASSERT_TRUE(held.ok());
 
   proto::RegisterRequest again;
   again.set_worker_rank(0);  // offers nothing this time
-  regions.Take(again, 6, &resp);
+  regions.Take(again, 6, kLoopbackPeer, &resp);
   EXPECT_FALSE(resp.shared_memory());
   const auto old = regions.UseOf("Push", 1, false, 5, {0}, WireDType::kFloat32);
   EXPECT_EQ(old.status().code(), absl::StatusCode::kAborted);
   // A call in flight keeps the region it took.
   EXPECT_NE((*held)->region->memory, nullptr);
+}
+
+proto::RegisterRequest SlotsAndModelOffer(const SharedRegion& slots, const SharedRegion& model) {
+  proto::RegisterRequest req = SlotsOffer(slots, 2, 512);
+  const SharedRegion::Offer o = model.offer();
+  proto::SharedModelOffer* offer = req.mutable_shared_model();
+  offer->set_pid(o.pid);
+  offer->set_fd(o.fd);
+  offer->set_nonce(o.nonce);
+  offer->set_elements(96);
+  return req;
+}
+
+// Memory is shared within one host only: a worker that connects from
+// another host's address is refused both regions, whatever its offer says
+// (processes in two network namespaces of one kernel could map them); one
+// that connects from loopback or from one of the server's own addresses
+// has them.
+TEST(WorkerRegionsTest, OnlyAWorkerOnTheServersHostSharesMemory) {
+  auto slots = SharedRegion::Create(1024);
+  auto model = SharedRegion::Create(8 * 96);
+  ASSERT_TRUE(slots.ok() && model.ok());
+  WorkerRegions regions(0, 1 << 20, true, TestLayout,
+                        [] { return HostAddresses({"10.1.2.1", "fd00::1"}); });
+  proto::RegisterResponse resp;
+  for (const char* peer : {"ipv4:10.1.2.2:40000", "ipv6:%5Bfd00::2%5D:40000",
+                           "unix:/run/psync.sock"}) {
+    resp.Clear();
+    regions.Take(SlotsAndModelOffer(**slots, **model), 5, peer, &resp);
+    EXPECT_FALSE(resp.shared_memory()) << peer;
+    EXPECT_FALSE(resp.shared_model()) << peer;
+    EXPECT_THAT(resp.shared_memory_refused(), HasSubstr("this server's host")) << peer;
+    EXPECT_EQ(resp.shared_model_refused(), resp.shared_memory_refused()) << peer;
+  }
+  EXPECT_THAT(resp.shared_memory_refused(),
+              HasSubstr("cannot tell whether the worker is on this server's host"));
+  const auto use = regions.UseOf("Push", 1, false, 5, {0}, WireDType::kFloat32);
+  EXPECT_EQ(use.status().code(), absl::StatusCode::kAborted);
+
+  for (const char* peer : {"ipv4:10.1.2.1:40000", "ipv6:%5Bfd00::1%5D:40000", kLoopbackPeer}) {
+    auto fresh_slots = SharedRegion::Create(1024);
+    auto fresh_model = SharedRegion::Create(8 * 96);
+    ASSERT_TRUE(fresh_slots.ok() && fresh_model.ok());
+    resp.Clear();
+    regions.Take(SlotsAndModelOffer(**fresh_slots, **fresh_model), 6, peer, &resp);
+    EXPECT_TRUE(resp.shared_memory()) << peer << ": " << resp.shared_memory_refused();
+    EXPECT_TRUE(resp.shared_model()) << peer << ": " << resp.shared_model_refused();
+  }
+}
+
+// A server that cannot list its addresses still knows loopback.
+TEST(WorkerRegionsTest, WithoutItsAddressesAServerSharesOverLoopbackOnly) {
+  WorkerRegions regions(0, 1 << 20, true, TestLayout,
+                        [] { return absl::InternalError("getifaddrs: no memory"); });
+  for (const char* peer : {kLoopbackPeer, "ipv4:10.1.2.1:40000"}) {
+    auto slots = SharedRegion::Create(1024);
+    ASSERT_TRUE(slots.ok());
+    proto::RegisterResponse resp;
+    regions.Take(SlotsOffer(**slots, 2, 512), 5, peer, &resp);
+    EXPECT_EQ(resp.shared_memory(), peer == std::string(kLoopbackPeer)) << peer;
+  }
 }
 
 }  // namespace

@@ -70,6 +70,13 @@ bool WorkerRoster::IsCurrent(int rank, uint64_t session) const {
 
 void WorkerRoster::Touch(int rank) const { last_seen_ms_[rank] = UnixMs(now_()); }
 
+bool WorkerRoster::Release(int rank, uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  if (session == 0 || sessions_[rank] != session) return false;
+  last_seen_ms_[rank] = std::min(last_seen_ms_[rank].load(), UnixMs(now_() - worker_lease_));
+  return true;
+}
+
 void WorkerRoster::StartGeneration(int64_t checkpointed_version) {
   absl::MutexLock lock(&mu_);
   for (int w = 0; w < num_workers_; ++w) sessions_[w] = 0;

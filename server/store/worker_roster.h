@@ -69,6 +69,11 @@ class WorkerRoster {
   // `rank` was heard from now. Const, as a request's checks are: it moves
   // a lease's clock, not who holds what.
   void Touch(int rank) const;
+  // The process holding `rank` under `session` is gone (its connection
+  // closed): its lease ends now, as if it had been silent for the lease, so
+  // that another process may take the rank at once. Returns whether `session` was
+  // the rank's current one (else nothing changes).
+  bool Release(int rank, uint64_t session);
   // A new generation (a rollback): ends every session and every done
   // report, and gives every worker a fresh lease to register in. Its
   // checkpoint of `checkpointed_version` is written (-1: none).

@@ -66,6 +66,24 @@ TEST(WorkerRosterTest, ARankIsHeldByOneLiveProcess) {
   EXPECT_TRUE(roster.CheckLease(1, 12).ok());
 }
 
+TEST(WorkerRosterTest, ReleasingTheCurrentSessionFreesTheRankAtOnce) {
+  FakeClock clock;
+  WorkerRoster roster(Options(2, absl::Seconds(60), absl::Seconds(120)), clock.Fn());
+  const uint64_t old = roster.StartSession(1, 11, "");
+  const uint64_t current = roster.StartSession(1, 11, "");
+  EXPECT_EQ(roster.CheckLease(1, 12).code(), StatusCode::kAlreadyExists);
+  EXPECT_FALSE(roster.Release(1, old));  // an ended session's release changes nothing
+  EXPECT_FALSE(roster.Release(1, 0));
+  EXPECT_EQ(roster.CheckLease(1, 12).code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(roster.Release(1, current));
+  EXPECT_TRUE(roster.CheckLease(1, 12).ok());  // no wait for the 60 s lease
+  // Its silence counts as the lease's from the release on: missing now,
+  // and the peer timeout runs from there.
+  roster.StartSession(0, 21, "");
+  EXPECT_THAT(roster.Status().missing, ElementsAre(1));
+  EXPECT_TRUE(roster.CheckPeers().ok());
+}
+
 TEST(WorkerRosterTest, ANewGenerationEndsSessionsAndGivesFreshLeases) {
   WorkerRoster roster(Options(2));
   const uint64_t session = roster.StartSession(0, 11, "");

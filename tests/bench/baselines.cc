@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/rpc/same_host.h"
 #include "common/monitoring/process_metrics.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"

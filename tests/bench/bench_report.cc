@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/rpc/same_host.h"
 #include "common/status_macros.h"
 #include "tests/bench/baselines.h"
 

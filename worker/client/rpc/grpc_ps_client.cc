@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc/channel.h"
+#include "common/rpc/same_host.h"
 #include "common/rpc/tcp_congestion.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -81,7 +82,7 @@ class GrpcPsClient final : public PsClient {
 
   absl::StatusOr<int64_t> Register() override {
     sessions_.EndAll();
-    std::vector<SharedSlots> offered = shared_.Offer(SlotPlans());
+    std::vector<SharedSlots> offered = shared_.Offer(SlotPlans(), ServersElsewhere());
     PSYNC_ASSIGN_OR_RETURN(
         std::vector<proto::RegisterResponse> responses,
         sessions_.Register([&](int server, proto::RegisterRequest* req) {
@@ -203,6 +204,28 @@ class GrpcPsClient final : public PsClient {
                                 !IsLoopbackAddress(options_.server_addresses[s])));
     }
     return slots;
+  }
+
+  // Why each server is on another host than this worker: its address is
+  // numeric, not loopback and not one of this host's (common/rpc/
+  // same_host.h); "" where it may be on this host. A server named by a
+  // name is offered shared memory, and decides by the connection's address.
+  std::vector<std::string> ServersElsewhere() const {
+    absl::StatusOr<HostAddresses> host = HostAddresses::OfThisProcess();
+    if (!host.ok()) {
+      LOG(WARNING) << "worker " << options_.worker_rank << ": " << host.status().message()
+                   << "; only servers on loopback or named may share memory with it";
+      host = HostAddresses({});
+    }
+    std::vector<std::string> elsewhere(layout_.num_servers());
+    for (int s = 0; s < layout_.num_servers(); ++s) {
+      const std::string& address = options_.server_addresses[s];
+      if (PlaceOfServer(address, *host) != ServerPlace::kOtherHost) continue;
+      elsewhere[s] = absl::StrCat("it is on another host (", address,
+                                  " is not loopback nor an address of this host: ",
+                                  host->ToString(), ")");
+    }
+    return elsewhere;
   }
 
   // Sets plans_ for servers that take messages of at most message_limits[s]

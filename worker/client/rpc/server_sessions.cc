@@ -41,6 +41,13 @@ absl::Status SameGeneration(const std::vector<proto::RegisterResponse>& response
   return why;
 }
 
+std::vector<proto::ParameterServer::Stub*> RawStubs(
+    const std::vector<std::unique_ptr<proto::ParameterServer::Stub>>& stubs) {
+  std::vector<proto::ParameterServer::Stub*> raw;
+  for (const auto& stub : stubs) raw.push_back(stub.get());
+  return raw;
+}
+
 std::vector<std::unique_ptr<proto::ParameterServer::Stub>> MakeStubs(
     const std::vector<std::shared_ptr<grpc::Channel>>& channels) {
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs;
@@ -57,6 +64,7 @@ ServerSessions::ServerSessions(const Layout& layout, const GrpcPsClientOptions& 
       incarnation_(NewIncarnation()),
       stubs_(MakeStubs(channels)),
       channels_(channels),
+      holds_(options.worker_rank, RawStubs(stubs_)),
       sessions_(channels.size(), 0) {}
 
 ServerSessions::~ServerSessions() {
@@ -76,8 +84,18 @@ void ServerSessions::EndAll() {
 }
 
 void ServerSessions::Start(const std::vector<proto::RegisterResponse>& responses) {
+  std::vector<uint64_t> sessions;
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t s = 0; s < responses.size(); ++s) sessions_[s] = responses[s].session();
+    sessions = sessions_;
+  }
+  holds_.Keep(sessions);
+}
+
+std::vector<uint64_t> ServerSessions::sessions() const {
   absl::MutexLock lock(&mu_);
-  for (size_t s = 0; s < responses.size(); ++s) sessions_[s] = responses[s].session();
+  return sessions_;
 }
 
 proto::RegisterRequest ServerSessions::RegisterRequest() const {
@@ -250,6 +268,7 @@ absl::StatusOr<proto::HeartbeatResponse> ServerSessions::Beat(int server) {
 void ServerSessions::HeartbeatLoop() {
   absl::Time last_log = absl::InfinitePast();
   while (!stop_heartbeat_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
+    holds_.Keep(sessions());
     for (size_t server = 0; server < stubs_.size(); ++server) {
       absl::StatusOr<proto::HeartbeatResponse> beat = Beat(static_cast<int>(server));
       if (!beat.ok() || beat->waiting_for().empty()) continue;

@@ -1,7 +1,8 @@
 // ServerSessions owns this worker's session with every server: the
 // registration (retried until every server answers from one generation),
 // the session ids and the version this worker finished, the heartbeat
-// thread that keeps the worker's lease alive, and Finish. It does not know
+// thread that keeps the worker's lease alive, the Hold calls that end it
+// as soon as the process dies (HoldCalls), and Finish. It does not know
 // what a registration offers beyond the worker's identity: the caller adds
 // its offers to each request, and takes the answers.
 //
@@ -25,6 +26,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/psync.grpc.pb.h"
 #include "worker/client/rpc/grpc_ps_client_options.h"
+#include "worker/client/rpc/hold_calls.h"
 
 namespace psync {
 
@@ -77,6 +79,8 @@ class ServerSessions {
                              std::vector<proto::RegisterResponse>& responses, bool* for_good);
   // One heartbeat to `server`, with this worker's session and done version.
   absl::StatusOr<proto::HeartbeatResponse> Beat(int server);
+  // A copy of sessions_.
+  std::vector<uint64_t> sessions() const;
   // The heartbeat thread.
   void HeartbeatLoop();
   // Why `server` did not answer a Register that waited `attempt` for it.
@@ -89,6 +93,7 @@ class ServerSessions {
   std::atomic<bool> cancelled_{false};
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;  // by server
   std::vector<std::shared_ptr<grpc::Channel>> channels_;             // their state, in NoAnswer
+  HoldCalls holds_;  // a Hold call open with each server for its session
   mutable absl::Mutex mu_;
   std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(mu_);  // by server; 0: none
   int64_t done_version_ ABSL_GUARDED_BY(mu_) = 0;

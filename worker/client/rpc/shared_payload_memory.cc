@@ -31,9 +31,14 @@ PsClient::SharedModel SharedPayloadMemory::model() const {
   return {grads, grads + layout_.total_elements()};
 }
 
-std::vector<SharedSlots> SharedPayloadMemory::Offer(const std::vector<SlotPlan>& slots) const {
+std::vector<SharedSlots> SharedPayloadMemory::Offer(
+    const std::vector<SlotPlan>& slots, const std::vector<std::string>& elsewhere) const {
   std::vector<SharedSlots> offered(layout_.num_servers());
   for (int s = 0; s < layout_.num_servers() && enabled_; ++s) {
+    if (static_cast<size_t>(s) < elsewhere.size() && !elsewhere[s].empty()) {
+      offered[s].elsewhere = elsewhere[s];
+      continue;
+    }
     if (slots[s].slots == 0) continue;
     absl::StatusOr<std::unique_ptr<SharedRegion>> region =
         SharedRegion::Create(slots[s].slot_bytes * slots[s].slots);
@@ -54,6 +59,8 @@ std::vector<SharedSlots> SharedPayloadMemory::Offer(const std::vector<SlotPlan>&
 void SharedPayloadMemory::AddOffer(int server, const std::vector<SharedSlots>& offered,
                                    proto::RegisterRequest* req) const {
   req->clear_shared_memory();
+  req->clear_shared_model();
+  if (!offered[server].elsewhere.empty()) return;
   if (const SharedSlots& shared = offered[server]; shared.region != nullptr) {
     const SharedRegion::Offer o = shared.region->offer();
     proto::SharedMemoryOffer* offer = req->mutable_shared_memory();
@@ -88,7 +95,10 @@ void SharedPayloadMemory::Accept(const std::vector<proto::RegisterResponse>& res
                           : absl::StrCat(" does not map this worker's model: ",
                                          responses[s].shared_model_refused()));
     }
-    if (offered[s].region != nullptr && !responses[s].shared_memory()) {
+    if (!offered[s].elsewhere.empty() && !accepted_) {
+      LOG(INFO) << "worker " << worker_rank_ << ": payloads to server " << s
+                << " travel in the messages: " << offered[s].elsewhere;
+    } else if (offered[s].region != nullptr && !responses[s].shared_memory()) {
       LOG(INFO) << "worker " << worker_rank_ << ": payloads to server " << s
                 << " travel in the messages: " << responses[s].shared_memory_refused();
     } else if (offered[s].region != nullptr) {
@@ -103,6 +113,7 @@ void SharedPayloadMemory::Accept(const std::vector<proto::RegisterResponse>& res
     }
     servers_[s].model = model;
   }
+  accepted_ = true;
   // Every server has answered: those that map the model have.
   if (model_open_) {
     model_->CloseDescriptor();

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -27,12 +28,15 @@ namespace psync {
 
 // A server's mapping of this worker's shared memory: the region of slots
 // (null: none), its slots' size, and the free slots (numbered from 1); and
-// whether the server maps the worker's shared model.
+// whether the server maps the worker's shared model. As offered, why the
+// server is on another host, where it is known to be: nothing is offered
+// to it then.
 struct SharedSlots {
   std::unique_ptr<SharedRegion> region;
   int64_t slot_bytes = 0;
   std::vector<uint32_t> free;
   bool model = false;
+  std::string elsewhere;
 };
 
 class SharedPayloadMemory {
@@ -48,17 +52,21 @@ class SharedPayloadMemory {
   PsClient::SharedModel model() const;
 
   // A region for each server to map, sized by slots[s] (none where it has
-  // no slots, shared memory is off or a region cannot be made).
-  std::vector<SharedSlots> Offer(const std::vector<SlotPlan>& slots) const;
+  // no slots, shared memory is off or a region cannot be made), except for
+  // servers with a reason in `elsewhere` (by server; missing or "": the
+  // server may be on this host), which are on another host.
+  std::vector<SharedSlots> Offer(const std::vector<SlotPlan>& slots,
+                                 const std::vector<std::string>& elsewhere = {}) const;
 
   // Sets the offers of `server` in `req`: its region in `offered` and the
   // shared model, once every server has answered a registration by the
-  // region mapped then (fd -1).
+  // region mapped then (fd -1); none to a server on another host.
   void AddOffer(int server, const std::vector<SharedSlots>& offered,
                 proto::RegisterRequest* req) const;
 
   // Takes the memory each server mapped, per `responses` (by server), and
-  // closes the descriptors the servers needed to map it. Logs what changed.
+  // closes the descriptors the servers needed to map it. Logs what changed
+  // (at the first registration, which servers are on another host).
   void Accept(const std::vector<proto::RegisterResponse>& responses,
               std::vector<SharedSlots> offered);
 
@@ -87,6 +95,7 @@ class SharedPayloadMemory {
   std::unique_ptr<SharedRegion> model_;
   SharedRegion::Offer model_offer_;
   bool model_open_ = false;
+  bool accepted_ = false;  // a registration has been answered
   mutable absl::Mutex mu_;
   // By server: set by Accept, when no call is in flight; the free lists
   // under mu_.

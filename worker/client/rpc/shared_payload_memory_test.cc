@@ -42,6 +42,30 @@ TEST(SharedPayloadMemoryTest, OffersSlotsAndTheModel) {
   EXPECT_EQ(req.shared_model().fd(), -1);
 }
 
+// A server known to be on another host is offered neither slots nor the
+// model; the others are, as before.
+TEST(SharedPayloadMemoryTest, OffersNothingToAServerOnAnotherHost) {
+  const Layout layout = TestLayout();
+  SharedPayloadMemory memory(layout, 0, /*enabled=*/true);
+  std::vector<SharedSlots> offered =
+      memory.Offer({{16, 3}, {16, 3}}, {"", "it is on another host (10.0.0.2:7070 ...)"});
+  EXPECT_NE(offered[0].region, nullptr);
+  EXPECT_EQ(offered[1].region, nullptr);
+  EXPECT_EQ(offered[1].elsewhere, "it is on another host (10.0.0.2:7070 ...)");
+  proto::RegisterRequest req;
+  memory.AddOffer(0, offered, &req);
+  EXPECT_TRUE(req.has_shared_memory());
+  EXPECT_TRUE(req.has_shared_model());
+  memory.AddOffer(1, offered, &req);
+  EXPECT_FALSE(req.has_shared_memory());
+  EXPECT_FALSE(req.has_shared_model());
+  std::vector<proto::RegisterResponse> responses(2);
+  responses[0].set_shared_memory(true);
+  memory.Accept(responses, std::move(offered));
+  EXPECT_TRUE(memory.HasSlots(0));
+  EXPECT_FALSE(memory.HasSlots(1));
+}
+
 TEST(SharedPayloadMemoryTest, SlotsGoOutAndComeBackOnlyAfterSuccess) {
   const Layout layout = TestLayout();
   SharedPayloadMemory memory(layout, 0, true);

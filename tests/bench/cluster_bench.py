@@ -44,9 +44,11 @@ def parse_rate(text):
 
 def parse_delay(text):
     """A tc delay such as 50us or 1ms, in seconds."""
+    if text == "0":
+        return 0.0
     m = re.fullmatch(r"(\d+(?:\.\d+)?)(us|ms|s)", text)
     if not m:
-        raise SystemExit(f"cluster_bench: --delay is '{text}', expected e.g. 50us or 1ms")
+        raise SystemExit(f"cluster_bench: --delay is '{text}', expected 0 or e.g. 50us, 1ms")
     return float(m.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[m.group(2)]
 
 
@@ -169,7 +171,8 @@ def main():
     p.add_argument("--sizes", default="16,64,256", help="model sizes in MiB")
     p.add_argument("--placements", default="colocated,separate")
     p.add_argument("--rate", default="1gbit", help="each host's link, each way (tc rate)")
-    p.add_argument("--delay", default="50us", help="each host's link (tc delay)")
+    p.add_argument("--delay", default="0", help="each host's link (tc delay; needs the kernel's "
+                   "netem, which cluster.sh says if it lacks)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--tensors", type=int, default=4)

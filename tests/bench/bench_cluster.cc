@@ -44,11 +44,14 @@ absl::StatusOr<Phases> BenchCluster::Run(const BenchOptions& options, const std:
 }
 
 absl::Status BenchCluster::ReserveAddresses() {
+  PSYNC_ASSIGN_OR_RETURN(placement_, options_.Placement());
+  // Free here; a host of an emulated cluster is a fresh namespace, where
+  // they are free too.
   PortReservation reservation;
   for (int i = 0; i < options_.num_servers; ++i) {
     PSYNC_ASSIGN_OR_RETURN(const int port, reservation.Add());
     ports_.push_back(port);
-    addresses_.push_back(absl::StrCat(options_.server_host, ":", port));
+    addresses_.push_back(absl::StrCat(placement_.ServerHost(i).address, ":", port));
   }
   reservation.Release();
   return absl::OkStatus();
@@ -58,9 +61,10 @@ absl::Status BenchCluster::StartServers(const std::string& server_bin) {
   for (int i = 0; i < options_.num_servers; ++i) {
     const std::string port_file = absl::StrCat(dir_, "/server", i);
     std::filesystem::remove(port_file);  // a previous run's
-    PSYNC_ASSIGN_OR_RETURN(auto p, StartServerSide(ServerArgv(server_bin, i, port_file),
+    PSYNC_ASSIGN_OR_RETURN(auto p, StartInNetns(ServerArgv(server_bin, i, port_file),
                                                    absl::StrCat("[server ", i, "] "),
-                                                   /*echo=*/false, options_.server_netns));
+                                                   /*echo=*/false,
+                                                   placement_.ServerHost(i).netns));
     PSYNC_RETURN_IF_ERROR(WaitForPort(port_file, *p).status());
     servers_.push_back(std::move(p));
   }
@@ -85,7 +89,7 @@ std::vector<std::string> BenchCluster::ServerArgv(const std::string& server_bin,
                                    absl::StrCat("--max_message_mb=", message_mb),
                                    absl::StrCat("--deterministic=", o.deterministic),
                                    absl::StrCat("--port=", ports_[rank]),
-                                   "--host=" + o.server_host,
+                                   "--host=" + placement_.ServerHost(rank).address,
                                    "--servers=" + absl::StrJoin(addresses_, ","),
                                    "--tcp_congestion=" + o.tcp_congestion,
                                    absl::StrCat("--shared_memory=", o.shared_memory)};
@@ -105,8 +109,8 @@ absl::Status BenchCluster::StartClients() {
   const std::string server_pids = absl::StrJoin(pids, ",");
   for (int w = 0; w < options_.num_workers; ++w) {
     PSYNC_ASSIGN_OR_RETURN(
-        auto p, Subprocess::Start(ClientArgv(w, server_pids), absl::StrCat("[client ", w, "] "),
-                                  /*echo=*/false));
+        auto p, StartInNetns(ClientArgv(w, server_pids), absl::StrCat("[client ", w, "] "),
+                                /*echo=*/false, placement_.WorkerNetns(w)));
     clients_.push_back(std::move(p));
   }
   return absl::OkStatus();

@@ -48,6 +48,7 @@ class BenchCluster {
   const BenchOptions& options_;
   const std::string dir_;
   const std::string tls_dir_;
+  BenchPlacement placement_;
   std::vector<std::string> addresses_;
   std::vector<int> ports_;
   std::vector<std::unique_ptr<Subprocess>> servers_, clients_;

@@ -54,7 +54,7 @@ absl::StatusOr<BenchDriver::Baseline> BenchDriver::StartBaseline(const std::stri
   const std::string port_file = absl::StrCat(dir_, "/", role);
   Baseline b;
   PSYNC_ASSIGN_OR_RETURN(b.process,
-                         StartServerSide({SelfPath(), "--role=" + role, "--port_file=" + port_file,
+                         StartInNetns({SelfPath(), "--role=" + role, "--port_file=" + port_file,
                                           "--server_host=" + options_.server_host,
                                           absl::StrCat("--model_mb=", options_.model_mb),
                                           "--tcp_congestion=" + options_.tcp_congestion},

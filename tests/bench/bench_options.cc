@@ -50,6 +50,11 @@ absl::StatusOr<TcpCongestion> BenchOptions::Congestion() const {
   return ParseTcpCongestion(tcp_congestion);
 }
 
+absl::StatusOr<BenchPlacement> BenchOptions::Placement() const {
+  return BenchPlacement::Parse(hosts, server_hosts, worker_hosts, num_servers, num_workers,
+                               server_host, server_netns);
+}
+
 int64_t BenchOptions::CutThroughBytes() const {
   const int64_t request_bytes = request_kb * 1024;
   return request_bytes > 0 && ModelBytes() > request_bytes ? request_bytes : 0;
@@ -70,7 +75,25 @@ int64_t BenchOptions::EstimatedPeakBytes() const {
 absl::Status BenchOptions::Validate() const {
   PSYNC_RETURN_IF_ERROR(ValidateCounts());
   PSYNC_RETURN_IF_ERROR(ValidateSizes());
+  PSYNC_RETURN_IF_ERROR(ValidatePlacement());
   return ValidateFits();
+}
+
+// Across hosts the driver is on none of them, so it times no baseline;
+// the throwaway certificates name 127.0.0.1 alone.
+absl::Status BenchOptions::ValidatePlacement() const {
+  PSYNC_ASSIGN_OR_RETURN(const BenchPlacement placement, Placement());
+  if (!placement.multi_host()) return absl::OkStatus();
+  if (baselines) {
+    return absl::InvalidArgumentError(
+        "--hosts needs --baselines=false: the driver runs on none of the hosts, so it cannot "
+        "time the TCP and gRPC echoes between them");
+  }
+  if (compare_tls) {
+    return absl::InvalidArgumentError(
+        "--compare_tls is for one host: its throwaway certificates name 127.0.0.1 alone");
+  }
+  return absl::OkStatus();
 }
 
 // How many processes, tensors, steps and runs; the model's size first, as

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/model/layout.h"
 #include "common/rpc/tcp_congestion.h"
+#include "tests/bench/bench_placement.h"
 
 namespace psync {
 
@@ -36,6 +37,11 @@ struct BenchOptions {
   bool shared_model = true;
   std::string server_host = "127.0.0.1";
   std::string server_netns;
+  // Hosts of an emulated cluster and where each process runs on them
+  // (BenchPlacement::Parse).
+  std::string hosts;
+  std::string server_hosts;
+  std::string worker_hosts;
   bool baselines = true;
   std::string label;
   std::string bin_dir;
@@ -51,6 +57,7 @@ struct BenchOptions {
   // The layout the clients use over `servers` servers.
   absl::StatusOr<Layout> MakeLayout(int servers) const;
   absl::StatusOr<TcpCongestion> Congestion() const;
+  absl::StatusOr<BenchPlacement> Placement() const;
   // The piece a cut-through TCP echo writes back at a time: one request's
   // bytes where the model takes more than one request, else 0 (no
   // cut-through: one piece is store-and-forward, plus a thread).
@@ -66,6 +73,7 @@ struct BenchOptions {
   absl::Status ValidateCounts() const;
   absl::Status ValidateSizes() const;
   absl::Status ValidateFits() const;
+  absl::Status ValidatePlacement() const;
 };
 
 }  // namespace psync

@@ -11,7 +11,7 @@
 
 namespace psync {
 
-absl::StatusOr<std::unique_ptr<Subprocess>> StartServerSide(std::vector<std::string> argv,
+absl::StatusOr<std::unique_ptr<Subprocess>> StartInNetns(std::vector<std::string> argv,
                                                             const std::string& prefix, bool echo,
                                                             const std::string& netns) {
   if (!netns.empty()) {
@@ -24,7 +24,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> StartServerSide(std::vector<std::str
     }
     if (ip.empty()) {
       return absl::FailedPreconditionError(
-          "--server_netns needs iproute2's ip (not found in /usr/sbin, /sbin, /usr/bin, /bin)");
+          "a network namespace needs iproute2's ip (not found in /usr/sbin, /sbin, /usr/bin, /bin)");
     }
     argv.insert(argv.begin(), {ip, "netns", "exec", netns});
   }

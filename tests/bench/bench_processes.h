@@ -16,7 +16,7 @@ namespace psync {
 // Starts `argv`, through `ip netns exec netns` unless `netns` is empty.
 // FailedPrecondition when a namespace is named and iproute2's ip is not
 // installed.
-absl::StatusOr<std::unique_ptr<Subprocess>> StartServerSide(std::vector<std::string> argv,
+absl::StatusOr<std::unique_ptr<Subprocess>> StartInNetns(std::vector<std::string> argv,
                                                             const std::string& prefix, bool echo,
                                                             const std::string& netns);
 

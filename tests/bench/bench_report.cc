@@ -53,7 +53,10 @@ absl::Status BenchReport::PrintHeader() {
       : o.shared_model ? "in place in shared memory where they can"
                        : "in shared slots where they can",
       DescribeTcpCongestion(congestion).c_str(), o.runs, o.steps);
-  if (o.server_host != "127.0.0.1" || !o.server_netns.empty()) {
+  if (!o.hosts.empty()) {
+    absl::StatusOr<BenchPlacement> placement = o.Placement();
+    if (placement.ok()) std::printf("  %s\n", placement->Describe().c_str());
+  } else if (o.server_host != "127.0.0.1" || !o.server_netns.empty()) {
     std::printf("  servers and echo servers at %s%s\n", o.server_host.c_str(),
                 o.server_netns.empty() ? "" : (" in network namespace " + o.server_netns).c_str());
   }

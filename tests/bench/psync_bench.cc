@@ -65,6 +65,16 @@ ABSL_FLAG(std::string, server_host, "127.0.0.1",
 ABSL_FLAG(std::string, server_netns, "",
           "Network namespace (`ip netns`) to run the servers and the echo servers in; empty: this "
           "process's. tests/bench/link_bench.sh puts them behind an emulated link this way.");
+ABSL_FLAG(std::string, hosts, "",
+          "Hosts of an emulated cluster as NETNS=IPV4,... (tests/cluster/cluster.sh's): servers "
+          "and clients run in their host's network namespace, servers listen on its address; "
+          "needs --baselines=false.");
+ABSL_FLAG(std::string, server_hosts, "",
+          "With --hosts: each server's host, as indexes into --hosts (default: server i on host "
+          "i modulo their number).");
+ABSL_FLAG(std::string, worker_hosts, "",
+          "With --hosts: each client's host, as indexes into --hosts (default: client j on host "
+          "j modulo their number).");
 ABSL_FLAG(bool, baselines, true, "Also time plain TCP and plain gRPC (off: psync only, for profiling).");
 ABSL_FLAG(std::string, label, "", "Name of this configuration in the output.");
 ABSL_FLAG(std::string, bin_dir, "", "Directory holding psync_server (default: the folder of "
@@ -106,6 +116,9 @@ BenchOptions OptionsFromFlags() {
   o.shared_model = absl::GetFlag(FLAGS_shared_model);
   o.server_host = absl::GetFlag(FLAGS_server_host);
   o.server_netns = absl::GetFlag(FLAGS_server_netns);
+  o.hosts = absl::GetFlag(FLAGS_hosts);
+  o.server_hosts = absl::GetFlag(FLAGS_server_hosts);
+  o.worker_hosts = absl::GetFlag(FLAGS_worker_hosts);
   o.baselines = absl::GetFlag(FLAGS_baselines);
   o.label = absl::GetFlag(FLAGS_label);
   o.bin_dir = absl::GetFlag(FLAGS_bin_dir);

@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""psync across the hosts of an emulated cluster, against the link's bound
+and gloo's all-reduce of the same bytes (what DDP does each step).
+
+For each host count and model size, on one cluster from
+tests/cluster/cluster.sh (a network namespace per host, every host's link
+shaped to --rate each way and --delay):
+
+- psync, co-located: a server and a worker on every host (as BytePS
+  places them); each host's link carries 2 (N-1)/N of the model each way
+  per step (its worker's pushes to the other servers and its server's
+  answers to the other workers; its own share stays on the host);
+- psync, separate: servers on half the hosts, workers on the other half;
+  each link carries the whole model each way;
+- gloo: torch.distributed.all_reduce on all N hosts, one rank each; a ring
+  sends 2 (N-1)/N of the model each way per rank.
+
+The bound of a placement is those bytes over --rate, plus a round trip of
+--delay each way (a push's gradients go out, the pull's weights come back).
+Each row also gives the CPU its processes spent per step over the step's
+time, as cores busy: near the machine's core count the cores, not the
+links, bound the run, and the row says so.
+
+Run through tests/bench/cluster_bench.sh, which builds and checks for root.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def parse_rate(text):
+    """A tc rate such as 2.5gbit or 800mbit, in bits per second."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)bit", text)
+    if not m:
+        raise SystemExit(f"cluster_bench: --rate is '{text}', expected a tc rate such as 1gbit")
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
+
+
+def parse_delay(text):
+    """A tc delay such as 50us or 1ms, in seconds."""
+    if text == "0":
+        return 0.0
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(us|ms|s)", text)
+    if not m:
+        raise SystemExit(f"cluster_bench: --delay is '{text}', expected 0 or e.g. 50us, 1ms")
+    return float(m.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[m.group(2)]
+
+
+class Cluster:
+    """The hosts of one cluster.sh cluster, removed on exit."""
+
+    def __init__(self, script, name, hosts, rate, delay):
+        self.script, self.name = script, name
+        out = subprocess.run(["bash", script, "up", f"--name={name}", f"--hosts={hosts}",
+                              f"--rate={rate}", f"--delay={delay}"],
+                             check=True, capture_output=True, text=True, timeout=120).stdout
+        self.hosts = [line.split() for line in out.splitlines() if line.startswith(name + "-h")]
+        if len(self.hosts) != hosts:
+            raise SystemExit(f"cluster_bench: cluster.sh up printed {out!r}, expected {hosts} "
+                             f"lines 'NAME-hI ADDRESS'")
+
+    def ifname(self, host):
+        """The host's interface holding its address (gloo binds it)."""
+        netns, address = self.hosts[host]
+        out = subprocess.run(["ip", "-n", netns, "-o", "-4", "addr", "show"], check=True,
+                             capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            if parts[3].split("/")[0] == address:
+                return parts[1]
+        raise SystemExit(f"cluster_bench: no interface of {netns} holds {address}")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run(["bash", self.script, "down", f"--name={self.name}"], timeout=120)
+
+
+def run_psync(args, cluster, servers_on, workers_on, mb):
+    hosts = ",".join(f"{ns}={addr}" for ns, addr in cluster.hosts)
+    cmd = [args.bench, f"--hosts={hosts}", f"--num_servers={len(servers_on)}",
+           f"--num_workers={len(workers_on)}", f"--server_hosts={','.join(map(str, servers_on))}",
+           f"--worker_hosts={','.join(map(str, workers_on))}", f"--model_mb={mb}",
+           f"--tensors={args.tensors}", "--baselines=false", f"--runs={args.runs}",
+           f"--steps={args.steps}", "--warmup=2"] + args.psync_flags.split()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.run_timeout)
+    for line in out.stdout.splitlines():
+        if line.startswith("JSON "):
+            figures = json.loads(line[5:])
+            return figures["comm_median_ms"], figures["comm_cpu_ms"]
+    raise RuntimeError(f"psync_bench failed ({out.returncode}):\n{out.stdout[-2000:]}"
+                       f"\n{out.stderr[-2000:]}")
+
+
+def run_gloo(args, cluster, mb, port):
+    n = len(cluster.hosts)
+    master = f"{cluster.hosts[0][1]}:{port}"
+    procs = []
+    for rank, (netns, _) in enumerate(cluster.hosts):
+        env = dict(os.environ, GLOO_SOCKET_IFNAME=cluster.ifname(rank), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen(
+            ["ip", "netns", "exec", netns, "/usr/bin/python3", os.path.join(HERE,
+                                                                           "gloo_allreduce.py"),
+             f"--rank={rank}", f"--world={n}", f"--master={master}", f"--mb={mb}",
+             f"--steps={args.steps}", "--warmup=2"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=args.run_timeout))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (out, err) in zip(procs, outs):
+        if p.returncode != 0:
+            raise RuntimeError(f"gloo rank failed ({p.returncode}): {err[-2000:]}")
+    figures = json.loads(outs[0][0].strip().splitlines()[-1])
+    return figures["median_ms"], figures["cpu_ms"]
+
+
+def bound_ms(bytes_each_way, rate_bps, delay_s):
+    return 1e3 * (8 * bytes_each_way / rate_bps + 2 * delay_s)
+
+
+def placements(n, kinds):
+    """(kind, servers' hosts, workers' hosts, bytes each way per link / model bytes)."""
+    out = []
+    if "colocated" in kinds:
+        out.append(("colocated", list(range(n)), list(range(n)), 2 * (n - 1) / n))
+    if "separate" in kinds:
+        half = max(1, n // 2)
+        out.append(("separate", list(range(half)), list(range(half, n)), 1.0))
+    return out
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    sizes = sorted({r["mb"] for r in rows})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4), squeeze=False)
+    for ax, mb in zip(axes[0], sizes):
+        for what, style in (("colocated", "o-"), ("separate", "s-"), ("gloo", "^-")):
+            pts = sorted((r["hosts"], r["ms"]) for r in rows if r["mb"] == mb and r["kind"] == what)
+            if pts:
+                ax.plot(*zip(*pts), style, label=f"{what}" if what == "gloo" else f"psync {what}")
+            bpts = sorted((r["hosts"], r["bound_ms"]) for r in rows
+                          if r["mb"] == mb and r["kind"] == what)
+            if bpts and what != "gloo":
+                ax.plot(*zip(*bpts), ":", color=ax.lines[-1].get_color(), label=f"bound {what}")
+        ax.set_title(f"{mb:g} MiB")
+        ax.set_xlabel("hosts")
+        ax.set_ylabel("ms per step")
+        ax.set_xticks(sorted({r["hosts"] for r in rows}))
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hosts", default="2,4,8", help="host counts, e.g. 2,4,8")
+    p.add_argument("--sizes", default="16,64,256", help="model sizes in MiB")
+    p.add_argument("--placements", default="colocated,separate")
+    p.add_argument("--rate", default="1gbit", help="each host's link, each way (tc rate)")
+    p.add_argument("--delay", default="0", help="each host's link (tc delay; needs the kernel's "
+                   "netem, which cluster.sh says if it lacks)")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--tensors", type=int, default=4)
+    p.add_argument("--gloo", type=int, default=1, help="0: no gloo rows")
+    p.add_argument("--psync_flags", default="", help="more psync_bench flags, e.g. "
+                   "'--chunk_kb=1024'")
+    p.add_argument("--run_timeout", type=int, default=600, help="one configuration, seconds")
+    p.add_argument("--out", default="cluster_bench_out", help="folder for the PNG and JSON")
+    p.add_argument("--bench", default=os.path.join(ROOT, "bazel-bin/tests/bench/psync_bench"))
+    p.add_argument("--cluster_sh", default=os.path.join(ROOT, "tests/cluster/cluster.sh"))
+    args = p.parse_args()
+    rate, delay = parse_rate(args.rate), parse_delay(args.delay)
+    try:
+        host_counts = [int(v) for v in args.hosts.split(",")]
+        sizes = [float(v) for v in args.sizes.split(",")]
+    except ValueError:
+        raise SystemExit(f"cluster_bench: --hosts '{args.hosts}' and --sizes '{args.sizes}' "
+                         f"must be comma-separated numbers")
+    if any(n < 2 or n > 8 for n in host_counts) or any(s <= 0 for s in sizes):
+        raise SystemExit("cluster_bench: host counts must be 2 to 8, sizes above 0")
+    kinds = set(args.placements.split(","))
+    if not kinds <= {"colocated", "separate"}:
+        raise SystemExit(f"cluster_bench: --placements is '{args.placements}', expected "
+                         f"colocated and/or separate")
+    os.makedirs(args.out, exist_ok=True)
+    rows = []
+    print(f"each host's link: {args.rate} each way, {args.delay} delay; "
+          f"{os.cpu_count()} cores in this machine")
+    print(f"{'hosts':>5} {'MiB':>6} {'what':<22} {'ms/step':>9} {'bound ms':>9} {'/ bound':>8} "
+          f"{'cores busy':>10}")
+    for n in host_counts:
+        name = f"pcb{os.getpid() % 10000}n{n}"
+        with Cluster(args.cluster_sh, name, n, args.rate, args.delay) as cluster:
+            for mb in sizes:
+                model = mb * (1 << 20)
+                for kind, servers_on, workers_on, share in placements(n, kinds):
+                    ms, cpu = run_psync(args, cluster, servers_on, workers_on, mb)
+                    rows.append({"hosts": n, "mb": mb, "kind": kind, "ms": ms, "cores": cpu / ms,
+                                 "bound_ms": bound_ms(share * model, rate, delay)})
+                if args.gloo:
+                    ms, cpu = run_gloo(args, cluster, mb, 29500 + n)
+                    rows.append({"hosts": n, "mb": mb, "kind": "gloo", "ms": ms, "cores": cpu / ms,
+                                 "bound_ms": bound_ms(2 * (n - 1) / n * model, rate, delay)})
+                for r in rows:
+                    if r["hosts"] == n and r["mb"] == mb and "printed" not in r:
+                        r["printed"] = True
+                        what = r["kind"] if r["kind"] == "gloo" else f"psync {r['kind']}"
+                        cpu_bound = r["cores"] > 0.9 * os.cpu_count()
+                        print(f"{n:>5} {mb:>6g} {what:<22} {r['ms']:>9.1f} {r['bound_ms']:>9.1f} "
+                              f"{r['ms'] / r['bound_ms']:>8.2f} {r['cores']:>10.2f}"
+                              f"{'  (cores bound it)' if cpu_bound else ''}", flush=True)
+    for r in rows:
+        r.pop("printed", None)
+    with open(os.path.join(args.out, "cluster_bench.json"), "w") as f:
+        json.dump({"rate": args.rate, "delay": args.delay, "rows": rows}, f, indent=1)
+    plot(rows, os.path.join(args.out, "cluster_bench.png"))
+    print(f"wrote {args.out}/cluster_bench.json and cluster_bench.png")
+    # Side by side, the ratios the targets name.
+    for n in host_counts:
+        for mb in sizes:
+            by = {r["kind"]: r for r in rows if r["hosts"] == n and r["mb"] == mb}
+            if "gloo" in by and "colocated" in by:
+                print(f"{n} hosts, {mb:g} MiB: psync co-located / gloo "
+                      f"{by['colocated']['ms'] / by['gloo']['ms']:.2f}"
+                      + (f", separate / gloo {by['separate']['ms'] / by['gloo']['ms']:.2f}"
+                         if "separate" in by else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,7 +7,9 @@
 // network namespaces), but two machines could not, so psync shares memory
 // only between a worker and a server of one host: a connection from
 // loopback or from one of the host's own interface addresses, which only
-// a process of that host can send from. No name is resolved here.
+// a process of that host can send from (or a proxy there, for a remote
+// peer: then pidfd_getfd and the region's nonce are what stop it). No
+// name is resolved here.
 #ifndef PSYNC_COMMON_RPC_SAME_HOST_H_
 #define PSYNC_COMMON_RPC_SAME_HOST_H_
 
@@ -47,6 +49,8 @@ class HostAddresses {
 
   // "10.1.2.1, fe80::1" for messages; "no address" when empty.
   std::string ToString() const;
+  // The addresses, canonical, in the order given.
+  const std::vector<std::string>& addresses() const { return addresses_; }
 
  private:
   std::vector<std::string> addresses_;  // canonical, as Canonical() gives

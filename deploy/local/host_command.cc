@@ -90,6 +90,22 @@ absl::Status ValidateHostCommand(absl::string_view host_cmd) {
         " runs its last argument as a program, not as a shell command line as ssh does; ",
         "end the template with a shell, e.g. '", host_cmd, " sh -c'"));
   }
+  // The wrapper on the host reads its orders from its standard input, and
+  // stops its process when that ends: these pass it on only when asked.
+  constexpr absl::string_view kNeedInteractive[] = {"docker", "podman", "kubectl"};
+  const bool needs_i = std::find(std::begin(kNeedInteractive), std::end(kNeedInteractive),
+                                 words.front()) != std::end(kNeedInteractive);
+  const bool interactive = std::any_of(words.begin(), words.end(), [](absl::string_view w) {
+    return w == "-i" || w == "-it" || w == "-ti" || w == "--interactive" ||
+           w == "--interactive=true";
+  });
+  if (needs_i && !interactive) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--host_cmd is '", host_cmd, "': ", words.front(),
+        " exec passes its standard input on only with -i, and each process's wrapper reads its "
+        "orders there (its end stops the process at once); add -i, e.g. '", words.front(),
+        " exec -i {host} sh -c'"));
+  }
   return absl::OkStatus();
 }
 

@@ -23,7 +23,12 @@ namespace psync {
 
 // BatchMode: a host that wants a password fails at once (ssh exits 255,
 // saying why) instead of every process prompting on the terminal together.
-inline constexpr char kDefaultHostCommand[] = "ssh -o BatchMode=yes {host}";
+// ServerAliveInterval: a connection that died silently (a NAT's idle
+// timeout, say) ends ssh within half a minute, and with it the session, so
+// the process's wrapper on the host stops it before the launcher starts
+// another.
+inline constexpr char kDefaultHostCommand[] =
+    "ssh -o BatchMode=yes -o ServerAliveInterval=10 {host}";
 
 // OK for a template with {host} and no other {placeholder}; InvalidArgument
 // naming --host_cmd otherwise, and for one that starts with a command known

@@ -103,7 +103,14 @@ TEST(HostCommandTest, TemplatesNeedHostAndNoOtherPlaceholder) {
        "ip runs its last argument as a program, not as a shell command line as ssh does; end "
        "the template with a shell, e.g. 'ip netns exec {host} sh -c'"},
       {"docker exec -i {host}", "e.g. 'docker exec -i {host} sh -c'"},
+      {"docker exec {host} sh -c",
+       "docker exec passes its standard input on only with -i, and each process's wrapper reads "
+       "its orders there (its end stops the process at once); add -i, e.g. 'docker exec -i "
+       "{host} sh -c'"},
+      {"kubectl exec {host} -- sh -c", "kubectl exec passes its standard input on only with -i"},
   };
+  EXPECT_TRUE(ValidateHostCommand("docker exec -i {host} sh -c").ok());
+  EXPECT_TRUE(ValidateHostCommand("kubectl exec -it {host} -- sh -c").ok());
   for (const auto& [value, message] : cases) {
     const absl::Status s = ValidateHostCommand(value);
     EXPECT_TRUE(absl::IsInvalidArgument(s)) << value;

@@ -35,13 +35,14 @@ absl::StatusOr<std::vector<LaunchHost>> ParseHosts(absl::string_view value) {
     LaunchHost host{std::string(parts.first),
                     std::string(parts.second.empty() ? machine : parts.second)};
     const bool extra_equals = std::count(entry.begin(), entry.end(), '=') > 1;
-    if (!AllOf(host.name, "._-@") || extra_equals || (entry.find('=') != entry.npos &&
-                                                      parts.second.empty())) {
+    // A leading '-' would make NAME (and ADDRESS) an option of ssh.
+    if (!AllOf(host.name, "._-@") || host.name[0] == '-' || extra_equals ||
+        (entry.find('=') != entry.npos && parts.second.empty())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--hosts entry '", entry, "': expected NAME[=ADDRESS], NAME of letters, digits and "
-          ". _ - @ (an ssh destination, a network namespace)"));
+          ". _ - @ (an ssh destination, a network namespace), not starting with -"));
     }
-    if (!AllOf(host.address, ".-")) {
+    if (!AllOf(host.address, ".-") || host.address[0] == '-') {
       return absl::InvalidArgumentError(absl::StrCat(
           "--hosts entry '", entry, "': ADDRESS '", host.address,
           "' is not a host name or IPv4 address (letters, digits, . and -)"));

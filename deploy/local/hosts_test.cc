@@ -31,6 +31,8 @@ TEST(HostsTest, BadEntriesAreRefusedNamingThem) {
       {"a=1=2", "--hosts entry 'a=1=2'"},
       {"a=10.0.0.1:7070", "ADDRESS '10.0.0.1:7070' is not a host name or IPv4 address"},
       {"a,b,a=10.0.0.3", "--hosts lists 'a' twice"},
+      {"-oProxyCommand=x", "not starting with -"},  // would be an option of ssh
+      {"a=-x", "ADDRESS '-x' is not a host name or IPv4 address"},
   };
   for (const auto& [value, message] : cases) {
     const auto hosts = ParseHosts(value);

@@ -34,6 +34,9 @@ namespace {
 constexpr absl::Duration kListenTimeout = absl::Seconds(30);
 // How long a failed daemon's last lines may take to reach us.
 constexpr absl::Duration kDrainWait = absl::Milliseconds(500);
+// How long a host's local command (ssh, say) gets to carry a KILL to its
+// wrapper and end with it (Kill).
+constexpr absl::Duration kRemoteKillWait = absl::Seconds(5);
 
 absl::Status CreateDirFlag(const char* flag, const std::string& path) {
   std::error_code error;
@@ -296,11 +299,19 @@ class Launcher {
     }
   }
 
-  // SIGKILL for `d`, and its local command (an ssh client, say) ended: the
-  // end of a wrapper's input also stops its process, should the line not
-  // get there. Returns the exit code.
+  // SIGKILL for `d`, and its local command (an ssh client, say) ended.
+  // On a host the line and the end of input go first, and the local command
+  // gets a few seconds to carry them and end with the wrapper: killing an
+  // ssh client at once would cut them off, and the wrapper, seeing only the
+  // end of its input, would give its process its whole grace before the
+  // kill. Returns the exit code.
   static int Kill(Daemon& d) {
-    if (d.host != nullptr) d.process->WriteInput("KILL\n");
+    if (d.host != nullptr) {
+      d.process->WriteInput("KILL\n");
+      d.process->CloseInput();
+      const std::optional<int> code = d.process->Wait(absl::Now() + kRemoteKillWait);
+      if (code.has_value()) return *code;
+    }
     return d.process->Stop(absl::ZeroDuration());
   }
 

@@ -137,7 +137,11 @@ class ParameterService final : public AsyncService {
   template <typename Req, typename Resp, typename Run>
   void AddWaiting(const char* name, Run run, int64_t max_request_bytes) {
     MethodMetrics* m = nullptr;
-    if (metrics_ != nullptr) m = &method_metrics_.emplace_back(metrics_, name);
+    // A Hold lasts its session and ends cancelled when its worker exits:
+    // neither a latency nor an error rate to show.
+    if (metrics_ != nullptr && absl::string_view(name) != "Hold") {
+      m = &method_metrics_.emplace_back(metrics_, name);
+    }
     AddUnary<Req, Resp>(absl::StrCat("/psync.proto.ParameterServer/", name),
                         [this, run, m](UnaryCall<Req, Resp>* call) {
       const absl::Time start = absl::Now();

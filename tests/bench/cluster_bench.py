@@ -15,8 +15,9 @@ shaped to --rate each way and --delay):
 - gloo: torch.distributed.all_reduce on all N hosts, one rank each; a ring
   sends 2 (N-1)/N of the model each way per rank.
 
-The bound of a placement is those bytes over --rate, plus a round trip of
---delay each way (a push's gradients go out, the pull's weights come back).
+The bound of a placement is those bytes over --rate, plus one round trip
+between two hosts (a push's gradients go out, the pull's weights come
+back): 4 x --delay, since cluster.sh delays both ends of each link.
 Each row also gives the CPU its processes spent per step over the step's
 time, as cores busy: near the machine's core count the cores, not the
 links, bound the run, and the row says so.
@@ -27,6 +28,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -57,11 +59,16 @@ class Cluster:
 
     def __init__(self, script, name, hosts, rate, delay):
         self.script, self.name = script, name
-        out = subprocess.run(["bash", script, "up", f"--name={name}", f"--hosts={hosts}",
-                              f"--rate={rate}", f"--delay={delay}"],
-                             check=True, capture_output=True, text=True, timeout=120).stdout
+        try:
+            out = subprocess.run(["bash", script, "up", f"--name={name}", f"--hosts={hosts}",
+                                  f"--rate={rate}", f"--delay={delay}"],
+                                 check=True, capture_output=True, text=True, timeout=120).stdout
+        except subprocess.SubprocessError:
+            self.__exit__()  # what a failed or stopped `up` made
+            raise
         self.hosts = [line.split() for line in out.splitlines() if line.startswith(name + "-h")]
         if len(self.hosts) != hosts:
+            self.__exit__()
             raise SystemExit(f"cluster_bench: cluster.sh up printed {out!r}, expected {hosts} "
                              f"lines 'NAME-hI ADDRESS'")
 
@@ -126,8 +133,71 @@ def run_gloo(args, cluster, mb, port):
     return figures["median_ms"], figures["cpu_ms"]
 
 
+def train_psync(args, cluster, model, steps, out):
+    """samples/s of psync_worker training `model` across the cluster's hosts
+    (servers on the first two, a worker on each), global batch 32 per host."""
+    n = len(cluster.hosts)
+    summary = os.path.join(out, f"train_{model}_{n}.json")
+    cmd = [args.launch, "--hosts=" + ",".join(f"{ns}={addr}" for ns, addr in cluster.hosts),
+           "--host_cmd=ip netns exec {host} sh -c", "--num_servers=2", f"--num_workers={n}",
+           "--server_hosts=0,1", "--worker_hosts=" + ",".join(map(str, range(n))),
+           f"--model={model}", "--devices=1", "--batch_per_device=32", f"--steps={steps}",
+           "--synthetic_samples=12800", "--seed=1", "--lr=0.05", f"--summary={summary}",
+           "--timeout_s=600"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=660)
+    if run.returncode != 0:
+        raise RuntimeError(f"psync_launch failed ({run.returncode}): {run.stderr[-2000:]}")
+    with open(summary) as f:
+        return json.load(f)["samples_per_sec"]
+
+
+def train_ddp(args, cluster, model, steps, port):
+    """samples/s of torch DDP (gloo) training the same `model` on the same
+    hosts, one rank each, the same global batch (tests/bench/torch_bench.py's
+    DDP worker), timed after its 10th step."""
+    n = len(cluster.hosts)
+    procs = []
+    for rank, (netns, _) in enumerate(cluster.hosts):
+        env = dict(os.environ, GLOO_SOCKET_IFNAME=cluster.ifname(rank), OMP_NUM_THREADS="1",
+                   OPENBLAS_NUM_THREADS="1")
+        procs.append(subprocess.Popen(
+            ["ip", "netns", "exec", netns, "/usr/bin/python3", os.path.join(HERE, "torch_bench.py"),
+             "--worker=ddp", f"--model={model}", f"--rank={rank}", f"--ranks={n}",
+             f"--master={cluster.hosts[0][1]}", f"--port={port}", f"--steps={steps}",
+             "--warmup=10", f"--global_batch={32 * n}", "--threads=1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    try:
+        outs = [p.communicate(timeout=args.run_timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (_, err) in zip(procs, outs):
+        if p.returncode != 0:
+            raise RuntimeError(f"DDP rank failed ({p.returncode}): {err[-2000:]}")
+    result = next(line for line in outs[0][0].splitlines() if line.startswith("RESULT "))
+    return 32 * n * (steps - 10) / json.loads(result[7:])["seconds"]
+
+
+def train_rows(args, rate):
+    """The demo's MLP and the CNN across --train_hosts hosts: psync against DDP."""
+    n = args.train_hosts
+    print(f"training on {n} hosts, each link {args.rate} each way, global batch {32 * n}")
+    rows = []
+    with Cluster(args.cluster_sh, f"pct{os.getpid() % 10000}", n, args.rate, args.delay) as cl:
+        for model, steps in (("mlp", 300), ("cnn", 40)):
+            psync = train_psync(args, cl, model, steps, args.out)
+            ddp = train_ddp(args, cl, model, steps, 29600)
+            rows.append({"model": model, "hosts": n, "psync": psync, "ddp": ddp})
+            print(f"{model}: psync {psync:,.0f} samples/s, DDP (gloo) {ddp:,.0f}: "
+                  f"psync / DDP {psync / ddp:.2f}", flush=True)
+    with open(os.path.join(args.out, "cluster_train.json"), "w") as f:
+        json.dump({"rate": args.rate, "rows": rows}, f, indent=1)
+    return 0
+
+
 def bound_ms(bytes_each_way, rate_bps, delay_s):
-    return 1e3 * (8 * bytes_each_way / rate_bps + 2 * delay_s)
+    return 1e3 * (8 * bytes_each_way / rate_bps + 4 * delay_s)
 
 
 def placements(n, kinds):
@@ -136,8 +206,11 @@ def placements(n, kinds):
     if "colocated" in kinds:
         out.append(("colocated", list(range(n)), list(range(n)), 2 * (n - 1) / n))
     if "separate" in kinds:
-        half = max(1, n // 2)
-        out.append(("separate", list(range(half)), list(range(half, n)), 1.0))
+        servers = max(1, n // 2)
+        # A worker's link carries the model; a server's, its share from
+        # each of the workers: more than the model where they outnumber it.
+        out.append(("separate", list(range(servers)), list(range(servers, n)),
+                    max(1.0, (n - servers) / servers)))
     return out
 
 
@@ -166,6 +239,9 @@ def plot(rows, path):
 
 
 def main():
+    # Stopped (cluster_bench.sh's timeout, Ctrl-C elsewhere), it still runs
+    # the clusters' `down`: SIGTERM's default would skip every finally.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--hosts", default="2,4,8", help="host counts, e.g. 2,4,8")
     p.add_argument("--sizes", default="16,64,256", help="model sizes in MiB")
@@ -183,8 +259,17 @@ def main():
     p.add_argument("--out", default="cluster_bench_out", help="folder for the PNG and JSON")
     p.add_argument("--bench", default=os.path.join(ROOT, "bazel-bin/tests/bench/psync_bench"))
     p.add_argument("--cluster_sh", default=os.path.join(ROOT, "tests/cluster/cluster.sh"))
+    p.add_argument("--launch", default=os.path.join(ROOT, "bazel-bin/deploy/local/psync_launch"))
+    p.add_argument("--train_hosts", type=int, default=0,
+                   help="instead of push-pull steps: train the demo's MLP and the CNN on this "
+                        "many hosts with psync_worker and with torch DDP, and compare samples/s")
     args = p.parse_args()
     rate, delay = parse_rate(args.rate), parse_delay(args.delay)
+    os.makedirs(args.out, exist_ok=True)
+    if args.train_hosts:
+        if not 2 <= args.train_hosts <= 8:
+            raise SystemExit(f"cluster_bench: --train_hosts is {args.train_hosts}, expected 2 to 8")
+        return train_rows(args, rate)
     try:
         host_counts = [int(v) for v in args.hosts.split(",")]
         sizes = [float(v) for v in args.sizes.split(",")]

@@ -105,7 +105,7 @@ def run_worker(a: argparse.Namespace, job_args: List[str]) -> None:
     torch.manual_seed(a.seed)
     x, y = synthetic_data(a.model, a.seed)
     model = build_model(a.model)
-    ranks = 1 if a.worker == "single" else WORKERS
+    ranks = 1 if a.worker == "single" else a.ranks
     if a.worker == "psync":
         import psync.torch as pt
         job = pt.init(job_args)
@@ -121,7 +121,7 @@ def run_worker(a: argparse.Namespace, job_args: List[str]) -> None:
         rank = a.rank
         if a.worker == "ddp":
             import torch.distributed as dist
-            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}",
+            dist.init_process_group("gloo", init_method=f"tcp://{a.master}:{a.port}",
                                     rank=rank, world_size=ranks)
             model = torch.nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
@@ -465,6 +465,10 @@ def parse(argv: Sequence[str]):
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=0)
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--ranks", type=int, default=WORKERS,
+                   help="a worker's: the processes of its configuration (tests/bench/"
+                        "cluster_bench.py's DDP runs across hosts give more)")
+    p.add_argument("--master", default="127.0.0.1", help="a DDP worker's: rank 0's address")
     a, rest = p.parse_known_args(argv)
     if rest[:1] == ["--"]:
         rest = rest[1:]

@@ -134,13 +134,14 @@ def run_gloo(args, cluster, mb, port):
 
 
 def train_psync(args, cluster, model, steps, out):
-    """samples/s of psync_worker training `model` across the cluster's hosts
-    (servers on the first two, a worker on each), global batch 32 per host."""
+    """samples/s of psync_worker training `model` across the cluster's hosts,
+    a server and a worker on each (co-located), global batch 32 per host."""
     n = len(cluster.hosts)
     summary = os.path.join(out, f"train_{model}_{n}.json")
+    every = ",".join(map(str, range(n)))
     cmd = [args.launch, "--hosts=" + ",".join(f"{ns}={addr}" for ns, addr in cluster.hosts),
-           "--host_cmd=ip netns exec {host} sh -c", "--num_servers=2", f"--num_workers={n}",
-           "--server_hosts=0,1", "--worker_hosts=" + ",".join(map(str, range(n))),
+           "--host_cmd=ip netns exec {host} sh -c", f"--num_servers={n}", f"--num_workers={n}",
+           f"--server_hosts={every}", f"--worker_hosts={every}",
            f"--model={model}", "--devices=1", "--batch_per_device=32", f"--steps={steps}",
            "--synthetic_samples=12800", "--seed=1", "--lr=0.05", f"--summary={summary}",
            "--timeout_s=600"]

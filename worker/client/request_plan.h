@@ -19,7 +19,7 @@ namespace psync {
 // (see GrpcPsClientOptions::max_request_bytes).
 constexpr int64_t kMaxRequestsPerServer = 32;
 // ... and at least, across a network (see GrpcPsClientOptions::max_request_bytes).
-constexpr int64_t kMinRequestsAcrossNetwork = 4;
+constexpr int64_t kMinRequestsAcrossNetwork = 16;
 
 // The client's settings that size requests (GrpcPsClientOptions' fields of
 // the same names).

@@ -31,8 +31,8 @@ TEST(RequestPlanTest, AShareWithinOneRequestGoesWhole) {
   EXPECT_EQ(plan.window, 0);
 }
 
-TEST(RequestPlanTest, AcrossANetworkAShareIsCutIntoAtLeastFourRequests) {
-  const Layout layout = OneServer(16, 2);  // 64 bytes
+TEST(RequestPlanTest, AcrossANetworkAShareIsCutIntoAtLeast16Requests) {
+  const Layout layout = OneServer(64, 2);  // 256 bytes
   ServerLink link;
   link.across_network = true;
   EXPECT_EQ(PlanServer(layout, 0, RequestSizing(), link).request, 16);

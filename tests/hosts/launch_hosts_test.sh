@@ -27,14 +27,7 @@ launch=$PWD/bazel-bin/deploy/local/psync_launch
 name=psl$$  # namespaces psl<pid>-h0.., psl<pid>-sw
 hosts=4
 work=$(mktemp -d /tmp/psync_launch_hosts.XXXXXX)
-failed=0
-result() {  # NAME OK [DETAIL]
-  if [[ "$2" == 1 ]]; then echo "PASS $1"; else echo "${3:+$3
-}FAIL $1"; failed=1; fi
-}
-sha_of() {  # summary.json -> weights_sha256
-  sed -n 's/.*"weights_sha256": "\([0-9a-f]*\)".*/\1/p' "$1" 2>/dev/null
-}
+source tests/check_results.sh
 
 cluster_down() { bash tests/cluster/cluster.sh down --name="$name" >/dev/null 2>&1; return 0; }
 cluster_up() { bash tests/cluster/cluster.sh up --name="$name" --hosts="$hosts"; }

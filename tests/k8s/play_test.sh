@@ -44,14 +44,7 @@ cleanup() {
 trap cleanup EXIT
 # This test's podman settings, whatever the environment says (runc, limits).
 export CONTAINERS_CONF=$PWD/tests/k8s/containers.conf
-failed=0
-result() {  # NAME OK [DETAIL]
-  if [[ "$2" == 1 ]]; then echo "PASS $1"; else echo "${3:+$3
-}FAIL $1"; failed=1; fi
-}
-sha_of() {  # summary.json -> weights_sha256
-  sed -n 's/.*"weights_sha256": "\([0-9a-f]*\)".*/\1/p' "$1" 2>/dev/null
-}
+source tests/check_results.sh
 
 if ! timeout 600 bash deploy/image/build_cpu_image.sh "$image"; then
   result "k8s play: build $image" 0; exit 1

@@ -147,6 +147,10 @@ bool WorkerProcess::Configure() {
   LOG(INFO) << "worker " << rank_ << " starting; configuration: " << config.ShortDebugString();
   // What bit-identity depends on below the model (docs/design.md, "Determinism").
   LOG(INFO) << "worker " << rank_ << ": BLAS: " << blas_.Describe();
+  if (const std::string slow = SlowKernelsWarning(blas_, __builtin_cpu_supports("avx2"));
+      !slow.empty()) {
+    LOG(WARNING) << "worker " << rank_ << ": " << slow;
+  }
   LOG(INFO) << "worker " << rank_ << ": " << RaiseOpenFileLimit();
   return true;
 }

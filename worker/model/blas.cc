@@ -39,6 +39,17 @@ std::string BlasInfo::Describe() const {
                       threads == 1 ? " thread" : " threads");
 }
 
+std::string SlowKernelsWarning(const BlasInfo& info, bool avx2) {
+  if (!avx2 || info.chosen_by != "picked for this CPU" ||
+      !absl::EqualsIgnoreCase(info.core, "Prescott")) {
+    return "";
+  }
+  return absl::StrCat(
+      info.library, " does not know this CPU and picked its generic Prescott kernels, though "
+      "the CPU runs AVX2: --blas_core=Haswell (or SkylakeX, with AVX-512) computes faster (the "
+      "CNN 1.36x on one such machine); give every worker the same value, for bit-identical runs");
+}
+
 BlasInfo CurrentBlas(bool pinned) {
   BlasInfo info;
   info.library = LibraryName();

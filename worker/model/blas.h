@@ -30,6 +30,11 @@ struct BlasInfo {
   std::string Describe() const;
 };
 
+// A warning, or empty: OpenBLAS picked its generic Prescott (SSE3) kernels
+// for a CPU that runs AVX2 (`avx2`), which it does not know (one newer than
+// the library), where Haswell's kernels compute much faster.
+std::string SlowKernelsWarning(const BlasInfo& info, bool avx2);
+
 // The BLAS of this process. `pinned`: the job pins the kernels
 // (--blas_core), which chosen_by reports.
 BlasInfo CurrentBlas(bool pinned = false);

@@ -53,5 +53,18 @@ TEST(BlasTest, ACoreOpenBlasDoesNotRunIsRefusedNamingBoth) {
   EXPECT_THAT(s.message(), HasSubstr("expected one such as Haswell"));
 }
 
+TEST(BlasTest, GenericKernelsPickedForAnAvx2CpuAreWarnedAbout) {
+  BlasInfo info{"OpenBLAS 0.3.21", "Prescott", 1, "picked for this CPU"};
+  EXPECT_THAT(SlowKernelsWarning(info, /*avx2=*/true),
+              HasSubstr("OpenBLAS 0.3.21 does not know this CPU and picked its generic Prescott "
+                        "kernels, though the CPU runs AVX2: --blas_core=Haswell"));
+  EXPECT_EQ(SlowKernelsWarning(info, /*avx2=*/false), "");  // the right kernels for that CPU
+  info.chosen_by = "pinned by --blas_core";  // asked for: no warning
+  EXPECT_EQ(SlowKernelsWarning(info, true), "");
+  info.chosen_by = "picked for this CPU";
+  info.core = "Haswell";
+  EXPECT_EQ(SlowKernelsWarning(info, true), "");
+}
+
 }  // namespace
 }  // namespace psync

@@ -11,13 +11,15 @@ absl::Status Closing() { return absl::UnavailableError("Hold: the server is shut
 
 }  // namespace
 
-std::function<void()> HeldCalls::Hold(int rank, uint64_t session, Reply reply) {
+std::function<void()> HeldCalls::Hold(int rank, uint64_t session, Reply reply,
+                                      const std::function<absl::Status()>& check) {
   Reply replaced;
   uint64_t id;
   {
     absl::MutexLock lock(&mu_);
-    if (closed_) {
-      reply(Closing());
+    const absl::Status current = closed_ ? Closing() : check();
+    if (!current.ok()) {
+      reply(current);
       return [] {};
     }
     id = ++next_id_;

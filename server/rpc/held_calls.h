@@ -30,9 +30,14 @@ class HeldCalls {
       : release_(std::move(release)), held_(num_workers) {}
 
   // Keeps `reply` as `rank`'s open call of `session` (0 <= rank <
-  // num_workers), answering the call it replaces. Returns what the call
-  // must run if it is dropped (UnaryCall::OnDropped).
-  std::function<void()> Hold(int rank, uint64_t session, Reply reply);
+  // num_workers), answering the call it replaces, once `check` (whether
+  // `session` is the rank's current one) passes; otherwise answers with its
+  // error. `check` runs under the lock that orders the rank's calls, so an
+  // older session's call can never replace a newer one's that was kept
+  // since. Returns what the call must run if it is dropped
+  // (UnaryCall::OnDropped).
+  std::function<void()> Hold(int rank, uint64_t session, Reply reply,
+                             const std::function<absl::Status()>& check);
   // Answers every held call, and from now on every new one at once
   // (UNAVAILABLE): for shutdown, before which every call must be answered.
   void Close();

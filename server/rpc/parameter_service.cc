@@ -346,9 +346,9 @@ class ParameterService final : public AsyncService {
   // Kept open while the worker's session lasts (HeldCalls).
   void Hold(UnaryCall<proto::HoldRequest, proto::HoldResponse>* call, Reply reply) {
     const proto::HoldRequest& req = call->request();
-    const absl::Status current = store_->CheckSession(req.worker_rank(), req.session());
-    if (!current.ok()) return reply(current);
-    call->OnDropped(held_.Hold(req.worker_rank(), req.session(), std::move(reply)));
+    call->OnDropped(held_.Hold(req.worker_rank(), req.session(), std::move(reply), [&] {
+      return store_->CheckSession(req.worker_rank(), req.session());
+    }));
   }
 
   absl::Status JoinFrom(const std::string& peer, const proto::JoinRequest* req,

@@ -79,12 +79,12 @@ class ServerCall {
   }
   void Over(bool ok) {
     over_.store(true, std::memory_order_release);
-    if (ctx_.IsCancelled()) Dropped();
+    OnOver();
     Ended(ok);
   }
-  // Over before it was answered: its client cancelled it, its deadline
-  // passed or its connection closed.
-  virtual void Dropped() {}
+  // The call is over, answered or not (ServerContext::IsCancelled tells
+  // which: a call that wants to know asks, the others pay nothing).
+  virtual void OnOver() {}
   // Answered, or over: the call goes once both are.
   void Ended(bool) {
     if (--events_left_ == 0) delete this;
@@ -136,7 +136,8 @@ class UnaryCall final : public ServerCall {
   }
 
   // Runs `dropped` on the call's thread if the call is dropped before it is
-  // answered (ServerCall::Dropped): set it from the method's `run`, whose
+  // answered (its client cancelled it, its deadline passed or its connection
+  // closed): set it from the method's `run`, whose
   // thread that is, so that the two never race.
   void OnDropped(std::function<void()> dropped) { dropped_ = std::move(dropped); }
 
@@ -168,8 +169,10 @@ class UnaryCall final : public ServerCall {
     reader_.Read(bytes(), &read_);
   }
 
-  void Dropped() override {
-    if (dropped_) dropped_();
+  // Runs `dropped_` if the call was dropped before it was answered: its
+  // client cancelled it, its deadline passed or its connection closed.
+  void OnOver() override {
+    if (dropped_ && ctx_.IsCancelled()) dropped_();
   }
 
   void Received(bool ok) override {

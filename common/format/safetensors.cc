@@ -30,22 +30,6 @@ absl::Status WriteAll(int fd, const char* p, size_t n, const std::string& path) 
   return absl::OkStatus();
 }
 
-absl::Status ReadAt(int fd, char* p, size_t n, uint64_t offset, const std::string& path) {
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return ErrnoStatus(path, "read");
-    if (r == 0) {
-      return absl::DataLossError(absl::StrCat(path, ": file ends at byte ", offset,
-                                              ", its header says it is longer (truncated?)"));
-    }
-    p += r;
-    n -= static_cast<size_t>(r);
-    offset += static_cast<uint64_t>(r);
-  }
-  return absl::OkStatus();
-}
-
 struct DtypeInfo {
   SafetensorsDtype dtype;
   const char* name;
@@ -191,7 +175,7 @@ absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(const std::string& pat
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < 8) return bad(absl::StrCat("file has ", size, " bytes, expected at least 8"));
   unsigned char len[8];
-  PSYNC_RETURN_IF_ERROR(ReadAt(r.fd_, reinterpret_cast<char*>(len), 8, 0, path));
+  PSYNC_RETURN_IF_ERROR(safetensors_internal::ReadAt(r.fd_, reinterpret_cast<char*>(len), 8, 0, path));
   uint64_t header_len = 0;
   for (int i = 0; i < 8; ++i) header_len |= uint64_t{len[i]} << (8 * i);
   if (header_len > size - 8) {
@@ -242,7 +226,7 @@ absl::Status SafetensorsReader::StreamData(
   std::vector<char> block(std::min<uint64_t>(kIoBlock, data_bytes_));
   for (uint64_t pos = 0; pos < data_bytes_;) {
     const size_t n = std::min<uint64_t>(block.size(), data_bytes_ - pos);
-    PSYNC_RETURN_IF_ERROR(ReadAt(fd_, block.data(), n, data_start_ + pos, path_));
+    PSYNC_RETURN_IF_ERROR(safetensors_internal::ReadAt(fd_, block.data(), n, data_start_ + pos, path_));
     fn(pos, block.data(), n);
     pos += n;
   }

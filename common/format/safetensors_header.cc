@@ -285,6 +285,22 @@ void AppendJsonString(std::string* out, const std::string& s) {
 
 }  // namespace
 
+absl::Status ReadAt(int fd, char* p, size_t n, uint64_t offset, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ErrnoStatus(path, "read");
+    if (r == 0) {
+      return absl::DataLossError(absl::StrCat(path, ": file ends at byte ", offset,
+                                              ", its header says it is longer (truncated?)"));
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+  return absl::OkStatus();
+}
+
 HeaderText::HeaderText(int fd, uint64_t offset, uint64_t size, const std::string& path)
     : fd_(fd), offset_(offset), size_(size), path_(path), window_(kWindowBytes) {}
 
@@ -292,25 +308,10 @@ char HeaderText::At(uint64_t pos) {
   if (pos >= size_ || !status_.ok()) return '\0';
   if (pos < window_start_ || pos >= window_start_ + window_len_) {
     const size_t want = static_cast<size_t>(std::min<uint64_t>(window_.size(), size_ - pos));
-    size_t got = 0;
-    while (got < want) {
-      const ssize_t r = ::pread(fd_, window_.data() + got, want - got,
-                                static_cast<off_t>(offset_ + pos + got));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) {
-        status_ = ErrnoStatus(path_, "read");
-        return '\0';
-      }
-      if (r == 0) {
-        status_ = absl::DataLossError(absl::StrCat(path_, ": file ends at byte ",
-                                                   offset_ + pos + got,
-                                                   ", inside its header (truncated?)"));
-        return '\0';
-      }
-      got += static_cast<size_t>(r);
-    }
+    status_ = ReadAt(fd_, window_.data(), want, offset_ + pos, path_);
+    if (!status_.ok()) return '\0';
     window_start_ = pos;
-    window_len_ = got;
+    window_len_ = want;
   }
   return window_[pos - window_start_];
 }

@@ -14,6 +14,10 @@
 namespace psync {
 namespace safetensors_internal {
 
+// Reads `n` bytes of `fd` at `offset` into `p`, through short reads and
+// EINTR; DataLoss where the file ends first. `path` names it in errors.
+absl::Status ReadAt(int fd, char* p, size_t n, uint64_t offset, const std::string& path);
+
 // A file's header read through a fixed window (kWindowBytes) rather than
 // held whole, so that parsing a header costs no memory for its size.
 // Not thread-safe; the fd is not owned and must outlive it.

@@ -98,8 +98,12 @@ TEST(SharedRegionTest, ARegionOfferedReadOnlyIsNotMappedForWriting) {
 TEST(SharedRegionTest, RefusesAFileThatIsNotASealedRegion) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = tmp != nullptr ? tmp : "/tmp";
+  // Named by this process, so that runs side by side (or one stopped before
+  // its unlink) never meet in /dev/shm.
+  const std::string own = absl::StrCat("-", getpid());
   for (const std::string& path :
-       {dir + "/memfd:psync-shared", std::string("/dev/shm/memfd:psync-shared-test")}) {
+       {dir + "/memfd:psync-shared" + own, "/dev/shm/memfd:psync-shared-test" + own}) {
+    unlink(path.c_str());  // a previous process's with this pid
     const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     ASSERT_GE(fd, 0) << path;
     ASSERT_EQ(ftruncate(fd, 8192), 0);

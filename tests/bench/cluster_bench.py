@@ -31,6 +31,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -106,30 +107,38 @@ def run_psync(args, cluster, servers_on, workers_on, mb):
                        f"\n{out.stderr[-2000:]}")
 
 
-def run_gloo(args, cluster, mb, port):
-    n = len(cluster.hosts)
-    master = f"{cluster.hosts[0][1]}:{port}"
+def run_ranks(args, cluster, what, script, flags):
+    """Runs `script` (beside this file) as rank r of len(hosts) on host r, one
+    thread each, gloo on the host's interface; `flags(rank)` are its own.
+    Returns rank 0's output; raises naming `what` if a rank fails, and
+    kills every rank still running past one shared --run_timeout."""
     procs = []
-    for rank, (netns, _) in enumerate(cluster.hosts):
-        env = dict(os.environ, GLOO_SOCKET_IFNAME=cluster.ifname(rank), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen(
-            ["ip", "netns", "exec", netns, "/usr/bin/python3", os.path.join(HERE,
-                                                                           "gloo_allreduce.py"),
-             f"--rank={rank}", f"--world={n}", f"--master={master}", f"--mb={mb}",
-             f"--steps={args.steps}", "--warmup=2"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
-    outs = []
     try:
-        for p in procs:
-            outs.append(p.communicate(timeout=args.run_timeout))
+        for rank, (netns, _) in enumerate(cluster.hosts):
+            env = dict(os.environ, GLOO_SOCKET_IFNAME=cluster.ifname(rank), OMP_NUM_THREADS="1",
+                       OPENBLAS_NUM_THREADS="1")
+            procs.append(subprocess.Popen(
+                ["ip", "netns", "exec", netns, "/usr/bin/python3", os.path.join(HERE, script)]
+                + flags(rank), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+        deadline = time.monotonic() + args.run_timeout
+        outs = [p.communicate(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    for p, (out, err) in zip(procs, outs):
+                p.wait()
+    for p, (_, err) in zip(procs, outs):
         if p.returncode != 0:
-            raise RuntimeError(f"gloo rank failed ({p.returncode}): {err[-2000:]}")
-    figures = json.loads(outs[0][0].strip().splitlines()[-1])
+            raise RuntimeError(f"{what} rank failed ({p.returncode}): {err[-2000:]}")
+    return outs[0][0]
+
+
+def run_gloo(args, cluster, mb, port):
+    n = len(cluster.hosts)
+    out = run_ranks(args, cluster, "gloo", "gloo_allreduce.py", lambda rank: [
+        f"--rank={rank}", f"--world={n}", f"--master={cluster.hosts[0][1]}:{port}",
+        f"--mb={mb}", f"--steps={args.steps}", "--warmup=2"])
+    figures = json.loads(out.strip().splitlines()[-1])
     return figures["median_ms"], figures["cpu_ms"]
 
 
@@ -152,35 +161,23 @@ def train_psync(args, cluster, model, steps, out):
         return json.load(f)["samples_per_sec"]
 
 
+DDP_WARMUP = 10  # steps DDP's timing leaves out
+
+
 def train_ddp(args, cluster, model, steps, port):
     """samples/s of torch DDP (gloo) training the same `model` on the same
     hosts, one rank each, the same global batch (tests/bench/torch_bench.py's
-    DDP worker), timed after its 10th step."""
+    DDP worker), timed after its DDP_WARMUP-th step."""
     n = len(cluster.hosts)
-    procs = []
-    for rank, (netns, _) in enumerate(cluster.hosts):
-        env = dict(os.environ, GLOO_SOCKET_IFNAME=cluster.ifname(rank), OMP_NUM_THREADS="1",
-                   OPENBLAS_NUM_THREADS="1")
-        procs.append(subprocess.Popen(
-            ["ip", "netns", "exec", netns, "/usr/bin/python3", os.path.join(HERE, "torch_bench.py"),
-             "--worker=ddp", f"--model={model}", f"--rank={rank}", f"--ranks={n}",
-             f"--master={cluster.hosts[0][1]}", f"--port={port}", f"--steps={steps}",
-             "--warmup=10", f"--global_batch={32 * n}", "--threads=1"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
-    try:
-        outs = [p.communicate(timeout=args.run_timeout) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for p, (_, err) in zip(procs, outs):
-        if p.returncode != 0:
-            raise RuntimeError(f"DDP rank failed ({p.returncode}): {err[-2000:]}")
-    result = next(line for line in outs[0][0].splitlines() if line.startswith("RESULT "))
-    return 32 * n * (steps - 10) / json.loads(result[7:])["seconds"]
+    out = run_ranks(args, cluster, "DDP", "torch_bench.py", lambda rank: [
+        "--worker=ddp", f"--model={model}", f"--rank={rank}", f"--ranks={n}",
+        f"--master={cluster.hosts[0][1]}", f"--port={port}", f"--steps={steps}",
+        f"--warmup={DDP_WARMUP}", f"--global_batch={32 * n}", "--threads=1"])
+    result = next(line for line in out.splitlines() if line.startswith("RESULT "))
+    return 32 * n * (steps - DDP_WARMUP) / json.loads(result[7:])["seconds"]
 
 
-def train_rows(args, rate):
+def train_rows(args):
     """The demo's MLP and the CNN across --train_hosts hosts: psync against DDP."""
     n = args.train_hosts
     print(f"training on {n} hosts, each link {args.rate} each way, global batch {32 * n}")
@@ -195,6 +192,16 @@ def train_rows(args, rate):
     with open(os.path.join(args.out, "cluster_train.json"), "w") as f:
         json.dump({"rate": args.rate, "rows": rows}, f, indent=1)
     return 0
+
+
+def row(hosts, mb, kind, ms, cpu, bound):
+    """One figure, printed as it is measured."""
+    r = {"hosts": hosts, "mb": mb, "kind": kind, "ms": ms, "cores": cpu / ms, "bound_ms": bound}
+    what = kind if kind == "gloo" else f"psync {kind}"
+    cpu_bound = r["cores"] > 0.9 * os.cpu_count()
+    print(f"{hosts:>5} {mb:>6g} {what:<22} {ms:>9.1f} {bound:>9.1f} {ms / bound:>8.2f} "
+          f"{r['cores']:>10.2f}{'  (cores bound it)' if cpu_bound else ''}", flush=True)
+    return r
 
 
 def bound_ms(bytes_each_way, rate_bps, delay_s):
@@ -270,7 +277,7 @@ def main():
     if args.train_hosts:
         if not 2 <= args.train_hosts <= 8:
             raise SystemExit(f"cluster_bench: --train_hosts is {args.train_hosts}, expected 2 to 8")
-        return train_rows(args, rate)
+        return train_rows(args)
     try:
         host_counts = [int(v) for v in args.hosts.split(",")]
         sizes = [float(v) for v in args.sizes.split(",")]
@@ -283,7 +290,6 @@ def main():
     if not kinds <= {"colocated", "separate"}:
         raise SystemExit(f"cluster_bench: --placements is '{args.placements}', expected "
                          f"colocated and/or separate")
-    os.makedirs(args.out, exist_ok=True)
     rows = []
     print(f"each host's link: {args.rate} each way, {args.delay} delay; "
           f"{os.cpu_count()} cores in this machine")
@@ -296,22 +302,11 @@ def main():
                 model = mb * (1 << 20)
                 for kind, servers_on, workers_on, share in placements(n, kinds):
                     ms, cpu = run_psync(args, cluster, servers_on, workers_on, mb)
-                    rows.append({"hosts": n, "mb": mb, "kind": kind, "ms": ms, "cores": cpu / ms,
-                                 "bound_ms": bound_ms(share * model, rate, delay)})
+                    rows.append(row(n, mb, kind, ms, cpu, bound_ms(share * model, rate, delay)))
                 if args.gloo:
                     ms, cpu = run_gloo(args, cluster, mb, 29500 + n)
-                    rows.append({"hosts": n, "mb": mb, "kind": "gloo", "ms": ms, "cores": cpu / ms,
-                                 "bound_ms": bound_ms(2 * (n - 1) / n * model, rate, delay)})
-                for r in rows:
-                    if r["hosts"] == n and r["mb"] == mb and "printed" not in r:
-                        r["printed"] = True
-                        what = r["kind"] if r["kind"] == "gloo" else f"psync {r['kind']}"
-                        cpu_bound = r["cores"] > 0.9 * os.cpu_count()
-                        print(f"{n:>5} {mb:>6g} {what:<22} {r['ms']:>9.1f} {r['bound_ms']:>9.1f} "
-                              f"{r['ms'] / r['bound_ms']:>8.2f} {r['cores']:>10.2f}"
-                              f"{'  (cores bound it)' if cpu_bound else ''}", flush=True)
-    for r in rows:
-        r.pop("printed", None)
+                    rows.append(row(n, mb, "gloo", ms, cpu,
+                                    bound_ms(2 * (n - 1) / n * model, rate, delay)))
     with open(os.path.join(args.out, "cluster_bench.json"), "w") as f:
         json.dump({"rate": args.rate, "delay": args.delay, "rows": rows}, f, indent=1)
     plot(rows, os.path.join(args.out, "cluster_bench.png"))

@@ -2,38 +2,24 @@
 """Largest |a - b| / (1 + |a|) over every tensor of two psync exports.
 
 Usage: compare_weights.py A.safetensors B.safetensors [TOLERANCE]
-Prints the figure; exits 1 when it exceeds TOLERANCE (if given), 2 when the
-files do not hold the same tensors. Needs numpy only.
+Prints the figure and the tensor it is in; exits 1 when it exceeds
+TOLERANCE (if given), 2 when the files do not hold the same tensors. Needs
+numpy only (the reader is tests/large_batch/reproduce.py's).
 """
-import json
-import struct
+import os
 import sys
 
 import numpy as np
 
-
-def load(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    body = data[8 + n:]
-    tensors = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        if t["dtype"] != "F32":
-            raise SystemExit(f"{path}: tensor {name} is {t['dtype']}, expected F32")
-        begin, end = t["data_offsets"]
-        tensors[name] = np.frombuffer(body[begin:end], dtype="<f4").reshape(t["shape"])
-    return tensors
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "large_batch"))
+from reproduce import weights  # noqa: E402
 
 
 def main():
     if len(sys.argv) not in (3, 4):
         raise SystemExit(__doc__)
-    a, b = load(sys.argv[1]), load(sys.argv[2])
-    if a.keys() != b.keys() or any(a[k].shape != b[k].shape for k in a):
+    a, b = weights(sys.argv[1]), weights(sys.argv[2])
+    if a.keys() != b.keys() or any(a[k].size != b[k].size for k in a):
         print(f"different tensors: {sorted(a)} vs {sorted(b)}")
         sys.exit(2)
     per_tensor = {k: float(np.max(np.abs(a[k].astype(np.float64) - b[k]) / (1 + np.abs(a[k]))))

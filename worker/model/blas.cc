@@ -40,14 +40,14 @@ std::string BlasInfo::Describe() const {
 }
 
 std::string SlowKernelsWarning(const BlasInfo& info, bool avx2) {
-  if (!avx2 || info.chosen_by != "picked for this CPU" ||
+  if (!avx2 || info.chosen_by != kPickedForThisCpu ||
       !absl::EqualsIgnoreCase(info.core, "Prescott")) {
     return "";
   }
   return absl::StrCat(
       info.library, " does not know this CPU and picked its generic Prescott kernels, though "
-      "the CPU runs AVX2: --blas_core=Haswell (or SkylakeX, with AVX-512) computes faster (the "
-      "CNN 1.36x on one such machine); give every worker the same value, for bit-identical runs");
+      "the CPU runs AVX2: --blas_core=Haswell (or SkylakeX, with AVX-512) computes faster; give "
+      "every worker the same value, for bit-identical runs");
 }
 
 BlasInfo CurrentBlas(bool pinned) {
@@ -64,7 +64,7 @@ BlasInfo CurrentBlas(bool pinned) {
   }
   info.chosen_by = pinned           ? "pinned by --blas_core"
                    : !asked.empty() ? absl::StrCat("$", kCoreTypeVariable, "=", asked)
-                                    : "picked for this CPU";
+                                    : kPickedForThisCpu;
   return info;
 }
 

@@ -16,6 +16,9 @@
 
 namespace psync {
 
+// BlasInfo::chosen_by when OpenBLAS chose the kernels itself.
+inline constexpr char kPickedForThisCpu[] = "picked for this CPU";
+
 struct BlasInfo {
   std::string library;  // e.g. "OpenBLAS 0.3.21"
   std::string core;     // the kernels, e.g. "Haswell"

@@ -1,6 +1,7 @@
 #include "server/coordinator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <map>
 #include <set>
@@ -15,8 +16,16 @@
 
 namespace psync {
 
-Coordinator::Coordinator(int num_servers)
-    : num_servers_(num_servers), members_(num_servers), retired_incarnations_(num_servers) {}
+Coordinator::Coordinator(CoordinatorOptions options)
+    : options_(std::move(options)),
+      num_servers_(options_.num_servers),
+      members_(num_servers_),
+      retired_incarnations_(num_servers_) {
+  if (options_.min_workers == 0) {
+    workers_ = StepMembers{WorkerSet::All(options_.num_workers)};
+    workers_decided_ = true;
+  }
+}
 
 int64_t Coordinator::CommonVersionLocked() const {
   // version -> model id -> servers holding that version of that model (a
@@ -138,7 +147,7 @@ absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
       if (m.has_value()) m->fresh = false;
     }
   }
-  member = Member{info.incarnation, info.generation, info.checkpoints};
+  member = Member{info.incarnation, info.generation, info.checkpoints, true, info.elastic};
 
   const bool all_reported = std::all_of(members_.begin(), members_.end(),
                                         [](const auto& m) { return m.has_value() && m->fresh; });
@@ -148,18 +157,185 @@ absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
     target_generation_ = generation + 1;
     target_version_ = CommonVersionLocked();
     round_needed_ = false;
+    keep_round_ = false;
+    if (options_.min_workers > 0) workers_decided_ = false;  // from the restored version
     LOG(INFO) << "coordinator: generation " << target_generation_ << " starts from "
               << (target_version_ > 0 ? absl::StrCat("checkpoint version ", target_version_)
                                       : std::string("the initial weights (no checkpoint every server has)"));
   }
   JoinReply reply;
   if (round_needed_) return reply;  // waiting for every server
+  auto at_target = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::all_of(members_.begin(), members_.end(), [this](const auto& m) {
+      return m.has_value() && m->generation == target_generation_;
+    });
+  };
+  if (options_.min_workers > 0 && at_target()) {
+    if (!workers_decided_) {
+      DecideMembersLocked(absl::Now());
+    } else {
+      StartChangeLocked();
+    }
+  }
   reply.target_generation = target_generation_;
   reply.target_version = target_version_;
-  reply.ready = std::all_of(members_.begin(), members_.end(), [this](const auto& m) {
-    return m.has_value() && m->generation == target_generation_;
-  });
+  reply.keep_state = keep_round_;
+  reply.ready = at_target() && workers_decided_;
+  if (workers_decided_) reply.members = workers_;
+  reply.failure = failure_;
   return reply;
+}
+
+void Coordinator::CollectDropsLocked() {
+  if (!workers_.has_value()) return;
+  for (const auto& m : members_) {
+    if (!m.has_value()) continue;
+    for (int w : m->elastic.leaving) {
+      if (workers_->current.Has(w)) drops_.emplace(w, "left");
+    }
+    for (int w : m->elastic.lost) {
+      if (workers_->current.Has(w)) drops_.emplace(w, "lost");
+    }
+  }
+}
+
+std::map<int, double> Coordinator::JoinsLocked() const {
+  std::map<int, double> joins;
+  for (const auto& m : members_) {
+    if (!m.has_value()) continue;
+    for (const auto& [rank, weight] : m->elastic.joins) {
+      if (rank < 0 || rank >= options_.num_workers || !(weight > 0) || !std::isfinite(weight)) {
+        continue;  // a server checked it; never trust it further
+      }
+      if (!workers_.has_value() || !workers_->current.Has(rank)) joins.emplace(rank, weight);
+    }
+  }
+  return joins;
+}
+
+void Coordinator::StartChangeLocked() {
+  CollectDropsLocked();
+  const std::map<int, double> joins = JoinsLocked();
+  if (drops_.empty() && joins.empty()) return;
+  std::vector<std::string> why;
+  for (const auto& [rank, reason] : drops_) why.push_back(absl::StrCat(rank, " ", reason));
+  for (const auto& [rank, weight] : joins) why.push_back(absl::StrCat(rank, " asks to join"));
+  int64_t generation = target_generation_;
+  for (const auto& m : members_) generation = std::max(generation, m->generation);
+  target_generation_ = generation + 1;
+  keep_round_ = true;
+  workers_decided_ = false;
+  LOG(INFO) << "coordinator: the workers change (worker " << absl::StrJoin(why, ", worker ")
+            << "): generation " << target_generation_
+            << " keeps every server's chunks while the servers agree on the step it starts at";
+}
+
+int64_t Coordinator::FirstStepLocked(int64_t* min_version) const {
+  // The versions every server holds now that none takes pushes.
+  bool has_chunks = false;
+  int64_t max_version = 0;
+  *min_version = 0;
+  for (const auto& m : members_) {
+    const ElasticReport& e = m->elastic;
+    if (!e.has_chunks) continue;
+    *min_version = has_chunks ? std::min(*min_version, e.min_version) : e.min_version;
+    max_version = has_chunks ? std::max(max_version, e.max_version) : e.max_version;
+    has_chunks = true;
+  }
+  if (!keep_round_) return *min_version = target_version_;  // a restored version
+  // A lost member may have left the lowest step unfinished: it is trained
+  // again without it.
+  for (const auto& [rank, reason] : drops_) {
+    if (reason == "lost") return *min_version;
+  }
+  return max_version;
+}
+
+WorkerSet Coordinator::NextWorkersLocked(const std::map<int, double>& joins) const {
+  std::map<int, double> weights(joins.begin(), joins.end());
+  if (workers_.has_value()) {
+    const WorkerSet& now = workers_->current;
+    for (size_t i = 0; i < now.ranks.size(); ++i) {
+      if (!drops_.count(now.ranks[i])) weights.emplace(now.ranks[i], now.weights[i]);
+    }
+  }
+  WorkerSet next;
+  next.id = next_members_id_;
+  for (const auto& [rank, weight] : weights) {
+    next.ranks.push_back(rank);
+    next.weights.push_back(weight);
+  }
+  return next;
+}
+
+bool Coordinator::WaitForWorkersLocked(const WorkerSet& next, absl::Time now) {
+  const int wanted = options_.min_workers;
+  const bool first = !workers_.has_value();
+  if (next.size() >= wanted && (!first || next.size() == options_.num_workers)) return false;
+  if (next.size() >= wanted) {
+    // Enough to start; the others, if they come soon, start too.
+    if (enough_since_ == absl::InfiniteFuture()) enough_since_ = now;
+    return now - enough_since_ < options_.first_members_wait;
+  }
+  if (waiting_since_ == absl::InfiniteFuture()) waiting_since_ = now;
+  const absl::Duration waited = now - waiting_since_;
+  const std::string have = next.ranks.empty() ? "none" : next.Describe();
+  if (now - last_wait_log_ >= absl::Seconds(5)) {
+    LOG(INFO) << "coordinator: waiting for workers: " << next.size() << " of at least " << wanted
+              << " (" << have << "; an elastic job of " << wanted << ".."
+              << options_.num_workers << ")";
+    last_wait_log_ = now;
+  }
+  if (waited > options_.peer_timeout && failure_.empty()) {
+    failure_ = absl::StrCat("an elastic job of ", wanted, "..", options_.num_workers,
+                            " workers has had ", next.size(), " (", have, ") for ",
+                            absl::FormatDuration(absl::Trunc(waited, absl::Milliseconds(100))),
+                            ", past --peer_timeout_s; the coordinator gives up on the job");
+    LOG(ERROR) << "coordinator: " << failure_;
+  }
+  return true;
+}
+
+void Coordinator::DecideMembersLocked(absl::Time now) {
+  CollectDropsLocked();
+  const std::map<int, double> joins = JoinsLocked();
+  WorkerSet next = NextWorkersLocked(joins);
+  if (WaitForWorkersLocked(next, now)) return;
+  waiting_since_ = absl::InfiniteFuture();
+  int64_t min_version = 0;
+  next.first_step = FirstStepLocked(&min_version);
+  StepMembers decided;
+  decided.current = next;
+  // Chunks below first_step still train the step before with the members
+  // before.
+  if (workers_.has_value() && min_version < next.first_step) {
+    decided.previous = workers_->For(min_version);
+  }
+  std::vector<std::string> changes;
+  for (const auto& [rank, reason] : drops_) {
+    changes.push_back(absl::StrCat("worker ", rank, " ", reason));
+    (reason == "lost" ? counts_.lost : counts_.left) += 1;
+  }
+  for (const auto& [rank, weight] : joins) {
+    changes.push_back(absl::StrCat("worker ", rank, " joined"));
+    ++counts_.joined;
+  }
+  ++counts_.changes;
+  ++next_members_id_;
+  LOG(INFO) << "coordinator: from step " << next.first_step << " the job trains with workers "
+            << next.Describe() << " (" << next.size() << " of " << options_.min_workers << ".."
+            << options_.num_workers << "; "
+            << (changes.empty() ? std::string("restored") : absl::StrJoin(changes, ", "))
+            << "; generation " << target_generation_ << ")";
+  workers_ = std::move(decided);
+  workers_decided_ = true;
+  keep_round_ = false;
+  drops_.clear();
+}
+
+MembershipCounts Coordinator::Counts() const {
+  absl::MutexLock lock(&mu_);
+  return counts_;
 }
 
 std::string Coordinator::Waiting() const {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/config/worker_set.h"
+#include "server/elastic_report.h"
 
 namespace psync {
 
@@ -31,12 +34,42 @@ struct JoinInfo {
   // The generation whose target this server failed to restore (0: none).
   int64_t failed_generation = 0;
   std::string peer;  // the address it came from, for the log ("": a local call)
+  ElasticReport elastic;
 };
 
 struct JoinReply {
   int64_t target_generation = 0;  // 0: still waiting for every server
   int64_t target_version = 0;     // 0: start afresh
   bool ready = false;             // every server has restored the target
+  // The target generation keeps every server's chunks (a change of an
+  // elastic job's workers) instead of restoring target_version.
+  bool keep_state = false;
+  // Who trains each step, once decided for the target generation.
+  std::optional<StepMembers> members;
+  // Non-empty: the job failed (an elastic job below min_workers past the
+  // peer timeout).
+  std::string failure;
+};
+
+struct CoordinatorOptions {
+  int num_servers = 1;
+  // The most workers; an elastic job (min_workers > 0) trains with
+  // min_workers..num_workers of them.
+  int num_workers = 1;
+  int min_workers = 0;
+  // How long an elastic job below min_workers waits before it fails.
+  absl::Duration peer_timeout = absl::Seconds(120);
+  // How long an elastic job's first members wait for more workers once
+  // min_workers have asked to join (they start at once when all have).
+  absl::Duration first_members_wait = absl::Seconds(1);
+};
+
+// Changes of an elastic job's workers so far, for metrics and status.
+struct MembershipCounts {
+  int64_t changes = 0;
+  int64_t joined = 0;
+  int64_t left = 0;  // said they leave
+  int64_t lost = 0;  // silent past their lease, or their connection closed
 };
 
 // Reaches the coordinator: a local call on server 0, an RPC elsewhere.
@@ -56,6 +89,21 @@ using JoinFunction = std::function<absl::StatusOr<JoinReply>(const JoinInfo&)>;
 // same weights. Workers register once every server reports the target
 // generation (`ready`).
 //
+// Workers: a fixed job's are every rank, from step 0. An elastic job's
+// members are decided here, once for each step: when a server reports a
+// worker that asked to join, or a member that left or was lost, the
+// coordinator starts a generation that keeps every server's chunks
+// (keep_state): the servers end every session, and report their versions.
+// Once all have, the new members start at step S, the highest version of
+// any chunk, whose pushes no chunk has taken yet (a server drops the
+// pushes it holds for it); the members before keep the steps below S,
+// which some chunks may still need. A member lost in the middle of a step
+// cannot finish it: then S is the lowest version, and chunks that had
+// completed that step keep its update (the same samples' mean gradient,
+// computed by the members before). Below min_workers nothing is decided
+// (the servers stay closed to workers) until enough workers ask, or the
+// peer timeout fails the job.
+//
 // What a server reports is bounded: a generation up to the current target
 // (before the first round, up to 2^31: an earlier coordinator's), an
 // incarnation that is not 0 and not one the rank had before. Who may report
@@ -63,11 +111,12 @@ using JoinFunction = std::function<absl::StatusOr<JoinReply>(const JoinInfo&)>;
 // (ParameterService).
 class Coordinator {
  public:
-  explicit Coordinator(int num_servers);
+  explicit Coordinator(CoordinatorOptions options);
 
   absl::StatusOr<JoinReply> Join(const JoinInfo& info);
   // "waiting for servers 1, 2" or "" when every server has joined.
   std::string Waiting() const;
+  MembershipCounts Counts() const;
 
  private:
   struct Member {
@@ -75,13 +124,36 @@ class Coordinator {
     int64_t generation = 0;
     std::vector<CheckpointVersion> checkpoints;
     bool fresh = true;  // reported since the round began
+    ElasticReport elastic;
   };
   // The generations and incarnation of `info` against what this
   // coordinator has seen (its rank already checked).
   absl::Status CheckReportLocked(const JoinInfo& info) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The newest version every member can restore, or 0.
   int64_t CommonVersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic jobs. Starts a generation that keeps the chunks when a server
+  // reports a worker to add or drop.
+  void StartChangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Once every server is at the target generation: the members from then
+  // on, unless fewer than min_workers would train.
+  void DecideMembersLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The step the next members start at; *min_version: the lowest any
+  // chunk is at.
+  int64_t FirstStepLocked(int64_t* min_version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The members after drops_ and `joins` (first_step not set).
+  WorkerSet NextWorkersLocked(const std::map<int, double>& joins) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `next` must wait for more workers (below min_workers, or a
+  // job's first members for the rest); logs, and fails the job past the
+  // peer timeout.
+  bool WaitForWorkersLocked(const WorkerSet& next, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Members the servers report lost or leaving, with why, into drops_.
+  void CollectDropsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Workers asking to join that are not members, with their weights.
+  std::map<int, double> JoinsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const CoordinatorOptions options_;
   const int num_servers_;
   mutable absl::Mutex mu_;
   std::vector<std::optional<Member>> members_ ABSL_GUARDED_BY(mu_);
@@ -91,6 +163,22 @@ class Coordinator {
   bool round_needed_ ABSL_GUARDED_BY(mu_) = true;
   int64_t target_generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t target_version_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Who trains (elastic: none until first decided), and whether they are
+  // decided for the target generation.
+  std::optional<StepMembers> workers_ ABSL_GUARDED_BY(mu_);
+  bool workers_decided_ ABSL_GUARDED_BY(mu_) = false;
+  bool keep_round_ ABSL_GUARDED_BY(mu_) = false;  // the target keeps the chunks
+  // Members to drop at the next decision, and why ("left", "lost").
+  std::map<int, std::string> drops_ ABSL_GUARDED_BY(mu_);
+  int64_t next_members_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Since when a decision waits for min_workers, and since when a job's
+  // first members have been enough.
+  absl::Time waiting_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Time enough_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Time last_wait_log_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::string failure_ ABSL_GUARDED_BY(mu_);
+  MembershipCounts counts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace psync

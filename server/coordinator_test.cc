@@ -12,7 +12,7 @@ JoinInfo Info(int rank, uint64_t incarnation, int64_t generation,
 }
 
 TEST(CoordinatorTest, WaitsForEveryServerThenStartsFromTheNewestCommonCheckpoint) {
-  Coordinator c(2);
+  Coordinator c(CoordinatorOptions{2});
   auto r = c.Join(Info(0, 100, 0, {{10, 7}, {20, 7}, {30, 7}}));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->target_generation, 0);  // server 1 not heard from
@@ -28,7 +28,7 @@ TEST(CoordinatorTest, WaitsForEveryServerThenStartsFromTheNewestCommonCheckpoint
 }
 
 TEST(CoordinatorTest, ARestartedServerRollsEveryoneBack) {
-  Coordinator c(2);
+  Coordinator c(CoordinatorOptions{2});
   c.Join(Info(0, 100, 0)).IgnoreError();
   c.Join(Info(1, 200, 0)).IgnoreError();
   c.Join(Info(0, 100, 1, {{4, 9}, {8, 9}})).IgnoreError();
@@ -43,7 +43,7 @@ TEST(CoordinatorTest, ARestartedServerRollsEveryoneBack) {
 }
 
 TEST(CoordinatorTest, ARoundWaitsForFreshReportsOfEveryServer) {
-  Coordinator c(2);
+  Coordinator c(CoordinatorOptions{2});
   c.Join(Info(0, 100, 0, {{20, 7}})).IgnoreError();
   c.Join(Info(1, 200, 0, {{20, 7}})).IgnoreError();
   c.Join(Info(0, 100, 1, {{20, 7}})).IgnoreError();
@@ -58,7 +58,7 @@ TEST(CoordinatorTest, ARoundWaitsForFreshReportsOfEveryServer) {
 }
 
 TEST(CoordinatorTest, AFailedRestoreChoosesAgainOnce) {
-  Coordinator c(2);
+  Coordinator c(CoordinatorOptions{2});
   c.Join(Info(0, 100, 0, {{10, 7}, {20, 7}})).IgnoreError();
   auto r = c.Join(Info(1, 200, 0, {{10, 7}, {20, 7}}));
   ASSERT_EQ(r->target_generation, 1);
@@ -82,21 +82,21 @@ TEST(CoordinatorTest, AFailedRestoreChoosesAgainOnce) {
 }
 
 TEST(CoordinatorTest, AServerListingAVersionTwiceDoesNotStandInForAnother) {
-  Coordinator c(2);
+  Coordinator c(CoordinatorOptions{2});
   c.Join(Info(0, 1, 0, {{5, 1}, {9, 1}, {9, 1}})).IgnoreError();
   auto r = c.Join(Info(1, 2, 0, {{5, 1}}));
   EXPECT_EQ(r->target_version, 5);
 }
 
 TEST(CoordinatorTest, CheckpointsOfAnotherModelAreNotCommon) {
-  Coordinator c(2);
+  Coordinator c(CoordinatorOptions{2});
   c.Join(Info(0, 1, 0, {{5, 1}, {9, 1}})).IgnoreError();
   auto r = c.Join(Info(1, 2, 0, {{5, 1}, {9, 2}}));  // version 9 is a foreign file on server 1
   EXPECT_EQ(r->target_version, 5);
 }
 
 TEST(CoordinatorTest, ARestartedCoordinatorRaisesTheGeneration) {
-  Coordinator c(2);  // fresh: the old coordinator had reached generation 6
+  Coordinator c(CoordinatorOptions{2});  // fresh: the old coordinator had reached generation 6
   c.Join(Info(1, 200, 6, {{3, 1}})).IgnoreError();
   auto r = c.Join(Info(0, 300, 0, {{3, 1}}));
   EXPECT_EQ(r->target_generation, 7);
@@ -104,7 +104,7 @@ TEST(CoordinatorTest, ARestartedCoordinatorRaisesTheGeneration) {
 }
 
 TEST(CoordinatorTest, ImplausibleReportsAreRefused) {
-  Coordinator c(2);
+  Coordinator c(CoordinatorOptions{2});
   EXPECT_EQ(c.Join(Info(0, 1, INT64_MAX)).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c.Join(Info(0, 1, -1)).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c.Join(Info(0, 1, 0, {{0, 1}})).status().code(), absl::StatusCode::kInvalidArgument);
@@ -116,7 +116,7 @@ TEST(CoordinatorTest, ImplausibleReportsAreRefused) {
 // generation up to 2^31, not 2^62 or INT64_MAX; after it, none past its
 // own target, so no report moves the generation by more than one a round.
 TEST(CoordinatorTest, GenerationsAreBoundedByTheCurrentOne) {
-  Coordinator c(1);
+  Coordinator c(CoordinatorOptions{1});
   for (int64_t g : {INT64_MAX - 1, int64_t{1} << 62, (int64_t{1} << 31) + 1}) {
     auto r = c.Join(Info(0, 1, g));
     ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << g;
@@ -143,7 +143,7 @@ TEST(CoordinatorTest, GenerationsAreBoundedByTheCurrentOne) {
 // A rank's earlier incarnation (a late or replayed Join) is refused rather
 // than taken as yet another restart, and 0 (none) is refused.
 TEST(CoordinatorTest, AnEarlierIncarnationIsRefused) {
-  Coordinator c(2);
+  Coordinator c(CoordinatorOptions{2});
   c.Join(Info(0, 100, 0)).IgnoreError();
   ASSERT_EQ(c.Join(Info(1, 200, 0))->target_generation, 1);
   c.Join(Info(0, 100, 1)).IgnoreError();
@@ -164,7 +164,7 @@ TEST(CoordinatorTest, AnEarlierIncarnationIsRefused) {
 }
 
 TEST(CoordinatorTest, BadRankIsRefused) {
-  Coordinator c(2);
+  Coordinator c(CoordinatorOptions{2});
   auto r = c.Join(Info(2, 1, 0));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("server rank 2 is out of range 0..1"), std::string::npos);

@@ -7,6 +7,7 @@ namespace psync {
 namespace {
 
 constexpr absl::Duration kWaitLogInterval = absl::Seconds(5);
+constexpr absl::Duration kBusyPeriod = absl::Milliseconds(10);
 
 }  // namespace
 
@@ -20,6 +21,7 @@ Membership::Membership(ShardStore* store, CheckpointManager* checkpoints, JoinFu
       incarnation_(incarnation) {}
 
 Membership::~Membership() {
+  store_->SetMembershipWake(nullptr);
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -28,14 +30,24 @@ Membership::~Membership() {
 }
 
 void Membership::Start() {
+  store_->SetMembershipWake([this] { Wake(); });
   thread_ = std::thread([this] {
     while (true) {
       Tick();
       absl::MutexLock lock(&mu_);
-      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-      if (mu_.AwaitWithTimeout(absl::Condition(&stop), period_)) return;
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || woken_; };
+      // While the cluster changes, every round trip moves it on.
+      const absl::Duration wait = ready_ ? period_ : std::min(period_, kBusyPeriod);
+      mu_.AwaitWithTimeout(absl::Condition(&stop), wait);
+      if (stopping_) return;
+      woken_ = false;
     }
   });
+}
+
+void Membership::Wake() {
+  absl::MutexLock lock(&mu_);
+  woken_ = true;
 }
 
 void Membership::Tick() {
@@ -45,6 +57,7 @@ void Membership::Tick() {
   info.generation = store_->generation();
   info.failed_generation = failed_generation_;
   if (checkpoints_ != nullptr) info.checkpoints = checkpoints_->Versions();
+  info.elastic = store_->GetElasticReport();
   absl::StatusOr<JoinReply> reply = join_(info);
   const absl::Time now = absl::Now();
   if (!reply.ok() || reply->target_generation == 0) {
@@ -55,7 +68,16 @@ void Membership::Tick() {
     }
     return;
   }
-  if (info.generation != reply->target_generation) {
+  if (!reply->failure.empty()) {
+    store_->Fail(absl::DeadlineExceededError(reply->failure));
+    return;
+  }
+  if (info.generation != reply->target_generation && reply->keep_state) {
+    store_->KeepForGeneration(reply->target_generation);
+    ready_ = false;
+    LOG(INFO) << "server " << rank_ << ": generation " << reply->target_generation
+              << ": the job's workers change; keeping this server's chunks";
+  } else if (info.generation != reply->target_generation) {
     std::optional<RestoredState> state;
     if (reply->target_version > 0) {
       absl::StatusOr<RestoredState> loaded =
@@ -76,6 +98,9 @@ void Membership::Tick() {
               << (reply->target_version > 0
                       ? absl::StrCat("restored checkpoint version ", reply->target_version)
                       : std::string("starting from the initial weights"));
+  }
+  if (reply->members.has_value() && reply->members->current.id != store_->members_id()) {
+    store_->SetMembers(*reply->members);
   }
   if (reply->ready != ready_) {
     store_->SetReady(reply->ready);

@@ -30,6 +30,8 @@ class Membership {
   ~Membership();
 
   void Start();
+  // The next round trip goes now rather than after the period (thread-safe).
+  void Wake();
   // One round trip to the coordinator and what follows from its answer.
   void Tick();
 
@@ -45,6 +47,7 @@ class Membership {
   absl::Time last_wait_log_ = absl::InfinitePast();
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool woken_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

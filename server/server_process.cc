@@ -73,6 +73,7 @@ absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c,
                                                      c.cluster().num_servers()));
   o.num_servers = c.cluster().num_servers();
   o.num_workers = c.cluster().num_workers();
+  o.min_workers = c.cluster().min_workers();
   o.deterministic = c.training().deterministic();
   o.max_message_bytes = int64_t{c.server().max_message_mb()} << 20;
   o.optimizer.momentum = static_cast<float>(c.optimizer().momentum());
@@ -247,11 +248,16 @@ absl::Status ServerProcess::StartServing() {
                     "token of their own (docs/security.md#roles)";
   }
   if (rank == 0) {
-    coordinator_ = std::make_unique<Coordinator>(options_.num_servers);
+    CoordinatorOptions c;
+    c.num_servers = options_.num_servers;
+    c.num_workers = options_.num_workers;
+    c.min_workers = options_.min_workers;
+    c.peer_timeout = options_.peer_timeout;
+    coordinator_ = std::make_unique<Coordinator>(c);
     join_ = [c = coordinator_.get()](const JoinInfo& info) { return c->Join(info); };
   } else {
-    join_ = CreateGrpcJoinFn(ServerAddresses(config)[0], options_.num_servers, absl::Seconds(2),
-                             *security);
+    join_ = CreateGrpcJoinFn(ServerAddresses(config)[0], options_.num_servers,
+                             options_.num_workers, absl::Seconds(2), *security);
   }
   AddProcessMetrics(&metrics_);
   AddServerMetrics(&metrics_, store_.get(), checkpoints_.get());

@@ -24,15 +24,19 @@ ShardStore::ShardStore(ShardStoreOptions options)
       updater_(options_),
       roster_(options_),
       snapshots_(options_),
+      // An elastic job has no members until the coordinator decides them.
+      members_(std::make_shared<const StepMembers>(StepMembers{
+          options_.elastic() ? WorkerSet{} : WorkerSet::All(options_.num_workers)})),
       waiters_(options_.server_rank, options_.num_workers) {}
 
 // Then waiters_, the last member, stops and joins its timer thread first.
 ShardStore::~ShardStore() { Close(); }
 
-std::shared_ptr<Shard> ShardStore::FirstShard(const RegisterArgs& args,
-                                              int64_t generation) const {
+std::shared_ptr<Shard> ShardStore::FirstShard(
+    const RegisterArgs& args, int64_t generation,
+    std::shared_ptr<const StepMembers> members) const {
   const Layout& layout = *args.layout;
-  std::shared_ptr<Shard> shard = NewShard(options_, layout, args.shape, generation);
+  std::shared_ptr<Shard> shard = NewShard(options_, layout, args.shape, generation, members);
   shard->origin = absl::StrCat("set by worker ", args.worker_rank, "'s registration",
                                args.peer.empty() ? "" : " from ", args.peer);
   for (int32_t id : shard->owned) {
@@ -56,7 +60,10 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   const int rank = args.worker_rank;
   absl::MutexLock lock(&mu_);
   if (!failed_.ok()) return failed_;
+  if (options_.elastic() && !members_->current.Has(rank)) return AskToJoinLocked(args);
   if (!ready_) {
+    // The rank's lease does not run out while it waits to register.
+    roster_.TouchHolder(rank, args.incarnation);
     return absl::UnavailableError(absl::StrCat(
         "Register: server ", options_.server_rank,
         " is not ready: the servers have not yet agreed on the version to start from"));
@@ -69,7 +76,7 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
     if (!unreached.empty()) {
       LOG(WARNING) << "server " << options_.server_rank << ": " << unreached;
     }
-    shard_ = FirstShard(args, generation_);
+    shard_ = FirstShard(args, generation_, members_);
     owned_chunks_ = static_cast<int>(shard_->owned.size());
   }
   RegisterResult result;
@@ -77,6 +84,7 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   result.fingerprint = args.layout->fingerprint();
   result.chunk_ids = shard_->owned;
   result.generation = generation_;
+  result.members = *members_;
   result.has_chunks = !result.chunk_ids.empty();
   result.version = result.has_chunks ? INT64_MAX : 0;
   for (int32_t id : result.chunk_ids) {
@@ -90,9 +98,19 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   return result;
 }
 
+absl::Status ShardStore::AskToJoinLocked(const RegisterArgs& args) {
+  requests_.Join(args.worker_rank, args.worker_weight);
+  return absl::UnavailableError(absl::StrCat(
+      "Register: worker ", args.worker_rank, " is not one of the job's workers yet (they are ",
+      members_->current.ranks.empty() ? std::string("none yet")
+                                      : absl::StrCat("workers ", members_->current.Describe()),
+      "; an elastic job of ", options_.min_workers, "..", options_.num_workers,
+      "): the coordinator adds it at the next step boundary"));
+}
+
 absl::StatusOr<std::shared_ptr<Shard>> ShardStore::CheckCaller(
     absl::string_view op, uint64_t session, int worker_rank,
-    std::optional<uint64_t> fingerprint) const {
+    std::optional<uint64_t> fingerprint, std::shared_ptr<const StepMembers>* members) const {
   absl::ReaderMutexLock lock(&mu_);
   if (worker_rank < 0 || worker_rank >= options_.num_workers) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -112,15 +130,16 @@ absl::StatusOr<std::shared_ptr<Shard>> ShardStore::CheckCaller(
         ", expected ", shard_->layout->fingerprint()));
   }
   roster_.Touch(worker_rank);
+  if (members != nullptr) *members = members_;
   return shard_;
 }
 
 absl::StatusOr<std::shared_ptr<Shard>> ShardStore::CheckPush(
     uint64_t session, int worker_rank, uint64_t fingerprint, int64_t step, int64_t sample_count,
-    absl::Span<const ChunkPayload> chunks) const {
+    absl::Span<const ChunkPayload> chunks, std::shared_ptr<const StepMembers>* members) const {
   PSYNC_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard,
-                         CheckCaller("Push", session, worker_rank, fingerprint));
-  PSYNC_RETURN_IF_ERROR(CheckPushStep(worker_rank, step));
+                         CheckCaller("Push", session, worker_rank, fingerprint, members));
+  PSYNC_RETURN_IF_ERROR(CheckPushStep(options_, worker_rank, step));
   if (sample_count < 0 || sample_count > (int64_t{1} << 40)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Push: sample_count is ", sample_count, ", expected 0..2^40"));
@@ -150,41 +169,23 @@ absl::StatusOr<std::shared_ptr<Shard>> ShardStore::CheckPush(
           " is from the future; the chunk is at version ", c.version,
           " and takes pushes for step ", c.version, " only"));
     }
+    const WorkerSet& workers = (*members)->For(step);
+    if (step >= 0 && !workers.Has(worker_rank)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Push: worker ", worker_rank, " is not one of step ", step, "'s workers (",
+          workers.Describe(), "); a worker that is not a member pulls the step's weights"));
+    }
   }
   return shard;
-}
-
-absl::Status ShardStore::CheckPushStep(int worker_rank, int64_t step) const {
-  if (step == kInitialWeightsStep) {
-    if (options_.init_from != InitSource::kWorker) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Push: worker ", worker_rank, " sent initial weights (step ", step, "), but server ",
-          options_.server_rank, " takes them from the seed (--init_from=seed)"));
-    }
-    if (worker_rank != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Push: worker ", worker_rank, " sent initial weights (step ", step,
-          "); only worker 0 sends them"));
-    }
-    return absl::OkStatus();
-  }
-  if (step < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Push: step is ", step, ", expected >= 0 (or ", kInitialWeightsStep,
-        ": initial weights)"));
-  }
-  if (step == INT64_MAX) {  // a PushPull then pulls version step + 1
-    return absl::InvalidArgumentError(
-        absl::StrCat("Push: step is ", step, ", expected < ", INT64_MAX));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t fingerprint,
                               int64_t step, int64_t sample_count,
                               absl::Span<const ChunkPayload> chunks) {
-  PSYNC_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard,
-                         CheckPush(session, worker_rank, fingerprint, step, sample_count, chunks));
+  std::shared_ptr<const StepMembers> members;
+  PSYNC_ASSIGN_OR_RETURN(
+      std::shared_ptr<Shard> shard,
+      CheckPush(session, worker_rank, fingerprint, step, sample_count, chunks, &members));
   if (step == kInitialWeightsStep) return SetInitialWeights(*shard, chunks);
   // A chunk cannot advance past `step` between the check above and here: that
   // needs this worker's own push for `step`.
@@ -192,19 +193,22 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
   // parallel.
   absl::Mutex diverged_mu;
   absl::Status diverged;  // the first chunk whose step was not finite
+  absl::Status changed;   // or whose workers changed meanwhile
   pool_.ParallelFor(static_cast<int>(chunks.size()), [&](int i) {
-    absl::Status applied = PushChunk(*shard, chunks[i], worker_rank, step, sample_count);
+    absl::Status applied =
+        PushChunk(*shard, chunks[i], worker_rank, step, sample_count, members.get());
     if (applied.ok()) return;
     absl::MutexLock lock(&diverged_mu);
-    if (diverged.ok()) diverged = std::move(applied);
+    absl::Status& first = absl::IsAborted(applied) ? changed : diverged;
+    if (first.ok()) first = std::move(applied);
   });
   absl::Status failure;
   {
     // Not held across FailJob, which takes mu_ (taken before chunk locks).
     absl::MutexLock lock(&diverged_mu);
     failure = diverged;
+    if (failure.ok()) return changed;
   }
-  if (failure.ok()) return absl::OkStatus();
   // Every later step needs this one: the job cannot go on.
   FailJob(failure);
   return absl::OutOfRangeError(absl::StrCat("Push: ", failure.message()));
@@ -230,11 +234,17 @@ absl::Status ShardStore::SetInitialWeights(const Shard& shard,
 }
 
 absl::Status ShardStore::PushChunk(const Shard& shard, const ChunkPayload& p, int worker_rank,
-                                   int64_t step, int64_t sample_count) {
+                                   int64_t step, int64_t sample_count,
+                                   const StepMembers* members) {
   Chunk& c = *shard.chunks[p.chunk_id];
   std::vector<WaiterSlot> fired;
   {
     absl::MutexLock lock(&c.mu);
+    if (c.members.get() != members) {
+      return absl::AbortedError(absl::StrCat(
+          "Push: the job's workers changed while worker ", worker_rank,
+          "'s push of step ", step, " was on its way; register again"));
+    }
     if (step < c.version || c.received[worker_rank]) return absl::OkStatus();  // applied, or a repeat
     // Float32 weights go to `emit` as the update makes them.
     float* const copy = p.emit != nullptr && p.dtype == WireDType::kFloat32
@@ -274,7 +284,9 @@ absl::Status ShardStore::Interrupted(absl::string_view op, const Shard& shard) c
         " rolled back to a checkpoint while this call waited; register again"));
   }
   absl::ReaderMutexLock lock(&mu_);
-  return failed_;
+  if (!failed_.ok()) return failed_;
+  return absl::AbortedError(absl::StrCat(op, ": the job's workers changed while this call waited (",
+                                         "generation ", generation_, "); register again"));
 }
 
 absl::Status ShardStore::Pull(uint64_t session, int worker_rank, uint64_t fingerprint,
@@ -319,6 +331,7 @@ void ShardStore::PullAsync(uint64_t session, int worker_rank, uint64_t fingerpri
                            int64_t version, absl::Span<const int32_t> chunk_ids,
                            WireDType dtype, absl::Time deadline, PullDone done,
                            std::function<bool()> cancelled) {
+  const int64_t generation = generation_now_.load();
   absl::StatusOr<std::shared_ptr<Shard>> shard =
       CheckPull(session, worker_rank, fingerprint, version, chunk_ids, dtype);
   if (!shard.ok()) return done(shard.status(), {});
@@ -328,7 +341,8 @@ void ShardStore::PullAsync(uint64_t session, int worker_rank, uint64_t fingerpri
       waiters_.Add(*std::move(shard), version, chunk_ids, dtype, deadline, std::move(done),
                    std::move(cancelled));
   const Shard& s = *waiter->shard;
-  if (closed_.load() || s.retired.load() || job_failed_.load()) {
+  if (closed_.load() || s.retired.load() || job_failed_.load() ||
+      generation_now_.load() != generation) {
     return waiters_.Finish(waiter, Interrupted("Pull", s));
   }
   waiters_.WaitForChunks(waiter);
@@ -339,9 +353,10 @@ void ShardStore::InterruptWaiters(const Shard* shard) {
 }
 
 absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t session,
-                                                      int64_t done_version) {
+                                                      int64_t done_version, bool leaving) {
+  std::shared_ptr<const StepMembers> members;
   absl::StatusOr<std::shared_ptr<Shard>> caller =
-      CheckCaller("Heartbeat", session, worker_rank, std::nullopt);
+      CheckCaller("Heartbeat", session, worker_rank, std::nullopt, &members);
   if (!caller.ok()) {
     if (roster_.FinishedAt(done_version)) {
       HeartbeatResult done;
@@ -351,11 +366,14 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
     }
     return caller.status();
   }
+  if (leaving && options_.elastic()) requests_.Leave(worker_rank);
   HeartbeatResult result;
-  const bool found = LowestVersionWaits(**caller, options_.num_workers, &result.version,
-                                        &result.waiting_for, &result.waiting_since);
-  result.all_done = roster_.ReportDone(
-      worker_rank, done_version, found ? std::optional<int64_t>(result.version) : std::nullopt);
+  const bool found = LowestVersionWaits(**caller, &result.version, &result.waiting_for,
+                                        &result.waiting_since);
+  result.all_done =
+      roster_.ReportDone(worker_rank, done_version,
+                         found ? std::optional<int64_t>(result.version) : std::nullopt,
+                         members->current.ranks);
   return result;
 }
 
@@ -368,6 +386,7 @@ void ShardStore::ReleaseLease(int worker_rank, uint64_t session) {
     LOG(INFO) << "server " << options_.server_rank << ": worker " << worker_rank
               << "'s connection closed (session " << session
               << "): a restarted worker may take its rank now";
+    if (options_.elastic()) requests_.Wake();
   }
 }
 
@@ -376,8 +395,13 @@ int64_t ShardStore::FinishedVersion() const { return roster_.FinishedVersion(); 
 void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state) {
   // Built before taking mu_: allocating and filling a shard takes a while.
   std::shared_ptr<Shard> fresh;
+  std::shared_ptr<const StepMembers> members;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    members = members_;
+  }
   if (state.has_value()) {
-    fresh = NewShard(options_, state->layout, state->shape, generation);
+    fresh = NewShard(options_, state->layout, state->shape, generation, members);
     fresh->origin = absl::StrCat("restored from checkpoint version ", state->version);
     for (auto& [id, restored] : state->chunks) {
       Chunk& c = *fresh->chunks[id];
@@ -396,6 +420,7 @@ void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state)
     shard_ = std::move(fresh);
     owned_chunks_ = shard_ == nullptr ? 0 : static_cast<int>(shard_->owned.size());
     generation_ = generation;
+    generation_now_ = generation;
     generation_start_version_ = state.has_value() ? state->version : 0;
     updater_.StartGeneration();  // the new generation logs its rate again
     ready_ = false;
@@ -412,6 +437,56 @@ void ShardStore::SetReady(bool ready) {
 int64_t ShardStore::generation() const {
   absl::ReaderMutexLock lock(&mu_);
   return generation_;
+}
+
+void ShardStore::KeepForGeneration(int64_t generation) {
+  std::shared_ptr<Shard> shard;
+  {
+    absl::MutexLock lock(&mu_);
+    generation_ = generation;
+    generation_now_ = generation;
+    ready_ = false;
+    roster_.KeepGeneration();
+    shard = shard_;
+  }
+  if (shard != nullptr) InterruptWaiters(shard.get());
+}
+
+void ShardStore::SetMembers(StepMembers members) {
+  auto shared = std::make_shared<const StepMembers>(std::move(members));
+  std::shared_ptr<Shard> shard;
+  {
+    absl::MutexLock lock(&mu_);
+    members_ = shared;
+    shard = shard_;
+    requests_.Granted(shared->current.ranks);
+    roster_.GiveLease(shared->current.ranks);
+  }
+  if (shard != nullptr) SetShardMembers(*shard, shared);
+}
+
+int64_t ShardStore::members_id() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return members_->current.id;
+}
+
+ElasticReport ShardStore::GetElasticReport() const {
+  ElasticReport report;
+  std::shared_ptr<Shard> shard;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    shard = shard_;
+    if (options_.elastic()) {
+      report.joins = requests_.Joins();
+      report.leaving = requests_.Leaving();
+      // Once the job is complete its workers go, and nothing changes.
+      if (roster_.FinishedVersion() == 0) report.lost = roster_.Lost(members_->current.ranks);
+    }
+  }
+  if (shard != nullptr) {
+    report.has_chunks = VersionRange(*shard, &report.min_version, &report.max_version);
+  }
+  return report;
 }
 
 void ShardStore::SetSnapshotSink(std::function<void(Snapshot)> sink) {
@@ -434,7 +509,8 @@ absl::Status ShardStore::CheckPeers() {
   absl::Status missing;
   {
     absl::MutexLock lock(&mu_);
-    if (!failed_.ok() || !ready_ || shard_ == nullptr) return failed_;
+    // An elastic job drops a missing worker instead (the coordinator).
+    if (!failed_.ok() || !ready_ || shard_ == nullptr || options_.elastic()) return failed_;
     missing = roster_.CheckPeers();
     if (missing.ok()) return absl::OkStatus();
   }
@@ -480,11 +556,13 @@ StoreStatus ShardStore::GetStatus() const {
     status.missing = std::move(roster.missing);
     status.missing_for = roster.missing_for;
     status.mixed_blas = std::move(roster.mixed_blas);
+    status.members = members_->current;
+    for (const auto& [rank, weight] : requests_.Joins()) status.pending_joins.push_back(rank);
   }
   if (shard == nullptr) return status;
   status.registered = true;
   status.fingerprint = shard->layout->fingerprint();
-  if (!LowestVersionWaits(*shard, options_.num_workers, &status.version, &status.waiting_for,
+  if (!LowestVersionWaits(*shard, &status.version, &status.waiting_for,
                           &status.waiting_since)) {
     status.version = 0;
   }

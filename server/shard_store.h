@@ -20,11 +20,14 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/config/training_shape.h"
+#include "common/config/worker_set.h"
 #include "common/model/layout.h"
 #include "common/process/thread_pool.h"
 #include "common/wire/wire_dtype.h"
 #include "server/chunk_state.h"
+#include "server/elastic_report.h"
 #include "server/store/chunk_update.h"
+#include "server/store/member_requests.h"
 #include "server/store/pull_waiters.h"
 #include "server/store/registration_check.h"
 #include "server/store/shard.h"
@@ -42,6 +45,8 @@ struct RegisterResult {
   std::vector<int32_t> chunk_ids;
   uint64_t session = 0;
   int64_t generation = 0;
+  // Who trains each step from `version` on.
+  StepMembers members;
   // Chunks here await worker 0's initial weights (a job whose init_from is
   // worker, on a fresh start): `version` is 0, which pulls wait for.
   bool awaiting_initial_weights = false;
@@ -89,6 +94,9 @@ struct StoreStatus {
   // Deterministic mode: workers whose BLAS kernels differ from the first
   // registered worker's (BlasCheck::Mixed).
   std::vector<std::string> mixed_blas;
+  // Who trains the current steps, and who waits to join.
+  WorkerSet members;
+  std::vector<int> pending_joins;
 };
 
 // Receives one chunk's weights during Pull, on the calling thread.
@@ -119,6 +127,13 @@ using ChunkSink =
 // registers again). A rank is held by one live process at a time. Restore
 // (a rollback decided by the coordinator) replaces every chunk, starts a new
 // generation, ends every session and wakes waiting pulls with Aborted.
+//
+// Who pushes each step is the members the coordinator decided
+// (SetMembers; every worker of a fixed job). In an elastic job a worker
+// that is not a member is refused at registration (Unavailable) and
+// reported as wanting to join (ElasticReport); a change of the members is
+// a generation that keeps the chunks (KeepForGeneration), so that every
+// worker registers again and learns the new members.
 //
 // The store holds the current shard, the generation and the job's failure;
 // it delegates registration checks to RegistrationCheck, sessions, leases
@@ -165,8 +180,9 @@ class ShardStore {
   // version's weights and the job is complete: a worker that says it again
   // is answered all_done even from a session a later rollback ended (its
   // Finish must not take it back to train a done job; see finished_version_).
+  // `leaving`: the worker leaves an elastic job (ElasticReport).
   absl::StatusOr<HeartbeatResult> Heartbeat(int worker_rank, uint64_t session,
-                                            int64_t done_version);
+                                            int64_t done_version, bool leaving = false);
   // OK while `session` is `worker_rank`'s current one, as every request's
   // check (for Hold).
   absl::Status CheckSession(int worker_rank, uint64_t session) const;
@@ -184,6 +200,22 @@ class ShardStore {
   void Restore(int64_t generation, std::optional<RestoredState> state);
   void SetReady(bool ready);
   int64_t generation() const;
+
+  // Starts `generation` keeping every chunk as it is (a change of an
+  // elastic job's workers): ends every session, wakes waiting pulls with
+  // Aborted; not ready until SetReady(true).
+  void KeepForGeneration(int64_t generation);
+  // From now on `members` train: a chunk whose step is now another set's
+  // drops the pushes it holds for it.
+  void SetMembers(StepMembers members);
+  int64_t members_id() const;
+  ElasticReport GetElasticReport() const;
+  // Runs (on a request's thread, under a lock: it must only wake someone)
+  // when a worker asks to join, says it leaves, or its connection closes:
+  // the coordinator need not wait for its next round. Null: none.
+  void SetMembershipWake(std::function<void()> wake) { requests_.SetWake(std::move(wake)); }
+  // The coordinator failed the job (`reason`): as FailJob.
+  void Fail(const absl::Status& reason) { FailJob(reason); }
 
   // Receives each complete snapshot (see ShardStoreOptions::checkpoint_every);
   // runs on the thread that applied the last chunk, under locks: queue it and
@@ -223,30 +255,32 @@ class ShardStore {
   // Returns the current shard once `session` is the worker's current one and
   // `fingerprint` matches the layout.
   // (Heartbeats carry no fingerprint: nullopt.)
-  absl::StatusOr<std::shared_ptr<Shard>> CheckCaller(absl::string_view op, uint64_t session,
-                                                     int worker_rank,
-                                                     std::optional<uint64_t> fingerprint) const;
+  // `members`, if set, gets the members the request is checked against.
+  absl::StatusOr<std::shared_ptr<Shard>> CheckCaller(
+      absl::string_view op, uint64_t session, int worker_rank,
+      std::optional<uint64_t> fingerprint,
+      std::shared_ptr<const StepMembers>* members = nullptr) const;
   // A shard of `generation` for the layout and shape `args` bring, every
   // chunk at version 0 with its weights from the layout's seed.
-  std::shared_ptr<Shard> FirstShard(const RegisterArgs& args, int64_t generation) const;
+  std::shared_ptr<Shard> FirstShard(const RegisterArgs& args, int64_t generation,
+                                    std::shared_ptr<const StepMembers> members) const;
   // Every check of a push before any chunk takes it; the caller's shard.
-  absl::StatusOr<std::shared_ptr<Shard>> CheckPush(uint64_t session, int worker_rank,
-                                                   uint64_t fingerprint, int64_t step,
-                                                   int64_t sample_count,
-                                                   absl::Span<const ChunkPayload> chunks) const;
+  absl::StatusOr<std::shared_ptr<Shard>> CheckPush(
+      uint64_t session, int worker_rank, uint64_t fingerprint, int64_t step,
+      int64_t sample_count, absl::Span<const ChunkPayload> chunks,
+      std::shared_ptr<const StepMembers>* members) const;
   // Adds one chunk's push (unless the step is applied or the push a
   // repeat); when it completes the step, emits the new weights and wakes
   // the chunk's waiting pulls. OUT_OF_RANGE when the step diverged.
+  // `members`: those the push was checked against; Aborted if the
+  // chunk's are others by now.
   absl::Status PushChunk(const Shard& shard, const ChunkPayload& payload, int worker_rank,
-                         int64_t step, int64_t sample_count);
+                         int64_t step, int64_t sample_count, const StepMembers* members);
   // Worker 0's initial values of every chunk in `chunks` (a push for step
   // kInitialWeightsStep): each chunk that awaits them takes them and wakes
   // its waiting pulls. The first chunk's error, the others still applied
   // (each chunk's outcome is its own, and repeats are idempotent).
   absl::Status SetInitialWeights(const Shard& shard, absl::Span<const ChunkPayload> chunks);
-  // The step checks of CheckPush: the step's range, and who may push
-  // initial weights.
-  absl::Status CheckPushStep(int worker_rank, int64_t step) const;
   // Every check of a pull before it waits; the caller's shard.
   absl::StatusOr<std::shared_ptr<Shard>> CheckPull(uint64_t session, int worker_rank,
                                                    uint64_t fingerprint, int64_t version,
@@ -255,7 +289,11 @@ class ShardStore {
   // Sets failed_ (unless a failure came first), which every later call
   // gets, and ends every waiting pull with it.
   void FailJob(const absl::Status& error) ABSL_LOCKS_EXCLUDED(mu_);
-  // Why a waiting call must stop now (closed, rolled back, failed), or OK.
+  // An elastic job's Register from a worker that is not a member: recorded
+  // as wanting to join; the Unavailable error it gets.
+  absl::Status AskToJoinLocked(const RegisterArgs& args) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a waiting call must stop now (closed, rolled back, failed, the
+  // workers changed).
   absl::Status Interrupted(absl::string_view op, const Shard& shard) const;
   // Ends every waiting pull of `shard` (all of them: null) with the reason
   // Interrupted gives.
@@ -270,6 +308,8 @@ class ShardStore {
   WorkerRoster roster_;
   // Taken under a chunk's lock, or alone; never before mu_.
   SnapshotCollector snapshots_;
+  // Elastic jobs: who asked to join or leave. Taken alone or under mu_.
+  MemberRequests requests_;
 
   mutable absl::Mutex mu_;
   // Replaced (never changed) by Restore and by the first Register of a
@@ -279,6 +319,11 @@ class ShardStore {
   int64_t generation_start_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
+  // Who trains; every new shard's chunks get it.
+  std::shared_ptr<const StepMembers> members_ ABSL_GUARDED_BY(mu_);
+  // generation_, for waiting pulls, which cannot take mu_: one that began
+  // in an earlier generation stops.
+  std::atomic<int64_t> generation_now_{0};
   // Set with failed_, for waiting pulls, which cannot take mu_.
   std::atomic<bool> job_failed_{false};
   // shard_->owned.size(), for the transport's decode bound without mu_.

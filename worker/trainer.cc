@@ -29,47 +29,6 @@ void ParallelFor(int n, const Fn& fn) {
 
 }  // namespace
 
-absl::Status TrainerOptions::Validate() const {
-  if (num_workers < 1 || worker_rank < 0 || worker_rank >= num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker rank ", worker_rank, " is out of range for ", num_workers, " workers"));
-  }
-  if (batch_per_device < 1 || batch_per_device > (1 << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--batch_per_device is ", batch_per_device, ", expected 1..1048576"));
-  }
-  if (accumulation_steps < 1 || accumulation_steps > 65536) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--accumulation_steps is ", accumulation_steps, ", expected 1..65536"));
-  }
-  if (max_steps < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--steps is ", max_steps, ", expected >= 0"));
-  }
-  // Bounded so that the sharding's products of weights and sample counts
-  // stay finite (1e308 alone passes as finite, and overflows there).
-  constexpr double kMaxDeviceWeight = 1e9;
-  for (double w : device_weights) {
-    if (!(w > 0.0) || !(w <= kMaxDeviceWeight)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--device_weights has ", w, ", expected relative speeds > 0 and at most ",
-          kMaxDeviceWeight, " (e.g. 1,3)"));
-    }
-  }
-  if (overlap_min_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--overlap_min_kb is ", overlap_min_bytes >> 10, ", expected >= 0"));
-  }
-  if (!initial_weights.empty() && worker_rank != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker ", worker_rank, " was given initial weights; only worker 0 sends them"));
-  }
-  if (max_steps == 0 && epochs < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--epochs is ", epochs, ", expected >= 1 (or set --steps)"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     TrainerOptions options, std::vector<std::unique_ptr<Model>> replicas,
     std::unique_ptr<Reducer> reducer, PsClient* client, const Dataset* train,
@@ -253,11 +212,29 @@ int64_t Trainer::DeviceRanges(int64_t step, std::vector<int64_t>* begin,
   begin->assign(devices, 0);
   end->assign(devices, 0);
   int64_t samples = 0;
+  const std::optional<StepMembers> members = client_->Members();
   for (int d = 0; d < devices; ++d) {
-    sharding_.DeviceRange(in_epoch, options_.worker_rank, d, &(*begin)[d], &(*end)[d]);
+    if (options_.elastic && members.has_value()) {
+      sharding_.ElasticDeviceRange(members->For(step), in_epoch, options_.worker_rank, d,
+                                   &(*begin)[d], &(*end)[d]);
+    } else {
+      sharding_.DeviceRange(in_epoch, options_.worker_rank, d, &(*begin)[d], &(*end)[d]);
+    }
     samples += (*end)[d] - (*begin)[d];
   }
   return samples;
+}
+
+bool Trainer::Trains(int64_t step) const {
+  if (!options_.elastic) return true;
+  const std::optional<StepMembers> members = client_->Members();
+  return !members.has_value() || members->For(step).Has(options_.worker_rank);
+}
+
+absl::Status Trainer::WaitOutStep(int64_t step) {
+  TraceSpan wait_span(options_.tracer, step, "step", "wait out another set's step");
+  PSYNC_RETURN_IF_ERROR(client_->Pull(step + 1, PullPrecision::kWire, host_weights_.get()));
+  return BroadcastWeights(step);
 }
 
 absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t>& permutation) {
@@ -318,8 +295,12 @@ absl::StatusOr<BatchStats> Trainer::DeviceGradients(int d, int64_t step,
   const int64_t dim = train_->input_dim;
   float* inputs = device_inputs_[d].data();
   uint8_t* labels = device_labels_[d].data();
-  const int64_t micro = sharding_.MicroBatch(d);
-  const int64_t micro_batches = options_.accumulation_steps;
+  // More micro-batches where an elastic step's share is larger than at
+  // full size; the same cut as ever otherwise.
+  const int64_t micro_batches = sharding_.MicroBatches(d, end - begin);
+  const int64_t micro = micro_batches == options_.accumulation_steps
+                            ? sharding_.MicroBatch(d)
+                            : (end - begin + micro_batches - 1) / micro_batches;
   BatchStats device_stats;
   for (int64_t m = 0; m < micro_batches; ++m) {
     const int64_t first = std::min(end, begin + m * micro);
@@ -478,7 +459,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const std::function<void(const EpochRep
 absl::Status Trainer::Rejoin(RunState& run, const absl::Status& why) {
   const int64_t was = run.step;
   PSYNC_ASSIGN_OR_RETURN(run.step, Join(run.total_steps));
-  LOG(INFO) << "worker " << options_.worker_rank << ": the cluster rolled back (" << why.message()
+  LOG(INFO) << "worker " << options_.worker_rank << ": registered again (" << why.message()
             << "); resuming at step " << run.step << " (was at step " << was << ")";
   run.permutation.clear();
   run.trained = RunState::EpochFigures{};
@@ -491,6 +472,11 @@ absl::Status Trainer::TrainSteps(RunState& run,
   const int64_t per_epoch = sharding_.steps_per_epoch();
   while (run.step < run.total_steps) {
     if (stop_requested_.load()) {
+      if (options_.elastic) {
+        client_->Leave();
+        LOG(INFO) << "worker " << options_.worker_rank << ": leaves the job before step "
+                  << run.step;
+      }
       return absl::CancelledError(absl::StrCat("stopped before step ", run.step));
     }
     const int64_t epoch = run.step / per_epoch;
@@ -499,6 +485,16 @@ absl::Status Trainer::TrainSteps(RunState& run,
       run.permutation = EpochPermutation(train_->size, options_.seed, epoch);
     }
     if (options_.tracer != nullptr) options_.tracer->BeginStep(run.step);
+    if (!Trains(run.step)) {
+      const absl::Status waited = WaitOutStep(run.step);
+      if (absl::IsAborted(waited)) {
+        PSYNC_RETURN_IF_ERROR(Rejoin(run, waited));
+        continue;
+      }
+      PSYNC_RETURN_IF_ERROR(waited);
+      ++run.step;
+      continue;
+    }
     const absl::Time t0 = absl::Now();
     absl::StatusOr<BatchStats> stats = Step(run.step, run.permutation);
     if (absl::IsAborted(stats.status())) {

@@ -1,5 +1,6 @@
 #include "worker/worker_process.h"
 
+#include <numeric>
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -183,6 +184,7 @@ absl::Status WorkerProcess::SetTrainerOptions() {
   TrainerOptions& options = t.options;
   options.worker_rank = rank_;
   options.num_workers = c.cluster().num_workers();
+  options.elastic = c.cluster().min_workers() > 0;
   options.batch_per_device = c.training().batch_per_device();
   options.accumulation_steps = c.training().accumulation_steps();
   options.epochs = c.training().epochs();
@@ -322,6 +324,11 @@ absl::StatusOr<GrpcPsClientOptions> WorkerProcess::ClientOptions() const {
   if (!client_options.ok()) return BadConfig(client_options.status());
   client_options->tracer = t.tracer.get();
   client_options->blas_kernels = blas_.Kernels();
+  // A step's samples are divided among an elastic job's workers by these.
+  const std::vector<double>& weights = t.options.device_weights;
+  client_options->worker_weight =
+      weights.empty() ? loaded_.config.training().devices()
+                      : std::accumulate(weights.begin(), weights.end(), 0.0);
   LOG(INFO) << "worker " << t.options.worker_rank << ": TCP congestion control: "
             << DescribeTcpCongestion(client_options->tcp_congestion);
   return client_options;
@@ -369,6 +376,12 @@ void WorkerProcess::ReportEpoch(const EpochReport& r) const {
 absl::Status WorkerProcess::StoppedOrFailed(const absl::Status& trained,
                                             const StopOnSignal& stopper) const {
   const Training& t = *training_;
+  if (absl::IsCancelled(trained) && stopper.signalled() && t.options.elastic) {
+    // An elastic job goes on without it: a leave, not a failure.
+    LOG(INFO) << "worker " << rank_ << " left the job (" << trained.message()
+              << "); the other workers train on";
+    return absl::OkStatus();
+  }
   if (absl::IsCancelled(trained) && stopper.signalled()) {
     if (t.tracer != nullptr) {  // the steps it recorded tell where the time went
       const absl::Status written = t.tracer->Write(t.trace_path);

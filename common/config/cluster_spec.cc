@@ -1,5 +1,8 @@
 #include "common/config/cluster_spec.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <map>
 
 #include "absl/status/status.h"
@@ -61,6 +64,41 @@ absl::StatusOr<std::vector<std::string>> ParseServerAddresses(const std::string&
     out.emplace_back(entry);
   }
   return out;
+}
+
+absl::StatusOr<int> ResolveRank(Role role, absl::string_view flag, absl::string_view value,
+                                int count) {
+  std::string text(value);
+  std::string from = absl::StrCat(flag, "=", value);
+  if (value == "auto") {
+    if (role == Role::kWorker) {
+      const char* index = std::getenv("JOB_COMPLETION_INDEX");
+      if (index == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            flag, "=auto takes the rank from $JOB_COMPLETION_INDEX (an Indexed Job's pods), "
+                  "which is not set"));
+      }
+      text = index;
+      from = absl::StrCat(flag, "=auto ($JOB_COMPLETION_INDEX=", index, ")");
+    } else {
+      char host[256] = {};
+      gethostname(host, sizeof(host) - 1);
+      const absl::string_view name(host);
+      const size_t dash = name.rfind('-');
+      text = dash == absl::string_view::npos ? "" : std::string(name.substr(dash + 1));
+      from = absl::StrCat(flag, "=auto (hostname ", name, ")");
+      if (text.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            from, ": expected a StatefulSet pod name ending in -<ordinal>"));
+      }
+    }
+  }
+  int rank = -1;
+  if (!absl::SimpleAtoi(text, &rank) || rank < 0 || rank >= count) {
+    return absl::InvalidArgumentError(absl::StrCat(from, ": expected a rank in 0..", count - 1,
+                                                   " or auto"));
+  }
+  return rank;
 }
 
 }  // namespace psync

@@ -132,6 +132,15 @@ void CheckCluster(const proto::JobConfig& c, Checker& check) {
                "1..4096");
   check.Expect("num_workers", c.cluster().num_workers() >= 1 && c.cluster().num_workers() <= 65536,
                "1..65536");
+  check.Expect("min_workers",
+               c.cluster().min_workers() >= 0 &&
+                   c.cluster().min_workers() <= c.cluster().num_workers(),
+               absl::StrCat("0..", c.cluster().num_workers(), " (max_workers)"));
+  check.Expect("max_workers",
+               c.cluster().max_workers() == 0 ||
+                   c.cluster().max_workers() == c.cluster().num_workers(),
+               absl::StrCat("0 or num_workers (", c.cluster().num_workers(),
+                            "): in an elastic job they are one number"));
   const std::string& servers = c.cluster().servers();
   if (absl::StrContains(servers, "{rank}")) {
     check.Expect("servers", !absl::StrContains(servers, ","),
@@ -514,6 +523,11 @@ absl::Status FinishJobConfig(LoadedJobConfig* loaded) {
                                  .size()));
     loaded->sources["num_servers"] = loaded->sources["servers"];
   }
+  // In an elastic job max_workers is the job's worker count.
+  if (cluster->max_workers() > 0 && !cluster->has_num_workers()) {
+    cluster->set_num_workers(cluster->max_workers());
+    loaded->sources["num_workers"] = loaded->sources["max_workers"];
+  }
   return Validate(*loaded);
 }
 
@@ -528,41 +542,6 @@ std::vector<std::string> ServerAddresses(const proto::JobConfig& config) {
     out.push_back(absl::StrReplaceAll(servers, {{"{rank}", absl::StrCat(r)}}));
   }
   return out;
-}
-
-absl::StatusOr<int> ResolveRank(Role role, absl::string_view flag, absl::string_view value,
-                                int count) {
-  std::string text(value);
-  std::string from = absl::StrCat(flag, "=", value);
-  if (value == "auto") {
-    if (role == Role::kWorker) {
-      const char* index = std::getenv("JOB_COMPLETION_INDEX");
-      if (index == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            flag, "=auto takes the rank from $JOB_COMPLETION_INDEX (an Indexed Job's pods), "
-                  "which is not set"));
-      }
-      text = index;
-      from = absl::StrCat(flag, "=auto ($JOB_COMPLETION_INDEX=", index, ")");
-    } else {
-      char host[256] = {};
-      gethostname(host, sizeof(host) - 1);
-      const absl::string_view name(host);
-      const size_t dash = name.rfind('-');
-      text = dash == absl::string_view::npos ? "" : std::string(name.substr(dash + 1));
-      from = absl::StrCat(flag, "=auto (hostname ", name, ")");
-      if (text.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            from, ": expected a StatefulSet pod name ending in -<ordinal>"));
-      }
-    }
-  }
-  int rank = -1;
-  if (!absl::SimpleAtoi(text, &rank) || rank < 0 || rank >= count) {
-    return absl::InvalidArgumentError(absl::StrCat(from, ": expected a rank in 0..", count - 1,
-                                                   " or auto"));
-  }
-  return rank;
 }
 
 LrPolicy LrPolicyOf(const proto::JobConfig& config) {

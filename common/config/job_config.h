@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/config/cluster_spec.h"
 #include "common/config/init_source.h"
 #include "common/config/lr_policy.h"
 #include "proto/job_config.pb.h"
@@ -72,14 +73,6 @@ InitSource InitSourceOf(const proto::JobConfig& config);
 // server refuses a worker with others (so servers that disagree refuse the
 // same worker, and a worker's summary reports what the servers apply).
 std::string UpdateRuleOf(const proto::JobConfig& config);
-
-// The rank given by `flag` (e.g. "--worker_rank") as `value`: a number, or
-// "auto": a server takes the ordinal its StatefulSet pod name ends in
-// ($HOSTNAME "psync-server-2" -> 2), a worker its Indexed Job's
-// $JOB_COMPLETION_INDEX. Checked against 0..count-1.
-enum class Role { kServer, kWorker };
-absl::StatusOr<int> ResolveRank(Role role, absl::string_view flag, absl::string_view value,
-                                int count);
 
 // Text format, for a file another process reads with --config.
 std::string JobConfigToText(const proto::JobConfig& config);

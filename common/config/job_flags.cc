@@ -22,6 +22,11 @@ ABSL_FLAG(std::string, config, "",
           ".json; see proto/job_config.proto); the flags below override single fields.");
 ABSL_FLAG(int32_t, num_servers, 1, "Parameter servers in the job.");
 ABSL_FLAG(int32_t, num_workers, 1, "Workers in the job.");
+ABSL_FLAG(int32_t, min_workers, 0,
+          "Elastic job: the fewest workers it trains with; workers join and leave while it "
+          "runs (0: a fixed job of --num_workers).");
+ABSL_FLAG(int32_t, max_workers, 0,
+          "Elastic job: the most workers (the rank range and global batch; 0: --num_workers).");
 ABSL_FLAG(std::string, servers, "",
           "Server addresses host:port,... in server-rank order, or a pattern with {rank}, "
           "e.g. psync-server-{rank}.psync-server:7070.");

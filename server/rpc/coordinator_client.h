@@ -15,8 +15,9 @@ namespace psync {
 // Each call is one Join RPC to `address` with `timeout`, with the job's
 // `security`: the server role's token where it has one (server_token), the
 // job's otherwise. The returned function is thread-safe.
-JoinFunction CreateGrpcJoinFn(const std::string& address, int num_servers, absl::Duration timeout,
-                              const PeerSecurity& security);
+// `num_workers` bounds the ranks of the members the coordinator sends.
+JoinFunction CreateGrpcJoinFn(const std::string& address, int num_servers, int num_workers,
+                              absl::Duration timeout, const PeerSecurity& security);
 
 }  // namespace psync
 

@@ -59,7 +59,7 @@ class GrpcServerTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
     store_->SetReady(true);
-    if (rank == 0) coordinator_ = std::make_unique<Coordinator>(num_servers);
+    if (rank == 0) coordinator_ = std::make_unique<Coordinator>(CoordinatorOptions{num_servers});
     GrpcServerOptions so;
     so.coordinator = coordinator_.get();
     so.max_pull_wait = absl::Seconds(10);

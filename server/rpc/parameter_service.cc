@@ -1,3 +1,5 @@
+#include "server/rpc/join_proto.h"
+#include "common/wire/worker_set_proto.h"
 #include "server/rpc/parameter_service.h"
 
 #include <atomic>
@@ -213,6 +215,7 @@ class ParameterService final : public AsyncService {
     args.shape = TrainingShapeFromProto(req->shape());
     args.update_rule = req->update_rule();
     args.blas_kernels = req->blas_kernels();
+    args.worker_weight = req->worker_weight() == 0 ? 1 : req->worker_weight();
     if (req->init_from() == proto::INIT_SOURCE_SEED) args.init_from = InitSource::kSeed;
     if (req->init_from() == proto::INIT_SOURCE_WORKER) args.init_from = InitSource::kWorker;
     args.peer = peer;
@@ -237,6 +240,7 @@ class ParameterService final : public AsyncService {
     resp->set_has_chunks(result->has_chunks);
     resp->set_max_message_bytes(store_->options().max_message_bytes);
     for (int32_t id : result->chunk_ids) resp->add_chunk_ids(id);
+    StepMembersToProto(result->members, resp->mutable_members(), resp->mutable_previous_members());
     regions_.Take(*req, result->session, peer, resp);
     return absl::OkStatus();
   }
@@ -328,11 +332,16 @@ class ParameterService final : public AsyncService {
     resp->set_checkpoints_on(newest_checkpoint_ != nullptr);
     resp->set_newest_checkpoint(newest_checkpoint_ != nullptr ? newest_checkpoint_() : -1);
     resp->set_incarnation(incarnation_);
+    WorkerSetToProto(s.members, resp->mutable_members());
+    resp->set_min_workers(o.min_workers);
+    for (int w : s.pending_joins) resp->add_pending_joins(w);
+    if (coordinator_ != nullptr) resp->set_membership_changes(coordinator_->Counts().changes);
     return absl::OkStatus();
   }
 
   absl::Status Heartbeat(const proto::HeartbeatRequest* req, proto::HeartbeatResponse* resp) {
-    auto beat = store_->Heartbeat(req->worker_rank(), req->session(), req->done_version());
+    auto beat = store_->Heartbeat(req->worker_rank(), req->session(), req->done_version(),
+                                  req->leaving());
     if (!beat.ok()) return beat.status();
     for (int w : beat->waiting_for) resp->add_waiting_for(w);
     if (!beat->waiting_for.empty()) {
@@ -363,20 +372,11 @@ class ParameterService final : public AsyncService {
           "Join: server ", req->server_rank(), " says the cluster has ", req->num_servers(),
           " servers, the coordinator was started for ", store_->options().num_servers));
     }
-    JoinInfo info;
+    JoinInfo info = JoinInfoFromProto(*req);
     info.peer = peer;
-    info.server_rank = req->server_rank();
-    info.incarnation = req->incarnation();
-    info.generation = req->generation();
-    info.failed_generation = req->failed_generation();
-    for (const proto::CheckpointVersion& c : req->checkpoints()) {
-      info.checkpoints.push_back({c.version(), c.model_id()});
-    }
     auto reply = coordinator_->Join(info);
     if (!reply.ok()) return reply.status();
-    resp->set_target_generation(reply->target_generation);
-    resp->set_target_version(reply->target_version);
-    resp->set_ready(reply->ready);
+    JoinReplyToProto(*reply, resp);
     return absl::OkStatus();
   }
 

@@ -17,7 +17,7 @@ ChunkUpdater::ChunkUpdater(ShardStoreOptions options) : options_(std::move(optio
 absl::StatusOr<bool> ChunkUpdater::PushLocked(const Shard& shard, Chunk& c, int worker_rank,
                                               int64_t sample_count, const ChunkPayload& p,
                                               float* copy) {
-  const bool last = c.num_received + 1 == options_.num_workers;
+  const bool last = c.num_received + 1 == c.members->For(c.version).size();
   if (c.num_received == 0) c.first_push = absl::Now();
   absl::Status applied;
   if (last && !options_.deterministic) {
@@ -88,11 +88,13 @@ std::shared_ptr<ChunkState> ChunkUpdater::NextStateLocked(Chunk& c, bool* state_
 float* ChunkUpdater::SumGradientsLocked(Chunk& c, ChunkState& next) const {
   const int64_t n = c.info.num_elements;
   if (options_.deterministic) {
-    next.weights = c.per_worker[0];  // reuses next's buffer
+    // The step's workers in rank order, whoever else pushed other steps.
+    const std::vector<int>& ranks = c.members->For(c.version).ranks;
+    next.weights = c.per_worker[ranks[0]];  // reuses next's buffer
     float* grad = next.weights.data();
-    for (int w = 1; w < options_.num_workers; ++w) {
-      const float* g = c.per_worker[w].data();
-      for (int64_t i = 0; i < n; ++i) grad[i] += g[i];
+    for (size_t i = 1; i < ranks.size(); ++i) {
+      const float* g = c.per_worker[ranks[i]].data();
+      for (int64_t k = 0; k < n; ++k) grad[k] += g[k];
     }
     return grad;
   }

@@ -63,4 +63,30 @@ absl::StatusOr<bool> SetInitialWeightsLocked(const Shard& shard, Chunk& chunk,
   return false;
 }
 
+absl::Status CheckPushStep(const ShardStoreOptions& options, int worker_rank, int64_t step) {
+  if (step == kInitialWeightsStep) {
+    if (options.init_from != InitSource::kWorker) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Push: worker ", worker_rank, " sent initial weights (step ", step, "), but server ",
+          options.server_rank, " takes them from the seed (--init_from=seed)"));
+    }
+    if (worker_rank != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Push: worker ", worker_rank, " sent initial weights (step ", step,
+          "); only worker 0 sends them"));
+    }
+    return absl::OkStatus();
+  }
+  if (step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Push: step is ", step, ", expected >= 0 (or ", kInitialWeightsStep,
+        ": initial weights)"));
+  }
+  if (step == INT64_MAX) {  // a PushPull then pulls version step + 1
+    return absl::InvalidArgumentError(
+        absl::StrCat("Push: step is ", step, ", expected < ", INT64_MAX));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace psync

@@ -24,6 +24,12 @@ absl::Status RegistrationCheck::CheckRequest(const RegisterArgs& args) const {
     return absl::InvalidArgumentError(absl::StrCat(
         "Register: worker rank ", rank, " is out of range 0..", options_.num_workers - 1));
   }
+  constexpr double kMaxWorkerWeight = 1e6;
+  if (!(args.worker_weight > 0 && args.worker_weight <= kMaxWorkerWeight)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Register: worker ", rank, " has weight ", args.worker_weight, ", expected 0..",
+        kMaxWorkerWeight, " (exclusive of 0: the sum of its device weights)"));
+  }
   const Layout& layout = *args.layout;
   if (layout.fingerprint() != args.claimed_fingerprint) {
     return absl::InvalidArgumentError(absl::StrCat(

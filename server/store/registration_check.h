@@ -34,6 +34,8 @@ struct RegisterArgs {
   // The worker's BLAS library and kernels (RegisterRequest.blas_kernels);
   // empty: not said.
   std::string blas_kernels;
+  // The worker's share of a step against the others' (> 0).
+  double worker_weight = 1;
   // Where the registration came from (the transport's peer), for errors
   // that name the registration that fixed the layout; may be empty.
   std::string peer;

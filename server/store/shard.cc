@@ -27,7 +27,11 @@ absl::Status ValidateChunkId(absl::string_view op, const Shard& shard, int serve
 }  // namespace
 
 std::shared_ptr<Shard> NewShard(const ShardStoreOptions& options, const Layout& layout,
-                                const TrainingShape& shape, int64_t generation) {
+                                const TrainingShape& shape, int64_t generation,
+                                std::shared_ptr<const StepMembers> members) {
+  if (members == nullptr) {
+    members = std::make_shared<const StepMembers>(StepMembers{WorkerSet::All(options.num_workers)});
+  }
   auto shard = std::make_shared<Shard>(layout, shape, generation);
   shard->chunks.resize(layout.chunks().size());
   shard->owned = layout.ChunksOnServer(options.server_rank);
@@ -39,6 +43,7 @@ std::shared_ptr<Shard> NewShard(const ShardStoreOptions& options, const Layout& 
     absl::MutexLock chunk_lock(&chunk->mu);
     chunk->received.assign(n, false);
     chunk->counts.assign(n, 0);
+    chunk->members = members;
     if (options.deterministic) {
       chunk->per_worker.assign(n, std::vector<float>(info.num_elements));
     }
@@ -109,7 +114,33 @@ absl::StatusOr<WireWeights> WeightsInLocked(const Shard& shard, Chunk& c,
   return view(spare);
 }
 
-bool LowestVersionWaits(const Shard& shard, int num_workers, int64_t* version,
+void SetShardMembers(const Shard& shard, const std::shared_ptr<const StepMembers>& members) {
+  for (int32_t id : shard.owned) {
+    Chunk& c = *shard.chunks[id];
+    absl::MutexLock lock(&c.mu);
+    c.members = members;
+    if (c.version < members->current.first_step || c.num_received == 0) continue;
+    std::fill(c.received.begin(), c.received.end(), false);
+    std::fill(c.counts.begin(), c.counts.end(), 0);
+    c.num_received = 0;
+    std::vector<float>().swap(c.sum);  // as between steps (SumGradientsLocked)
+  }
+}
+
+bool VersionRange(const Shard& shard, int64_t* min_version, int64_t* max_version) {
+  bool found = false;
+  for (int32_t id : shard.owned) {
+    Chunk& c = *shard.chunks[id];
+    absl::MutexLock lock(&c.mu);
+    const int64_t v = std::max<int64_t>(c.version, 0);
+    *min_version = found ? std::min(*min_version, v) : v;
+    *max_version = found ? std::max(*max_version, v) : v;
+    found = true;
+  }
+  return found;
+}
+
+bool LowestVersionWaits(const Shard& shard, int64_t* version,
                         std::vector<int>* waiting_for, absl::Time* since) {
   bool found = false;
   bool waits_here = false;
@@ -137,7 +168,7 @@ bool LowestVersionWaits(const Shard& shard, int num_workers, int64_t* version,
       waits_here = true;
       *since = c.first_push;
       waiting_for->clear();
-      for (int w = 0; w < num_workers; ++w) {
+      for (int w : c.members->For(c.version).ranks) {
         if (awaits ? w == 0 : !c.received[w]) waiting_for->push_back(w);
       }
     }

@@ -20,6 +20,7 @@
 #include "absl/types/span.h"
 #include "common/config/init_source.h"
 #include "common/config/training_shape.h"
+#include "common/config/worker_set.h"
 #include "common/model/layout.h"
 #include "common/wire/byte_pieces.h"
 #include "common/wire/wire_dtype.h"
@@ -96,6 +97,9 @@ struct Chunk {
   // steps; the last float32 gradient goes from the wire straight into the
   // update).
   std::vector<bool> received ABSL_GUARDED_BY(mu);
+  // Who pushes each step (members->For(version)); replaced, never changed,
+  // when the job's workers change (ShardStore::SetMembers).
+  std::shared_ptr<const StepMembers> members ABSL_GUARDED_BY(mu);
   std::vector<int64_t> counts ABSL_GUARDED_BY(mu);
   int num_received ABSL_GUARDED_BY(mu) = 0;
   absl::Time first_push ABSL_GUARDED_BY(mu);  // of step `version`
@@ -146,9 +150,20 @@ inline bool AwaitsInitialWeightsLocked(const Chunk& chunk) ABSL_SHARED_LOCKS_REQ
 }
 
 // A shard of `layout` for options.server_rank: every chunk it owns at
-// version 0, with no state yet and room for options.num_workers' pushes.
+// version 0, with no state yet and room for options.num_workers' pushes,
+// expecting them from `members` (null: every worker).
 std::shared_ptr<Shard> NewShard(const ShardStoreOptions& options, const Layout& layout,
-                                const TrainingShape& shape, int64_t generation);
+                                const TrainingShape& shape, int64_t generation,
+                                std::shared_ptr<const StepMembers> members = nullptr);
+
+// From now on `members` push every chunk of `shard`'s steps: a chunk whose
+// current step they train drops the pushes it holds for it (made for
+// other shares of the step's samples) and waits for theirs.
+void SetShardMembers(const Shard& shard, const std::shared_ptr<const StepMembers>& members);
+
+// The lowest and highest version over `shard`'s chunks (a chunk awaiting
+// its initial weights counts as 0); false: it owns none.
+bool VersionRange(const Shard& shard, int64_t* min_version, int64_t* max_version);
 
 // NOT_FOUND unless every id is a chunk of `shard` (which server
 // `server_rank` owns); INVALID_ARGUMENT when one is repeated.
@@ -171,10 +186,10 @@ absl::StatusOr<WireWeights> WeightsInLocked(const Shard& shard, Chunk& chunk,
 
 // The lowest version over `shard`'s chunks (false: it owns none); among
 // that version's chunks, the one waiting longest for pushes gives the
-// workers (of `num_workers`) it misses and since when (none: empty,
+// workers (of the step's members) it misses and since when (none: empty,
 // InfinitePast). A chunk that awaits its initial weights counts as version
 // 0 that waits for worker 0. Takes each chunk's lock in turn.
-bool LowestVersionWaits(const Shard& shard, int num_workers, int64_t* version,
+bool LowestVersionWaits(const Shard& shard, int64_t* version,
                         std::vector<int>* waiting_for, absl::Time* since);
 
 }  // namespace psync

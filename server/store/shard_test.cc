@@ -150,7 +150,7 @@ TEST(ShardTest, TheLowestVersionNamesWhomItsOldestStepWaitsFor) {
   int64_t version = -1;
   std::vector<int> waiting;
   absl::Time since;
-  ASSERT_TRUE(LowestVersionWaits(*shard, 3, &version, &waiting, &since));
+  ASSERT_TRUE(LowestVersionWaits(*shard, &version, &waiting, &since));
   EXPECT_EQ(version, 0);
   EXPECT_TRUE(waiting.empty());
   EXPECT_EQ(since, absl::InfinitePast());
@@ -170,7 +170,7 @@ TEST(ShardTest, TheLowestVersionNamesWhomItsOldestStepWaitsFor) {
     c.num_received = 1;
     c.first_push = t0 - absl::Seconds(1);
   }
-  ASSERT_TRUE(LowestVersionWaits(*shard, 3, &version, &waiting, &since));
+  ASSERT_TRUE(LowestVersionWaits(*shard, &version, &waiting, &since));
   EXPECT_EQ(version, 0);
   EXPECT_THAT(waiting, ElementsAre(0, 2));
   EXPECT_EQ(since, t0);
@@ -178,7 +178,7 @@ TEST(ShardTest, TheLowestVersionNamesWhomItsOldestStepWaitsFor) {
   ShardStoreOptions second = Options(2, 1);
   second.server_rank = 1;  // its one chunk is on server 0
   auto none = NewShard(second, *Layout::Create({{"b", {1}}}, 8, 2, 5), TrainingShape(), 0);
-  EXPECT_FALSE(LowestVersionWaits(*none, 1, &version, &waiting, &since));
+  EXPECT_FALSE(LowestVersionWaits(*none, &version, &waiting, &since));
 }
 
 }  // namespace

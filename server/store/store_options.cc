@@ -19,6 +19,10 @@ absl::Status ShardStoreOptions::Validate() const {
   if (num_workers < 1 || num_workers > 65536) {
     return absl::InvalidArgumentError(absl::StrCat("num_workers is ", num_workers, ", expected 1..65536"));
   }
+  if (min_workers < 0 || min_workers > num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat("min_workers is ", min_workers, ", expected 0..",
+                                                   num_workers, " (num_workers, the most)"));
+  }
   if (max_message_bytes < kMessageHeadroomBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_message_bytes is ", max_message_bytes, ", expected >= ", kMessageHeadroomBytes));

@@ -17,7 +17,11 @@ namespace psync {
 struct ShardStoreOptions {
   int server_rank = 0;
   int num_servers = 1;
+  // The most workers (ranks 0..num_workers-1). An elastic job
+  // (min_workers > 0) trains with any min_workers..num_workers of them, as
+  // the coordinator decides; 0: every one of them trains every step.
   int num_workers = 1;
+  int min_workers = 0;
   // Sum worker gradients in rank order whatever their arrival order, so that
   // two runs with the same seed give identical weights. Costs one buffer per
   // worker per chunk.
@@ -61,6 +65,8 @@ struct ShardStoreOptions {
   // cannot fit is refused (RESOURCE_EXHAUSTED) rather than left to fail the
   // allocation or wake the OOM killer. Null: not checked.
   std::function<int64_t()> available_memory;
+
+  bool elastic() const { return min_workers > 0; }
 
   absl::Status Validate() const;
   // The optimizer as checkpoints store it and the log names it:

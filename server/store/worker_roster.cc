@@ -25,7 +25,8 @@ WorkerRoster::WorkerRoster(const ShardStoreOptions& options, std::function<absl:
       now_(std::move(now)),
       sessions_(new std::atomic<uint64_t>[options.num_workers]),
       incarnations_(options.num_workers, 0),
-      done_(options.num_workers, 0) {
+      done_(options.num_workers, 0),
+      lease_start_ms_(options.num_workers, 0) {
   for (int w = 0; w < num_workers_; ++w) {
     last_seen_ms_[w] = UnixMs(now_());
     sessions_[w] = 0;
@@ -77,6 +78,13 @@ bool WorkerRoster::Release(int rank, uint64_t session) {
   return true;
 }
 
+void WorkerRoster::KeepGeneration() {
+  absl::MutexLock lock(&mu_);
+  for (int w = 0; w < num_workers_; ++w) sessions_[w] = 0;
+  std::fill(done_.begin(), done_.end(), 0);
+  std::fill(lease_start_ms_.begin(), lease_start_ms_.end(), UnixMs(now_()));
+}
+
 void WorkerRoster::StartGeneration(int64_t checkpointed_version) {
   absl::MutexLock lock(&mu_);
   for (int w = 0; w < num_workers_; ++w) sessions_[w] = 0;
@@ -88,13 +96,36 @@ void WorkerRoster::StartGeneration(int64_t checkpointed_version) {
   }
 }
 
+void WorkerRoster::TouchHolder(int rank, uint64_t incarnation) {
+  absl::ReaderMutexLock lock(&mu_);
+  if (incarnations_[rank] == incarnation) Touch(rank);
+}
+
+void WorkerRoster::GiveLease(const std::vector<int>& ranks) {
+  absl::MutexLock lock(&mu_);
+  const int64_t now_ms = UnixMs(now_());
+  for (int w : ranks) lease_start_ms_[w] = now_ms;
+}
+
+std::vector<int> WorkerRoster::Lost(const std::vector<int>& members) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const absl::Time now = now_();
+  std::vector<int> lost;
+  for (int w : members) {
+    const absl::Duration since_lease = now - absl::FromUnixMillis(lease_start_ms_[w]);
+    if (SilentFor(w, now) >= worker_lease_ && since_lease >= worker_lease_) lost.push_back(w);
+  }
+  return lost;
+}
+
 bool WorkerRoster::ReportDone(int rank, int64_t done_version,
-                              std::optional<int64_t> lowest_version) {
+                              std::optional<int64_t> lowest_version,
+                              const std::vector<int>& members) {
   absl::MutexLock lock(&mu_);
   if (done_version > 0) done_[rank] = done_version;
   const bool found = lowest_version.has_value();
   bool all_done = true;
-  for (int w = 0; w < num_workers_; ++w) {
+  for (int w : members) {
     if (done_[w] == 0 || (found && done_[w] != *lowest_version)) all_done = false;
   }
   if (all_done && found) finished_version_ = *lowest_version;

@@ -78,13 +78,29 @@ class WorkerRoster {
   // report, and gives every worker a fresh lease to register in. Its
   // checkpoint of `checkpointed_version` is written (-1: none).
   void StartGeneration(int64_t checkpointed_version);
+  // A new generation that keeps the chunks (the workers of an elastic job
+  // change): ends every session and done report; a member has a fresh
+  // lease to register in before it counts as lost (Lost), but a rank whose
+  // holder is gone stays free to take.
+  void KeepGeneration();
+  // `rank` was heard from now, if `incarnation` holds it (a registration
+  // that must wait: its lease does not run out meanwhile).
+  void TouchHolder(int rank, uint64_t incarnation);
+  // `ranks` are new members: a lease to register in before they count as
+  // lost (Lost); who holds each rank is unchanged.
+  void GiveLease(const std::vector<int>& ranks);
+  // Members of `members` silent past their lease (or whose connection
+  // closed), ascending.
+  std::vector<int> Lost(const std::vector<int>& members) const;
 
   // Records that `rank` trained every step at `done_version` (0: not
   // said). Returns whether every worker has said so at `lowest_version`,
   // the lowest version over this server's chunks (nullopt: it owns none),
   // and, with checkpoints, that version's checkpoint is written; sets the
   // job's end then.
-  bool ReportDone(int rank, int64_t done_version, std::optional<int64_t> lowest_version);
+  // Only `members` (the workers that train the last steps) count.
+  bool ReportDone(int rank, int64_t done_version, std::optional<int64_t> lowest_version,
+                  const std::vector<int>& members);
   // Whether `done_version` is the job's end: a worker that reports it is
   // done even from a session a later rollback ended.
   bool FinishedAt(int64_t done_version) const;
@@ -124,6 +140,9 @@ class WorkerRoster {
   // rollbacks: the job's end, whatever the servers hold since.
   int64_t finished_version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t checkpoint_done_ ABSL_GUARDED_BY(mu_) = -1;  // newest version
+  // Unix ms each rank's lease to register in started (KeepGeneration,
+  // GiveLease): Lost counts silence from then at the earliest.
+  std::vector<int64_t> lease_start_ms_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace psync

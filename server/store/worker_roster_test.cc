@@ -87,7 +87,7 @@ TEST(WorkerRosterTest, ReleasingTheCurrentSessionFreesTheRankAtOnce) {
 TEST(WorkerRosterTest, ANewGenerationEndsSessionsAndGivesFreshLeases) {
   WorkerRoster roster(Options(2));
   const uint64_t session = roster.StartSession(0, 11, "");
-  EXPECT_FALSE(roster.ReportDone(0, 3, 3));
+  EXPECT_FALSE(roster.ReportDone(0, 3, 3, {0, 1}));
   roster.StartGeneration(-1);
   EXPECT_FALSE(roster.IsCurrent(0, session));
   // The holder is still within a lease: another process waits.
@@ -95,17 +95,17 @@ TEST(WorkerRosterTest, ANewGenerationEndsSessionsAndGivesFreshLeases) {
   EXPECT_TRUE(roster.CheckLease(0, 11).ok());
   // Done reports start over: worker 0's 3 is forgotten.
   roster.StartSession(1, 21, "");
-  EXPECT_FALSE(roster.ReportDone(1, 3, 3));
+  EXPECT_FALSE(roster.ReportDone(1, 3, 3, {0, 1}));
 }
 
 TEST(WorkerRosterTest, TheJobEndsWhenEveryWorkerIsDoneAtTheLowestVersion) {
   WorkerRoster roster(Options(2));
-  EXPECT_FALSE(roster.ReportDone(0, 5, 5));
-  EXPECT_FALSE(roster.ReportDone(1, 4, 5));  // not at the version held here
+  EXPECT_FALSE(roster.ReportDone(0, 5, 5, {0, 1}));
+  EXPECT_FALSE(roster.ReportDone(1, 4, 5, {0, 1}));  // not at the version held here
   EXPECT_EQ(roster.FinishedVersion(), 0);
-  EXPECT_TRUE(roster.ReportDone(1, 5, 5));
+  EXPECT_TRUE(roster.ReportDone(1, 5, 5, {0, 1}));
   EXPECT_EQ(roster.FinishedVersion(), 5);
-  EXPECT_TRUE(roster.ReportDone(0, 0, 5));  // said before: still done
+  EXPECT_TRUE(roster.ReportDone(0, 0, 5, {0, 1}));  // said before: still done
   // Kept across a rollback; only that version counts.
   roster.StartGeneration(-1);
   EXPECT_TRUE(roster.FinishedAt(5));
@@ -113,24 +113,24 @@ TEST(WorkerRosterTest, TheJobEndsWhenEveryWorkerIsDoneAtTheLowestVersion) {
   EXPECT_FALSE(roster.FinishedAt(0));
   // A server with no chunks has no version of its own to agree on.
   WorkerRoster empty(Options(1));
-  EXPECT_FALSE(empty.ReportDone(0, 0, std::nullopt));
-  EXPECT_TRUE(empty.ReportDone(0, 9, std::nullopt));
+  EXPECT_FALSE(empty.ReportDone(0, 0, std::nullopt, {0}));
+  EXPECT_TRUE(empty.ReportDone(0, 9, std::nullopt, {0}));
 }
 
 TEST(WorkerRosterTest, WithCheckpointsTheJobEndsOnceTheLastOneIsWritten) {
   ShardStoreOptions o = Options(1);
   o.checkpoint_every = 5;
   WorkerRoster roster(o);
-  EXPECT_FALSE(roster.ReportDone(0, 7, 7));
+  EXPECT_FALSE(roster.ReportDone(0, 7, 7, {0}));
   EXPECT_EQ(roster.FinishedVersion(), 0);
   roster.CheckpointDone(7);
   EXPECT_EQ(roster.FinishedVersion(), 7);
-  EXPECT_TRUE(roster.ReportDone(0, 7, 7));
+  EXPECT_TRUE(roster.ReportDone(0, 7, 7, {0}));
   roster.CheckpointDone(5);  // an older one: the newest stands
   EXPECT_EQ(roster.FinishedVersion(), 7);
   // A generation restored from version 7's checkpoint has it written.
   roster.StartGeneration(7);
-  EXPECT_TRUE(roster.ReportDone(0, 7, 7));
+  EXPECT_TRUE(roster.ReportDone(0, 7, 7, {0}));
 }
 
 TEST(WorkerRosterTest, AMissingWorkerIsNamedOnlyWhileAPeerIsLive) {
@@ -154,7 +154,7 @@ TEST(WorkerRosterTest, AMissingWorkerIsNamedOnlyWhileAPeerIsLive) {
   EXPECT_TRUE(roster.CheckPeers().ok());
   // A finished worker is not missing.
   roster.Touch(0);
-  roster.ReportDone(1, 3, 3);
+  roster.ReportDone(1, 3, 3, {0, 1});
   EXPECT_TRUE(roster.CheckPeers().ok());
 }
 
@@ -164,7 +164,7 @@ TEST(WorkerRosterTest, StatusListsLiveAndMissingWorkers) {
   roster.StartSession(0, 1, "");
   roster.StartSession(1, 2, "");
   roster.StartSession(2, 3, "");
-  roster.ReportDone(2, 4, std::nullopt);
+  roster.ReportDone(2, 4, std::nullopt, {0, 1, 2});
   RosterStatus status = roster.Status();
   EXPECT_THAT(status.workers, ElementsAre(0, 1, 2));
   EXPECT_TRUE(status.missing.empty());

@@ -26,6 +26,7 @@ class LocalPsClient final : public PsClient {
       PSYNC_ASSIGN_OR_RETURN(RegisterResult r, store->Register(args));
       if (r.has_chunks) version = std::min(version, r.version);
       sessions_.push_back(r.session);
+      members_ = r.members;
     }
     return version == INT64_MAX ? 0 : version;
   }
@@ -46,6 +47,8 @@ class LocalPsClient final : public PsClient {
   }
 
   void Cancel() override {}
+
+  std::optional<StepMembers> Members() const override { return members_; }
 
   absl::Status Pull(int64_t version, PullPrecision precision, float* weights) override {
     const WireDType dtype =
@@ -139,6 +142,7 @@ class LocalPsClient final : public PsClient {
   const WireDType wire_dtype_;
   std::vector<PendingPull> pending_;
   std::vector<uint64_t> sessions_;  // by server, from Register
+  std::optional<StepMembers> members_;
 };
 
 }  // namespace

@@ -3,9 +3,11 @@
 #define PSYNC_WORKER_CLIENT_PS_CLIENT_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/config/worker_set.h"
 
 namespace psync {
 
@@ -66,6 +68,15 @@ class PsClient {
   virtual absl::Status Wait() = 0;
 
   virtual int num_tensors() const = 0;
+
+  // Who trains each step from the version Register returned on, as the
+  // servers said at registration; nullopt: every worker, every step.
+  virtual std::optional<StepMembers> Members() const { return std::nullopt; }
+
+  // Tells the servers that this worker leaves an elastic job after the
+  // steps it trained (best effort: a worker that does not say so is
+  // dropped once its lease runs out).
+  virtual void Leave() {}
 
   // Memory for the flat `grads` and `weights` of StartPushPull and Pull
   // (the layout's order, zeroed at first) that servers on this host read

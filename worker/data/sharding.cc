@@ -50,4 +50,24 @@ void Sharding::DeviceRange(int64_t step_in_epoch, int worker, int device, int64_
   *end = std::min(start + Boundary(device + 1), dataset_size);
 }
 
+void Sharding::ElasticDeviceRange(const WorkerSet& workers, int64_t step_in_epoch, int worker,
+                                  int device, int64_t* begin, int64_t* end) const {
+  const int64_t start = step_in_epoch * global_batch();
+  const int64_t samples = std::max<int64_t>(0, std::min(global_batch(), dataset_size - start));
+  const auto [first, last] = workers.ShareOf(worker, samples);
+  const int64_t mine = last - first;
+  // Among the devices as Boundary splits a full share.
+  const int64_t full = Boundary(devices_per_worker);
+  auto at = [&](int d) {
+    return d >= devices_per_worker ? mine : (mine * Boundary(d)) / full;
+  };
+  *begin = start + first + at(device);
+  *end = start + first + at(device + 1);
+}
+
+int64_t Sharding::MicroBatches(int device, int64_t samples) const {
+  const int64_t micro = std::max<int64_t>(1, MicroBatch(device));
+  return std::max(accumulation_steps, (samples + micro - 1) / micro);
+}
+
 }  // namespace psync

@@ -17,11 +17,20 @@
 // micro-batches of ceil(share / K) samples (b with equal device weights;
 // in an epoch's last, short step the last micro-batches may be short or
 // empty).
+//
+// An elastic job (worker/data/sharding.h's ElasticDeviceRange) keeps G, the
+// global batch at full size (N = the most workers), and divides each
+// step's samples among the step's workers in proportion to their weights
+// (WorkerSet::ShareOf), then among a worker's devices by their weights. A
+// device whose share is larger than at full size runs more micro-batches
+// (MicroBatches), none larger than at full size.
 #ifndef PSYNC_WORKER_DATA_SHARDING_H_
 #define PSYNC_WORKER_DATA_SHARDING_H_
 
 #include <cstdint>
 #include <vector>
+
+#include "common/config/worker_set.h"
 
 namespace psync {
 
@@ -55,6 +64,12 @@ struct Sharding {
   // an epoch's last, short step.
   void DeviceRange(int64_t step_in_epoch, int worker, int device, int64_t* begin,
                    int64_t* end) const;
+  // The same for an elastic job's step, whose workers are `workers`.
+  void ElasticDeviceRange(const WorkerSet& workers, int64_t step_in_epoch, int worker, int device,
+                          int64_t* begin, int64_t* end) const;
+  // Micro-batches `device` cuts `samples` into: accumulation_steps, or
+  // more where micro-batches of MicroBatch(device) do not hold them.
+  int64_t MicroBatches(int device, int64_t samples) const;
 
  private:
   // Offset of `device`'s share within its worker's D*b samples.

@@ -20,6 +20,7 @@
 #include "worker/client/request_plan.h"
 #include "worker/client/rpc/chunk_call.h"
 #include "worker/client/rpc/chunk_call_engine.h"
+#include "common/wire/worker_set_proto.h"
 #include "worker/client/rpc/payload_coder.h"
 #include "worker/client/rpc/server_sessions.h"
 #include "worker/client/rpc/shared_payload_memory.h"
@@ -96,8 +97,18 @@ class GrpcPsClient final : public PsClient {
     for (const proto::RegisterResponse& r : responses) limits.push_back(r.max_message_bytes());
     Plan(limits);
     sessions_.Start(responses);
+    members_.reset();
+    if (responses[0].members().ranks_size() > 0) {
+      PSYNC_ASSIGN_OR_RETURN(members_, StepMembersFromProto(responses[0].members(),
+                                                            responses[0].previous_members(),
+                                                            options_.num_workers));
+    }
     return version;
   }
+
+  std::optional<StepMembers> Members() const override { return members_; }
+
+  void Leave() override { sessions_.Leave(); }
 
   absl::Status Finish(int64_t version) override { return sessions_.Finish(version); }
 
@@ -258,6 +269,7 @@ class GrpcPsClient final : public PsClient {
   // By server, planned at construction and again at each Register (which
   // says the servers' message limits). Caller's thread only.
   std::vector<ServerPlan> plans_;
+  std::optional<StepMembers> members_;  // from the last registration
   ServerSessions sessions_;
   // Last: destroyed first, it waits for the calls that use the others.
   ChunkCallEngine engine_;

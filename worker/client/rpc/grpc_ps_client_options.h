@@ -22,6 +22,9 @@ struct GrpcPsClientOptions {
   std::vector<std::string> server_addresses;  // by server rank
   int worker_rank = 0;
   int num_workers = 1;
+  // This worker's share of a step against the others' (the sum of its
+  // device weights).
+  double worker_weight = 1;
   // Deadline of one call. A pull waits for the slowest worker, so this bounds
   // how long a worker waits for its peers.
   absl::Duration call_timeout = absl::Seconds(120);

@@ -17,6 +17,7 @@ namespace {
 constexpr absl::Duration kLogInterval = absl::Seconds(5);
 // One registration attempt; Register retries until the connect timeout.
 constexpr absl::Duration kRegisterAttempt = absl::Seconds(5);
+constexpr absl::Duration kFirstRetryBackoff = absl::Milliseconds(5);
 
 // Refusals of Register that may pass: the server is not up (or not ready),
 // still holds a dead predecessor's lease on this rank, or was shutting
@@ -108,6 +109,7 @@ proto::RegisterRequest ServerSessions::RegisterRequest() const {
   TrainingShapeToProto(options_.shape, req.mutable_shape());
   req.set_update_rule(options_.update_rule);
   req.set_blas_kernels(options_.blas_kernels);
+  req.set_worker_weight(options_.worker_weight);
   if (options_.init_from.has_value()) {
     req.set_init_from(*options_.init_from == InitSource::kWorker ? proto::INIT_SOURCE_WORKER
                                                                  : proto::INIT_SOURCE_SEED);
@@ -124,6 +126,7 @@ absl::StatusOr<std::vector<proto::RegisterResponse>> ServerSessions::Register(
   // Each server's latest refusal: more telling than the deadline of an
   // attempt cut short by the connect timeout.
   std::vector<absl::Status> refused(stubs_.size());
+  int attempt = 0;
   while (true) {
     if (cancelled_.load()) return absl::CancelledError("Register: cancelled");
     std::vector<proto::RegisterResponse> responses(stubs_.size());
@@ -143,7 +146,9 @@ absl::StatusOr<std::vector<proto::RegisterResponse>> ServerSessions::Register(
                                      why.message());
       last_log = absl::Now();
     }
-    absl::SleepFor(kRetryBackoff);
+    // Soon at first: servers that are not ready yet are often a moment
+    // from it (the workers of an elastic job change).
+    absl::SleepFor(std::min(kRetryBackoff, kFirstRetryBackoff * (int64_t{1} << std::min(attempt++, 10))));
   }
 }
 
@@ -246,6 +251,14 @@ absl::Status ServerSessions::Finish(int64_t version) {
   }
 }
 
+void ServerSessions::Leave() {
+  {
+    absl::MutexLock lock(&mu_);
+    leaving_ = true;
+  }
+  for (size_t server = 0; server < stubs_.size(); ++server) Beat(static_cast<int>(server)).IgnoreError();
+}
+
 absl::StatusOr<proto::HeartbeatResponse> ServerSessions::Beat(int server) {
   proto::HeartbeatRequest req;
   req.set_worker_rank(options_.worker_rank);
@@ -253,6 +266,7 @@ absl::StatusOr<proto::HeartbeatResponse> ServerSessions::Beat(int server) {
     absl::MutexLock lock(&mu_);
     req.set_session(sessions_[server]);
     req.set_done_version(done_version_);
+    req.set_leaving(leaving_);
   }
   if (req.session() == 0) return absl::UnavailableError("not registered");
   grpc::ClientContext ctx;

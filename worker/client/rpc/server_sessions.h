@@ -62,6 +62,10 @@ class ServerSessions {
   // PsClient::Finish.
   absl::Status Finish(int64_t version);
 
+  // Every later heartbeat says this worker leaves (PsClient::Leave); one
+  // goes to every server now.
+  void Leave();
+
   // Register and Finish end with Cancelled from now on.
   void Cancel() { cancelled_.store(true); }
 
@@ -97,6 +101,7 @@ class ServerSessions {
   mutable absl::Mutex mu_;
   std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(mu_);  // by server; 0: none
   int64_t done_version_ ABSL_GUARDED_BY(mu_) = 0;
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
   absl::Notification stop_heartbeat_;
   // Last: the thread starts once every member it uses is constructed.
   std::thread heartbeat_{[this] { HeartbeatLoop(); }};

@@ -1,0 +1,67 @@
+#include "common/config/worker_set.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace psync {
+
+WorkerSet WorkerSet::All(int num_workers) {
+  WorkerSet all;
+  for (int w = 0; w < num_workers; ++w) {
+    all.ranks.push_back(w);
+    all.weights.push_back(1.0);
+  }
+  return all;
+}
+
+bool WorkerSet::Has(int rank) const { return std::binary_search(ranks.begin(), ranks.end(), rank); }
+
+std::pair<int64_t, int64_t> WorkerSet::ShareOf(int rank, int64_t samples) const {
+  double total = 0, before = 0;
+  bool found = false;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == rank) found = true;
+    if (ranks[i] < rank) before += weights[i];
+    total += weights[i];
+  }
+  if (!found) return {0, 0};
+  const double mine = weights[std::lower_bound(ranks.begin(), ranks.end(), rank) - ranks.begin()];
+  // The last member's share ends at `samples` whatever the rounding.
+  auto boundary = [&](double cumulative) {
+    if (cumulative >= total) return samples;
+    return std::min(samples, static_cast<int64_t>(std::floor(samples * (cumulative / total))));
+  };
+  return {boundary(before), boundary(before + mine)};
+}
+
+std::string WorkerSet::Describe() const { return absl::StrJoin(ranks, ", "); }
+
+absl::Status WorkerSet::Validate(int num_workers) const {
+  if (ranks.empty() || ranks.size() != weights.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker set ", id, " has ", ranks.size(), " ranks and ", weights.size(),
+        " weights, expected as many of each and at least one"));
+  }
+  if (first_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker set ", id, " starts at step ", first_step, ", expected >= 0"));
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= num_workers || (i > 0 && ranks[i] <= ranks[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker set ", id, " lists ranks ", Describe(), ", expected ascending ranks in 0..",
+          num_workers - 1));
+    }
+    if (!std::isfinite(weights[i]) || weights[i] <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker set ", id, " gives worker ", ranks[i], " weight ", weights[i],
+          ", expected a finite value > 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace psync

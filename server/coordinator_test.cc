@@ -170,5 +170,120 @@ TEST(CoordinatorTest, BadRankIsRefused) {
   EXPECT_NE(r.status().message().find("server rank 2 is out of range 0..1"), std::string::npos);
 }
 
+// An elastic job's coordinator, 2 servers, workers 0..3, at least 2,
+// starting at once (first_members_wait 0).
+CoordinatorOptions Elastic() {
+  CoordinatorOptions o;
+  o.num_servers = 2;
+  o.num_workers = 4;
+  o.min_workers = 2;
+  o.peer_timeout = absl::Seconds(3600);
+  o.first_members_wait = absl::ZeroDuration();
+  return o;
+}
+
+// A report of server `rank` at `generation` with chunks at min..max and
+// what it heard from the workers.
+JoinInfo Report(int rank, int64_t generation, int64_t min_version, int64_t max_version,
+                std::vector<int> joins = {}, std::vector<int> lost = {},
+                std::vector<int> leaving = {}) {
+  JoinInfo info = Info(rank, 100 + rank, generation);
+  info.elastic.has_chunks = true;
+  info.elastic.min_version = min_version;
+  info.elastic.max_version = max_version;
+  for (int w : joins) info.elastic.joins.push_back({w, 1.0});
+  info.elastic.lost = std::move(lost);
+  info.elastic.leaving = std::move(leaving);
+  return info;
+}
+
+// Both servers report (joins on server 0 only) until the reply to server
+// 1 is ready; that reply.
+JoinReply Settle(Coordinator& c, int64_t min_version, int64_t max_version,
+                 std::vector<int> joins = {}) {
+  for (int round = 0; round < 4; ++round) {
+    JoinReply zero = *c.Join(Report(0, c.Join(Report(1, 0, 0, 0))->target_generation,
+                                    min_version, max_version, joins));
+    JoinReply one = *c.Join(Report(1, zero.target_generation, min_version, max_version));
+    if (one.ready) return one;
+  }
+  return JoinReply{};
+}
+
+TEST(CoordinatorTest, AnElasticJobStartsOnceMinWorkersAskAndSaysWhoTrainsEachStep) {
+  Coordinator c(Elastic());
+  JoinReply r = Settle(c, 0, 0, {1});
+  EXPECT_FALSE(r.ready);  // one worker of at least 2
+  EXPECT_FALSE(r.members.has_value());
+  r = Settle(c, 0, 0, {1, 3});
+  ASSERT_TRUE(r.ready);
+  ASSERT_TRUE(r.members.has_value());
+  EXPECT_EQ(r.members->current.ranks, (std::vector<int>{1, 3}));
+  EXPECT_EQ(r.members->current.first_step, 0);
+  EXPECT_FALSE(r.members->previous.has_value());
+  EXPECT_EQ(c.Counts().joined, 2);
+}
+
+TEST(CoordinatorTest, AJoinStartsAtTheHighestVersionAndKeepsTheStepBeforeForTheOthers) {
+  Coordinator c(Elastic());
+  const int64_t first = Settle(c, 0, 0, {0, 1}).members->current.id;
+  // Worker 2 asks; chunks are at 7 and 8: step 7 is still the old members'.
+  JoinReply r = *c.Join(Report(0, 1, 7, 8, {2}));
+  EXPECT_TRUE(r.keep_state);
+  EXPECT_FALSE(r.ready);
+  const int64_t generation = r.target_generation;
+  c.Join(Report(0, generation, 7, 8, {2})).IgnoreError();
+  r = *c.Join(Report(1, generation, 7, 8));
+  ASSERT_TRUE(r.ready);
+  EXPECT_EQ(r.members->current.ranks, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(r.members->current.first_step, 8);
+  EXPECT_GT(r.members->current.id, first);
+  ASSERT_TRUE(r.members->previous.has_value());
+  EXPECT_EQ(r.members->previous->ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r.members->For(7).size(), 2);
+}
+
+TEST(CoordinatorTest, ALostMemberRestartsTheUnfinishedStepWithoutIt) {
+  Coordinator c(Elastic());
+  Settle(c, 0, 0, {0, 1, 2});
+  const int64_t generation = c.Join(Report(0, 1, 4, 5, {}, {2}))->target_generation;
+  c.Join(Report(0, generation, 4, 5)).IgnoreError();
+  JoinReply r = *c.Join(Report(1, generation, 4, 5));
+  ASSERT_TRUE(r.ready);
+  EXPECT_EQ(r.members->current.ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r.members->current.first_step, 4);  // the lowest: step 4 again without worker 2
+  EXPECT_FALSE(r.members->previous.has_value());
+  EXPECT_EQ(c.Counts().lost, 1);
+}
+
+TEST(CoordinatorTest, BelowMinWorkersTheServersWaitThenFailPastThePeerTimeout) {
+  CoordinatorOptions o = Elastic();
+  o.peer_timeout = absl::Milliseconds(50);
+  Coordinator c(o);
+  Settle(c, 0, 0, {0, 1});
+  const int64_t generation = c.Join(Report(0, 1, 3, 3, {}, {}, {1}))->target_generation;
+  c.Join(Report(0, generation, 3, 3)).IgnoreError();
+  JoinReply r = *c.Join(Report(1, generation, 3, 3));
+  EXPECT_FALSE(r.ready);  // worker 0 alone, at least 2 needed
+  EXPECT_TRUE(r.failure.empty());
+  absl::SleepFor(absl::Milliseconds(80));
+  r = *c.Join(Report(1, generation, 3, 3));
+  EXPECT_NE(r.failure.find("has had 1 (0)"), std::string::npos) << r.failure;
+  EXPECT_NE(r.failure.find("--peer_timeout_s"), std::string::npos) << r.failure;
+}
+
+TEST(CoordinatorTest, AFixedJobTrainsEveryWorkerFromStepZero) {
+  CoordinatorOptions o;
+  o.num_servers = 1;
+  o.num_workers = 3;
+  Coordinator c(o);
+  c.Join(Info(0, 100, 0)).IgnoreError();
+  JoinReply r = *c.Join(Report(0, 1, 0, 0, {2}, {1}));
+  ASSERT_TRUE(r.ready);
+  EXPECT_FALSE(r.keep_state);
+  EXPECT_EQ(r.members->current.ranks, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(c.Counts().changes, 0);
+}
+
 }  // namespace
 }  // namespace psync

@@ -67,5 +67,17 @@ TEST(JobArgsTest, BadArgumentsAreNamed) {
   EXPECT_THAT(ErrorOf({"--num_workers=0"}).message(), HasSubstr("num_workers"));
 }
 
+TEST(JobArgsTest, AnElasticJobsMostWorkersAreItsWorkerCount) {
+  auto parsed = ParseJobArgs({"--min_workers=2", "--max_workers=5"}, {});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->loaded.config.cluster().num_workers(), 5);
+  EXPECT_EQ(parsed->loaded.config.cluster().min_workers(), 2);
+  EXPECT_THAT(ErrorOf({"--min_workers=4", "--num_workers=3"}).message(),
+              HasSubstr("min_workers"));
+  EXPECT_THAT(ErrorOf({"--num_workers=3", "--max_workers=4"}).message(),
+              HasSubstr("in an elastic job they are one number"));
+  EXPECT_THAT(ErrorOf({"--min_workers=-1"}).message(), HasSubstr("min_workers"));
+}
+
 }  // namespace
 }  // namespace psync

@@ -87,5 +87,51 @@ TEST(ShardingTest, AccumulationTakesTheSamplesOfTheLargerBatch) {
   }
 }
 
+// An elastic job's step: its members split the step's samples (those of
+// the job at full size) by weight, each worker's devices split its share,
+// and every sample of the step is used once.
+TEST(ShardingTest, AnElasticStepsMembersUseEachOfItsSamplesOnce) {
+  const Sharding full{1000, 4, 2, 8, {1, 3}, 2};  // G = 4 * 2 * 8 * 2 = 128
+  WorkerSet members;
+  members.ranks = {0, 2, 3};
+  members.weights = {1, 2, 1};
+  for (int64_t s = 0; s < full.steps_per_epoch(); ++s) {
+    std::vector<bool> used(full.dataset_size, false);
+    int64_t count = 0, last_end = s * full.global_batch();
+    for (int w : members.ranks) {
+      for (int d = 0; d < 2; ++d) {
+        int64_t begin, end;
+        full.ElasticDeviceRange(members, s, w, d, &begin, &end);
+        EXPECT_EQ(begin, last_end);  // in rank and device order
+        last_end = end;
+        for (int64_t k = begin; k < end; ++k) {
+          EXPECT_FALSE(used[k]);
+          used[k] = true;
+          ++count;
+        }
+        // Micro-batches no larger than at full size.
+        const int64_t micro = full.MicroBatches(d, end - begin);
+        EXPECT_GE(micro, 2);
+        EXPECT_LE((end - begin + micro - 1) / micro, full.MicroBatch(d));
+      }
+    }
+    EXPECT_EQ(count, std::min<int64_t>(full.global_batch(), 1000 - s * full.global_batch()));
+  }
+  int64_t begin, end;
+  full.ElasticDeviceRange(members, 0, 1, 0, &begin, &end);  // not a member
+  EXPECT_EQ(begin, end);
+}
+
+TEST(ShardingTest, ALoneElasticWorkerRunsMoreMicroBatchesOfTheFullSize) {
+  const Sharding full{1000, 3, 1, 8, {}, 1};
+  WorkerSet alone = WorkerSet::All(1);
+  int64_t begin, end;
+  full.ElasticDeviceRange(alone, 1, 0, 0, &begin, &end);
+  EXPECT_EQ(begin, 24);
+  EXPECT_EQ(end, 48);
+  EXPECT_EQ(full.MicroBatches(0, end - begin), 3);
+  EXPECT_EQ(full.MicroBatches(0, 8), 1);
+}
+
 }  // namespace
 }  // namespace psync

@@ -1,0 +1,172 @@
+// ShardStore in an elastic job: who may register, who pushes each step,
+// and what a change of the members does to the chunks.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/shard_store.h"
+
+namespace psync {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+// One chunk of 2 floats, workers 0..2, at least 1, lr 1, plain SGD.
+class ElasticStoreTest : public ::testing::Test {
+ protected:
+  ElasticStoreTest() : layout_(*Layout::Create({{"w", {2}}}, 8, 1, 5)) {
+    ShardStoreOptions o;
+    o.num_workers = 3;
+    o.min_workers = 1;
+    o.deterministic = true;
+    o.optimizer = {0.0f, 0.0f};
+    o.lr_policy.lr = 1.0;
+    store_ = *ShardStore::Create(o);
+    store_->SetReady(true);
+  }
+
+  absl::StatusOr<RegisterResult> Register(int rank, double weight = 1) {
+    RegisterArgs args;
+    args.worker_rank = rank;
+    args.num_workers = 3;
+    args.layout = &layout_;
+    args.claimed_fingerprint = layout_.fingerprint();
+    args.incarnation = 100 + rank;
+    args.worker_weight = weight;
+    absl::StatusOr<RegisterResult> r = store_->Register(args);
+    if (r.ok()) sessions_[rank] = r->session;
+    return r;
+  }
+
+  // Members `ranks` from `first_step`, `previous` before it.
+  void Members(std::vector<int> ranks, int64_t first_step, std::vector<int> previous = {}) {
+    StepMembers m;
+    m.current.id = ++id_;
+    m.current.first_step = first_step;
+    m.current.ranks = ranks;
+    m.current.weights.assign(ranks.size(), 1.0);
+    if (!previous.empty()) {
+      m.previous = WorkerSet{id_, 0, previous, std::vector<double>(previous.size(), 1.0)};
+    }
+    store_->SetMembers(m);
+  }
+
+  absl::Status Push(int rank, int64_t step, std::vector<float> g) {
+    std::string b(reinterpret_cast<const char*>(g.data()), g.size() * 4);
+    ChunkPayload p{0, WireDType::kFloat32, {b}};
+    return store_->Push(sessions_[rank], rank, layout_.fingerprint(), step, 1, {p});
+  }
+
+  std::vector<float> Weights(int rank, int64_t version) {
+    std::vector<float> out;
+    const int32_t ids[] = {0};
+    const absl::Status s =
+        store_->Pull(sessions_[rank], rank, layout_.fingerprint(), version, ids,
+                     WireDType::kFloat32, absl::Now() + absl::Seconds(5),
+                     [&](int32_t, int64_t, const WireWeights& w) {
+                       out.resize(2);
+                       std::memcpy(out.data(), w.bytes.data(), 8);
+                     });
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  Layout layout_;
+  std::unique_ptr<ShardStore> store_;
+  uint64_t sessions_[3] = {};
+  int64_t id_ = 0;
+};
+
+TEST_F(ElasticStoreTest, AWorkerThatIsNotAMemberAsksToJoinAndWaits) {
+  const absl::Status refused = Register(2, 2.0).status();
+  EXPECT_TRUE(absl::IsUnavailable(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("not one of the job's workers yet (they are none yet"));
+  EXPECT_THAT(store_->GetElasticReport().joins, ElementsAre(Pair(2, 2.0)));
+  Members({0, 2}, 0);
+  EXPECT_TRUE(store_->GetElasticReport().joins.empty());  // granted
+  ASSERT_TRUE(Register(2).ok());
+  const absl::StatusOr<RegisterResult> r = Register(0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->members.current.ranks, (std::vector<int>{0, 2}));
+  EXPECT_THAT(Register(1).status().message(), HasSubstr("(they are workers 0, 2;"));
+}
+
+TEST_F(ElasticStoreTest, AStepTakesItsMembersPushesOnlyAndSumsThemInRankOrder) {
+  Members({0, 2}, 0);
+  ASSERT_TRUE(Register(0).ok());
+  ASSERT_TRUE(Register(2).ok());
+  const std::vector<float> start = Weights(0, 0);
+  ASSERT_TRUE(Push(2, 0, {1, 1}).ok());
+  ASSERT_TRUE(Push(0, 0, {3, 5}).ok());  // the last member: applied
+  EXPECT_EQ(store_->GetElasticReport().max_version, 1);
+  const std::vector<float> next = Weights(0, 1);
+  EXPECT_FLOAT_EQ(next[0], start[0] - 2.0f);  // (1 + 3) / 2 samples
+  EXPECT_FLOAT_EQ(next[1], start[1] - 3.0f);
+}
+
+TEST_F(ElasticStoreTest, AChangeDropsThePushesOfTheStepTheNewMembersTrain) {
+  Members({0, 1}, 0);
+  ASSERT_TRUE(Register(0).ok());
+  ASSERT_TRUE(Register(1).ok());
+  const std::vector<float> start = Weights(0, 0);
+  ASSERT_TRUE(Push(0, 0, {8, 8}).ok());  // worker 1 is lost before its push
+  store_->KeepForGeneration(2);
+  const ElasticReport report = store_->GetElasticReport();
+  EXPECT_EQ(report.min_version, 0);
+  EXPECT_EQ(report.max_version, 0);
+  EXPECT_TRUE(absl::IsAborted(Push(0, 0, {8, 8})));  // the session ended
+  Members({0}, 0);
+  store_->SetReady(true);
+  ASSERT_TRUE(Register(0).ok());
+  ASSERT_TRUE(Push(0, 0, {2, 4}).ok());  // alone now, the whole step's samples
+  const std::vector<float> next = Weights(0, 1);
+  EXPECT_FLOAT_EQ(next[0], start[0] - 2.0f);  // worker 0's first push is gone
+  EXPECT_FLOAT_EQ(next[1], start[1] - 4.0f);
+}
+
+TEST_F(ElasticStoreTest, TheStepBeforeAJoinStaysWithTheMembersBefore) {
+  Members({0}, 0);
+  ASSERT_TRUE(Register(0).ok());
+  Members({0, 1}, 1, {0});  // worker 1 joins at step 1
+  ASSERT_TRUE(Register(1).ok());
+  const absl::Status early = Push(1, 0, {1, 1});
+  EXPECT_TRUE(absl::IsFailedPrecondition(early)) << early;
+  EXPECT_THAT(early.message(), HasSubstr("worker 1 is not one of step 0's workers (0)"));
+  ASSERT_TRUE(Push(0, 0, {1, 1}).ok());
+  EXPECT_EQ(store_->GetElasticReport().max_version, 1);  // worker 0 alone completed step 0
+  ASSERT_TRUE(Push(0, 1, {1, 1}).ok());
+  EXPECT_EQ(store_->GetElasticReport().max_version, 1);  // step 1 waits for worker 1
+  ASSERT_TRUE(Push(1, 1, {1, 1}).ok());
+  EXPECT_EQ(store_->GetElasticReport().max_version, 2);
+}
+
+TEST_F(ElasticStoreTest, AMemberThatLeavesIsReportedAndAWaitingPullEndsAtAChange) {
+  Members({0, 1}, 0);
+  ASSERT_TRUE(Register(0).ok());
+  ASSERT_TRUE(Register(1).ok());
+  ASSERT_TRUE(store_->Heartbeat(1, sessions_[1], 0, /*leaving=*/true).ok());
+  EXPECT_THAT(store_->GetElasticReport().leaving, ElementsAre(1));
+  absl::Notification done;
+  absl::Status pulled;
+  const int32_t ids[] = {0};
+  store_->PullAsync(sessions_[0], 0, layout_.fingerprint(), 1, ids, WireDType::kFloat32,
+                    absl::Now() + absl::Seconds(30),
+                    [&](absl::Status s, std::vector<WireWeights>) {
+                      pulled = s;
+                      done.Notify();
+                    });
+  store_->KeepForGeneration(3);
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(absl::IsAborted(pulled)) << pulled;
+  EXPECT_THAT(pulled.message(), HasSubstr("the job's workers changed"));
+  Members({0}, 0);
+  EXPECT_TRUE(store_->GetElasticReport().leaving.empty());
+}
+
+}  // namespace
+}  // namespace psync

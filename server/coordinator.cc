@@ -230,25 +230,19 @@ void Coordinator::StartChangeLocked() {
             << " keeps every server's chunks while the servers agree on the step it starts at";
 }
 
-int64_t Coordinator::FirstStepLocked(int64_t* min_version) const {
-  // The versions every server holds now that none takes pushes.
+int64_t Coordinator::FirstStepLocked() const {
+  if (!keep_round_) return target_version_;  // a restored version
+  // The lowest version any chunk holds now that no server takes pushes;
+  // chunks a step ahead go back to it.
   bool has_chunks = false;
-  int64_t max_version = 0;
-  *min_version = 0;
+  int64_t first = 0;
   for (const auto& m : members_) {
     const ElasticReport& e = m->elastic;
     if (!e.has_chunks) continue;
-    *min_version = has_chunks ? std::min(*min_version, e.min_version) : e.min_version;
-    max_version = has_chunks ? std::max(max_version, e.max_version) : e.max_version;
+    first = has_chunks ? std::min(first, e.min_version) : e.min_version;
     has_chunks = true;
   }
-  if (!keep_round_) return *min_version = target_version_;  // a restored version
-  // A lost member may have left the lowest step unfinished: it is trained
-  // again without it.
-  for (const auto& [rank, reason] : drops_) {
-    if (reason == "lost") return *min_version;
-  }
-  return max_version;
+  return first;
 }
 
 WorkerSet Coordinator::NextWorkersLocked(const std::map<int, double>& joins) const {
@@ -302,15 +296,9 @@ void Coordinator::DecideMembersLocked(absl::Time now) {
   WorkerSet next = NextWorkersLocked(joins);
   if (WaitForWorkersLocked(next, now)) return;
   waiting_since_ = absl::InfiniteFuture();
-  int64_t min_version = 0;
-  next.first_step = FirstStepLocked(&min_version);
+  next.first_step = FirstStepLocked();
   StepMembers decided;
   decided.current = next;
-  // Chunks below first_step still train the step before with the members
-  // before.
-  if (workers_.has_value() && min_version < next.first_step) {
-    decided.previous = workers_->For(min_version);
-  }
   std::vector<std::string> changes;
   for (const auto& [rank, reason] : drops_) {
     changes.push_back(absl::StrCat("worker ", rank, " ", reason));

@@ -94,13 +94,11 @@ using JoinFunction = std::function<absl::StatusOr<JoinReply>(const JoinInfo&)>;
 // worker that asked to join, or a member that left or was lost, the
 // coordinator starts a generation that keeps every server's chunks
 // (keep_state): the servers end every session, and report their versions.
-// Once all have, the new members start at step S, the highest version of
-// any chunk, whose pushes no chunk has taken yet (a server drops the
-// pushes it holds for it); the members before keep the steps below S,
-// which some chunks may still need. A member lost in the middle of a step
-// cannot finish it: then S is the lowest version, and chunks that had
-// completed that step keep its update (the same samples' mean gradient,
-// computed by the members before). Below min_workers nothing is decided
+// Once all have, the new members start at step S, the lowest version of
+// any chunk: chunks a step ahead go back to S (the members before made
+// that step, and one of them may be gone before finishing it elsewhere),
+// and a server drops the pushes it holds for S. So every server applies
+// each step with the same members. Below min_workers nothing is decided
 // (the servers stay closed to workers) until enough workers ask, or the
 // peer timeout fails the job.
 //
@@ -137,9 +135,8 @@ class Coordinator {
   // Once every server is at the target generation: the members from then
   // on, unless fewer than min_workers would train.
   void DecideMembersLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The step the next members start at; *min_version: the lowest any
-  // chunk is at.
-  int64_t FirstStepLocked(int64_t* min_version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The step the next members start at.
+  int64_t FirstStepLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The members after drops_ and `joins` (first_step not set).
   WorkerSet NextWorkersLocked(const std::map<int, double>& joins) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

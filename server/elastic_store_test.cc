@@ -43,16 +43,13 @@ class ElasticStoreTest : public ::testing::Test {
     return r;
   }
 
-  // Members `ranks` from `first_step`, `previous` before it.
-  void Members(std::vector<int> ranks, int64_t first_step, std::vector<int> previous = {}) {
+  // Members `ranks` from `first_step`.
+  void Members(std::vector<int> ranks, int64_t first_step) {
     StepMembers m;
     m.current.id = ++id_;
     m.current.first_step = first_step;
     m.current.ranks = ranks;
     m.current.weights.assign(ranks.size(), 1.0);
-    if (!previous.empty()) {
-      m.previous = WorkerSet{id_, 0, previous, std::vector<double>(previous.size(), 1.0)};
-    }
     store_->SetMembers(m);
   }
 
@@ -129,20 +126,33 @@ TEST_F(ElasticStoreTest, AChangeDropsThePushesOfTheStepTheNewMembersTrain) {
   EXPECT_FLOAT_EQ(next[1], start[1] - 4.0f);
 }
 
-TEST_F(ElasticStoreTest, TheStepBeforeAJoinStaysWithTheMembersBefore) {
+TEST_F(ElasticStoreTest, AChunkAStepAheadGoesBackSoTheNewMembersMakeTheStep) {
   Members({0}, 0);
   ASSERT_TRUE(Register(0).ok());
-  Members({0, 1}, 1, {0});  // worker 1 joins at step 1
+  const std::vector<float> start = Weights(0, 0);
+  ASSERT_TRUE(Push(0, 0, {6, 6}).ok());  // worker 0 alone makes step 0
+  EXPECT_EQ(store_->GetElasticReport().max_version, 1);
+  store_->KeepForGeneration(2);
+  Members({0, 1}, 0);  // another server still had step 0 to make
+  store_->SetReady(true);
+  EXPECT_EQ(store_->GetElasticReport().max_version, 0);
+  ASSERT_TRUE(Register(0).ok());
   ASSERT_TRUE(Register(1).ok());
-  const absl::Status early = Push(1, 0, {1, 1});
-  EXPECT_TRUE(absl::IsFailedPrecondition(early)) << early;
-  EXPECT_THAT(early.message(), HasSubstr("worker 1 is not one of step 0's workers (0)"));
+  const absl::Status other = Push(1, 1, {1, 1});
+  EXPECT_TRUE(absl::IsFailedPrecondition(other)) << other;  // step 1 is the future again
   ASSERT_TRUE(Push(0, 0, {1, 1}).ok());
-  EXPECT_EQ(store_->GetElasticReport().max_version, 1);  // worker 0 alone completed step 0
-  ASSERT_TRUE(Push(0, 1, {1, 1}).ok());
-  EXPECT_EQ(store_->GetElasticReport().max_version, 1);  // step 1 waits for worker 1
-  ASSERT_TRUE(Push(1, 1, {1, 1}).ok());
-  EXPECT_EQ(store_->GetElasticReport().max_version, 2);
+  ASSERT_TRUE(Push(1, 0, {3, 3}).ok());
+  const std::vector<float> next = Weights(0, 1);
+  EXPECT_FLOAT_EQ(next[0], start[0] - 2.0f);  // (1 + 3) / 2, not worker 0's 6
+}
+
+TEST_F(ElasticStoreTest, APushFromAWorkerThatIsNotAMemberIsRefused) {
+  Members({0, 1}, 0);
+  ASSERT_TRUE(Register(1).ok());
+  Members({0}, 0);  // worker 1 left; its session is still current here
+  const absl::Status refused = Push(1, 0, {1, 1});
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("worker 1 is not one of step 0's workers (0)"));
 }
 
 TEST_F(ElasticStoreTest, AMemberThatLeavesIsReportedAndAWaitingPullEndsAtAChange) {

@@ -90,7 +90,9 @@ absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c,
   o.peer_timeout = absl::Seconds(c.timeouts().peer_timeout_s());
   o.checkpoint_every = c.checkpoint().checkpoint_every();
   // Only a shutdown checkpoint reads version - 1's optimizer state.
-  o.keep_previous_state = !c.checkpoint().checkpoint_dir().empty();
+  // An elastic job's change of workers takes chunks a step back
+  // (SetShardMembers), optimizer state included.
+  o.keep_previous_state = !c.checkpoint().checkpoint_dir().empty() || o.min_workers > 0;
   o.available_memory = AvailableMemoryBytes;
   PSYNC_RETURN_IF_ERROR(o.Validate());
   return o;

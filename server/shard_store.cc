@@ -466,7 +466,13 @@ void ShardStore::SetMembers(StepMembers members) {
     requests_.Granted(shared->current.ranks);
     roster_.GiveLease(shared->current.ranks);
   }
-  if (shard != nullptr) SetShardMembers(*shard, shared);
+  if (shard == nullptr) return;
+  const int back = SetShardMembers(*shard, shared);
+  if (back > 0) {
+    snapshots_.DropFrom(shared->current.first_step + 1);
+    LOG(INFO) << "server " << options_.server_rank << ": " << back << " chunks go back to version "
+              << shared->current.first_step << " for the new workers";
+  }
 }
 
 int64_t ShardStore::members_id() const {

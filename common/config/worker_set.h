@@ -11,7 +11,6 @@
 #define PSYNC_COMMON_CONFIG_WORKER_SET_H_
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,15 +44,15 @@ struct WorkerSet {
   absl::Status Validate(int num_workers) const;
 };
 
-// The sets a worker or server needs: the current one and, while the step
-// before its first step may still be in progress, the one before.
+// Who trains the steps a worker or server has left to train: the current
+// set, from its first step on. A change of the members starts at the
+// lowest step any chunk is at, and chunks a step ahead go back to it, so no
+// step before first_step is trained again.
 struct StepMembers {
   WorkerSet current;
-  std::optional<WorkerSet> previous;
 
-  const WorkerSet& For(int64_t step) const {
-    return previous.has_value() && step < current.first_step ? *previous : current;
-  }
+  // The set that trains `step` (first_step or later).
+  const WorkerSet& For(int64_t /*step*/) const { return current; }
 };
 
 }  // namespace psync

@@ -40,17 +40,6 @@ TEST(WorkerSetTest, AllIsEveryRankEqually) {
   EXPECT_TRUE(all.Validate(4).ok());
 }
 
-TEST(WorkerSetTest, PreviousSetServesTheStepsBeforeTheCurrentOne) {
-  StepMembers m;
-  m.current = Set({0, 1, 2}, {1, 1, 1});
-  m.current.first_step = 10;
-  m.previous = Set({0, 1}, {1, 1});
-  EXPECT_EQ(m.For(9).size(), 2);
-  EXPECT_EQ(m.For(10).size(), 3);
-  m.previous.reset();
-  EXPECT_EQ(m.For(9).size(), 3);
-}
-
 TEST(WorkerSetTest, ValidateNamesWhatIsWrong) {
   EXPECT_THAT(Set({2, 1}, {1, 1}).Validate(4).message(), HasSubstr("lists ranks 2, 1"));
   EXPECT_THAT(Set({0, 4}, {1, 1}).Validate(4).message(), HasSubstr("0..3"));

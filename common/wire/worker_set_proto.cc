@@ -23,20 +23,14 @@ absl::StatusOr<WorkerSet> WorkerSetFromProto(const proto::WorkerSet& in, int num
   return set;
 }
 
-void StepMembersToProto(const StepMembers& members, proto::WorkerSet* current,
-                        proto::WorkerSet* previous) {
+void StepMembersToProto(const StepMembers& members, proto::WorkerSet* current) {
   WorkerSetToProto(members.current, current);
-  if (members.previous.has_value()) WorkerSetToProto(*members.previous, previous);
 }
 
 absl::StatusOr<StepMembers> StepMembersFromProto(const proto::WorkerSet& current,
-                                                 const proto::WorkerSet& previous,
                                                  int num_workers) {
   StepMembers members;
   PSYNC_ASSIGN_OR_RETURN(members.current, WorkerSetFromProto(current, num_workers));
-  if (previous.ranks_size() > 0) {
-    PSYNC_ASSIGN_OR_RETURN(members.previous, WorkerSetFromProto(previous, num_workers));
-  }
   return members;
 }
 

@@ -13,12 +13,8 @@ void WorkerSetToProto(const WorkerSet& set, proto::WorkerSet* out);
 // Validated against `num_workers` (WorkerSet::Validate).
 absl::StatusOr<WorkerSet> WorkerSetFromProto(const proto::WorkerSet& in, int num_workers);
 
-// `members` and, when it has one, its previous set.
-void StepMembersToProto(const StepMembers& members, proto::WorkerSet* current,
-                        proto::WorkerSet* previous);
-// A `previous` with no ranks is none.
+void StepMembersToProto(const StepMembers& members, proto::WorkerSet* current);
 absl::StatusOr<StepMembers> StepMembersFromProto(const proto::WorkerSet& current,
-                                                 const proto::WorkerSet& previous,
                                                  int num_workers);
 
 }  // namespace psync

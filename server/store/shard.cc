@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/optimizer.h"
+#include "glog/logging.h"
 
 namespace psync {
 namespace {
@@ -114,17 +115,34 @@ absl::StatusOr<WireWeights> WeightsInLocked(const Shard& shard, Chunk& c,
   return view(spare);
 }
 
-void SetShardMembers(const Shard& shard, const std::shared_ptr<const StepMembers>& members) {
+int SetShardMembers(const Shard& shard, const std::shared_ptr<const StepMembers>& members) {
+  const int64_t first = members->current.first_step;
+  int back = 0;
   for (int32_t id : shard.owned) {
     Chunk& c = *shard.chunks[id];
     absl::MutexLock lock(&c.mu);
     c.members = members;
-    if (c.version < members->current.first_step || c.num_received == 0) continue;
+    // No worker pushed step first + 1 (some chunk is still at `first`), so
+    // nothing retired the previous state.
+    if (c.version == first + 1 && c.previous != nullptr) {
+      c.current = std::move(c.previous);
+      c.version = first;
+      // Narrowed copies of the undone version must not answer the new one.
+      c.narrow.erase(std::remove_if(c.narrow.begin(), c.narrow.end(),
+                                    [&](const Chunk::NarrowCopy& n) { return n.version > first; }),
+                     c.narrow.end());
+      ++back;
+    } else if (c.version > first) {
+      LOG(ERROR) << "chunk " << id << " at version " << c.version << " cannot go back to "
+                 << first << " for the new workers: it keeps the step the workers before made";
+    }
+    if (c.version != first || c.num_received == 0) continue;
     std::fill(c.received.begin(), c.received.end(), false);
     std::fill(c.counts.begin(), c.counts.end(), 0);
     c.num_received = 0;
     std::vector<float>().swap(c.sum);  // as between steps (SumGradientsLocked)
   }
+  return back;
 }
 
 bool VersionRange(const Shard& shard, int64_t* min_version, int64_t* max_version) {

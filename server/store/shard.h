@@ -156,10 +156,14 @@ std::shared_ptr<Shard> NewShard(const ShardStoreOptions& options, const Layout& 
                                 const TrainingShape& shape, int64_t generation,
                                 std::shared_ptr<const StepMembers> members = nullptr);
 
-// From now on `members` push every chunk of `shard`'s steps: a chunk whose
-// current step they train drops the pushes it holds for it (made for
-// other shares of the step's samples) and waits for theirs.
-void SetShardMembers(const Shard& shard, const std::shared_ptr<const StepMembers>& members);
+// From now on `members` push every chunk of `shard`'s steps, from
+// members->current.first_step (S) on: a chunk a step ahead (version S + 1,
+// which the members before applied) goes back to version S, its kept
+// previous state (an elastic job keeps it in full); a chunk at S drops the
+// pushes it holds (made for other shares of the step's samples). Returns
+// how many chunks went back; logs an error for one that could not (no
+// previous state kept), which then keeps the step the members before made.
+int SetShardMembers(const Shard& shard, const std::shared_ptr<const StepMembers>& members);
 
 // The lowest and highest version over `shard`'s chunks (a chunk awaiting
 // its initial weights counts as 0); false: it owns none.

@@ -42,6 +42,11 @@ void SnapshotCollector::CollectLocked(const Shard& shard, const Chunk& c) {
   if (sink_) sink_(std::move(complete));
 }
 
+void SnapshotCollector::DropFrom(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  pending_.erase(pending_.lower_bound(version), pending_.end());
+}
+
 bool SnapshotCollector::HasOptimizerState(const ChunkState& state) const {
   return (!optimizer_.KeepsMomentum() || !state.momentum.empty()) &&
          (!optimizer_.KeepsSecondMoment() || !state.second.empty());

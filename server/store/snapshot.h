@@ -49,6 +49,9 @@ class SnapshotCollector {
   // Drops partial snapshots: `generation` starts, and chunks of older
   // generations (pushes that raced a rollback) are ignored from now on.
   void StartGeneration(int64_t generation);
+  // Drops the partial snapshots of `version` and later (chunks went back
+  // to an earlier version: an elastic job's change of workers).
+  void DropFrom(int64_t version);
   // Adds `chunk`'s current state, if its version is one a checkpoint is due
   // at, to that version's snapshot; hands the snapshot to the sink when it
   // is the last of `shard`'s chunks to arrive.

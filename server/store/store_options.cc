@@ -19,6 +19,11 @@ absl::Status ShardStoreOptions::Validate() const {
   if (num_workers < 1 || num_workers > 65536) {
     return absl::InvalidArgumentError(absl::StrCat("num_workers is ", num_workers, ", expected 1..65536"));
   }
+  if (min_workers > 0 && !keep_previous_state) {
+    return absl::InvalidArgumentError(
+        "an elastic job (min_workers > 0) keeps the previous version's state in full "
+        "(keep_previous_state): a change of its workers may take chunks a step back");
+  }
   if (min_workers < 0 || min_workers > num_workers) {
     return absl::InvalidArgumentError(absl::StrCat("min_workers is ", min_workers, ", expected 0..",
                                                    num_workers, " (num_workers, the most)"));

@@ -99,9 +99,7 @@ class GrpcPsClient final : public PsClient {
     sessions_.Start(responses);
     members_.reset();
     if (responses[0].members().ranks_size() > 0) {
-      PSYNC_ASSIGN_OR_RETURN(members_, StepMembersFromProto(responses[0].members(),
-                                                            responses[0].previous_members(),
-                                                            options_.num_workers));
+      PSYNC_ASSIGN_OR_RETURN(members_, StepMembersFromProto(responses[0].members(), options_.num_workers));
     }
     return version;
   }

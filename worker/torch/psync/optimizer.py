@@ -16,6 +16,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import torch
 
 from . import _psync
+from .elastic import StepMembers, WorkerSet, members_of
 from .export import Metrics, RunOutputs, model_state, pull_master, save_file
 from .job import Job
 from .torch import Client
@@ -216,6 +217,61 @@ class DistributedOptimizer:
         """Names of the parameters whose push for this step has started."""
         return [n for n, started in zip(self._names, self._started) if started]
 
+    @property
+    def members(self) -> WorkerSet:
+        """The workers that train step :attr:`step_number` (every rank in a fixed
+        job; in an elastic job, as the servers said at the last registration)."""
+        return self._members.at(self.step_number)
+
+    @property
+    def trains(self) -> bool:
+        """Whether this worker trains step :attr:`step_number`; if not, the loop
+        calls :meth:`wait_out` instead of training it."""
+        return self.members.has(self._job.worker_rank)
+
+    def share(self, samples: Optional[int] = None) -> slice:
+        """This worker's part of step :attr:`step_number`'s global batch of
+        ``samples`` samples (default ``job.global_batch``; fewer in an epoch's
+        short last step): divided among the step's members by their weights,
+        in rank order, as ``psync_worker`` divides it. Empty on a step this
+        worker does not train."""
+        return self.members.share(self._job.worker_rank,
+                                  self._job.global_batch if samples is None else samples)
+
+    def wait_out(self) -> None:
+        """Step :attr:`step_number` is trained by other workers (an elastic job's
+        step before this worker joined it): waits for it and writes its result,
+        the weights of the next step, into the parameters in place. Raises
+        :class:`OptimizerError` on a step this worker trains."""
+        if self.trains or any(self._fired):
+            raise OptimizerError(
+                f"wait_out() for step {self.step_number}, which worker {self._job.worker_rank} "
+                f"trains (workers {list(self.members.ranks)}): train it and call step()")
+        with torch.no_grad():
+            self._client.pull(self.step_number + 1, self._params)
+        self.step_number += 1
+        self._reset_step()
+
+    def leave(self) -> None:
+        """Tells the servers this worker leaves the elastic job after the steps it
+        trained (call it between steps, as on SIGTERM: see
+        :class:`psync.torch.StopOnSignal`); the others train on without it, from
+        the next step boundary. Removes the hooks; the optimizer is done, and
+        leaving the ``with`` block does not finish. Raises
+        :class:`OptimizerError` in a fixed job (the others would wait for this
+        worker: it must come back) and in the middle of a step."""
+        if not self._job.elastic:
+            raise OptimizerError(
+                f"leave(): worker {self._job.worker_rank}'s job is not elastic (--min_workers=0): "
+                f"the other workers would wait for it; restart it instead, or give the job "
+                f"--min_workers")
+        if any(self._fired):
+            raise OptimizerError(f"leave() in the middle of step {self.step_number} (backward "
+                                 f"began): call it between steps")
+        self._client.leave()
+        self._finished = True
+        self.close()
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clears every registered parameter's gradient (None, or zeros in place)."""
         zero_grad(self._params, set_to_none)
@@ -317,8 +373,10 @@ class DistributedOptimizer:
 
     def _join(self) -> int:
         """Registers and writes the weights of the step the job resumes from into
-        the parameters (:func:`join`)."""
-        return join(self._client, self._params, self._initial)
+        the parameters (:func:`join`); learns who trains each step."""
+        step = join(self._client, self._params, self._initial)
+        self._members: StepMembers = members_of(self._client, self._job)
+        return step
 
     def _hook(self, i: int, p: torch.nn.Parameter) -> None:
         # torch 1.13 has no post-accumulate-grad hook on a tensor: the hook of its

@@ -213,6 +213,30 @@ class DistributedOptimizer:
         self._samples = n
 
     @property
+    def step_samples(self) -> int:
+        """The samples this worker's gradients of the current step sum over, sent
+        with them: ``samples x accumulation_steps`` unless set."""
+        if self._step_samples is not None:
+            return self._step_samples
+        return self._samples * self._job.accumulation_steps
+
+    @step_samples.setter
+    def step_samples(self, n: int) -> None:
+        """Sets the current step's count where its backward passes are not all of
+        :attr:`samples` (an elastic step's share that ``accumulation_steps`` does
+        not divide): each pass's loss is then weighted by its samples over
+        :attr:`samples`, so that the gradient times :attr:`samples` is still
+        the sum over the pass (see examples/torch/fashion_mnist.py's
+        ``train_step``). Set it before the step's first backward; unset after
+        step()."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"step_samples is {n!r}, expected an int >= 1")
+        if any(self._fired):
+            raise OptimizerError(f"step_samples set to {n} after step {self.step_number}'s "
+                                 f"backward began, expected it before the step's first backward")
+        self._step_samples = n
+
+    @property
     def in_flight(self) -> List[str]:
         """Names of the parameters whose push for this step has started."""
         return [n for n, started in zip(self._names, self._started) if started]
@@ -370,6 +394,7 @@ class DistributedOptimizer:
         self._held = (0, 0)        # the complete parameters [first, end) not yet pushed
         self._checked = False
         self._samples = self._job.worker_batch
+        self._step_samples: Optional[int] = None
 
     def _join(self) -> int:
         """Registers and writes the weights of the step the job resumes from into
@@ -446,7 +471,7 @@ class DistributedOptimizer:
         for run in runs:
             grads = [self._gradient(i) for i in run]
             self._client.start_push_pull(
-                self.step_number, self._samples * self._job.accumulation_steps, run[0], grads,
+                self.step_number, self.step_samples, run[0], grads,
                 [self._params[i] for i in run], grad_scale=float(self._samples))
             for i in run:
                 self._started[i] = True

@@ -1,7 +1,8 @@
 """psync.torch.DistributedOptimizer against real psync_server processes:
 one worker and two worker processes train an MLP exactly as single-process
 torch.optim does on the global batch (SGD with momentum and weight decay,
-Nesterov, Adam, AdamW); gradient accumulation equals the doubled batch;
+Nesterov, Adam, AdamW); gradient accumulation equals the doubled batch, and
+so do passes of unequal sizes with step_samples;
 deterministic mode gives the same bits on a rerun; with --init_from=worker
 every worker starts from worker 0's model; pushes start inside backward;
 each misuse raises its named error; examples/torch/train_mlp.py and
@@ -25,8 +26,8 @@ import psync
 import psync.torch as pt
 from psync_servers import BOUND_S, Servers
 from torch_test_util import (ADAM, ADAMW, BASE_JOB, RTOL, SGD_MOMENTUM, SGD_NESTEROV, Mlp,
-                             Settings, Weights, batch, job_flags, train_torch, train_worker,
-                             train_worker_processes)
+                             STEPS, Settings, Weights, batch, job_flags, train_torch,
+                             train_worker, train_worker_processes, weights_of)
 
 JOB = BASE_JOB + job_flags(SGD_MOMENTUM)
 
@@ -81,6 +82,23 @@ class SgdMomentumTest(Equivalence, unittest.TestCase):
         with Servers(job) as servers:
             first, last = train_worker([servers.flag] + job, 0, 1, micro_batches=2)
         self.assert_same_weights(last, train_torch(first, self.SETTINGS), first)
+
+    def test_passes_of_unequal_sizes_count_the_whole_share(self):
+        # The example's train_step cuts 32 samples into passes of 10, 11 and 11
+        # (the last step's 16 into 5, 5, 6): opt.step_samples sends 32, and each
+        # pass's loss is weighted by its samples over 11, as an elastic share
+        # that --accumulation_steps does not divide is trained.
+        sys.path.insert(0, os.path.join(os.environ["TEST_SRCDIR"], "psync/examples/torch"))
+        import fashion_mnist  # pylint: disable=import-outside-toplevel
+        job = self.job(1, 11) + ["--accumulation_steps=3"]
+        model = Mlp()
+        with Servers(job) as servers:
+            with pt.DistributedOptimizer(model, pt.init([servers.flag] + job)) as opt:
+                first = weights_of(model)
+                while opt.step_number < STEPS:
+                    x, y = batch(opt.step_number)
+                    fashion_mnist.train_step(opt, model, x, y)
+        self.assert_same_weights(weights_of(model), train_torch(first, self.SETTINGS), first)
 
 
 class SgdNesterovTest(Equivalence, unittest.TestCase):
@@ -295,6 +313,8 @@ class ErrorTest(unittest.TestCase):
             opt = self.optimizer(servers, model)
             with self.assertRaisesRegex(ValueError, "samples is 0, expected an int >= 1"):
                 opt.samples = 0
+            with self.assertRaisesRegex(ValueError, "step_samples is 0, expected an int >= 1"):
+                opt.step_samples = 0
             self.backward(model)
             with self.assertRaisesRegex(pt.OptimizerError, "samples set to 2 after step 0's "
                                                            "backward began"):

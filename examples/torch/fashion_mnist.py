@@ -6,7 +6,10 @@ The data set is Debian's `dataset-fashion-mnist` (gzip idx files under
 --data_dir), read with the standard library. Step t's global batch is a
 function of (--seed, t) alone, cut into one contiguous share per worker, so
 the job trains as one process would on the whole batch, and a worker that
-resumes after a rollback or a restart recomputes the same batches.
+resumes after a rollback or a restart recomputes the same batches. In an
+elastic job (--min_workers) the shares follow the step's members
+(opt.share), a step of other workers is waited out, and SIGTERM makes the
+worker leave between steps.
 """
 
 import argparse
@@ -80,24 +83,29 @@ def global_batch(job: pt.Job, step: int, n: int) -> torch.Tensor:
 def train_step(opt: pt.DistributedOptimizer, model: torch.nn.Module, x: torch.Tensor,
                y: torch.Tensor) -> float:
     """One step on this worker's share: accumulation_steps backward passes of
-    equal micro-batches (a short share's remainder is left out), then step(),
-    which writes the next step's weights into the model's parameters. Returns
-    the mean loss of the passes."""
+    micro-batches as equal as the share allows, then step(), which writes
+    the next step's weights into the model's parameters. Returns the mean
+    loss of the passes. A share that accumulation_steps does not divide (an
+    elastic step's, or an epoch's short last one) is used whole: each pass's
+    mean loss is weighted by its samples over the largest pass's, and the
+    step's count is the share's, so the gradient is still the share's sum."""
     job = opt.job
-    per_pass = len(x) // job.accumulation_steps
-    if per_pass < 1:
+    k_passes = job.accumulation_steps
+    if len(x) < k_passes:
         raise ValueError(f"step {opt.step_number}: this worker's share has {len(x)} samples, "
-                         f"expected {job.accumulation_steps} (--accumulation_steps) at least")
+                         f"expected {k_passes} (--accumulation_steps) at least")
     opt.zero_grad()
-    opt.samples = per_pass
+    opt.samples = -(-len(x) // k_passes)  # the largest pass's
+    opt.step_samples = len(x)
     loss_sum = 0.0
-    for k in range(job.accumulation_steps):
-        part = slice(k * per_pass, (k + 1) * per_pass)
+    for k in range(k_passes):
+        part = slice(k * len(x) // k_passes, (k + 1) * len(x) // k_passes)
         loss = F.cross_entropy(model(x[part]), y[part])
-        loss.backward()
+        n = part.stop - part.start
+        (loss if n == opt.samples else loss * (n / opt.samples)).backward()
         loss_sum += loss.item()
     opt.step()
-    return loss_sum / job.accumulation_steps
+    return loss_sum / k_passes
 
 
 def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -134,6 +142,17 @@ class EpochProgress:
                 f"({elapsed:.1f} s)")
 
 
+def leave(opt: pt.DistributedOptimizer, stop: pt.StopOnSignal) -> None:
+    """SIGTERM or SIGINT between steps: an elastic job trains on without this
+    worker, which leaves and ends cleanly (exit 0); a fixed job needs it back,
+    so it exits 128 + the signal, as psync_worker does, to be restarted."""
+    if not opt.job.elastic:
+        raise SystemExit(128 + stop.signal)
+    opt.leave()
+    print(f"worker {opt.job.worker_rank} left the job (stopped before step {opt.step_number}); "
+          f"the other workers train on", flush=True)
+
+
 def train(model: torch.nn.Module, job: pt.Job, flatten: bool = False) -> Optional[float]:
     """Trains `model` (built completely, its parameters float32) through psync
     for job.steps steps on Fashion-MNIST under job.data_dir: the servers'
@@ -152,20 +171,29 @@ def train(model: torch.nn.Module, job: pt.Job, flatten: bool = False) -> Optiona
     per_epoch = steps_per_epoch(job, n)
     epochs = (job.steps + per_epoch - 1) // per_epoch
     final = None
-    with pt.DistributedOptimizer(model, job) as opt:
+    with pt.StopOnSignal() as stop, pt.DistributedOptimizer(model, job) as opt:
         print(f"worker {job.worker_rank} of {job.num_workers}: {job.steps} steps of "
               f"{job.global_batch} samples from step {opt.step_number}", flush=True)
         progress = EpochProgress()
         while opt.step_number < job.steps:
+            if stop.requested:  # between steps, as psync_worker stops
+                return leave(opt, stop)
             step = opt.step_number
             batch = global_batch(job, step, n)
-            mine = batch.tensor_split(job.num_workers)[job.worker_rank]
             try:
-                loss = train_step(opt, model, x_train[mine], y_train[mine])
+                if opt.trains:
+                    mine = batch[opt.share(len(batch))]
+                    loss = train_step(opt, model, x_train[mine], y_train[mine])
+                else:  # an elastic job's step of other workers (before this one joined)
+                    opt.wait_out()
+                    continue
             except psync.Error as e:
                 if e.code != "ABORTED":
                     raise
-                print(f"the servers rolled back: resuming from step {opt.recover()}", flush=True)
+                # A rollback, or an elastic job's workers changed: resume where
+                # the servers say, with the members they name.
+                print(f"registered again: resuming from step {opt.recover()} with workers "
+                      f"{list(opt.members.ranks)}", flush=True)
                 continue
             progress.add(loss, len(batch))
             if step % 100 == 0 or step == job.steps - 1:

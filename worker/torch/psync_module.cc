@@ -9,7 +9,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <exception>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -18,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/job_config.h"
+#include "common/config/worker_set.h"
 #include "worker/torch/build_info.h"
 #include "worker/torch/output_binding.h"
 #include "worker/torch/py_status.h"
@@ -76,6 +79,11 @@ PullPrecision ParsePrecision(const std::string& precision) {
   if (precision == "master") return PullPrecision::kMaster;
   throw py::value_error(
       absl::StrCat("precision is '", precision, "', expected 'wire' or 'master'"));
+}
+
+// (first_step, ranks, weights), as psync.torch.Client.members gives a set.
+py::tuple SetTuple(const WorkerSet& set) {
+  return py::make_tuple(set.first_step, set.ranks, set.weights);
 }
 
 // Thread-safe as TensorClient is; its own state is guarded by the GIL.
@@ -179,10 +187,50 @@ class Client {
 
   void Cancel() { client_->Cancel(); }
 
+  // The servers' sets of members at the last registration, the current one
+  // first, then the one before it where its steps may still be in
+  // progress: [(first_step, ranks, weights), ...]; None where they named
+  // none (a server older than elastic jobs).
+  py::object Members() {
+    std::optional<StepMembers> members;
+    {
+      py::gil_scoped_release release;
+      members = client_->Members();
+    }
+    if (!members.has_value()) return py::none();
+    py::list sets;
+    sets.append(SetTuple(members->current));
+    if (members->previous.has_value()) sets.append(SetTuple(*members->previous));
+    return std::move(sets);
+  }
+
+  void Leave() {
+    py::gil_scoped_release release;
+    client_->Leave();
+  }
+
  private:
   std::unique_ptr<TensorClient> client_;
   std::vector<py::sequence> started_;
 };
+
+// WorkerSet::ShareOf: the [begin, end) of `rank` among `samples` samples
+// divided by `weights` among `ranks`, the rule psync_worker's sharding and
+// the servers share; (0, 0) for a rank that is not among them.
+std::pair<int64_t, int64_t> ShareOf(const std::vector<int>& ranks,
+                                    const std::vector<double>& weights, int rank,
+                                    int64_t samples) {
+  if (samples < 0) {
+    Check(absl::InvalidArgumentError(
+        absl::StrCat("share_of: samples is ", samples, ", expected 0 or more")));
+  }
+  WorkerSet set;
+  set.ranks = ranks;
+  set.weights = weights;
+  const int num_workers = ranks.empty() ? 0 : *std::max_element(ranks.begin(), ranks.end()) + 1;
+  Check(set.Validate(num_workers));
+  return set.ShareOf(rank, samples);
+}
 
 // The job `args` describe, as psync.torch.init shows it: what a torch
 // worker needs to know of its configuration to cut its batches.
@@ -192,6 +240,7 @@ py::dict ReadJob(const std::vector<std::string>& args, int64_t train_samples) {
   py::dict d;
   d["worker_rank"] = job->worker_rank;
   d["num_workers"] = job->num_workers;
+  d["min_workers"] = job->min_workers;
   d["devices"] = job->shape.devices;
   d["batch_per_device"] = job->shape.batch_per_device;
   d["accumulation_steps"] = job->shape.accumulation_steps;
@@ -236,6 +285,8 @@ PYBIND11_MODULE(_psync, m) {
   // The push step whose values are the servers' initial weights (--init_from=worker).
   m.attr("INITIAL_WEIGHTS_STEP") = psync::kInitialWeightsStep;
   m.def("read_job", &psync::ReadJob, py::arg("args"), py::arg("train_samples") = 0);
+  m.def("share_of", &psync::ShareOf, py::arg("ranks"), py::arg("weights"), py::arg("rank"),
+        py::arg("samples"));
   psync::DefineOutputs(m);
   py::class_<Client>(m, "Client")
       .def(py::init<const std::vector<std::string>&,
@@ -253,5 +304,7 @@ PYBIND11_MODULE(_psync, m) {
       .def("push_pull", &Client::PushPull, py::arg("step"), py::arg("sample_count"),
            py::arg("grads"), py::arg("weights"))
       .def("finish", &Client::Finish, py::arg("version"))
-      .def("cancel", &Client::Cancel);
+      .def("cancel", &Client::Cancel)
+      .def("members", &Client::Members)
+      .def("leave", &Client::Leave);
 }

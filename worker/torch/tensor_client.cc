@@ -150,6 +150,16 @@ absl::Status TensorClient::Finish(int64_t version) {
   return client_->Finish(version);
 }
 
+std::optional<StepMembers> TensorClient::Members() {
+  absl::MutexLock lock(&mu_);
+  return client_->Members();
+}
+
+void TensorClient::Leave() {
+  absl::MutexLock lock(&mu_);
+  client_->Leave();
+}
+
 void TensorClient::Cancel() { client_->Cancel(); }
 
 }  // namespace psync

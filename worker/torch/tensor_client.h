@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -16,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/config/worker_set.h"
 #include "common/model/layout.h"
 #include "worker/client/ps_client.h"
 
@@ -66,6 +68,14 @@ class TensorClient {
 
   // PsClient::Finish.
   absl::Status Finish(int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // PsClient::Members: who trains each step, as the servers said at the
+  // last Register; nullopt where they named nobody.
+  std::optional<StepMembers> Members() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // PsClient::Leave: this worker leaves an elastic job after the steps it
+  // trained. Call it between steps (nothing in flight).
+  void Leave() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Calls in flight and later ones fail with Cancelled.
   void Cancel();

@@ -18,6 +18,7 @@ absl::StatusOr<std::unique_ptr<TensorClient>> CreateTensorClient(
                                         c.cluster().num_servers(), c.training().seed()));
   PSYNC_ASSIGN_OR_RETURN(GrpcPsClientOptions options,
                          GrpcPsClientOptionsFromConfig(c, job.worker_rank, train_samples));
+  options.worker_weight = job.worker_weight;
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, CreateGrpcPsClient(layout, options));
   return std::make_unique<TensorClient>(std::move(layout), std::move(client));
 }

@@ -1,6 +1,8 @@
 #include "worker/torch/torch_job.h"
 
+#include <numeric>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/config/job_args.h"
@@ -27,6 +29,11 @@ absl::StatusOr<TorchJob> ReadTorchJob(const std::vector<std::string>& args,
       ResolveRank(Role::kWorker, "--worker_rank",
                   rank_given == parsed.own.end() ? "0" : rank_given->second, job.num_workers));
   PSYNC_ASSIGN_OR_RETURN(job.shape, JobTrainingShape(job.config, train_samples));
+  job.min_workers = job.config.cluster().min_workers();
+  PSYNC_ASSIGN_OR_RETURN(const std::vector<double> weights,
+                         ParseDeviceWeights("--device_weights", job.shape.device_weights));
+  job.worker_weight = weights.empty() ? job.shape.devices
+                                      : std::accumulate(weights.begin(), weights.end(), 0.0);
   return job;
 }
 

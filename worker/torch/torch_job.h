@@ -19,7 +19,12 @@ namespace psync {
 struct TorchJob {
   proto::JobConfig config;  // validated, with servers
   int worker_rank = 0;
-  int num_workers = 1;
+  int num_workers = 1;  // an elastic job's max_workers
+  // > 0: an elastic job, which trains on with this many workers at least.
+  int min_workers = 0;
+  // This worker's share of a step against the others' in an elastic job, as
+  // psync_worker's: its devices' weights summed (1 per device by default).
+  double worker_weight = 1;
   // Devices, batch_per_device, accumulation_steps, seed; total_steps is
   // --steps, or --epochs over `train_samples`.
   TrainingShape shape;

@@ -31,6 +31,20 @@ TEST(TorchJobTest, ReadsRankBatchAndStepsAsTheDaemonsDo) {
   EXPECT_EQ(ReadTorchJob({"--servers=a:1", "--steps=7"}, 0)->shape.total_steps, 7);
 }
 
+TEST(TorchJobTest, AnElasticJobsRanksAreMaxWorkersAndItsWeightTheDevices) {
+  absl::StatusOr<TorchJob> job = ReadTorchJob(
+      {"--servers=a:1", "--min_workers=1", "--max_workers=3", "--worker_rank=2", "--devices=2"},
+      0);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->num_workers, 3);
+  EXPECT_EQ(job->min_workers, 1);
+  EXPECT_EQ(job->worker_weight, 2);  // as psync_worker's: one per device
+  EXPECT_EQ(ReadTorchJob({"--servers=a:1", "--devices=2", "--device_weights=1,3"}, 0)
+                ->worker_weight,
+            4);
+  EXPECT_EQ(ReadTorchJob({"--servers=a:1"}, 0)->min_workers, 0);  // a fixed job
+}
+
 TEST(TorchJobTest, AutoRankIsTheIndexedJobsCompletionIndex) {
   ASSERT_EQ(setenv("JOB_COMPLETION_INDEX", "1", 1), 0);
   absl::StatusOr<TorchJob> job =

@@ -21,7 +21,8 @@ class Job:
 
     args: Tuple[str, ...]        # the arguments it was read from, for the client
     worker_rank: int             # this worker, in 0 .. num_workers - 1
-    num_workers: int
+    num_workers: int             # an elastic job's --max_workers: the global batch's workers
+    min_workers: int             # > 0: an elastic job, which trains on with this many at least
     devices: int                 # --devices: this worker's share is devices x batch_per_device
     batch_per_device: int
     accumulation_steps: int      # backward passes (micro-batches) per step
@@ -38,13 +39,19 @@ class Job:
     summary: str                 # --summary: worker 0 writes the run's summary there ("": not)
 
     @property
+    def elastic(self) -> bool:
+        """Whether workers may join and leave while the job runs (``--min_workers``)."""
+        return self.min_workers > 0
+
+    @property
     def worker_batch(self) -> int:
         """Samples this worker feeds to one backward pass: devices x batch_per_device."""
         return self.devices * self.batch_per_device
 
     @property
     def global_batch(self) -> int:
-        """Samples of one step over every worker and micro-batch."""
+        """Samples of one step over every worker and micro-batch (an elastic job's
+        at full size, ``--max_workers``, whoever trains the step)."""
         return self.num_workers * self.worker_batch * self.accumulation_steps
 
 

@@ -25,9 +25,10 @@ import torch
 import torch.distributed as dist
 
 from . import _psync
+from .elastic import StepMembers, WorkerSet, device_share, members_of
 from .export import Metrics, RunOutputs, model_state, pull_master, save_file
 from .job import Job
-from .optimizer import (SparseGradientError, StepWithoutBackwardError, check_unchanged,
+from .optimizer import (OptimizerError, SparseGradientError, StepWithoutBackwardError, check_unchanged,
                         checked_parameters, initial_values, join, zero_grad)
 from .torch import Client
 
@@ -197,6 +198,8 @@ class LocalOptimizer:
         self._header = torch.zeros(3, dtype=torch.int64)  # failed, step, message bytes
         self._message = torch.empty(0, dtype=torch.uint8)
         self._weights = torch.empty(0, dtype=torch.uint8)
+        self._members_size = torch.zeros(1, dtype=torch.int64)
+        self._members_values = torch.empty(0, dtype=torch.float64)
         self._samples = job.batch_per_device
         self.step_number = self._join()
         self._outputs.start(self.step_number)
@@ -219,6 +222,62 @@ class LocalOptimizer:
         """This process's device among the job's ``num_workers x devices``: its share of
         a global batch is samples ``device_rank x batch_per_device ..`` on."""
         return self._job.worker_rank * self._job.devices + self._local.rank
+
+    @property
+    def members(self) -> WorkerSet:
+        """The workers (machines) that train step :attr:`step_number`, as
+        :attr:`DistributedOptimizer.members`; the root learns them, every local
+        process knows them."""
+        return self._members.at(self.step_number)
+
+    @property
+    def trains(self) -> bool:
+        """Whether this machine trains step :attr:`step_number`; if not, every local
+        process calls :meth:`wait_out` instead."""
+        return self.members.has(self._job.worker_rank)
+
+    def share(self, samples: Optional[int] = None) -> slice:
+        """This process's part of step :attr:`step_number`'s global batch of
+        ``samples`` samples (default ``job.global_batch``): the machine's share
+        among the step's members (:meth:`DistributedOptimizer.share`), cut among
+        its local processes in local rank order, as ``psync_worker`` cuts a
+        worker's share among its devices. Empty on a step the machine does not
+        train."""
+        machine = self.members.share(self._job.worker_rank,
+                                     self._job.global_batch if samples is None else samples)
+        return device_share(machine, self._local.size, self._local.rank)
+
+    def wait_out(self) -> None:
+        """On every local process, for a step other machines train: the root waits
+        for its result, which every process gets in its parameters (the weights of
+        the next step). Raises :class:`OptimizerError` on a step this machine
+        trains."""
+        if self.trains:
+            raise OptimizerError(
+                f"wait_out() for step {self.step_number}, which worker {self._job.worker_rank} "
+                f"trains (workers {list(self.members.ranks)}): train it and call step()")
+        step = self.step_number
+
+        def pull_next() -> int:
+            self._client.pull(step + 1, self._params)
+            return step + 1
+
+        self.step_number = self._from_root(pull_next, f"waiting out step {step}")
+
+    def leave(self) -> None:
+        """On every local process, between steps: the machine leaves the elastic job
+        (the root tells the servers, :meth:`DistributedOptimizer.leave`); the
+        optimizer is done. Every local process must decide to leave at the same
+        step, as a SIGTERM to the machine's processes (torchrun forwards it) makes
+        them do. Raises :class:`OptimizerError` in a fixed job."""
+        if not self._job.elastic:
+            raise OptimizerError(
+                f"leave(): worker {self._job.worker_rank}'s job is not elastic (--min_workers=0): "
+                f"the other workers would wait for it; restart it instead, or give the job "
+                f"--min_workers")
+        if self._client is not None:
+            self._client.leave()
+        self._finished = True
 
     @property
     def samples(self) -> int:
@@ -333,8 +392,24 @@ class LocalOptimizer:
         return g
 
     def _join(self) -> int:
-        return self._from_root(lambda: join(self._client, self._params, self._initial),
+        step = self._from_root(lambda: join(self._client, self._params, self._initial),
                                "registering")
+        self._members = self._members_from_root()
+        return step
+
+    def _members_from_root(self) -> StepMembers:
+        """Who trains each step, as the root's registration said, on every local
+        process (a broadcast of its size, then of its numbers)."""
+        if self._local.is_root:
+            values = members_of(self._client, self._job).encode()
+            self._members_values = torch.tensor(values, dtype=torch.float64)
+            self._members_size.fill_(len(values))
+        dist.broadcast(self._members_size, ROOT)
+        if not self._local.is_root:
+            self._members_values = torch.empty(int(self._members_size.item()),
+                                               dtype=torch.float64)
+        dist.broadcast(self._members_values, ROOT)
+        return StepMembers.decode(self._members_values.tolist())
 
     def _from_root(self, action: Callable[[], int], what: str, weights: bool = True) -> int:
         """The root runs ``action`` (a call to the servers returning a step); then

@@ -16,6 +16,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import torch
 
 from . import _psync
+from .elastic import StepMembers, WorkerSet, members_of
 from .export import Metrics, RunOutputs, model_state, pull_master, save_file
 from .job import Job
 from .torch import Client
@@ -212,9 +213,88 @@ class DistributedOptimizer:
         self._samples = n
 
     @property
+    def step_samples(self) -> int:
+        """The samples this worker's gradients of the current step sum over, sent
+        with them: ``samples x accumulation_steps`` unless set."""
+        if self._step_samples is not None:
+            return self._step_samples
+        return self._samples * self._job.accumulation_steps
+
+    @step_samples.setter
+    def step_samples(self, n: int) -> None:
+        """Sets the current step's count where its backward passes are not all of
+        :attr:`samples` (an elastic step's share that ``accumulation_steps`` does
+        not divide): each pass's loss is then weighted by its samples over
+        :attr:`samples`, so that the gradient times :attr:`samples` is still
+        the sum over the pass (see examples/torch/fashion_mnist.py's
+        ``train_step``). Set it before the step's first backward; unset after
+        step()."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"step_samples is {n!r}, expected an int >= 1")
+        if any(self._fired):
+            raise OptimizerError(f"step_samples set to {n} after step {self.step_number}'s "
+                                 f"backward began, expected it before the step's first backward")
+        self._step_samples = n
+
+    @property
     def in_flight(self) -> List[str]:
         """Names of the parameters whose push for this step has started."""
         return [n for n, started in zip(self._names, self._started) if started]
+
+    @property
+    def members(self) -> WorkerSet:
+        """The workers that train step :attr:`step_number` (every rank in a fixed
+        job; in an elastic job, as the servers said at the last registration)."""
+        return self._members.at(self.step_number)
+
+    @property
+    def trains(self) -> bool:
+        """Whether this worker trains step :attr:`step_number`; if not, the loop
+        calls :meth:`wait_out` instead of training it."""
+        return self.members.has(self._job.worker_rank)
+
+    def share(self, samples: Optional[int] = None) -> slice:
+        """This worker's part of step :attr:`step_number`'s global batch of
+        ``samples`` samples (default ``job.global_batch``; fewer in an epoch's
+        short last step): divided among the step's members by their weights,
+        in rank order, as ``psync_worker`` divides it. Empty on a step this
+        worker does not train."""
+        return self.members.share(self._job.worker_rank,
+                                  self._job.global_batch if samples is None else samples)
+
+    def wait_out(self) -> None:
+        """Step :attr:`step_number` is trained by other workers (an elastic job's
+        step before this worker joined it): waits for it and writes its result,
+        the weights of the next step, into the parameters in place. Raises
+        :class:`OptimizerError` on a step this worker trains."""
+        if self.trains or any(self._fired):
+            raise OptimizerError(
+                f"wait_out() for step {self.step_number}, which worker {self._job.worker_rank} "
+                f"trains (workers {list(self.members.ranks)}): train it and call step()")
+        with torch.no_grad():
+            self._client.pull(self.step_number + 1, self._params)
+        self.step_number += 1
+        self._reset_step()
+
+    def leave(self) -> None:
+        """Tells the servers this worker leaves the elastic job after the steps it
+        trained (call it between steps, as on SIGTERM: see
+        :class:`psync.torch.StopOnSignal`); the others train on without it, from
+        the next step boundary. Removes the hooks; the optimizer is done, and
+        leaving the ``with`` block does not finish. Raises
+        :class:`OptimizerError` in a fixed job (the others would wait for this
+        worker: it must come back) and in the middle of a step."""
+        if not self._job.elastic:
+            raise OptimizerError(
+                f"leave(): worker {self._job.worker_rank}'s job is not elastic (--min_workers=0): "
+                f"the other workers would wait for it; restart it instead, or give the job "
+                f"--min_workers")
+        if any(self._fired):
+            raise OptimizerError(f"leave() in the middle of step {self.step_number} (backward "
+                                 f"began): call it between steps")
+        self._client.leave()
+        self._finished = True
+        self.close()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clears every registered parameter's gradient (None, or zeros in place)."""
@@ -314,11 +394,14 @@ class DistributedOptimizer:
         self._held = (0, 0)        # the complete parameters [first, end) not yet pushed
         self._checked = False
         self._samples = self._job.worker_batch
+        self._step_samples: Optional[int] = None
 
     def _join(self) -> int:
         """Registers and writes the weights of the step the job resumes from into
-        the parameters (:func:`join`)."""
-        return join(self._client, self._params, self._initial)
+        the parameters (:func:`join`); learns who trains each step."""
+        step = join(self._client, self._params, self._initial)
+        self._members: StepMembers = members_of(self._client, self._job)
+        return step
 
     def _hook(self, i: int, p: torch.nn.Parameter) -> None:
         # torch 1.13 has no post-accumulate-grad hook on a tensor: the hook of its
@@ -388,7 +471,7 @@ class DistributedOptimizer:
         for run in runs:
             grads = [self._gradient(i) for i in run]
             self._client.start_push_pull(
-                self.step_number, self._samples * self._job.accumulation_steps, run[0], grads,
+                self.step_number, self.step_samples, run[0], grads,
                 [self._params[i] for i in run], grad_scale=float(self._samples))
             for i in run:
                 self._started[i] = True

@@ -16,7 +16,7 @@ processes (one per device) that push as one worker. :func:`save_file` and
 worker 0 exports at the end (``--export_path``).
 """
 
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -101,8 +101,21 @@ class Client:
         """Makes calls in flight, and later ones, fail (code ``'CANCELLED'``); any thread."""
         self._client.cancel()
 
+    def members(self) -> Optional[List[Tuple[int, List[int], List[float]]]]:
+        """Who trains each step, as the servers said at the last :meth:`register`:
+        ``(first_step, ranks, weights)`` of the current set of workers, then of the
+        one before it where its steps may still be in progress; None where the
+        servers named none (see :mod:`psync.elastic`)."""
+        return self._client.members()
+
+    def leave(self) -> None:
+        """Tells the servers this worker leaves an elastic job after the steps it
+        trained (between steps); the others train on without it."""
+        self._client.leave()
+
 
 # The training API over the client (imported last: it builds on Client).
+from .elastic import StepMembers, StopOnSignal, WorkerSet  # noqa: E402  pylint: disable=wrong-import-position
 from .export import load_file, save_file  # noqa: E402  pylint: disable=wrong-import-position
 from .job import Job, init  # noqa: E402  pylint: disable=wrong-import-position
 from .local import (  # noqa: E402  pylint: disable=wrong-import-position

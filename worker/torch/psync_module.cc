@@ -187,10 +187,9 @@ class Client {
 
   void Cancel() { client_->Cancel(); }
 
-  // The servers' sets of members at the last registration, the current one
-  // first, then the one before it where its steps may still be in
-  // progress: [(first_step, ranks, weights), ...]; None where they named
-  // none (a server older than elastic jobs).
+  // The servers' set of members at the last registration, as a list of one
+  // (first_step, ranks, weights); None where they named none (a server
+  // older than elastic jobs).
   py::object Members() {
     std::optional<StepMembers> members;
     {
@@ -200,7 +199,6 @@ class Client {
     if (!members.has_value()) return py::none();
     py::list sets;
     sets.append(SetTuple(members->current));
-    if (members->previous.has_value()) sets.append(SetTuple(*members->previous));
     return std::move(sets);
   }
 

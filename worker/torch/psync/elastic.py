@@ -50,38 +50,28 @@ def everyone(num_workers: int) -> WorkerSet:
 
 @dataclasses.dataclass(frozen=True)
 class StepMembers:
-    """The sets a worker learnt at registration: ``current`` from its first
-    step on, and ``previous`` for the steps before it (which a change may
-    have left in progress)."""
+    """The set a worker learnt at registration: ``current`` trains every step
+    from its first step on (a change of the members starts at the lowest step
+    any chunk is at, so no earlier step is trained again)."""
 
     current: WorkerSet
-    previous: Optional[WorkerSet] = None
 
     def at(self, step: int) -> WorkerSet:
         """The set that trains ``step`` (``StepMembers::For`` in C++)."""
-        if self.previous is not None and step < self.current.first_step:
-            return self.previous
         return self.current
 
     def encode(self) -> List[float]:
         """As numbers, for a tensor one local process broadcasts to the others."""
-        values: List[float] = []
-        for s in [self.current] + ([self.previous] if self.previous is not None else []):
-            values += [float(s.first_step), float(len(s.ranks))]
-            values += [float(r) for r in s.ranks] + list(s.weights)
-        return values
+        s = self.current
+        return [float(s.first_step), float(len(s.ranks))] + [float(r) for r in s.ranks] + list(s.weights)
 
     @staticmethod
     def decode(values: Sequence[float]) -> "StepMembers":
         """The inverse of :meth:`encode`."""
-        sets, k = [], 0
-        while k < len(values):
-            first, n = int(values[k]), int(values[k + 1])
-            ranks = tuple(int(r) for r in values[k + 2:k + 2 + n])
-            weights = tuple(float(w) for w in values[k + 2 + n:k + 2 + 2 * n])
-            sets.append(WorkerSet(first, ranks, weights))
-            k += 2 + 2 * n
-        return StepMembers(sets[0], sets[1] if len(sets) > 1 else None)
+        first, n = int(values[0]), int(values[1])
+        ranks = tuple(int(r) for r in values[2:2 + n])
+        weights = tuple(float(w) for w in values[2 + n:2 + 2 * n])
+        return StepMembers(WorkerSet(first, ranks, weights))
 
 
 def members_of(client, job: Job) -> StepMembers:
@@ -91,8 +81,8 @@ def members_of(client, job: Job) -> StepMembers:
     sets = client.members() if job.elastic else None
     if not sets:
         return StepMembers(everyone(job.num_workers))
-    made = [WorkerSet(first, tuple(ranks), tuple(weights)) for first, ranks, weights in sets]
-    return StepMembers(made[0], made[1] if len(made) > 1 else None)
+    first, ranks, weights = sets[0]
+    return StepMembers(WorkerSet(first, tuple(ranks), tuple(weights)))
 
 
 def device_share(machine: slice, devices: int, device: int) -> slice:

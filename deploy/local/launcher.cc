@@ -28,7 +28,6 @@
 #include "common/status_macros.h"
 #include "deploy/local/daemon.h"
 #include "deploy/local/daemon_report.h"
-#include "deploy/local/host_command.h"
 #include "deploy/local/worker_command.h"
 #include "deploy/local/worker_scaling.h"
 

@@ -368,6 +368,13 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
       done.all_done = true;
       return done;
     }
+    // Another worker's change of the members ended its session just as it
+    // said it leaves: the leave still counts (an Aborted caller's rank is
+    // in range).
+    if (leaving && options_.elastic() && absl::IsAborted(caller.status()) &&
+        roster_.EndedByGeneration(worker_rank, session)) {
+      requests_.Leave(worker_rank);
+    }
     return caller.status();
   }
   if (leaving && options_.elastic()) requests_.Leave(worker_rank);

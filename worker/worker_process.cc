@@ -378,7 +378,7 @@ absl::Status WorkerProcess::StoppedOrFailed(const absl::Status& trained,
   const Training& t = *training_;
   if (absl::IsCancelled(trained) && stopper.signalled() && t.options.elastic) {
     // An elastic job goes on without it: a leave, not a failure.
-    LOG(INFO) << "worker " << rank_ << " left the job (" << trained.message()
+    LOG(INFO) << "worker " << rank_ << " " << kLeftTheJob << " (" << trained.message()
               << "); the other workers train on";
     return absl::OkStatus();
   }

@@ -17,6 +17,11 @@ inline constexpr int kExitCannotContinue = 3;  // the job cannot go on: final
 // final, a new process listens afresh.
 inline constexpr int kExitListenerStuck = 4;
 
+// A worker of an elastic job that leaves (SIGTERM) exits 0, as one that
+// finished does: this phrase in its last log lines tells the two apart
+// ("worker 2 left the job (stopped before step 40)...").
+inline constexpr char kLeftTheJob[] = "left the job";
+
 // `s` carrying exit code `code` (an OK status stays OK).
 absl::Status WithExitCode(int code, absl::Status s);
 

@@ -8,7 +8,9 @@
 // dies is restarted (at most --max_restarts times in the whole job), and
 // everything stops when a process fails for good or the deadline passes.
 // With --worker_cmd, each worker is the user's command (a torch script)
-// instead of psync_worker (worker_command.h).
+// instead of psync_worker (worker_command.h). An elastic job may start with
+// fewer workers (--workers) and be scaled while it runs (--control_file,
+// worker_scaling.h).
 #include <signal.h>
 
 #include <algorithm>
@@ -61,6 +63,16 @@ ABSL_FLAG(std::string, pid_dir, "",
           "rewritten atomically at every (re)start (e.g. for tests that kill one); DIR is "
           "created if missing. With --hosts, each host writes its processes' files there, "
           "with their pids on that host.");
+ABSL_FLAG(int, workers, 0,
+          "Elastic job (--min_workers > 0): the workers to start with, ranks 0..N-1, N in "
+          "--min_workers..--max_workers (0: all --max_workers); --control_file adds the others "
+          "later.");
+ABSL_FLAG(std::string, control_file, "",
+          "Elastic job: a file this launcher polls while the job runs; writing one line "
+          "'workers N' to it (e.g. echo workers 4 > PATH) starts the lowest free ranks or "
+          "stops the highest running ones (SIGTERM: they leave after their step and are not "
+          "restarted) until N train. What the file holds when the job starts is left as it "
+          "is; bad contents are logged and change nothing.");
 ABSL_FLAG(std::string, hosts, "",
           "Run the job on these machines: NAME[=ADDRESS],... NAME is put into --host_cmd; "
           "ADDRESS (default NAME) is where that host's servers listen and the others connect. "
@@ -149,6 +161,44 @@ absl::StatusOr<HostPlan> PlanHosts(const LoadedJobConfig& loaded) {
   return plan;
 }
 
+// --workers and --control_file, which only an elastic job takes.
+absl::Status ValidateElasticFlags(const proto::ClusterConfig& cluster) {
+  const int workers = absl::GetFlag(FLAGS_workers);
+  const std::string control = absl::GetFlag(FLAGS_control_file);
+  if (cluster.min_workers() == 0) {
+    if (FlagGiven("workers") || FlagGiven("control_file")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", FlagGiven("workers") ? "workers" : "control_file",
+          " changes the workers of an elastic job, expected --min_workers > 0 with it (a "
+          "fixed job runs all --num_workers=", cluster.num_workers(), ")"));
+    }
+    return absl::OkStatus();
+  }
+  // Starting below min_workers would only wait; a control file may still
+  // take the job there later, on purpose.
+  if (workers != 0 && (workers < cluster.min_workers() || workers > cluster.num_workers())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--workers is ", workers, ", expected ", cluster.min_workers(), "..",
+        cluster.num_workers(), " (--min_workers..--max_workers), or 0 for all"));
+  }
+  if (!control.empty()) {
+    std::error_code error;
+    const std::filesystem::path path(control);
+    if (std::filesystem::is_directory(path, error)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--control_file is '", control, "', a directory, expected a file"));
+    }
+    const std::filesystem::path parent =
+        path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+    if (!std::filesystem::is_directory(parent, error)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--control_file is '", control, "', expected a file in an existing directory (",
+          parent.string(), " is not one)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The launcher's own limits and paths; every other value of the job is
 // validated by LoadJobConfig, as each daemon does.
 // `worker_cmd_given`: --worker_cmd was on the command line, even empty.
@@ -188,6 +238,7 @@ absl::Status Validate(const LoadedJobConfig& loaded, bool worker_cmd_given,
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_restarts is ", absl::GetFlag(FLAGS_max_restarts), ", expected >= 0 (0: none)"));
   }
+  PSYNC_RETURN_IF_ERROR(ValidateElasticFlags(cluster));
   const proto::JobConfig& c = loaded.config;
   // Every process shares this host's memory. --device=auto counts as CUDA,
   // whose devices' buffers are not in host memory: refused only if it cannot
@@ -251,6 +302,8 @@ int main(int argc, char** argv) {
   options.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   options.pid_dir = absl::GetFlag(FLAGS_pid_dir);
+  options.initial_workers = absl::GetFlag(FLAGS_workers);
+  options.control_file = absl::GetFlag(FLAGS_control_file);
   options.plan = *std::move(plan);
   options.stop_signal = &psync::g_stop_signal;
   const psync::LaunchResult result =

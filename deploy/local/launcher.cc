@@ -5,11 +5,14 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -23,9 +26,10 @@
 #include "common/security/security.h"
 #include "common/security/throwaway_pki.h"
 #include "common/status_macros.h"
+#include "deploy/local/daemon.h"
 #include "deploy/local/daemon_report.h"
-#include "deploy/local/host_command.h"
 #include "deploy/local/worker_command.h"
+#include "deploy/local/worker_scaling.h"
 
 namespace psync {
 namespace {
@@ -34,9 +38,6 @@ namespace {
 constexpr absl::Duration kListenTimeout = absl::Seconds(30);
 // How long a failed daemon's last lines may take to reach us.
 constexpr absl::Duration kDrainWait = absl::Milliseconds(500);
-// How long a host's local command (ssh, say) gets to carry a KILL to its
-// wrapper and end with it (Kill).
-constexpr absl::Duration kRemoteKillWait = absl::Seconds(5);
 
 absl::Status CreateDirFlag(const char* flag, const std::string& path) {
   std::error_code error;
@@ -48,33 +49,12 @@ absl::Status CreateDirFlag(const char* flag, const std::string& path) {
   return absl::OkStatus();
 }
 
-// Writes `pid` to `path` atomically, so a reader never sees a partial file.
-absl::Status WritePidFile(const std::string& path, pid_t pid) {
-  return WriteFileAtomically("--pid_dir", path, absl::StrCat(pid, "\n"));
-}
-
 // Every step waits for the servers, and on one host CPU-bound workers
 // would take the cores from them: with 256 workers loading their data on 2
 // cores, the server did not finish the workers' connection handshakes
 // within --connect_timeout_s. Workers run at this nice value, servers at
 // the launcher's. (The demo's samples/s: no difference measured.)
 constexpr int kWorkerNice = 10;
-
-// One supervised daemon. Every (re)start runs the same argv: same rank,
-// port and checkpoint directory.
-struct Daemon {
-  std::string name;  // "server 0", "worker 1@node2": in logs and errors
-  std::vector<std::string> argv;
-  const LaunchHost* host = nullptr;  // --hosts: where it runs; null: here, directly
-  bool server = false;
-  std::string port_file;  // servers here only
-  std::string pid_file;   // empty without --pid_dir
-  int nice = 0;           // the process's nice value
-  std::unique_ptr<Subprocess> process;
-  absl::Time started;
-  bool finished = false;  // a worker that exited 0
-  bool command = false;   // a worker running --worker_cmd
-};
 
 // Not thread-safe: main thread only.
 class Launcher {
@@ -116,6 +96,17 @@ class Launcher {
     }
     deadline_ = absl::Now() + absl::Seconds(options_.timeout_s);
     worker_stop_grace_ = absl::Seconds(config.timeouts().stop_grace_s());
+    elastic_ = config.cluster().min_workers() > 0;
+    min_workers_ = config.cluster().min_workers();
+    if (!options_.control_file.empty()) {
+      control_ = std::make_unique<ControlFile>(options_.control_file);
+      if (control_->before().has_value()) {
+        std::printf("[launch] --control_file %s already holds '%s': left as it is; write it "
+                    "again to apply it\n",
+                    control_->path().c_str(),
+                    absl::CEscape(absl::StripAsciiWhitespace(*control_->before())).c_str());
+      }
+    }
     if (!here) {
       std::printf("[launch] on %zu hosts, each process started by --host_cmd='%s'\n",
                   options_.plan.hosts.size(), options_.plan.host_cmd.c_str());
@@ -169,10 +160,23 @@ class Launcher {
       std::printf("[launch] %d servers started at %s%s; ", num_servers, server_list.c_str(),
                   checkpoints.c_str());
     }
-    std::printf("starting %d workers x %d devices\n", num_workers, config.training().devices());
+    const int first_workers = options_.initial_workers > 0 ? options_.initial_workers : num_workers;
+    if (elastic_) {
+      std::printf("starting %d of %d..%d workers x %d devices%s\n", first_workers, min_workers_,
+                  num_workers, config.training().devices(),
+                  control_ == nullptr ? ""
+                                      : absl::StrCat("; write 'workers N' to ",
+                                                     control_->path(), " to change them")
+                                            .c_str());
+    } else {
+      std::printf("starting %d workers x %d devices\n", num_workers, config.training().devices());
+    }
     std::fflush(stdout);
     MakeWorkers(worker_bin, num_servers, num_workers);
-    for (Daemon& d : workers_) PSYNC_RETURN_IF_ERROR(Start(d));
+    for (int w = first_workers; w < num_workers; ++w) workers_[w].state = RankState::kOut;
+    for (Daemon& d : workers_) {
+      if (d.state == RankState::kTraining) PSYNC_RETURN_IF_ERROR(Start(d));
+    }
     return WatchUntilWorkersFinish();
   }
 
@@ -266,53 +270,8 @@ class Launcher {
     }
   }
 
-  // (Re)starts `d` with its argv and records its pid. A server's old port
-  // file is removed first, so it says "listening" only for this start.
-  // On a host, the wrapper runs it there, writes its pid file and takes
-  // our signals through its input (Terminate, Kill).
   absl::Status Start(Daemon& d) {
-    d.process.reset();  // already reaped: joins its log relay
-    if (!d.port_file.empty()) std::remove(d.port_file.c_str());
-    const std::string prefix = json_logs_ ? "" : absl::StrCat("[", d.name, "] ");
-    if (d.host == nullptr) {
-      PSYNC_ASSIGN_OR_RETURN(d.process, Subprocess::Start(d.argv, prefix, /*echo=*/true, d.nice));
-      if (!d.pid_file.empty()) PSYNC_RETURN_IF_ERROR(WritePidFile(d.pid_file, d.process->pid()));
-    } else {
-      HostProcess there{d.argv, job_text_, d.pid_file, cwd_, d.nice};
-      // As StopAll waits: a server may write a final checkpoint.
-      there.kill_after_s = d.server ? 30 : absl::ToInt64Seconds(worker_stop_grace_) + 2;
-      PSYNC_ASSIGN_OR_RETURN(
-          d.process, Subprocess::Start(HostCommandArgv(options_.plan.host_cmd, d.host->name,
-                                                       HostProcessCommandLine(there)),
-                                       prefix, /*echo=*/true, /*nice=*/0, /*control_stdin=*/true));
-    }
-    d.started = absl::Now();
-    return absl::OkStatus();
-  }
-
-  // SIGTERM for `d`; on a host, sent there by its wrapper.
-  static void Terminate(Daemon& d) {
-    if (d.host == nullptr) {
-      d.process->Signal(SIGTERM);
-    } else {
-      d.process->WriteInput("TERM\n");
-    }
-  }
-
-  // SIGKILL for `d`, and its local command (an ssh client, say) ended.
-  // On a host the line and the end of input go first, and the local command
-  // gets a few seconds to carry them and end with the wrapper: killing an
-  // ssh client at once would cut them off, and the wrapper, seeing only the
-  // end of its input, would give its process its whole grace before the
-  // kill. Returns the exit code.
-  static int Kill(Daemon& d) {
-    if (d.host != nullptr) {
-      d.process->WriteInput("KILL\n");
-      d.process->CloseInput();
-      const std::optional<int> code = d.process->Wait(absl::Now() + kRemoteKillWait);
-      if (code.has_value()) return *code;
-    }
-    return d.process->Stop(absl::ZeroDuration());
+    return d.Start({json_logs_, options_.plan.host_cmd, job_text_, cwd_, worker_stop_grace_});
   }
 
   // `d` ended with `code` while it was needed: restarts it if the code
@@ -402,27 +361,141 @@ class Launcher {
     return absl::OkStatus();
   }
 
-  // Until every worker has exited 0. A server is needed all that time, so
-  // even one that exits 0 (someone sent it SIGTERM) is restarted.
+  // Until every worker that trains has exited 0 having finished (in an
+  // elastic job, those that left do not count, and at least one must
+  // finish). A server is needed all that time, so even one that exits 0
+  // (someone sent it SIGTERM) is restarted.
   absl::Status WatchUntilWorkersFinish() {
+    bool idle_told = false;
     while (true) {
       PSYNC_RETURN_IF_ERROR(CheckStopAndDeadline("training"));
       PSYNC_RETURN_IF_ERROR(RestartExitedServers());
+      if (control_ != nullptr) PSYNC_RETURN_IF_ERROR(ReadControlFile());
       int running = 0;
+      bool finished = false;
       for (Daemon& d : workers_) {
-        if (d.finished) continue;
+        if (d.state == RankState::kLeaving) WatchLeaving(d);
+        finished |= d.state == RankState::kFinished;
+        if (d.state != RankState::kTraining) continue;
         if (auto code = d.process->Poll()) {
-          if (*code == 0) {
-            d.finished = true;
+          if (d.removed) {  // asked for again while it was leaving
+            d.removed = false;
+            std::printf("[launch] %s has left; starting it again, as asked\n", d.name.c_str());
+            std::fflush(stdout);
+            PSYNC_RETURN_IF_ERROR(Start(d));
+          } else if (*code != 0) {
+            PSYNC_RETURN_IF_ERROR(RestartOrFail(d, *code));
+          } else if (!LeftOnItsOwn(d)) {
+            d.state = RankState::kFinished;
+            finished = true;
+            continue;
+          } else {
             continue;
           }
-          PSYNC_RETURN_IF_ERROR(RestartOrFail(d, *code));
         }
         ++running;
       }
-      if (running == 0) return absl::OkStatus();
+      if (running == 0 && finished) return absl::OkStatus();
+      if (running > 0) idle_told = false;
+      if (running == 0) PSYNC_RETURN_IF_ERROR(NoWorkerTrains(idle_told));
       absl::SleepFor(absl::Milliseconds(20));
     }
+  }
+
+  int Training() const {
+    int n = 0;
+    for (const Daemon& d : workers_) n += d.state == RankState::kTraining;
+    return n;
+  }
+
+  // A worker of an elastic job that exited 0 having left (a SIGTERM not
+  // from us: an operator's, a machine shutting down) is let go as if it
+  // had been removed: neither restarted nor counted as done, so the job
+  // ends only when those that train finish.
+  bool LeftOnItsOwn(Daemon& d) {
+    if (!elastic_) return false;
+    const std::string output = d.process->DrainedOutput(absl::Now() + kDrainWait);
+    constexpr size_t kLastWords = 4096;
+    if (output.find(kLeftTheJob, output.size() > kLastWords ? output.size() - kLastWords : 0) ==
+        std::string::npos) {
+      return false;
+    }
+    d.state = RankState::kOut;
+    const int now = Training();
+    std::printf("[launch] %s left the job on its own (a SIGTERM not from the launcher): not "
+                "restarted; workers %d -> %d%s\n",
+                d.name.c_str(), now + 1, now,
+                &d == &workers_[0] ? "; worker 0 writes the export and summary at the end: "
+                                     "'workers N' starts it again"
+                                   : "");
+    std::fflush(stdout);
+    return true;
+  }
+
+  // A removed worker's process exited (0 once it has left): its rank is free.
+  void WatchLeaving(Daemon& d) {
+    const std::optional<int> code = d.process->Poll();
+    if (!code.has_value()) return;
+    d.state = RankState::kOut;
+    d.removed = false;
+    std::printf("[launch] %s has left the job (%s)\n", d.name.c_str(),
+                *code == 0 ? "exit 0" : DescribeExit(*code, /*server=*/false).c_str());
+    std::fflush(stdout);
+  }
+
+  // No worker trains and none finished: every one left. With a control
+  // file the job waits to be given workers (the servers' --peer_timeout_s
+  // fails it meanwhile as for any missing worker); without, nothing can.
+  absl::Status NoWorkerTrains(bool& told) {
+    if (control_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "every worker left the job before its training finished, and without "
+          "--control_file nothing can start one again");
+    }
+    if (!told) {
+      std::printf("[launch] no worker trains: the job waits until 'workers N' is written to %s\n",
+                  control_->path().c_str());
+      std::fflush(stdout);
+    }
+    told = true;
+    return absl::OkStatus();
+  }
+
+  // Applies the control file's count when it was written; bad contents are
+  // logged and change nothing.
+  absl::Status ReadControlFile() {
+    const std::optional<std::string> text = control_->Changed();
+    if (!text.has_value()) return absl::OkStatus();
+    const absl::StatusOr<std::optional<int>> count =
+        ParseControlText(*text, control_->path(), static_cast<int>(workers_.size()));
+    if (!count.ok()) {
+      std::printf("[launch] %s; nothing changed\n", std::string(count.status().message()).c_str());
+      std::fflush(stdout);
+      return absl::OkStatus();
+    }
+    if (!count->has_value()) return absl::OkStatus();
+    std::vector<RankState> ranks;
+    for (const Daemon& d : workers_) ranks.push_back(d.state);
+    const ScalePlan plan = PlanScale(ranks, **count);
+    std::printf("[launch] %s%s\n", DescribeScale(plan, **count).c_str(),
+                **count < min_workers_
+                    ? absl::StrCat("; below min_workers ", min_workers_,
+                                   ", the job waits for workers (--peer_timeout_s)")
+                          .c_str()
+                    : "");
+    std::fflush(stdout);
+    for (const int r : plan.stop) {
+      workers_[r].state = RankState::kLeaving;
+      workers_[r].removed = true;
+      workers_[r].Terminate();
+    }
+    for (const int r : plan.start) {
+      Daemon& d = workers_[r];
+      const bool gone = d.state == RankState::kOut;  // else started once its process left
+      d.state = RankState::kTraining;
+      if (gone) PSYNC_RETURN_IF_ERROR(Start(d));
+    }
+    return absl::OkStatus();
   }
 
   absl::Status CheckStopAndDeadline(const char* phase) {
@@ -446,14 +519,14 @@ class Launcher {
   // exits 0.
   void StopAll(bool success) {
     for (Daemon& d : workers_) {
-      if (d.process != nullptr && !d.process->Poll().has_value()) Terminate(d);
+      if (d.process != nullptr && !d.process->Poll().has_value()) d.Terminate();
     }
     const absl::Time workers_until = absl::Now() + worker_stop_grace_ + absl::Seconds(2);
     for (Daemon& d : workers_) {
-      if (d.process != nullptr && !d.process->Wait(workers_until).has_value()) Kill(d);
+      if (d.process != nullptr && !d.process->Wait(workers_until).has_value()) d.Kill();
     }
     for (Daemon& d : servers_) {
-      if (d.process != nullptr && !d.process->Poll().has_value()) Terminate(d);
+      if (d.process != nullptr && !d.process->Poll().has_value()) d.Terminate();
     }
     const absl::Time until =
         absl::Now() + (checkpoint_dir_.empty() ? absl::Seconds(5) : absl::Seconds(30));
@@ -462,7 +535,7 @@ class Launcher {
       std::optional<int> code = d.process->Wait(until);
       if (!code.has_value()) {
         std::printf("[launch] %s did not stop after SIGTERM; killing it\n", d.name.c_str());
-        code = Kill(d);
+        code = d.Kill();
       }
       if (success && *code != 0) {
         std::printf("[launch] %s exited with %s at shutdown\n", d.name.c_str(),
@@ -499,6 +572,9 @@ class Launcher {
   absl::Time deadline_;
   absl::Duration worker_stop_grace_;  // --stop_grace_s
   int restarts_ = 0;
+  bool elastic_ = false;  // min_workers > 0
+  int min_workers_ = 0;
+  std::unique_ptr<ControlFile> control_;  // --control_file; null: none
   std::vector<Daemon> servers_, workers_;
 };
 

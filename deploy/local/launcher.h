@@ -4,7 +4,8 @@
 // naming each one ("[worker 2@node3] "), restarts those that die (at most
 // max_restarts times in the whole job), and stops everything when training
 // is done, a process fails for good, the deadline passes or a stop signal
-// comes. Runs on the calling thread.
+// comes. In an elastic job it also starts and stops workers as a control
+// file asks, and lets a worker that leaves go. Runs on the calling thread.
 #ifndef PSYNC_DEPLOY_LOCAL_LAUNCHER_H_
 #define PSYNC_DEPLOY_LOCAL_LAUNCHER_H_
 
@@ -35,6 +36,11 @@ struct LaunchOptions {
   int timeout_s = 1800;
   int max_restarts = 3;
   std::string pid_dir;  // empty: no pid files
+  // An elastic job (min_workers > 0): the workers started at first (0: all
+  // max_workers), and the file whose writes add and remove workers of the
+  // running job (worker_scaling.h; empty: none).
+  int initial_workers = 0;
+  std::string control_file;
   HostPlan plan;
   const std::atomic<int>* stop_signal = nullptr;  // non-zero: stop (a signal handler sets it)
 };

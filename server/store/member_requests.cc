@@ -6,6 +6,7 @@ void MemberRequests::Join(int rank, double weight) {
   absl::MutexLock lock(&mu_);
   const bool first = joins_.count(rank) == 0;
   joins_[rank] = JoinRequest{weight, absl::Now()};
+  leaving_.erase(rank);
   if (first && wake_) wake_();
 }
 
@@ -31,8 +32,12 @@ std::vector<int> MemberRequests::Leaving() const {
 
 void MemberRequests::Granted(const std::vector<int>& members) {
   absl::MutexLock lock(&mu_);
-  for (int rank : members) joins_.erase(rank);
-  leaving_.clear();
+  std::set<int> kept;
+  for (int rank : members) {
+    joins_.erase(rank);
+    if (leaving_.count(rank)) kept.insert(rank);
+  }
+  leaving_ = std::move(kept);
 }
 
 void MemberRequests::SetWake(std::function<void()> wake) {

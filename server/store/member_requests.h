@@ -25,7 +25,8 @@ class MemberRequests {
   static constexpr absl::Duration kJoinLife = absl::Seconds(3);
 
   // `rank` (with `weight`) asks to join; wakes the coordinator's server
-  // the first time.
+  // the first time. A new process of a rank that said it leaves: the leave
+  // is forgotten.
   void Join(int rank, double weight);
   // `rank` says it leaves; wakes the coordinator's server the first time.
   void Leave(int rank);
@@ -34,7 +35,8 @@ class MemberRequests {
   std::vector<std::pair<int, double>> Joins() const;
   std::vector<int> Leaving() const;
   // A change of the members granted these: `members` joined, every
-  // leaving worker left.
+  // leaving worker that is not in `members` left. A leave that came too
+  // late for this change (still a member) waits for the next.
   void Granted(const std::vector<int>& members);
   // Runs, under this object's lock, when a request is new: it must only
   // wake someone. Null: none.

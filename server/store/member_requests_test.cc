@@ -29,5 +29,21 @@ TEST(MemberRequestsTest, NewRequestsWakeOnceAndGrantedOnesGo) {
   EXPECT_EQ(wakes, 3);
 }
 
+// A leave that reached this server after the change that granted the
+// members (the worker is still one) waits for the next change; a new
+// process of that rank asking to join means the old one's leave is over.
+TEST(MemberRequestsTest, ALateLeaveWaitsForTheNextChangeAndAJoinEndsIt) {
+  MemberRequests requests;
+  requests.Leave(1);
+  requests.Leave(2);
+  requests.Granted({0, 2});  // 1 left; 2's leave came too late
+  EXPECT_THAT(requests.Leaving(), ElementsAre(2));
+  requests.Granted({0});
+  EXPECT_TRUE(requests.Leaving().empty());
+  requests.Leave(2);
+  requests.Join(2, 1.0);
+  EXPECT_TRUE(requests.Leaving().empty());
+}
+
 }  // namespace
 }  // namespace psync

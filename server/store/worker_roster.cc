@@ -26,6 +26,7 @@ WorkerRoster::WorkerRoster(const ShardStoreOptions& options, std::function<absl:
       sessions_(new std::atomic<uint64_t>[options.num_workers]),
       incarnations_(options.num_workers, 0),
       done_(options.num_workers, 0),
+      ended_sessions_(options.num_workers, 0),
       lease_start_ms_(options.num_workers, 0) {
   for (int w = 0; w < num_workers_; ++w) {
     last_seen_ms_[w] = UnixMs(now_());
@@ -73,14 +74,29 @@ void WorkerRoster::Touch(int rank) const { last_seen_ms_[rank] = UnixMs(now_());
 
 bool WorkerRoster::Release(int rank, uint64_t session) {
   absl::MutexLock lock(&mu_);
-  if (session == 0 || sessions_[rank] != session) return false;
-  last_seen_ms_[rank] = std::min(last_seen_ms_[rank].load(), UnixMs(now_() - worker_lease_));
+  // A session a change of the members ended is still its holder's until
+  // the holder registers again: a member that leaves or dies just then
+  // (another worker's change ended its session) is gone all the same, and
+  // would otherwise be waited for until its lease ran out.
+  const bool ended = sessions_[rank] == 0 && ended_sessions_[rank] == session;
+  if (session == 0 || (sessions_[rank] != session && !ended)) return false;
+  const int64_t gone_ms = UnixMs(now_() - worker_lease_);
+  last_seen_ms_[rank] = std::min(last_seen_ms_[rank].load(), gone_ms);
+  lease_start_ms_[rank] = std::min(lease_start_ms_[rank], gone_ms);
   return true;
+}
+
+bool WorkerRoster::EndedByGeneration(int rank, uint64_t session) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return session != 0 && sessions_[rank] == 0 && ended_sessions_[rank] == session;
 }
 
 void WorkerRoster::KeepGeneration() {
   absl::MutexLock lock(&mu_);
-  for (int w = 0; w < num_workers_; ++w) sessions_[w] = 0;
+  for (int w = 0; w < num_workers_; ++w) {
+    ended_sessions_[w] = sessions_[w];
+    sessions_[w] = 0;
+  }
   std::fill(done_.begin(), done_.end(), 0);
   std::fill(lease_start_ms_.begin(), lease_start_ms_.end(), UnixMs(now_()));
 }

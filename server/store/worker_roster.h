@@ -71,9 +71,14 @@ class WorkerRoster {
   void Touch(int rank) const;
   // The process holding `rank` under `session` is gone (its connection
   // closed): its lease ends now, as if it had been silent for the lease, so
-  // that another process may take the rank at once. Returns whether `session` was
-  // the rank's current one (else nothing changes).
+  // that another process may take the rank at once and a member counts as
+  // lost at once (Lost). Returns whether `session` was the rank's current
+  // one, or the one KeepGeneration ended and the rank has not registered
+  // since (else nothing changes).
   bool Release(int rank, uint64_t session);
+  // Whether `session` is the one KeepGeneration ended for `rank`, which has
+  // not registered since: its holder may still say it leaves.
+  bool EndedByGeneration(int rank, uint64_t session) const;
   // A new generation (a rollback): ends every session and every done
   // report, and gives every worker a fresh lease to register in. Its
   // checkpoint of `checkpointed_version` is written (-1: none).
@@ -140,6 +145,8 @@ class WorkerRoster {
   // rollbacks: the job's end, whatever the servers hold since.
   int64_t finished_version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t checkpoint_done_ ABSL_GUARDED_BY(mu_) = -1;  // newest version
+  // Each rank's session the last KeepGeneration ended (0: none).
+  std::vector<uint64_t> ended_sessions_ ABSL_GUARDED_BY(mu_);
   // Unix ms each rank's lease to register in started (KeepGeneration,
   // GiveLease): Lost counts silence from then at the earliest.
   std::vector<int64_t> lease_start_ms_ ABSL_GUARDED_BY(mu_);

@@ -84,6 +84,32 @@ TEST(WorkerRosterTest, ReleasingTheCurrentSessionFreesTheRankAtOnce) {
   EXPECT_TRUE(roster.CheckPeers().ok());
 }
 
+// A change of the members ends every session; a member whose process goes
+// before it registers again (it left or died just then) releases its rank
+// with the session that change ended, and counts as lost at once instead
+// of after its lease to register in.
+TEST(WorkerRosterTest, ASessionAChangeOfMembersEndedStillReleasesTheRank) {
+  FakeClock clock;
+  WorkerRoster roster(Options(3, absl::Seconds(1)), clock.Fn());
+  const uint64_t one = roster.StartSession(1, 11, "");
+  const uint64_t two = roster.StartSession(2, 12, "");
+  roster.KeepGeneration();
+  EXPECT_FALSE(roster.IsCurrent(1, one));
+  EXPECT_TRUE(roster.EndedByGeneration(1, one));
+  EXPECT_FALSE(roster.EndedByGeneration(1, two));
+  EXPECT_FALSE(roster.EndedByGeneration(1, 0));
+  EXPECT_TRUE(roster.Lost({1, 2}).empty());  // each has a lease to register in
+  EXPECT_TRUE(roster.Release(1, one));
+  EXPECT_THAT(roster.Lost({1, 2}), ElementsAre(1));
+  EXPECT_TRUE(roster.CheckLease(1, 21).ok());
+  // Once the rank registers again, the ended session is nobody's.
+  const uint64_t again = roster.StartSession(2, 12, "");
+  EXPECT_FALSE(roster.EndedByGeneration(2, two));
+  EXPECT_FALSE(roster.Release(2, two));
+  EXPECT_TRUE(roster.IsCurrent(2, again));
+  EXPECT_TRUE(roster.Lost({2}).empty());
+}
+
 TEST(WorkerRosterTest, ANewGenerationEndsSessionsAndGivesFreshLeases) {
   WorkerRoster roster(Options(2));
   const uint64_t session = roster.StartSession(0, 11, "");

@@ -63,7 +63,8 @@ std::string Ranks(const google::protobuf::RepeatedField<int32_t>& ranks) {
 // An elastic job's members, from server 0's answer (the first that
 // answered if it did not): who trains, in the job's range, who waits to
 // join at any server, and the coordinator's count of changes. Servers that
-// hold other members are in the middle of a change. Nothing for a fixed job.
+// hold other members, or are not ready, are in the middle of a change.
+// Nothing for a fixed job.
 void PrintMembership(const std::vector<Row>& rows) {
   const proto::StatusResponse* first = nullptr;
   std::set<int> pending;
@@ -84,10 +85,20 @@ void PrintMembership(const std::vector<Row>& rows) {
                   "; membership changes: ");
   absl::StrAppend(&line, rows[0].status.ok() ? absl::StrCat(first->membership_changes())
                                              : std::string("? (server 0 did not answer)"));
+  bool closed = false;  // a server takes no steps until the coordinator decides
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (!rows[i].status.ok() || rows[i].status->members().id() == members.id()) continue;
+    if (!rows[i].status.ok()) continue;
+    closed |= !rows[i].status->ready();
+    if (rows[i].status->members().id() == members.id()) continue;
     absl::StrAppend(&line, "; server ", i, " has set ", rows[i].status->members().id(), " (",
                     Ranks(rows[i].status->members().ranks()), "): a change in progress");
+  }
+  // The members above are then the last decided: a change takes
+  // milliseconds, but below min_workers the job waits for workers.
+  if (closed && members.id() > 0) {
+    absl::StrAppend(&line, "; changing: no steps until the coordinator decides the next members "
+                           "(at least ", first->min_workers(),
+                    "; server 0's log says whom it waits for)");
   }
   std::printf("%s\n", line.c_str());
 }

@@ -98,7 +98,8 @@ TEST(CtlTest, StatusOfALiveClusterAStallAndAServerDown) {
 }
 
 // An elastic job of 2..3 workers: worker 0 alone waits to join (the job is
-// below min_workers), then with worker 1 both train.
+// below min_workers), then with worker 1 both train, then worker 1 leaves
+// and the job waits again.
 TEST(CtlTest, MembersOfAnElasticJob) {
   PortReservation reserved;
   absl::StatusOr<int> port = reserved.Add();
@@ -143,6 +144,14 @@ TEST(CtlTest, MembersOfAnElasticJob) {
   EXPECT_TRUE(Contains(training.output, "members: 0,1 (2 of 2..3; set 1 from step 0); pending "
                                         "joins: -; membership changes: 1"))
       << training.output;
+
+  // Worker 1 leaves: one worker is too few, and the job waits.
+  workers[1]->Signal(SIGTERM);
+  const Ended below = status_until("changing: ");
+  EXPECT_EQ(below.exit_code, 0) << below.output;
+  EXPECT_TRUE(Contains(below.output, "membership changes: 1; changing: no steps until the "
+                                     "coordinator decides the next members (at least 2;"))
+      << below.output;
   for (auto& worker : workers) worker->Stop(absl::Seconds(10));
   server->Stop(absl::Seconds(10));
 }

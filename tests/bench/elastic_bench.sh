@@ -73,8 +73,9 @@ cleanup() {
     kill -KILL "$pid" 2>/dev/null || true
   done
   wait 2>/dev/null || true
-  rm -rf "$work"
+  if [[ -n "$keep" ]]; then echo "elastic_bench: the logs are in $work" >&2; else rm -rf "$work"; fi
 }
+keep=""  # set by fail: the logs stay
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 mkdir "$work/bin"
@@ -82,6 +83,7 @@ cp bazel-bin/server/psync_server bazel-bin/worker/psync_worker bazel-bin/tests/b
   "$work/bin/"
 
 fail() {
+  keep=1
   echo "elastic_bench: $*" >&2
   for f in "$work"/*.log; do echo "--- the end of $f" >&2; tail -n 15 "$f" >&2; done
   exit 1

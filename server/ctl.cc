@@ -60,6 +60,49 @@ std::string Ranks(const google::protobuf::RepeatedField<int32_t>& ranks) {
   return ranks.empty() ? "-" : absl::StrJoin(ranks, ",");
 }
 
+// An elastic job's members, from server 0's answer (the first that
+// answered if it did not): who trains, in the job's range, who waits to
+// join at any server, and the coordinator's count of changes. Servers that
+// hold other members, or are not ready, are in the middle of a change.
+// Nothing for a fixed job.
+void PrintMembership(const std::vector<Row>& rows) {
+  const proto::StatusResponse* first = nullptr;
+  std::set<int> pending;
+  for (const Row& row : rows) {
+    if (!row.status.ok()) continue;
+    if (first == nullptr) first = &*row.status;
+    pending.insert(row.status->pending_joins().begin(), row.status->pending_joins().end());
+  }
+  if (first == nullptr || first->min_workers() == 0) return;
+  const proto::WorkerSet& members = first->members();
+  std::string line =
+      absl::StrCat("members: ", Ranks(members.ranks()), " (", members.ranks_size(), " of ",
+                   first->min_workers(), "..", first->num_workers());
+  if (members.ranks_size() > 0) {
+    absl::StrAppend(&line, "; set ", members.id(), " from step ", members.first_step());
+  }
+  absl::StrAppend(&line, "); pending joins: ", pending.empty() ? "-" : absl::StrJoin(pending, ","),
+                  "; membership changes: ");
+  absl::StrAppend(&line, rows[0].status.ok() ? absl::StrCat(first->membership_changes())
+                                             : std::string("? (server 0 did not answer)"));
+  bool closed = false;  // a server takes no steps until the coordinator decides
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].status.ok()) continue;
+    closed |= !rows[i].status->ready();
+    if (rows[i].status->members().id() == members.id()) continue;
+    absl::StrAppend(&line, "; server ", i, " has set ", rows[i].status->members().id(), " (",
+                    Ranks(rows[i].status->members().ranks()), "): a change in progress");
+  }
+  // The members above are then the last decided: a change takes
+  // milliseconds, but below min_workers the job waits for workers.
+  if (closed && members.id() > 0) {
+    absl::StrAppend(&line, "; changing: no steps until the coordinator decides the next members "
+                           "(at least ", first->min_workers(),
+                    "; server 0's log says whom it waits for)");
+  }
+  std::printf("%s\n", line.c_str());
+}
+
 int PrintStatus(const std::vector<std::string>& addresses, const PeerSecurity& security) {
   const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   const absl::Duration stall = absl::Seconds(absl::GetFlag(FLAGS_stall_s));
@@ -129,6 +172,7 @@ int PrintStatus(const std::vector<std::string>& addresses, const PeerSecurity& s
                 Ranks(s.waiting_for()).c_str(), since.c_str(), Bytes(s.bytes()).c_str(),
                 checkpoint.c_str(), static_cast<unsigned long long>(s.incarnation()));
   }
+  PrintMembership(rows);
   for (const std::string& warning : warnings) {
     std::printf("WARNING: mixed BLAS kernels: %s\n", warning.c_str());
   }

@@ -9,6 +9,17 @@
 namespace psync {
 namespace {
 
+// An elastic job's members on every server; the coordinator's changes of
+// them on server 0.
+struct MembershipMetrics {
+  Gauge* members;
+  Gauge* pending_joins;
+  Counter* changes = nullptr;  // these four: server 0's only
+  Counter* joined = nullptr;
+  Counter* left = nullptr;
+  Counter* lost = nullptr;
+};
+
 struct ServerGauges {
   Gauge* version;
   Counter* steps;
@@ -21,6 +32,7 @@ struct ServerGauges {
   Gauge* waiting_seconds;
   Gauge* bytes;
   Gauge* learning_rate;
+  MembershipMetrics membership;
   Counter* checkpoints_written = nullptr;
   Counter* checkpoints_failed = nullptr;
   Gauge* checkpoint_version = nullptr;
@@ -34,10 +46,47 @@ struct ServerGauges {
   int64_t current_steps ABSL_GUARDED_BY(mu) = 0;
 };
 
+MembershipMetrics AddMembershipMetrics(MetricRegistry* r, bool coordinator) {
+  MembershipMetrics m;
+  m.members = r->GetGauge("psync_server_members",
+                          "Workers that train the current steps (a fixed job: all of them).");
+  m.pending_joins = r->GetGauge("psync_server_pending_joins",
+                                "Workers that asked this server to join an elastic job, added "
+                                "at the next change of its members.");
+  if (coordinator) {
+    m.changes = r->GetCounter(
+        "psync_server_membership_changes_total",
+        "Changes of an elastic job's workers the coordinator decided (server 0; the first "
+        "members and each rollback count as one; a fixed job: 0).");
+    m.joined = r->GetCounter("psync_server_workers_joined_total",
+                             "Workers the coordinator added to the members (server 0).");
+    m.left = r->GetCounter("psync_server_workers_left_total",
+                           "Members the coordinator dropped because they said they leave "
+                           "(SIGTERM; server 0).");
+    m.lost = r->GetCounter("psync_server_workers_lost_total",
+                           "Members the coordinator dropped because they were silent past their "
+                           "lease or their connection closed (server 0).");
+  }
+  return m;
+}
+
+void UpdateMembershipMetrics(const MembershipMetrics& m, const StoreStatus& s,
+                             const Coordinator* coordinator) {
+  m.members->Set(static_cast<double>(s.members.size()));
+  m.pending_joins->Set(static_cast<double>(s.pending_joins.size()));
+  if (coordinator != nullptr) {
+    const MembershipCounts counts = coordinator->Counts();
+    m.changes->SetFromSource(static_cast<double>(counts.changes));
+    m.joined->SetFromSource(static_cast<double>(counts.joined));
+    m.left->SetFromSource(static_cast<double>(counts.left));
+    m.lost->SetFromSource(static_cast<double>(counts.lost));
+  }
+}
+
 }  // namespace
 
 void AddServerMetrics(MetricRegistry* r, const ShardStore* store,
-                      const CheckpointManager* checkpoints) {
+                      const CheckpointManager* checkpoints, const Coordinator* coordinator) {
   auto g = std::make_shared<ServerGauges>();
   // One registration a metric, alike in shape: each name and help text is
   // the exposition's contract (docs/observability.md lists them), so they are
@@ -65,6 +114,7 @@ void AddServerMetrics(MetricRegistry* r, const ShardStore* store,
   g->bytes = r->GetGauge("psync_server_weight_bytes", "Bytes of weights this server holds.");
   g->learning_rate = r->GetGauge("psync_server_learning_rate",
                                  "Learning rate of the next step to apply (the lowest version's).");
+  g->membership = AddMembershipMetrics(r, coordinator != nullptr);
   if (checkpoints != nullptr) {
     g->checkpoints_written = r->GetCounter("psync_server_checkpoints_written_total",
                                            "Checkpoints this process has written.");
@@ -75,7 +125,7 @@ void AddServerMetrics(MetricRegistry* r, const ShardStore* store,
     g->checkpoint_age = r->GetGauge("psync_server_checkpoint_age_seconds",
                                     "Age of the newest restorable checkpoint's file (-1: none).");
   }
-  r->OnRender([g, store, checkpoints] {
+  r->OnRender([g, store, checkpoints, coordinator] {
     const StoreStatus s = store->GetStatus();
     g->version->Set(static_cast<double>(s.version));
     g->generation->Set(static_cast<double>(s.generation));
@@ -88,6 +138,7 @@ void AddServerMetrics(MetricRegistry* r, const ShardStore* store,
                                 : absl::ToDoubleSeconds(absl::Now() - s.waiting_since));
     g->bytes->Set(static_cast<double>(s.bytes));
     g->learning_rate->Set(s.learning_rate);
+    UpdateMembershipMetrics(g->membership, s, coordinator);
     {
       absl::MutexLock lock(&g->mu);
       if (s.generation != g->last_generation) {

@@ -262,7 +262,7 @@ absl::Status ServerProcess::StartServing() {
                              options_.num_workers, absl::Seconds(2), *security);
   }
   AddProcessMetrics(&metrics_);
-  AddServerMetrics(&metrics_, store_.get(), checkpoints_.get());
+  AddServerMetrics(&metrics_, store_.get(), checkpoints_.get(), coordinator_.get());
   listener_stuck_ = metrics_.GetGauge(
       "psync_server_listener_stuck",
       "1 once a listening port has had connections waiting to be accepted for 5 s: it no "

@@ -1,7 +1,8 @@
 // psync_ctl status against a live cluster (two servers, one of two workers,
 // so that the step waits for worker 1): the table and exit 0 while healthy,
 // exit 1 naming the stall once it is longer than --stall_s, exit 1 naming
-// the server once one is down, exit 2 for bad flags.
+// the server once one is down, exit 2 for bad flags; an elastic job's
+// members line, from below min_workers (a pending join) to training.
 #include <signal.h>
 
 #include <string>
@@ -56,6 +57,7 @@ TEST(CtlTest, StatusOfALiveClusterAStallAndAServerDown) {
     EXPECT_TRUE(Contains(row[0], "none")) << row[0];    // no checkpoint yet
   }
   EXPECT_TRUE(Contains(healthy.output, "healthy: 2 servers answered")) << healthy.output;
+  EXPECT_FALSE(Contains(healthy.output, "members:")) << healthy.output;  // a fixed job
 
   // Asks until the answer has `text` (a stall is one once it has lasted
   // --stall_s on the server's clock), at most 30 s: the last answer.
@@ -93,6 +95,65 @@ TEST(CtlTest, StatusOfALiveClusterAStallAndAServerDown) {
   EXPECT_TRUE(Contains(down.output, "server 1 (" + addresses[1] + ") did not answer"))
       << down.output;
   server[0]->Stop(absl::Seconds(5));
+}
+
+// An elastic job of 2..3 workers: worker 0 alone waits to join (the job is
+// below min_workers), then with worker 1 both train, then worker 1 leaves
+// and the job waits again.
+TEST(CtlTest, MembersOfAnElasticJob) {
+  PortReservation reserved;
+  absl::StatusOr<int> port = reserved.Add();
+  ASSERT_TRUE(port.ok()) << port.status();
+  reserved.Release();
+  const std::string servers = absl::StrCat("--servers=127.0.0.1:", *port);
+  auto server = StartProcess({Runfile("server/psync_server"), servers, "--num_workers=3",
+                              "--min_workers=2", absl::StrCat("--port=", *port),
+                              "--peer_timeout_s=120"},
+                             "server 0");
+  ASSERT_NE(server, nullptr);
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  auto start_worker = [&](int rank) {
+    workers.push_back(StartProcess(
+        {Runfile("worker/psync_worker"), servers, absl::StrCat("--worker_rank=", rank),
+         "--num_workers=3", "--min_workers=2", "--synthetic_samples=640", "--steps=100000",
+         "--device=cpu", "--peer_timeout_s=120"},
+        absl::StrCat("worker ", rank)));
+    return workers.back() != nullptr;
+  };
+  const std::string ctl = Runfile("server/psync_ctl");
+  // Asks until the answer has `text`, at most 30 s: the last answer.
+  auto status_until = [&](const std::string& text) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    Ended answer;
+    do {
+      answer = RunToEnd({ctl, "status", servers});
+    } while (!Contains(answer.output, text) && absl::Now() < deadline);
+    return answer;
+  };
+
+  ASSERT_TRUE(start_worker(0));
+  const Ended waiting = status_until("pending joins: 0;");
+  EXPECT_EQ(waiting.exit_code, 0) << waiting.output;
+  EXPECT_TRUE(Contains(waiting.output,
+                       "members: - (0 of 2..3); pending joins: 0; membership changes: 0"))
+      << waiting.output;
+
+  ASSERT_TRUE(start_worker(1));
+  const Ended training = status_until("members: 0,1 ");
+  EXPECT_EQ(training.exit_code, 0) << training.output;
+  EXPECT_TRUE(Contains(training.output, "members: 0,1 (2 of 2..3; set 1 from step 0); pending "
+                                        "joins: -; membership changes: 1"))
+      << training.output;
+
+  // Worker 1 leaves: one worker is too few, and the job waits.
+  workers[1]->Signal(SIGTERM);
+  const Ended below = status_until("changing: ");
+  EXPECT_EQ(below.exit_code, 0) << below.output;
+  EXPECT_TRUE(Contains(below.output, "membership changes: 1; changing: no steps until the "
+                                     "coordinator decides the next members (at least 2;"))
+      << below.output;
+  for (auto& worker : workers) worker->Stop(absl::Seconds(10));
+  server->Stop(absl::Seconds(10));
 }
 
 TEST(CtlTest, BadFlagsExit2) {

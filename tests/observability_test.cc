@@ -3,6 +3,7 @@
 // happened; a real Prometheus server scrapes the server and answers a
 // query for its step counter with the job's step count; every log line is
 // one JSON object naming the process, and the lifecycle events are there.
+// An elastic job's membership metrics count a join, a leave and a loss.
 #include <signal.h>
 
 #include <cmath>
@@ -167,6 +168,75 @@ TEST(ObservabilityTest, MetricsPrometheusAndJsonLogsOfALiveJob) {
                             "epoch 1 step ", "worker 0 finished 240 steps"}) {
     EXPECT_EQ(LinesWith(worker_log, event).size() >= 1, true) << event << "\n" << worker_log;
   }
+}
+
+// An elastic job of 1..3 workers: workers 0 and 1 start it, worker 2 joins,
+// worker 1 leaves (SIGTERM), worker 2 is lost (kill -9). Each change shows
+// in server 0's metrics once the coordinator has made it.
+TEST(ObservabilityTest, MembershipMetricsOfAnElasticJob) {
+  PortReservation reserved;
+  absl::StatusOr<int> port = reserved.Add();
+  absl::StatusOr<int> metrics_port = reserved.Add();
+  ASSERT_TRUE(port.ok() && metrics_port.ok());
+  reserved.Release();
+  const std::string servers = absl::StrCat("--servers=127.0.0.1:", *port);
+  auto server = StartProcess({Runfile("server/psync_server"), servers, "--num_workers=3",
+                              "--min_workers=1", absl::StrCat("--port=", *port),
+                              absl::StrCat("--metrics_port=", *metrics_port)},
+                             "server 0");
+  ASSERT_NE(server, nullptr);
+  std::vector<std::unique_ptr<Subprocess>> workers(3);
+  auto start_worker = [&](int rank) {
+    workers[rank] = StartProcess(
+        {Runfile("worker/psync_worker"), servers, absl::StrCat("--worker_rank=", rank),
+         "--num_workers=3", "--min_workers=1", "--synthetic_samples=640", "--steps=100000",
+         "--device=cpu"},
+        absl::StrCat("worker ", rank));
+    return workers[rank] != nullptr;
+  };
+  // Scrapes until `series` is `value`, at most 30 s: the last scrape.
+  auto scrape_until = [&](const std::string& series, double value) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    std::string text;
+    do {
+      text = HttpGet(*metrics_port, "/metrics");
+      if (MetricValue(text, series) == value) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    } while (absl::Now() < deadline);
+    return text;
+  };
+
+  ASSERT_TRUE(start_worker(0) && start_worker(1));
+  // The first members are both, or worker 0 and then worker 1 joins (if it
+  // asked more than 1 s after worker 0): one change or two.
+  std::string text = scrape_until("psync_server_members", 2);
+  EXPECT_EQ(Promtool(text, "elastic"), "");
+  EXPECT_EQ(MetricValue(text, "psync_server_members"), 2) << text;
+  EXPECT_EQ(MetricValue(text, "psync_server_workers_joined_total"), 2) << text;
+  const double changes = MetricValue(text, "psync_server_membership_changes_total");
+  EXPECT_TRUE(changes == 1 || changes == 2) << text;
+
+  ASSERT_TRUE(start_worker(2));
+  text = scrape_until("psync_server_members", 3);
+  EXPECT_EQ(MetricValue(text, "psync_server_workers_joined_total"), 3) << text;
+  EXPECT_EQ(MetricValue(text, "psync_server_pending_joins"), 0) << text;
+
+  workers[1]->Signal(SIGTERM);
+  EXPECT_EQ(workers[1]->Wait(absl::Now() + absl::Seconds(30)), 0) << workers[1]->output();
+  text = scrape_until("psync_server_workers_left_total", 1);
+  EXPECT_EQ(MetricValue(text, "psync_server_workers_left_total"), 1) << text;
+  EXPECT_EQ(MetricValue(text, "psync_server_members"), 2) << text;
+
+  workers[2]->Signal(SIGKILL);
+  ASSERT_TRUE(workers[2]->Wait(absl::Now() + absl::Seconds(10)).has_value());
+  text = scrape_until("psync_server_workers_lost_total", 1);
+  EXPECT_EQ(Promtool(text, "elastic_lost"), "");
+  EXPECT_EQ(MetricValue(text, "psync_server_workers_lost_total"), 1) << text;
+  EXPECT_EQ(MetricValue(text, "psync_server_members"), 1) << text;
+  EXPECT_EQ(MetricValue(text, "psync_server_workers_joined_total"), 3) << text;
+  EXPECT_EQ(MetricValue(text, "psync_server_membership_changes_total"), changes + 3) << text;
+  workers[0]->Stop(absl::Seconds(10));
+  server->Stop(absl::Seconds(10));
 }
 
 TEST(ObservabilityTest, BadObservabilityFlagsFailAtStart) {

@@ -388,6 +388,13 @@ absl::StatusOr<int64_t> Trainer::Join(int64_t total_steps) {
   absl::Status last;
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     absl::StatusOr<int64_t> start = client_->Register();
+    // A worker that joins an elastic job starts at its members' first step.
+    // The steps before are the members before's, who may finish the last
+    // of them and push the next before this worker pulls: a server then no
+    // longer keeps the version the steps before start from.
+    if (start.ok() && !Trains(*start)) {
+      *start = std::max(*start, client_->Members()->current.first_step);
+    }
     if (start.ok() && *start > total_steps) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the servers are at version ", *start, ", past the ", total_steps,

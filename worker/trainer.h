@@ -210,8 +210,9 @@ class Trainer {
   // With options_.evaluate, sets r's test loss and accuracy from Evaluate().
   absl::Status AddTestFigures(EpochReport& r);
   // Registers, pulls the servers' version (at version 0 with
-  // options.initial_weights: sends them, answered with version 0) and hands
-  // it to every device;
+  // options.initial_weights: sends them, answered with version 0; a worker
+  // that joins an elastic job: its members' first step, once the members
+  // before have trained up to it) and hands it to every device;
   // returns that version (the next step to train). Retries rollbacks that
   // happen meanwhile.
   absl::StatusOr<int64_t> Join(int64_t total_steps);

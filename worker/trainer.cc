@@ -388,10 +388,11 @@ absl::StatusOr<int64_t> Trainer::Join(int64_t total_steps) {
   absl::Status last;
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     absl::StatusOr<int64_t> start = client_->Register();
-    // A worker that joins an elastic job starts at its members' first step.
-    // The steps before are the members before's, who may finish the last
-    // of them and push the next before this worker pulls: a server then no
-    // longer keeps the version the steps before start from.
+    // A worker that is not a member of the steps the servers resume at
+    // (one that registers after the job's last step, say) starts at its
+    // members' first step: the steps before are the others', who may push
+    // the next before this worker pulls, and a server then no longer keeps
+    // the version they start from.
     if (start.ok() && !Trains(*start)) {
       *start = std::max(*start, client_->Members()->current.first_step);
     }

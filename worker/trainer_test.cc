@@ -324,10 +324,11 @@ TEST(TrainerTest, ResumesFromTheServersVersion) {
   EXPECT_EQ(a, Cluster({2, 2, 1, 8}, true, &data).Train(10));
 }
 
-// A worker that joins an elastic job: registered while the members before
-// (0 and 1) still train step 5, it is a member from step 6. It must start
-// from version 6, which its pull waits for: version 5 may be gone by then
-// (the others push step 6 once they have it, and a server drops 5).
+// A worker of an elastic job told at registration that workers 0 and 1
+// train from step 6 on, while the servers resume at 5 (one registering
+// after the job's last step, say): it starts from version 6, which its
+// pull waits for, since version 5 may be gone by then (the others push
+// step 6 once they have it, and a server drops 5).
 class JoiningPsClient final : public PsClient {
  public:
   explicit JoiningPsClient(int num_tensors) : num_tensors_(num_tensors) {}
@@ -345,8 +346,7 @@ class JoiningPsClient final : public PsClient {
   int num_tensors() const override { return num_tensors_; }
   std::optional<StepMembers> Members() const override {
     StepMembers m;
-    m.previous = WorkerSet{1, 0, {0, 1}, {1, 1}};
-    m.current = WorkerSet{2, 6, {0, 1, 2}, {1, 1, 1}};
+    m.current = WorkerSet{2, 6, {0, 1}, {1, 1}};
     return m;
   }
 
@@ -356,7 +356,7 @@ class JoiningPsClient final : public PsClient {
   const int num_tensors_;
 };
 
-TEST(TrainerTest, AJoiningWorkerStartsAtItsMembersFirstStep) {
+TEST(TrainerTest, AWorkerThatIsNotAMemberStartsAtItsMembersFirstStep) {
   const Dataset data = SyntheticDataset(64, kSizes[0], 10, 5);
   JoiningPsClient client(static_cast<int>(CpuMlp(kSizes).parameters().size()));
   std::vector<std::unique_ptr<Model>> replicas;

@@ -60,7 +60,13 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   const int rank = args.worker_rank;
   absl::MutexLock lock(&mu_);
   if (!failed_.ok()) return failed_;
-  if (options_.elastic() && !members_->current.Has(rank)) return AskToJoinLocked(args);
+  // Once the job is complete a worker that asks to join (a pod started
+  // late) registers as if it had trained to the end: its Finish is
+  // answered all_done, where joining would start a generation whose
+  // members have gone, and it would wait for them forever.
+  if (options_.elastic() && !members_->current.Has(rank) && roster_.FinishedVersion() == 0) {
+    return AskToJoinLocked(args);
+  }
   if (!ready_) {
     // The rank's lease does not run out while it waits to register.
     roster_.TouchHolder(rank, args.incarnation);
@@ -476,11 +482,12 @@ ElasticReport ShardStore::GetElasticReport() const {
   {
     absl::ReaderMutexLock lock(&mu_);
     shard = shard_;
-    if (options_.elastic()) {
+    // Once the job is complete its workers go, and nothing changes: a join
+    // or leave asked before the end is not acted on after it.
+    if (options_.elastic() && roster_.FinishedVersion() == 0) {
       report.joins = requests_.Joins();
       report.leaving = requests_.Leaving();
-      // Once the job is complete its workers go, and nothing changes.
-      if (roster_.FinishedVersion() == 0) report.lost = roster_.Lost(members_->current.ranks);
+      report.lost = roster_.Lost(members_->current.ranks);
     }
   }
   if (shard != nullptr) {

@@ -60,8 +60,10 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   const int rank = args.worker_rank;
   absl::MutexLock lock(&mu_);
   if (!failed_.ok()) return failed_;
-  // Once the job is complete anyone may register (and finds nothing to
-  // train), as in a fixed job.
+  // Once the job is complete a worker that asks to join (a pod started
+  // late) registers as if it had trained to the end: its Finish is
+  // answered all_done, where joining would start a generation whose
+  // members have gone, and it would wait for them forever.
   if (options_.elastic() && !members_->current.Has(rank) && roster_.FinishedVersion() == 0) {
     return AskToJoinLocked(args);
   }
@@ -493,7 +495,8 @@ ElasticReport ShardStore::GetElasticReport() const {
   {
     absl::ReaderMutexLock lock(&mu_);
     shard = shard_;
-    // Once the job is complete its workers go, and nothing changes.
+    // Once the job is complete its workers go, and nothing changes: a join
+    // or leave asked before the end is not acted on after it.
     if (options_.elastic() && roster_.FinishedVersion() == 0) {
       report.joins = requests_.Joins();
       report.leaving = requests_.Leaving();

@@ -884,6 +884,44 @@ TEST_F(ShardStoreTest, HeartbeatNamesWhomAnyLowestChunkWaitsFor) {
   EXPECT_FALSE(beat->all_done);
 }
 
+// An elastic job that is complete admits no one: a worker that asks to
+// join afterwards (a pod the Kubernetes Job starts once others finished)
+// registers and is answered all_done, and a join asked before the end is
+// not reported to the coordinator after it. Joining would start a
+// generation whose members have gone, and every worker would wait for them.
+TEST_F(ShardStoreTest, AFinishedElasticJobAdmitsNoOneAndAnswersALateWorkerDone) {
+  ShardStoreOptions o;
+  o.num_workers = 3;
+  o.min_workers = 1;
+  o.lr_policy = lr_policy_;
+  store_ = ReadyStore(o);
+  WorkerSet members;
+  members.id = 1;
+  members.ranks = {0};
+  members.weights = {1.0};
+  store_->SetMembers(StepMembers{members, std::nullopt});
+  auto first = Reg(*store_, 0, 3, layout_, layout_.fingerprint());
+  ASSERT_TRUE(first.ok()) << first.status();
+  sessions_ = {first->session};
+  // Worker 1 asks before the end: refused, and reported as a join.
+  EXPECT_EQ(Reg(*store_, 1, 3, layout_, layout_.fingerprint()).status().code(),
+            StatusCode::kUnavailable);
+  EXPECT_EQ(store_->GetElasticReport().joins.size(), 1u);
+  for (int32_t id : layout_.ChunksOnServer(0)) ASSERT_TRUE(Push(0, 0, 1, id, {1.0f, 1.0f}).ok());
+  auto beat = store_->Heartbeat(0, S(0), 1);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  ASSERT_TRUE(beat->all_done);
+
+  EXPECT_TRUE(store_->GetElasticReport().joins.empty());
+  auto late = Reg(*store_, 2, 3, layout_, layout_.fingerprint());
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->version, 1);
+  EXPECT_TRUE(store_->GetElasticReport().joins.empty());
+  beat = store_->Heartbeat(2, late->session, 1);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  EXPECT_TRUE(beat->all_done);
+}
+
 // Once every worker has reported done at a version, each holds its weights
 // and the job is complete: a rollback after that (a server restarted
 // without them) does not take it back. A worker saying so from a session

@@ -3,7 +3,8 @@
 # CUDA still works, the sources' size limits (tests/code_limits.py), runs
 # psync_launch across network namespaces (tests/hosts/launch_hosts_test.sh), lints
 # the deployment files (tests/k8s/check_manifests.sh)
-# and plays the Kubernetes manifests as containers (tests/k8s/play_test.sh);
+# and plays the Kubernetes manifests as containers (tests/k8s/play_test.sh,
+# elastic_play_test.sh);
 # ends with "N passed, N failed" counted from the test cases in Bazel's
 # test.xml files plus one item per build and deployment check.
 # Exit status is non-zero if any test failed or a build broke.
@@ -58,6 +59,7 @@ deployment_check tests/hosts/launch_hosts_test.sh
 if bash deploy/bootstrap_tools.sh; then
   deployment_check tests/k8s/check_manifests.sh
   deployment_check tests/k8s/play_test.sh
+  deployment_check tests/k8s/elastic_play_test.sh
 else
   extra+=("deploy/bootstrap_tools.sh" FAILED)
 fi

@@ -9,10 +9,18 @@ use, what the control plane and a kubelet would:
     NAME-ORDINAL, reachable on the network as NAME-ORDINAL.SERVICE (the
     headless Service's DNS name), one host folder per volumeClaimTemplate;
     restarted whenever it exits (restartPolicy Always).
-  * Indexed Job: one container per completion index with
-    JOB_COMPLETION_INDEX set; a pod that fails is replaced (restartPolicy
-    Never) up to backoffLimit times; podFailurePolicy FailJob exit codes fail
-    the job at once. The job is complete when every index exited 0.
+  * Indexed Job: a container per completion index with
+    JOB_COMPLETION_INDEX set, at most `parallelism` at a time, the lowest
+    pending indexes first (an index is pending until a pod of it exits 0);
+    a pod that fails makes its index pending again (restartPolicy Never), up
+    to backoffLimit failures; podFailurePolicy FailJob exit codes fail the
+    job at once. The job is complete when every index exited 0. Its
+    parallelism can change while it runs (--event ... parallelism=N, as
+    `kubectl patch` would): more starts pending indexes, fewer sends SIGTERM
+    to the excess pods, the highest indexes first (Kubernetes' controller
+    picks by readiness and age instead), SIGKILL after their
+    terminationGracePeriodSeconds; a pod stopped so that exits 0 completes
+    its index, as Kubernetes counts it.
   * ConfigMap and Secret: their data as read-only files (a Secret's with its
     defaultMode, owned by the pod's fsGroup); PersistentVolumeClaim: a host
     folder; emptyDir: a tmpfs.
@@ -38,6 +46,13 @@ psync-play=RUN, so that a caller can remove whatever a killed play left.
 Usage:
   play_k8s.py play RENDERED.yaml --work DIR [--run-id ID]
               [--kill POD --when GLOB [--signal SIG]] [--exec-after POD COMMAND]
+              [--event POD REGEX ACTION]...
+--event fires ACTION once POD's log has a line matching REGEX (the job's
+progress, e.g. the coordinator's lines), each event after the one before;
+ACTION is parallelism=N (the Job's) or evict=POD (SIGTERM, then SIGKILL
+after its grace period, and the Job may start a pending index in its
+place, as for a pod that an eviction deletes). A play whose events did not
+all fire fails.
   play_k8s.py native RENDERED.yaml --work DIR
 Either takes --blas-core CORE, which pins the job's BLAS kernels in its
 ConfigMap (training.blas_core).
@@ -103,6 +118,7 @@ class Cluster:
         self.network = f"psync-play-{run_id}"
         self.containers = {}  # pod name -> container name, for close()
         self.restarts = {}
+        self.stop_by = {}  # a stopped pod -> when it gets SIGKILL
 
     # --- volumes -----------------------------------------------------------
     def _folder(self, *parts, owner=None):
@@ -243,8 +259,6 @@ class Cluster:
             s = job["spec"]
             if s.get("completionMode") != "Indexed":
                 raise ValueError(f"Job {job['metadata']['name']}: only Indexed Jobs can be played")
-            if s.get("parallelism", 1) != s.get("completions", 1):
-                raise ValueError("parallelism must equal completions to be played")
             if s["template"]["spec"].get("restartPolicy") != "Never":
                 raise ValueError("only restartPolicy Never can be played for a Job")
             fail_codes = set()
@@ -257,10 +271,44 @@ class Cluster:
                         "(no pod conditions arise here)")
             state = {"job": job, "image": image, "fail_codes": fail_codes,
                      "backoff": s.get("backoffLimit", 6), "failures": 0,
-                     "pods": {}, "done": set()}
-            for index in range(s["completions"]):
-                self._start_job_pod(state, index)
+                     "parallelism": s.get("parallelism", 1),
+                     "grace": s["template"]["spec"].get("terminationGracePeriodSeconds", 30),
+                     "pods": {}, "done": set(), "terminating": {}}
+            self._fill(state)
             self.jobs.append(state)
+
+    def _fill(self, state):
+        """Starts pods for the lowest pending indexes up to parallelism."""
+        busy = set(state["pods"]) | set(state["terminating"].values())
+        pending = [i for i in range(state["job"]["spec"]["completions"])
+                   if i not in state["done"] and i not in busy]
+        for index in pending[:max(0, state["parallelism"] - len(state["pods"]))]:
+            self._start_job_pod(state, index)
+
+    def scale(self, parallelism):
+        """Sets the Job's parallelism; stops the excess pods, the highest
+        indexes first."""
+        state = self.jobs[0]
+        state["parallelism"] = parallelism
+        excess = sorted(state["pods"], reverse=True)[:max(0, len(state["pods"]) - parallelism)]
+        for index in excess:
+            self.evict(state["pods"][index])
+        self._fill(state)
+
+    def evict(self, pod):
+        """SIGTERM to an active Job pod, as when it is deleted; SIGKILL
+        after its grace period (step). Its index stays its own until it
+        exits."""
+        state = self.jobs[0]
+        index = next((i for i, p in state["pods"].items() if p == pod), None)
+        if index is None:
+            raise ValueError(f"evict {pod}: not an active pod of the Job "
+                             f"({', '.join(state['pods'].values())})")
+        log(f"{pod} (index {index}) gets SIGTERM")
+        podman("kill", "-s", "TERM", self.containers[pod])
+        del state["pods"][index]
+        state["terminating"][pod] = index
+        self.stop_by[pod] = time.monotonic() + state["grace"]
 
     def _start_job_pod(self, state, index):
         job = state["job"]
@@ -287,26 +335,40 @@ class Cluster:
                 log(f"{pod} exited with code {code}; restarting it (restart {self.restarts[pod]})")
                 podman("start", self.containers[pod])
         for state in self.jobs:
-            for index, pod in list(state["pods"].items()):
-                if index in state["done"]:
-                    continue
+            pods = [(i, p, False) for i, p in state["pods"].items()]
+            pods += [(i, p, True) for p, i in state["terminating"].items()]
+            for index, pod, stopped in pods:
                 status, code = self.status(pod)
                 if status != "exited":
+                    if stopped and time.monotonic() > self.stop_by[pod]:
+                        log(f"{pod}: grace period over, SIGKILL")
+                        podman("kill", "-s", "KILL", self.containers[pod], check=False)
+                        self.stop_by[pod] = float("inf")
                     continue
-                if code == 0:
-                    state["done"].add(index)
-                    log(f"{pod} (index {index}) completed")
-                    continue
-                if code in state["fail_codes"]:
-                    return f"{pod} exited with code {code}: podFailurePolicy FailJob"
-                state["failures"] += 1
-                if state["failures"] > state["backoff"]:
-                    return f"{pod} exited with code {code}: backoffLimit {state['backoff']} reached"
-                log(f"{pod} exited with code {code}; a new pod for index {index}")
-                self._start_job_pod(state, index)
+                state["terminating"].pop(pod, None)
+                state["pods"].pop(index, None)
+                failed = self._exited(state, index, pod, code)
+                if failed:
+                    return failed
+            self._fill(state)
             if len(state["done"]) < state["job"]["spec"]["completions"]:
                 return None
         return "complete"
+
+    def _exited(self, state, index, pod, code):
+        """Counts a Job pod that exited; returns why the Job failed, if it
+        did."""
+        if code == 0:
+            state["done"].add(index)
+            log(f"{pod} (index {index}) completed")
+            return None
+        if code in state["fail_codes"]:
+            return f"{pod} exited with code {code}: podFailurePolicy FailJob"
+        state["failures"] += 1
+        if state["failures"] > state["backoff"]:
+            return f"{pod} exited with code {code}: backoffLimit {state['backoff']} reached"
+        log(f"{pod} exited with code {code}; index {index} is pending again")
+        return None
 
     def close(self):
         """Stops the StatefulSet pods as Kubernetes would at deletion
@@ -333,6 +395,7 @@ def play(args, docs):
     deadline = time.monotonic() + args.timeout
     outcome = None
     killed = args.kill is None
+    events = list(args.event or [])
     try:
         cluster.start(args.image)
         log(f"started {', '.join(cluster.containers)} on network {cluster.network}")
@@ -347,6 +410,8 @@ def play(args, docs):
                 log(f"{args.when} exists: sending SIG{args.signal} to {args.kill}")
                 podman("kill", "-s", args.signal, cluster.containers[args.kill])
                 killed = True
+            if events and fire_event(cluster, *events[0]):
+                events.pop(0)
             time.sleep(0.2)
             outcome = cluster.step()
         if outcome == "complete" and args.exec_after:
@@ -360,8 +425,30 @@ def play(args, docs):
         cluster.close()
     if not killed:
         outcome = f"{args.when} never appeared: {args.kill} was not signalled"
+    if events and outcome == "complete":
+        pod, pattern, action = events[0]
+        outcome = (f"the job ended before {pod} logged /{pattern}/: {action} and the events after "
+                   "it never happened (the steps ran too fast for them?)")
     log(f"job {outcome}; logs in {os.path.join(cluster.work, 'logs')}")
     return 0 if outcome == "complete" else 1
+
+
+def fire_event(cluster, pod, pattern, action):
+    """Does `action` if `pod`'s log matches `pattern`; whether it did."""
+    if pod not in cluster.containers:
+        return False  # (not started yet)
+    logs = podman("logs", cluster.containers[pod], check=False)
+    if not re.search(pattern, logs.stdout + logs.stderr, re.MULTILINE):
+        return False
+    log(f"{pod} logged /{pattern}/: {action}")
+    what, _, value = action.partition("=")
+    if what == "parallelism" and value.isdigit():
+        cluster.scale(int(value))
+    elif what == "evict":
+        cluster.evict(value)
+    else:
+        raise ValueError(f"--event action {action!r}: expected parallelism=N or evict=POD")
+    return True
 
 
 def pin_blas_core(docs, core):
@@ -407,6 +494,9 @@ def main():
     parser.add_argument("--when", help="glob under --work, e.g. 'pvc/checkpoints-psync-server-1/*'")
     parser.add_argument("--exec-after", nargs=2, metavar=("POD", "COMMAND"),
                         help="once the Job completes, run COMMAND in POD; it must exit 0")
+    parser.add_argument("--event", nargs=3, action="append", metavar=("POD", "REGEX", "ACTION"),
+                        help="once POD's log matches REGEX (after the events before it): "
+                             "parallelism=N or evict=POD")
     parser.add_argument("--timeout", type=int, default=600)
     parser.add_argument("--blas-core",
                         help="pin the job's BLAS kernels (training.blas_core in the ConfigMap)")

@@ -53,27 +53,9 @@ result "k8s play: build $image" 1
 timeout 60 kubectl kustomize deploy/k8s/overlays/cpu-demo >"$work/rendered.yaml" || {
   result "k8s play: render cpu-demo" 0; exit 1; }
 
-# The kernels OpenBLAS runs here with OPENBLAS_CORETYPE=$1 (none: those it
-# picks for this CPU, as in a container).
-openblas_core() {
-  env -u OPENBLAS_CORETYPE ${1:+OPENBLAS_CORETYPE=$1} /usr/bin/python3 -c 'import ctypes
-blas = ctypes.CDLL("libopenblas.so.0")
-blas.openblas_get_corename.restype = ctypes.c_char_p
-print(blas.openblas_get_corename().decode())'
-}
-host_core=$(openblas_core)
-# The first of these this CPU runs (OpenBLAS falls back to its own choice
-# for one it cannot) and that is not its own: Sandybridge runs on every
-# x86-64 CPU with AVX and sums unlike Haswell, Zen and SkylakeX.
-core=""
-for candidate in Sandybridge Haswell Nehalem; do
-  if [[ "${candidate,,}" != "${host_core,,}" && "$(openblas_core "$candidate")" == "$candidate" ]]; then
-    core=$candidate; break
-  fi
-done
-if [[ -z "$host_core" || -z "$core" ]]; then
-  result "k8s play: BLAS kernels other than this CPU's ('$host_core')" 0; exit 1
-fi
+source tests/k8s/blas_core.sh
+pick_blas_core || {
+  result "k8s play: BLAS kernels other than this CPU's ('$host_core')" 0; exit 1; }
 echo "BLAS kernels: this CPU's are $host_core; every run here is pinned to $core"
 
 # The native run: the ConfigMap's file and the workers' job flags, with this

@@ -480,11 +480,6 @@ absl::Status Trainer::TrainSteps(RunState& run,
   const int64_t per_epoch = sharding_.steps_per_epoch();
   while (run.step < run.total_steps) {
     if (stop_requested_.load()) {
-      if (options_.elastic) {
-        client_->Leave();
-        LOG(INFO) << "worker " << options_.worker_rank << ": leaves the job before step "
-                  << run.step;
-      }
       return absl::CancelledError(absl::StrCat("stopped before step ", run.step));
     }
     const int64_t epoch = run.step / per_epoch;

@@ -31,8 +31,7 @@ struct TrainerOptions {
   int num_workers = 1;
   // An elastic job: each step's samples are divided among the step's
   // workers (PsClient::Members, worker/data/sharding.h), and a step this
-  // worker is not one of is waited out; a stop request leaves the job
-  // (PsClient::Leave).
+  // worker is not one of is waited out.
   bool elastic = false;
   int64_t batch_per_device = 32;
   // Micro-batches of batch_per_device each device runs, summing gradients

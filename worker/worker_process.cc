@@ -377,7 +377,11 @@ absl::Status WorkerProcess::StoppedOrFailed(const absl::Status& trained,
                                             const StopOnSignal& stopper) const {
   const Training& t = *training_;
   if (absl::IsCancelled(trained) && stopper.signalled() && t.options.elastic) {
-    // An elastic job goes on without it: a leave, not a failure.
+    // An elastic job goes on without it: a leave, not a failure. Said
+    // here, however training stopped (between steps, or with its calls
+    // cancelled past the grace), so that the servers drop it as one that
+    // left rather than wait to find it lost.
+    t.client->Leave();
     LOG(INFO) << "worker " << rank_ << " " << kLeftTheJob << " (" << trained.message()
               << "); the other workers train on";
     return absl::OkStatus();

@@ -191,10 +191,10 @@ void Coordinator::CollectDropsLocked() {
   for (const auto& m : members_) {
     if (!m.has_value()) continue;
     for (int w : m->elastic.leaving) {
-      if (workers_->current.Has(w)) drops_.emplace(w, "left");
+      if (workers_->current.Has(w)) drops_.emplace(w, Drop::kLeft);
     }
     for (int w : m->elastic.lost) {
-      if (workers_->current.Has(w)) drops_.emplace(w, "lost");
+      if (workers_->current.Has(w)) drops_.emplace(w, Drop::kLost);
     }
   }
 }
@@ -207,7 +207,10 @@ std::map<int, double> Coordinator::JoinsLocked() const {
       if (rank < 0 || rank >= options_.num_workers || !(weight > 0) || !std::isfinite(weight)) {
         continue;  // a server checked it; never trust it further
       }
-      if (!workers_.has_value() || !workers_->current.Has(rank)) joins.emplace(rank, weight);
+      // A member being dropped may come back (a restarted process).
+      if (!workers_.has_value() || !workers_->current.Has(rank) || drops_.count(rank)) {
+        joins.emplace(rank, weight);
+      }
     }
   }
   return joins;
@@ -218,7 +221,7 @@ void Coordinator::StartChangeLocked() {
   const std::map<int, double> joins = JoinsLocked();
   if (drops_.empty() && joins.empty()) return;
   std::vector<std::string> why;
-  for (const auto& [rank, reason] : drops_) why.push_back(absl::StrCat(rank, " ", reason));
+  for (const auto& [rank, reason] : drops_) why.push_back(absl::StrCat(rank, " ", DropName(reason)));
   for (const auto& [rank, weight] : joins) why.push_back(absl::StrCat(rank, " asks to join"));
   int64_t generation = target_generation_;
   for (const auto& m : members_) generation = std::max(generation, m->generation);
@@ -301,8 +304,8 @@ void Coordinator::DecideMembersLocked(absl::Time now) {
   decided.current = next;
   std::vector<std::string> changes;
   for (const auto& [rank, reason] : drops_) {
-    changes.push_back(absl::StrCat("worker ", rank, " ", reason));
-    (reason == "lost" ? counts_.lost : counts_.left) += 1;
+    changes.push_back(absl::StrCat("worker ", rank, " ", DropName(reason)));
+    (reason == Drop::kLost ? counts_.lost : counts_.left) += 1;
   }
   for (const auto& [rank, weight] : joins) {
     changes.push_back(absl::StrCat("worker ", rank, " joined"));

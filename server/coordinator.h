@@ -129,6 +129,10 @@ class Coordinator {
   absl::Status CheckReportLocked(const JoinInfo& info) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The newest version every member can restore, or 0.
   int64_t CommonVersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a member is dropped: it said it leaves, or it is lost (silent past
+  // its lease, or its connection closed).
+  enum class Drop { kLeft, kLost };
+  static const char* DropName(Drop d) { return d == Drop::kLeft ? "left" : "lost"; }
   // Elastic jobs. Starts a generation that keeps the chunks when a server
   // reports a worker to add or drop.
   void StartChangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -166,8 +170,8 @@ class Coordinator {
   std::optional<StepMembers> workers_ ABSL_GUARDED_BY(mu_);
   bool workers_decided_ ABSL_GUARDED_BY(mu_) = false;
   bool keep_round_ ABSL_GUARDED_BY(mu_) = false;  // the target keeps the chunks
-  // Members to drop at the next decision, and why ("left", "lost").
-  std::map<int, std::string> drops_ ABSL_GUARDED_BY(mu_);
+  // Members to drop at the next decision, and why.
+  std::map<int, Drop> drops_ ABSL_GUARDED_BY(mu_);
   int64_t next_members_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Since when a decision waits for min_workers, and since when a job's
   // first members have been enough.

@@ -267,6 +267,22 @@ TEST(CoordinatorTest, BelowMinWorkersTheServersWaitThenFailPastThePeerTimeout) {
   EXPECT_NE(r.failure.find("--peer_timeout_s"), std::string::npos) << r.failure;
 }
 
+TEST(CoordinatorTest, ALostMemberThatComesBackUnderItsRankRejoinsBelowMinWorkers) {
+  Coordinator c(Elastic());
+  Settle(c, 0, 0, {0, 1});
+  // Worker 1 dies (2 of at least 2 before): the job waits...
+  const int64_t generation = c.Join(Report(0, 1, 6, 6, {}, {1}))->target_generation;
+  c.Join(Report(0, generation, 6, 6)).IgnoreError();
+  EXPECT_FALSE(c.Join(Report(1, generation, 6, 6))->ready);
+  // ... until its restarted process asks under the same rank.
+  c.Join(Report(0, generation, 6, 6, {1})).IgnoreError();
+  const JoinReply r = *c.Join(Report(1, generation, 6, 6));
+  ASSERT_TRUE(r.ready);
+  EXPECT_EQ(r.members->current.ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(c.Counts().lost, 1);
+  EXPECT_EQ(c.Counts().joined, 3);
+}
+
 TEST(CoordinatorTest, AFixedJobTrainsEveryWorkerFromStepZero) {
   CoordinatorOptions o;
   o.num_servers = 1;

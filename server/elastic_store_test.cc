@@ -146,6 +146,39 @@ TEST_F(ElasticStoreTest, AChunkAStepAheadGoesBackSoTheNewMembersMakeTheStep) {
   EXPECT_FLOAT_EQ(next[0], start[0] - 2.0f);  // (1 + 3) / 2, not worker 0's 6
 }
 
+TEST_F(ElasticStoreTest, ARestartedMemberAsksToJoinWhileTheMembersChange) {
+  Members({0, 1}, 0);
+  ASSERT_TRUE(Register(1).ok());
+  store_->KeepForGeneration(2);  // worker 1 was lost
+  RegisterArgs args;
+  args.worker_rank = 1;
+  args.num_workers = 3;
+  args.layout = &layout_;
+  args.claimed_fingerprint = layout_.fingerprint();
+  args.incarnation = 555;  // its restarted process
+  const absl::Status waits = store_->Register(args).status();
+  EXPECT_TRUE(absl::IsUnavailable(waits)) << waits;
+  EXPECT_THAT(waits.message(), HasSubstr("has not yet decided the job's workers"));
+  EXPECT_THAT(store_->GetElasticReport().joins, ElementsAre(Pair(1, 1.0)));
+  EXPECT_TRUE(absl::IsUnavailable(Register(1).status()));  // the process before: not asking
+  EXPECT_THAT(store_->GetElasticReport().joins, ElementsAre(Pair(1, 1.0)));
+}
+
+TEST_F(ElasticStoreTest, AWorkerOfAnotherJobCannotAskToJoin) {
+  Members({0}, 0);
+  ASSERT_TRUE(Register(0).ok());  // fixes the layout
+  const Layout other = *Layout::Create({{"w", {3}}}, 8, 1, 5);
+  RegisterArgs args;
+  args.worker_rank = 2;
+  args.num_workers = 3;
+  args.layout = &other;
+  args.claimed_fingerprint = other.fingerprint();
+  args.incarnation = 9;
+  const absl::Status refused = store_->Register(args).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused) || absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_TRUE(store_->GetElasticReport().joins.empty());
+}
+
 TEST_F(ElasticStoreTest, APushFromAWorkerThatIsNotAMemberIsRefused) {
   Members({0, 1}, 0);
   ASSERT_TRUE(Register(1).ok());

@@ -8,6 +8,7 @@ namespace {
 
 constexpr absl::Duration kWaitLogInterval = absl::Seconds(5);
 constexpr absl::Duration kBusyPeriod = absl::Milliseconds(10);
+constexpr absl::Duration kBusyFor = absl::Seconds(1);
 
 }  // namespace
 
@@ -36,8 +37,11 @@ void Membership::Start() {
       Tick();
       absl::MutexLock lock(&mu_);
       auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || woken_; };
-      // While the cluster changes, every round trip moves it on.
-      const absl::Duration wait = ready_ ? period_ : std::min(period_, kBusyPeriod);
+      // While an elastic job's workers change, every round trip moves the
+      // change on: the first second of it goes at the busy pace.
+      const bool busy = !ready_ && store_->options().elastic() &&
+                        absl::Now() - not_ready_since_ < kBusyFor;
+      const absl::Duration wait = busy ? std::min(period_, kBusyPeriod) : period_;
       mu_.AwaitWithTimeout(absl::Condition(&stop), wait);
       if (stopping_) return;
       woken_ = false;
@@ -75,6 +79,7 @@ void Membership::Tick() {
   if (info.generation != reply->target_generation && reply->keep_state) {
     store_->KeepForGeneration(reply->target_generation);
     ready_ = false;
+    not_ready_since_ = absl::Now();
     LOG(INFO) << "server " << rank_ << ": generation " << reply->target_generation
               << ": the job's workers change; keeping this server's chunks";
   } else if (info.generation != reply->target_generation) {
@@ -94,6 +99,7 @@ void Membership::Tick() {
     }
     store_->Restore(reply->target_generation, std::move(state));
     ready_ = false;
+    not_ready_since_ = absl::Now();
     LOG(INFO) << "server " << rank_ << ": generation " << reply->target_generation << ": "
               << (reply->target_version > 0
                       ? absl::StrCat("restored checkpoint version ", reply->target_version)

@@ -44,6 +44,7 @@ class Membership {
   const uint64_t incarnation_;
   int64_t failed_generation_ = 0;  // see JoinInfo
   bool ready_ = false;
+  absl::Time not_ready_since_ = absl::InfinitePast();  // since a new generation
   absl::Time last_wait_log_ = absl::InfinitePast();
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

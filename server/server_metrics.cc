@@ -97,9 +97,9 @@ void AddServerMetrics(MetricRegistry* r, const ShardStore* store,
                            "Steps this process has applied to all of its chunks (steps applied "
                            "again after a rollback count again).");
   g->generation = r->GetGauge("psync_server_generation",
-                              "The cluster's generation: a new one starts at every rollback.");
+                              "The cluster's generation: new at every rollback and change of workers.");
   g->rollbacks = r->GetCounter("psync_server_rollbacks_total",
-                               "Rollbacks this process has taken part in.");
+                               "Rollbacks and changes of workers this process has taken part in.");
   g->ready = r->GetGauge("psync_server_ready",
                          "1 once the servers agree on a version and workers may register.");
   g->workers = r->GetGauge("psync_server_registered_workers",

@@ -60,22 +60,29 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   const int rank = args.worker_rank;
   absl::MutexLock lock(&mu_);
   if (!failed_.ok()) return failed_;
-  // Once the job is complete a worker that asks to join (a pod started
-  // late) registers as if it had trained to the end: its Finish is
-  // answered all_done, where joining would start a generation whose
-  // members have gone, and it would wait for them forever.
+  // A worker of another job (layout, shape, optimizer) is refused before
+  // it can ask to join.
+  PSYNC_RETURN_IF_ERROR(registration_.CheckJob(args, shard_.get()));
+  // Until the job is complete a worker that is not a member asks to join.
+  // After it, it registers and is answered all_done (a pod started late):
+  // joining would start a generation whose members have gone.
   if (options_.elastic() && !members_->current.Has(rank) && roster_.FinishedVersion() == 0) {
     return AskToJoinLocked(args);
   }
   if (!ready_) {
-    // The rank's lease does not run out while it waits to register.
-    roster_.TouchHolder(rank, args.incarnation);
+    // The rank's lease does not run out while it waits to register; a new
+    // process on a member's rank (the member restarted) asks to join, as
+    // the coordinator may be dropping the one before.
+    if (!roster_.TouchHolder(rank, args.incarnation) && options_.elastic()) {
+      requests_.Join(rank, args.worker_weight);
+    }
     return absl::UnavailableError(absl::StrCat(
-        "Register: server ", options_.server_rank,
-        " is not ready: the servers have not yet agreed on the version to start from"));
+        "Register: server ", options_.server_rank, " is not ready: ",
+        options_.elastic() ? "the coordinator has not yet decided the job's workers (server 0's "
+                             "log says whom it waits for)"
+                           : "the servers have not yet agreed on the version to start from"));
   }
   PSYNC_RETURN_IF_ERROR(roster_.CheckLease(rank, args.incarnation));
-  PSYNC_RETURN_IF_ERROR(registration_.CheckJob(args, shard_.get()));
   if (shard_ == nullptr) {
     const std::string unreached = options_.lr_policy.Unreached(
         args.shape.total_steps, args.shape.StepsPerEpoch(options_.num_workers));
@@ -175,7 +182,7 @@ absl::StatusOr<std::shared_ptr<Shard>> ShardStore::CheckPush(
           " is from the future; the chunk is at version ", c.version,
           " and takes pushes for step ", c.version, " only"));
     }
-    const WorkerSet& workers = (*members)->For(step);
+    const WorkerSet& workers = (*members)->current;
     if (step >= 0 && !workers.Has(worker_rank)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "Push: worker ", worker_rank, " is not one of step ", step, "'s workers (",
@@ -450,63 +457,6 @@ void ShardStore::SetReady(bool ready) {
 int64_t ShardStore::generation() const {
   absl::ReaderMutexLock lock(&mu_);
   return generation_;
-}
-
-void ShardStore::KeepForGeneration(int64_t generation) {
-  std::shared_ptr<Shard> shard;
-  {
-    absl::MutexLock lock(&mu_);
-    generation_ = generation;
-    generation_now_ = generation;
-    ready_ = false;
-    roster_.KeepGeneration();
-    shard = shard_;
-  }
-  if (shard != nullptr) InterruptWaiters(shard.get());
-}
-
-void ShardStore::SetMembers(StepMembers members) {
-  auto shared = std::make_shared<const StepMembers>(std::move(members));
-  std::shared_ptr<Shard> shard;
-  {
-    absl::MutexLock lock(&mu_);
-    members_ = shared;
-    shard = shard_;
-    requests_.Granted(shared->current.ranks);
-    roster_.GiveLease(shared->current.ranks);
-  }
-  if (shard == nullptr) return;
-  const int back = SetShardMembers(*shard, shared);
-  if (back > 0) {
-    snapshots_.DropFrom(shared->current.first_step + 1);
-    LOG(INFO) << "server " << options_.server_rank << ": " << back << " chunks go back to version "
-              << shared->current.first_step << " for the new workers";
-  }
-}
-
-int64_t ShardStore::members_id() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return members_->current.id;
-}
-
-ElasticReport ShardStore::GetElasticReport() const {
-  ElasticReport report;
-  std::shared_ptr<Shard> shard;
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    shard = shard_;
-    // Once the job is complete its workers go, and nothing changes: a join
-    // or leave asked before the end is not acted on after it.
-    if (options_.elastic() && roster_.FinishedVersion() == 0) {
-      report.joins = requests_.Joins();
-      report.leaving = requests_.Leaving();
-      report.lost = roster_.Lost(members_->current.ranks);
-    }
-  }
-  if (shard != nullptr) {
-    report.has_chunks = VersionRange(*shard, &report.min_version, &report.max_version);
-  }
-  return report;
 }
 
 void ShardStore::SetSnapshotSink(std::function<void(Snapshot)> sink) {

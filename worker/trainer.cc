@@ -215,7 +215,7 @@ int64_t Trainer::DeviceRanges(int64_t step, std::vector<int64_t>* begin,
   const std::optional<StepMembers> members = client_->Members();
   for (int d = 0; d < devices; ++d) {
     if (options_.elastic && members.has_value()) {
-      sharding_.ElasticDeviceRange(members->For(step), in_epoch, options_.worker_rank, d,
+      sharding_.ElasticDeviceRange(members->current, in_epoch, options_.worker_rank, d,
                                    &(*begin)[d], &(*end)[d]);
     } else {
       sharding_.DeviceRange(in_epoch, options_.worker_rank, d, &(*begin)[d], &(*end)[d]);
@@ -223,18 +223,6 @@ int64_t Trainer::DeviceRanges(int64_t step, std::vector<int64_t>* begin,
     samples += (*end)[d] - (*begin)[d];
   }
   return samples;
-}
-
-bool Trainer::Trains(int64_t step) const {
-  if (!options_.elastic) return true;
-  const std::optional<StepMembers> members = client_->Members();
-  return !members.has_value() || members->For(step).Has(options_.worker_rank);
-}
-
-absl::Status Trainer::WaitOutStep(int64_t step) {
-  TraceSpan wait_span(options_.tracer, step, "step", "wait out another set's step");
-  PSYNC_RETURN_IF_ERROR(client_->Pull(step + 1, PullPrecision::kWire, host_weights_.get()));
-  return BroadcastWeights(step);
 }
 
 absl::StatusOr<BatchStats> Trainer::Step(int64_t step, const std::vector<int64_t>& permutation) {
@@ -388,14 +376,6 @@ absl::StatusOr<int64_t> Trainer::Join(int64_t total_steps) {
   absl::Status last;
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     absl::StatusOr<int64_t> start = client_->Register();
-    // A worker that is not a member of the steps the servers resume at
-    // (one that registers after the job's last step, say) starts at its
-    // members' first step: the steps before are the others', who may push
-    // the next before this worker pulls, and a server then no longer keeps
-    // the version they start from.
-    if (start.ok() && !Trains(*start)) {
-      *start = std::max(*start, client_->Members()->current.first_step);
-    }
     if (start.ok() && *start > total_steps) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the servers are at version ", *start, ", past the ", total_steps,
@@ -488,16 +468,6 @@ absl::Status Trainer::TrainSteps(RunState& run,
       run.permutation = EpochPermutation(train_->size, options_.seed, epoch);
     }
     if (options_.tracer != nullptr) options_.tracer->BeginStep(run.step);
-    if (!Trains(run.step)) {
-      const absl::Status waited = WaitOutStep(run.step);
-      if (absl::IsAborted(waited)) {
-        PSYNC_RETURN_IF_ERROR(Rejoin(run, waited));
-        continue;
-      }
-      PSYNC_RETURN_IF_ERROR(waited);
-      ++run.step;
-      continue;
-    }
     const absl::Time t0 = absl::Now();
     absl::StatusOr<BatchStats> stats = Step(run.step, run.permutation);
     if (absl::IsAborted(stats.status())) {

@@ -30,8 +30,7 @@ struct TrainerOptions {
   // The most workers: the global batch is that of num_workers workers.
   int num_workers = 1;
   // An elastic job: each step's samples are divided among the step's
-  // workers (PsClient::Members, worker/data/sharding.h), and a step this
-  // worker is not one of is waited out.
+  // workers (PsClient::Members, worker/data/sharding.h).
   bool elastic = false;
   int64_t batch_per_device = 32;
   // Micro-batches of batch_per_device each device runs, summing gradients
@@ -185,10 +184,6 @@ class Trainer {
   absl::StatusOr<BatchStats> DeviceGradients(int d, int64_t step,
                                              const std::vector<int64_t>& permutation,
                                              int64_t begin, int64_t end, ReadyTensors* ready);
-  // Whether this worker trains `step` (an elastic job's members).
-  bool Trains(int64_t step) const;
-  // A step of others: waits for its weights and hands them to the devices.
-  absl::Status WaitOutStep(int64_t step);
   // Drains the pushes and waits for the servers' answers; the first error.
   absl::Status WaitForServers(int64_t step);
   // The new weights from host memory to every device.

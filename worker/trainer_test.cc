@@ -324,58 +324,6 @@ TEST(TrainerTest, ResumesFromTheServersVersion) {
   EXPECT_EQ(a, Cluster({2, 2, 1, 8}, true, &data).Train(10));
 }
 
-// A worker of an elastic job told at registration that workers 0 and 1
-// train from step 6 on, while the servers resume at 5 (one registering
-// after the job's last step, say): it starts from version 6, which its
-// pull waits for, since version 5 may be gone by then (the others push
-// step 6 once they have it, and a server drops 5).
-class JoiningPsClient final : public PsClient {
- public:
-  explicit JoiningPsClient(int num_tensors) : num_tensors_(num_tensors) {}
-  absl::StatusOr<int64_t> Register() override { return 5; }
-  absl::Status Finish(int64_t) override { return absl::OkStatus(); }
-  void Cancel() override {}
-  absl::Status Pull(int64_t version, PullPrecision, float*) override {
-    pulled = version;
-    return absl::InternalError("the test ends here");
-  }
-  absl::Status StartPushPull(int64_t, int64_t, int, int, const float*, float*) override {
-    return absl::InternalError("not expected");
-  }
-  absl::Status Wait() override { return absl::OkStatus(); }
-  int num_tensors() const override { return num_tensors_; }
-  std::optional<StepMembers> Members() const override {
-    StepMembers m;
-    m.current = WorkerSet{2, 6, {0, 1}, {1, 1}};
-    return m;
-  }
-
-  int64_t pulled = -1;
-
- private:
-  const int num_tensors_;
-};
-
-TEST(TrainerTest, AWorkerThatIsNotAMemberStartsAtItsMembersFirstStep) {
-  const Dataset data = SyntheticDataset(64, kSizes[0], 10, 5);
-  JoiningPsClient client(static_cast<int>(CpuMlp(kSizes).parameters().size()));
-  std::vector<std::unique_ptr<Model>> replicas;
-  replicas.push_back(std::make_unique<CpuMlp>(kSizes));
-  TrainerOptions o;
-  o.worker_rank = 2;
-  o.num_workers = 3;
-  o.elastic = true;
-  o.batch_per_device = 4;
-  o.max_steps = 20;
-  o.seed = 11;
-  auto trainer =
-      Trainer::Create(o, std::move(replicas), *CpuReducer::Create(1), &client, &data, nullptr);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  const auto result = (*trainer)->Run(nullptr);
-  EXPECT_EQ(result.status().message(), "the test ends here");
-  EXPECT_EQ(client.pulled, 6);
-}
-
 TEST(TrainerTest, LearnsSyntheticData) {
   const Dataset train = SyntheticDataset(2000, kSizes[0], 10, 6);
   ShardStoreOptions so;

@@ -50,9 +50,6 @@ struct WorkerSet {
 // step before first_step is trained again.
 struct StepMembers {
   WorkerSet current;
-
-  // The set that trains `step` (first_step or later).
-  const WorkerSet& For(int64_t /*step*/) const { return current; }
 };
 
 }  // namespace psync

@@ -23,8 +23,8 @@ absl::StatusOr<WorkerSet> WorkerSetFromProto(const proto::WorkerSet& in, int num
   return set;
 }
 
-void StepMembersToProto(const StepMembers& members, proto::WorkerSet* current) {
-  WorkerSetToProto(members.current, current);
+void StepMembersToProto(const StepMembers& members, proto::WorkerSet* out) {
+  WorkerSetToProto(members.current, out);
 }
 
 absl::StatusOr<StepMembers> StepMembersFromProto(const proto::WorkerSet& current,

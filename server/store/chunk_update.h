@@ -18,7 +18,7 @@
 namespace psync {
 
 // A chunk at version t collects one push for step t from each of the
-// step's workers (chunk.members->For(t)); the last one to arrive forms
+// step's workers (chunk.members->current); the last one to arrive forms
 // g = sum(grad_i) / sum(count_i), applies the optimizer and moves the chunk
 // to version t + 1, keeping version t as `previous` (see Chunk for how the
 // buffers of two versions are reused). Deterministic mode sums the workers'

@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/optimizer.h"
-#include "glog/logging.h"
 
 namespace psync {
 namespace {
@@ -115,9 +114,11 @@ absl::StatusOr<WireWeights> WeightsInLocked(const Shard& shard, Chunk& c,
   return view(spare);
 }
 
-int SetShardMembers(const Shard& shard, const std::shared_ptr<const StepMembers>& members) {
+absl::StatusOr<int> SetShardMembers(const Shard& shard,
+                                    const std::shared_ptr<const StepMembers>& members) {
   const int64_t first = members->current.first_step;
   int back = 0;
+  absl::Status stuck;
   for (int32_t id : shard.owned) {
     Chunk& c = *shard.chunks[id];
     absl::MutexLock lock(&c.mu);
@@ -132,9 +133,11 @@ int SetShardMembers(const Shard& shard, const std::shared_ptr<const StepMembers>
                                     [&](const Chunk::NarrowCopy& n) { return n.version > first; }),
                      c.narrow.end());
       ++back;
-    } else if (c.version > first) {
-      LOG(ERROR) << "chunk " << id << " at version " << c.version << " cannot go back to "
-                 << first << " for the new workers: it keeps the step the workers before made";
+    } else if (c.version > first && stuck.ok()) {
+      stuck = absl::InternalError(absl::StrCat(
+          "chunk ", id, " is at version ", c.version, " and cannot go back to ", first,
+          ", where the new workers start (expected ", first, " or ", first + 1,
+          " with its previous version kept)"));
     }
     if (c.version != first || c.num_received == 0) continue;
     std::fill(c.received.begin(), c.received.end(), false);
@@ -142,6 +145,7 @@ int SetShardMembers(const Shard& shard, const std::shared_ptr<const StepMembers>
     c.num_received = 0;
     std::vector<float>().swap(c.sum);  // as between steps (SumGradientsLocked)
   }
+  if (!stuck.ok()) return stuck;
   return back;
 }
 
@@ -186,8 +190,12 @@ bool LowestVersionWaits(const Shard& shard, int64_t* version,
       waits_here = true;
       *since = c.first_push;
       waiting_for->clear();
-      for (int w : c.members->For(c.version).ranks) {
-        if (awaits ? w == 0 : !c.received[w]) waiting_for->push_back(w);
+      if (awaits) {
+        waiting_for->push_back(0);
+      } else {
+        for (int w : c.members->current.ranks) {
+          if (!c.received[w]) waiting_for->push_back(w);
+        }
       }
     }
   }

@@ -97,7 +97,7 @@ struct Chunk {
   // steps; the last float32 gradient goes from the wire straight into the
   // update).
   std::vector<bool> received ABSL_GUARDED_BY(mu);
-  // Who pushes each step (members->For(version)); replaced, never changed,
+  // Who pushes each step (members->current); replaced, never changed,
   // when the job's workers change (ShardStore::SetMembers).
   std::shared_ptr<const StepMembers> members ABSL_GUARDED_BY(mu);
   std::vector<int64_t> counts ABSL_GUARDED_BY(mu);
@@ -161,9 +161,11 @@ std::shared_ptr<Shard> NewShard(const ShardStoreOptions& options, const Layout& 
 // which the members before applied) goes back to version S, its kept
 // previous state (an elastic job keeps it in full); a chunk at S drops the
 // pushes it holds (made for other shares of the step's samples). Returns
-// how many chunks went back; logs an error for one that could not (no
-// previous state kept), which then keeps the step the members before made.
-int SetShardMembers(const Shard& shard, const std::shared_ptr<const StepMembers>& members);
+// how many chunks went back; INTERNAL naming a chunk that could not (one
+// further ahead, or without its previous state), which would have skipped
+// the step for the new members: the job cannot go on.
+absl::StatusOr<int> SetShardMembers(const Shard& shard,
+                                    const std::shared_ptr<const StepMembers>& members);
 
 // The lowest and highest version over `shard`'s chunks (a chunk awaiting
 // its initial weights counts as 0); false: it owns none.

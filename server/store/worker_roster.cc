@@ -94,7 +94,8 @@ bool WorkerRoster::EndedByGeneration(int rank, uint64_t session) const {
 void WorkerRoster::KeepGeneration() {
   absl::MutexLock lock(&mu_);
   for (int w = 0; w < num_workers_; ++w) {
-    ended_sessions_[w] = sessions_[w];
+    // A second change before the rank registers again keeps the first's.
+    if (sessions_[w] != 0) ended_sessions_[w] = sessions_[w];
     sessions_[w] = 0;
   }
   std::fill(done_.begin(), done_.end(), 0);
@@ -112,9 +113,11 @@ void WorkerRoster::StartGeneration(int64_t checkpointed_version) {
   }
 }
 
-void WorkerRoster::TouchHolder(int rank, uint64_t incarnation) {
+bool WorkerRoster::TouchHolder(int rank, uint64_t incarnation) {
   absl::ReaderMutexLock lock(&mu_);
-  if (incarnations_[rank] == incarnation) Touch(rank);
+  if (incarnations_[rank] != incarnation) return false;
+  Touch(rank);
+  return true;
 }
 
 void WorkerRoster::GiveLease(const std::vector<int>& ranks) {

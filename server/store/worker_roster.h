@@ -90,7 +90,8 @@ class WorkerRoster {
   void KeepGeneration();
   // `rank` was heard from now, if `incarnation` holds it (a registration
   // that must wait: its lease does not run out meanwhile).
-  void TouchHolder(int rank, uint64_t incarnation);
+  // Returns whether `incarnation` holds it.
+  bool TouchHolder(int rank, uint64_t incarnation);
   // `ranks` are new members: a lease to register in before they count as
   // lost (Lost); who holds each rank is unchanged.
   void GiveLease(const std::vector<int>& ranks);

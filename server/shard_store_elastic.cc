@@ -1,0 +1,76 @@
+// ShardStore's part in an elastic job's changes of workers (the coordinator
+// decides them: server/coordinator.h).
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "server/shard_store.h"
+
+namespace psync {
+
+void ShardStore::KeepForGeneration(int64_t generation) {
+  std::shared_ptr<Shard> shard;
+  int64_t lowest = 0, highest = 0;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    shard = shard_;
+  }
+  if (shard != nullptr) VersionRange(*shard, &lowest, &highest);
+  {
+    absl::MutexLock lock(&mu_);
+    generation_ = generation;
+    generation_start_version_ = lowest;  // the steps before are counted
+    generation_now_ = generation;
+    ready_ = false;
+    roster_.KeepGeneration();
+  }
+  if (shard != nullptr) InterruptWaiters(shard.get());
+}
+
+void ShardStore::SetMembers(StepMembers members) {
+  auto shared = std::make_shared<const StepMembers>(std::move(members));
+  std::shared_ptr<Shard> shard;
+  {
+    absl::MutexLock lock(&mu_);
+    members_ = shared;
+    shard = shard_;
+    requests_.Granted(shared->current.ranks);
+    roster_.GiveLease(shared->current.ranks);
+  }
+  if (shard == nullptr) return;
+  const absl::StatusOr<int> back = SetShardMembers(*shard, shared);
+  if (!back.ok()) {
+    FailJob(back.status());
+    return;
+  }
+  if (*back > 0) {
+    snapshots_.DropFrom(shared->current.first_step + 1);
+    LOG(INFO) << "server " << options_.server_rank << ": " << *back << " chunks go back to version "
+              << shared->current.first_step << " for the new workers";
+  }
+}
+
+int64_t ShardStore::members_id() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return members_->current.id;
+}
+
+ElasticReport ShardStore::GetElasticReport() const {
+  ElasticReport report;
+  std::shared_ptr<Shard> shard;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    shard = shard_;
+    // Once the job is complete its workers go, and nothing changes: a join
+    // or leave asked before the end is not acted on after it.
+    if (options_.elastic() && roster_.FinishedVersion() == 0) {
+      report.joins = requests_.Joins();
+      report.leaving = requests_.Leaving();
+      report.lost = roster_.Lost(members_->current.ranks);
+    }
+  }
+  if (shard != nullptr) {
+    report.has_chunks = VersionRange(*shard, &report.min_version, &report.max_version);
+  }
+  return report;
+}
+
+}  // namespace psync

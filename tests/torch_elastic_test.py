@@ -62,9 +62,12 @@ def marker(out_dir: str, name: str) -> str:
 
 
 def touch(path: str, text: str = "") -> None:
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
+    # One temporary name a process: a machine's local processes may mark
+    # the same file at once.
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
-    os.rename(path + ".tmp", path)  # whole when it appears
+    os.rename(tmp, path)  # whole when it appears
 
 
 def await_file(path: str, what: str, processes: Sequence[subprocess.Popen] = ()) -> None:

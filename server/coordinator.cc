@@ -22,7 +22,7 @@ Coordinator::Coordinator(CoordinatorOptions options)
       members_(num_servers_),
       retired_incarnations_(num_servers_) {
   if (options_.min_workers == 0) {
-    workers_ = StepMembers{WorkerSet::All(options_.num_workers)};
+    workers_ = WorkerSet::All(options_.num_workers);
     workers_decided_ = true;
   }
 }
@@ -86,6 +86,12 @@ absl::Status CheckReport(const JoinInfo& info, int num_servers) {
           "Join: server ", info.server_rank, " lists checkpoint version ", c.version,
           ", expected > 0"));
     }
+  }
+  const ElasticReport& e = info.elastic;
+  if (e.has_chunks && (e.min_version < 0 || e.max_version < e.min_version)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Join: server ", info.server_rank, " reports its chunks at versions ", e.min_version,
+        "..", e.max_version, ", expected 0 <= min <= max"));
   }
   if (info.incarnation == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -172,7 +178,7 @@ absl::StatusOr<JoinReply> Coordinator::Join(const JoinInfo& info) {
   };
   if (options_.min_workers > 0 && at_target()) {
     if (!workers_decided_) {
-      DecideMembersLocked(absl::Now());
+      DecideMembersLocked(options_.now());
     } else {
       StartChangeLocked();
     }
@@ -191,10 +197,10 @@ void Coordinator::CollectDropsLocked() {
   for (const auto& m : members_) {
     if (!m.has_value()) continue;
     for (int w : m->elastic.leaving) {
-      if (workers_->current.Has(w)) drops_.emplace(w, Drop::kLeft);
+      if (workers_->Has(w)) drops_.emplace(w, Drop::kLeft);
     }
     for (int w : m->elastic.lost) {
-      if (workers_->current.Has(w)) drops_.emplace(w, Drop::kLost);
+      if (workers_->Has(w)) drops_.emplace(w, Drop::kLost);
     }
   }
 }
@@ -208,7 +214,7 @@ std::map<int, double> Coordinator::JoinsLocked() const {
         continue;  // a server checked it; never trust it further
       }
       // A member being dropped may come back (a restarted process).
-      if (!workers_.has_value() || !workers_->current.Has(rank) || drops_.count(rank)) {
+      if (!workers_.has_value() || !workers_->Has(rank) || drops_.count(rank)) {
         joins.emplace(rank, weight);
       }
     }
@@ -251,7 +257,7 @@ int64_t Coordinator::FirstStepLocked() const {
 WorkerSet Coordinator::NextWorkersLocked(const std::map<int, double>& joins) const {
   std::map<int, double> weights(joins.begin(), joins.end());
   if (workers_.has_value()) {
-    const WorkerSet& now = workers_->current;
+    const WorkerSet& now = *workers_;
     for (size_t i = 0; i < now.ranks.size(); ++i) {
       if (!drops_.count(now.ranks[i])) weights.emplace(now.ranks[i], now.weights[i]);
     }
@@ -300,8 +306,7 @@ void Coordinator::DecideMembersLocked(absl::Time now) {
   if (WaitForWorkersLocked(next, now)) return;
   waiting_since_ = absl::InfiniteFuture();
   next.first_step = FirstStepLocked();
-  StepMembers decided;
-  decided.current = next;
+
   std::vector<std::string> changes;
   for (const auto& [rank, reason] : drops_) {
     changes.push_back(absl::StrCat("worker ", rank, " ", DropName(reason)));
@@ -318,7 +323,7 @@ void Coordinator::DecideMembersLocked(absl::Time now) {
             << options_.num_workers << "; "
             << (changes.empty() ? std::string("restored") : absl::StrJoin(changes, ", "))
             << "; generation " << target_generation_ << ")";
-  workers_ = std::move(decided);
+  workers_ = std::move(next);
   workers_decided_ = true;
   keep_round_ = false;
   drops_.clear();

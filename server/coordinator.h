@@ -14,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/config/worker_set.h"
 #include "server/elastic_report.h"
@@ -45,7 +46,7 @@ struct JoinReply {
   // elastic job's workers) instead of restoring target_version.
   bool keep_state = false;
   // Who trains each step, once decided for the target generation.
-  std::optional<StepMembers> members;
+  std::optional<WorkerSet> members;
   // Non-empty: the job failed (an elastic job below min_workers past the
   // peer timeout).
   std::string failure;
@@ -62,6 +63,8 @@ struct CoordinatorOptions {
   // How long an elastic job's first members wait for more workers once
   // min_workers have asked to join (they start at once when all have).
   absl::Duration first_members_wait = absl::Seconds(1);
+  // The clock of those waits (tests give their own).
+  std::function<absl::Time()> now = absl::Now;
 };
 
 // Changes of an elastic job's workers so far, for metrics and status.
@@ -167,7 +170,7 @@ class Coordinator {
 
   // Who trains (elastic: none until first decided), and whether they are
   // decided for the target generation.
-  std::optional<StepMembers> workers_ ABSL_GUARDED_BY(mu_);
+  std::optional<WorkerSet> workers_ ABSL_GUARDED_BY(mu_);
   bool workers_decided_ ABSL_GUARDED_BY(mu_) = false;
   bool keep_round_ ABSL_GUARDED_BY(mu_) = false;  // the target keeps the chunks
   // Members to drop at the next decision, and why.

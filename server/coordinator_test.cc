@@ -218,14 +218,14 @@ TEST(CoordinatorTest, AnElasticJobStartsOnceMinWorkersAskAndSaysWhoTrainsEachSte
   r = Settle(c, 0, 0, {1, 3});
   ASSERT_TRUE(r.ready);
   ASSERT_TRUE(r.members.has_value());
-  EXPECT_EQ(r.members->current.ranks, (std::vector<int>{1, 3}));
-  EXPECT_EQ(r.members->current.first_step, 0);
+  EXPECT_EQ(r.members->ranks, (std::vector<int>{1, 3}));
+  EXPECT_EQ(r.members->first_step, 0);
   EXPECT_EQ(c.Counts().joined, 2);
 }
 
 TEST(CoordinatorTest, AJoinStartsAtTheLowestVersion) {
   Coordinator c(Elastic());
-  const int64_t first = Settle(c, 0, 0, {0, 1}).members->current.id;
+  const int64_t first = Settle(c, 0, 0, {0, 1}).members->id;
   // Worker 2 asks; chunks are at 7 and 8: those at 8 go back to 7.
   JoinReply r = *c.Join(Report(0, 1, 7, 8, {2}));
   EXPECT_TRUE(r.keep_state);
@@ -234,9 +234,9 @@ TEST(CoordinatorTest, AJoinStartsAtTheLowestVersion) {
   c.Join(Report(0, generation, 7, 8, {2})).IgnoreError();
   r = *c.Join(Report(1, generation, 7, 8));
   ASSERT_TRUE(r.ready);
-  EXPECT_EQ(r.members->current.ranks, (std::vector<int>{0, 1, 2}));
-  EXPECT_EQ(r.members->current.first_step, 7);
-  EXPECT_GT(r.members->current.id, first);
+  EXPECT_EQ(r.members->ranks, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(r.members->first_step, 7);
+  EXPECT_GT(r.members->id, first);
 }
 
 TEST(CoordinatorTest, ALostMemberRestartsTheUnfinishedStepWithoutIt) {
@@ -246,14 +246,16 @@ TEST(CoordinatorTest, ALostMemberRestartsTheUnfinishedStepWithoutIt) {
   c.Join(Report(0, generation, 4, 5)).IgnoreError();
   JoinReply r = *c.Join(Report(1, generation, 4, 5));
   ASSERT_TRUE(r.ready);
-  EXPECT_EQ(r.members->current.ranks, (std::vector<int>{0, 1}));
-  EXPECT_EQ(r.members->current.first_step, 4);  // step 4 again, without worker 2
+  EXPECT_EQ(r.members->ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r.members->first_step, 4);  // step 4 again, without worker 2
   EXPECT_EQ(c.Counts().lost, 1);
 }
 
 TEST(CoordinatorTest, BelowMinWorkersTheServersWaitThenFailPastThePeerTimeout) {
   CoordinatorOptions o = Elastic();
-  o.peer_timeout = absl::Milliseconds(50);
+  o.peer_timeout = absl::Seconds(60);
+  absl::Time now = absl::Now();
+  o.now = [&now] { return now; };
   Coordinator c(o);
   Settle(c, 0, 0, {0, 1});
   const int64_t generation = c.Join(Report(0, 1, 3, 3, {}, {}, {1}))->target_generation;
@@ -261,7 +263,7 @@ TEST(CoordinatorTest, BelowMinWorkersTheServersWaitThenFailPastThePeerTimeout) {
   JoinReply r = *c.Join(Report(1, generation, 3, 3));
   EXPECT_FALSE(r.ready);  // worker 0 alone, at least 2 needed
   EXPECT_TRUE(r.failure.empty());
-  absl::SleepFor(absl::Milliseconds(80));
+  now += absl::Seconds(61);
   r = *c.Join(Report(1, generation, 3, 3));
   EXPECT_NE(r.failure.find("has had 1 (0)"), std::string::npos) << r.failure;
   EXPECT_NE(r.failure.find("--peer_timeout_s"), std::string::npos) << r.failure;
@@ -278,9 +280,18 @@ TEST(CoordinatorTest, ALostMemberThatComesBackUnderItsRankRejoinsBelowMinWorkers
   c.Join(Report(0, generation, 6, 6, {1})).IgnoreError();
   const JoinReply r = *c.Join(Report(1, generation, 6, 6));
   ASSERT_TRUE(r.ready);
-  EXPECT_EQ(r.members->current.ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r.members->ranks, (std::vector<int>{0, 1}));
   EXPECT_EQ(c.Counts().lost, 1);
   EXPECT_EQ(c.Counts().joined, 3);
+}
+
+TEST(CoordinatorTest, ABadVersionRangeIsRefused) {
+  Coordinator c(Elastic());
+  const absl::Status bad = c.Join(Report(1, 0, 5, 4)).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
+  EXPECT_NE(bad.message().find("versions 5..4, expected 0 <= min <= max"), std::string::npos)
+      << bad;
+  EXPECT_TRUE(absl::IsInvalidArgument(c.Join(Report(1, 0, -1, 0)).status()));
 }
 
 TEST(CoordinatorTest, AFixedJobTrainsEveryWorkerFromStepZero) {
@@ -292,7 +303,7 @@ TEST(CoordinatorTest, AFixedJobTrainsEveryWorkerFromStepZero) {
   JoinReply r = *c.Join(Report(0, 1, 0, 0, {2}, {1}));
   ASSERT_TRUE(r.ready);
   EXPECT_FALSE(r.keep_state);
-  EXPECT_EQ(r.members->current.ranks, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(r.members->ranks, (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(c.Counts().changes, 0);
 }
 

@@ -45,11 +45,11 @@ class ElasticStoreTest : public ::testing::Test {
 
   // Members `ranks` from `first_step`.
   void Members(std::vector<int> ranks, int64_t first_step) {
-    StepMembers m;
-    m.current.id = ++id_;
-    m.current.first_step = first_step;
-    m.current.ranks = ranks;
-    m.current.weights.assign(ranks.size(), 1.0);
+    WorkerSet m;
+    m.id = ++id_;
+    m.first_step = first_step;
+    m.ranks = ranks;
+    m.weights.assign(ranks.size(), 1.0);
     store_->SetMembers(m);
   }
 
@@ -89,7 +89,7 @@ TEST_F(ElasticStoreTest, AWorkerThatIsNotAMemberAsksToJoinAndWaits) {
   ASSERT_TRUE(Register(2).ok());
   const absl::StatusOr<RegisterResult> r = Register(0);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->members.current.ranks, (std::vector<int>{0, 2}));
+  EXPECT_EQ(r->members.ranks, (std::vector<int>{0, 2}));
   EXPECT_THAT(Register(1).status().message(), HasSubstr("(they are workers 0, 2;"));
 }
 

@@ -105,7 +105,7 @@ void Membership::Tick() {
                       ? absl::StrCat("restored checkpoint version ", reply->target_version)
                       : std::string("starting from the initial weights"));
   }
-  if (reply->members.has_value() && reply->members->current.id != store_->members_id()) {
+  if (reply->members.has_value() && reply->members->id != store_->members_id()) {
     store_->SetMembers(*reply->members);
   }
   if (reply->ready != ready_) {

@@ -25,8 +25,8 @@ ShardStore::ShardStore(ShardStoreOptions options)
       roster_(options_),
       snapshots_(options_),
       // An elastic job has no members until the coordinator decides them.
-      members_(std::make_shared<const StepMembers>(StepMembers{
-          options_.elastic() ? WorkerSet{} : WorkerSet::All(options_.num_workers)})),
+      members_(std::make_shared<const WorkerSet>(
+          options_.elastic() ? WorkerSet{} : WorkerSet::All(options_.num_workers))),
       waiters_(options_.server_rank, options_.num_workers) {}
 
 // Then waiters_, the last member, stops and joins its timer thread first.
@@ -34,7 +34,7 @@ ShardStore::~ShardStore() { Close(); }
 
 std::shared_ptr<Shard> ShardStore::FirstShard(
     const RegisterArgs& args, int64_t generation,
-    std::shared_ptr<const StepMembers> members) const {
+    std::shared_ptr<const WorkerSet> members) const {
   const Layout& layout = *args.layout;
   std::shared_ptr<Shard> shard = NewShard(options_, layout, args.shape, generation, members);
   shard->origin = absl::StrCat("set by worker ", args.worker_rank, "'s registration",
@@ -66,7 +66,7 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   // Until the job is complete a worker that is not a member asks to join.
   // After it, it registers and is answered all_done (a pod started late):
   // joining would start a generation whose members have gone.
-  if (options_.elastic() && !members_->current.Has(rank) && roster_.FinishedVersion() == 0) {
+  if (options_.elastic() && !members_->Has(rank) && roster_.FinishedVersion() == 0) {
     return AskToJoinLocked(args);
   }
   if (!ready_) {
@@ -115,15 +115,15 @@ absl::Status ShardStore::AskToJoinLocked(const RegisterArgs& args) {
   requests_.Join(args.worker_rank, args.worker_weight);
   return absl::UnavailableError(absl::StrCat(
       "Register: worker ", args.worker_rank, " is not one of the job's workers yet (they are ",
-      members_->current.ranks.empty() ? std::string("none yet")
-                                      : absl::StrCat("workers ", members_->current.Describe()),
+      members_->ranks.empty() ? std::string("none yet")
+                                      : absl::StrCat("workers ", members_->Describe()),
       "; an elastic job of ", options_.min_workers, "..", options_.num_workers,
       "): the coordinator adds it at the next step boundary"));
 }
 
 absl::StatusOr<std::shared_ptr<Shard>> ShardStore::CheckCaller(
     absl::string_view op, uint64_t session, int worker_rank,
-    std::optional<uint64_t> fingerprint, std::shared_ptr<const StepMembers>* members) const {
+    std::optional<uint64_t> fingerprint, std::shared_ptr<const WorkerSet>* members) const {
   absl::ReaderMutexLock lock(&mu_);
   if (worker_rank < 0 || worker_rank >= options_.num_workers) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -149,10 +149,16 @@ absl::StatusOr<std::shared_ptr<Shard>> ShardStore::CheckCaller(
 
 absl::StatusOr<std::shared_ptr<Shard>> ShardStore::CheckPush(
     uint64_t session, int worker_rank, uint64_t fingerprint, int64_t step, int64_t sample_count,
-    absl::Span<const ChunkPayload> chunks, std::shared_ptr<const StepMembers>* members) const {
+    absl::Span<const ChunkPayload> chunks, std::shared_ptr<const WorkerSet>* members) const {
   PSYNC_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard,
                          CheckCaller("Push", session, worker_rank, fingerprint, members));
   PSYNC_RETURN_IF_ERROR(CheckPushStep(options_, worker_rank, step));
+  const WorkerSet& workers = **members;
+  if (step >= 0 && !workers.Has(worker_rank)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Push: worker ", worker_rank, " is not one of step ", step, "'s workers (",
+        workers.Describe(), "); it joins at the next change of the members"));
+  }
   if (sample_count < 0 || sample_count > (int64_t{1} << 40)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Push: sample_count is ", sample_count, ", expected 0..2^40"));
@@ -182,12 +188,6 @@ absl::StatusOr<std::shared_ptr<Shard>> ShardStore::CheckPush(
           " is from the future; the chunk is at version ", c.version,
           " and takes pushes for step ", c.version, " only"));
     }
-    const WorkerSet& workers = (*members)->current;
-    if (step >= 0 && !workers.Has(worker_rank)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Push: worker ", worker_rank, " is not one of step ", step, "'s workers (",
-          workers.Describe(), "); a worker that is not a member pulls the step's weights"));
-    }
   }
   return shard;
 }
@@ -195,7 +195,7 @@ absl::StatusOr<std::shared_ptr<Shard>> ShardStore::CheckPush(
 absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t fingerprint,
                               int64_t step, int64_t sample_count,
                               absl::Span<const ChunkPayload> chunks) {
-  std::shared_ptr<const StepMembers> members;
+  std::shared_ptr<const WorkerSet> members;
   PSYNC_ASSIGN_OR_RETURN(
       std::shared_ptr<Shard> shard,
       CheckPush(session, worker_rank, fingerprint, step, sample_count, chunks, &members));
@@ -248,7 +248,7 @@ absl::Status ShardStore::SetInitialWeights(const Shard& shard,
 
 absl::Status ShardStore::PushChunk(const Shard& shard, const ChunkPayload& p, int worker_rank,
                                    int64_t step, int64_t sample_count,
-                                   const StepMembers* members) {
+                                   const WorkerSet* members) {
   Chunk& c = *shard.chunks[p.chunk_id];
   std::vector<WaiterSlot> fired;
   {
@@ -367,7 +367,7 @@ void ShardStore::InterruptWaiters(const Shard* shard) {
 
 absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t session,
                                                       int64_t done_version, bool leaving) {
-  std::shared_ptr<const StepMembers> members;
+  std::shared_ptr<const WorkerSet> members;
   absl::StatusOr<std::shared_ptr<Shard>> caller =
       CheckCaller("Heartbeat", session, worker_rank, std::nullopt, &members);
   if (!caller.ok()) {
@@ -393,7 +393,7 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
   result.all_done =
       roster_.ReportDone(worker_rank, done_version,
                          found ? std::optional<int64_t>(result.version) : std::nullopt,
-                         members->current.ranks);
+                         members->ranks);
   return result;
 }
 
@@ -415,7 +415,7 @@ int64_t ShardStore::FinishedVersion() const { return roster_.FinishedVersion(); 
 void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state) {
   // Built before taking mu_: allocating and filling a shard takes a while.
   std::shared_ptr<Shard> fresh;
-  std::shared_ptr<const StepMembers> members;
+  std::shared_ptr<const WorkerSet> members;
   {
     absl::ReaderMutexLock lock(&mu_);
     members = members_;
@@ -526,7 +526,7 @@ StoreStatus ShardStore::GetStatus() const {
     status.missing = std::move(roster.missing);
     status.missing_for = roster.missing_for;
     status.mixed_blas = std::move(roster.mixed_blas);
-    status.members = members_->current;
+    status.members = *members_;
     for (const auto& [rank, weight] : requests_.Joins()) status.pending_joins.push_back(rank);
   }
   if (shard == nullptr) return status;

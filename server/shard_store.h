@@ -46,7 +46,7 @@ struct RegisterResult {
   uint64_t session = 0;
   int64_t generation = 0;
   // Who trains each step from `version` on.
-  StepMembers members;
+  WorkerSet members;
   // Chunks here await worker 0's initial weights (a job whose init_from is
   // worker, on a fresh start): `version` is 0, which pulls wait for.
   bool awaiting_initial_weights = false;
@@ -207,7 +207,7 @@ class ShardStore {
   void KeepForGeneration(int64_t generation);
   // From now on `members` train: a chunk whose step is now another set's
   // drops the pushes it holds for it.
-  void SetMembers(StepMembers members);
+  void SetMembers(WorkerSet members);
   int64_t members_id() const;
   ElasticReport GetElasticReport() const;
   // Runs (on a request's thread, under a lock: it must only wake someone)
@@ -259,23 +259,23 @@ class ShardStore {
   absl::StatusOr<std::shared_ptr<Shard>> CheckCaller(
       absl::string_view op, uint64_t session, int worker_rank,
       std::optional<uint64_t> fingerprint,
-      std::shared_ptr<const StepMembers>* members = nullptr) const;
+      std::shared_ptr<const WorkerSet>* members = nullptr) const;
   // A shard of `generation` for the layout and shape `args` bring, every
   // chunk at version 0 with its weights from the layout's seed.
   std::shared_ptr<Shard> FirstShard(const RegisterArgs& args, int64_t generation,
-                                    std::shared_ptr<const StepMembers> members) const;
+                                    std::shared_ptr<const WorkerSet> members) const;
   // Every check of a push before any chunk takes it; the caller's shard.
   absl::StatusOr<std::shared_ptr<Shard>> CheckPush(
       uint64_t session, int worker_rank, uint64_t fingerprint, int64_t step,
       int64_t sample_count, absl::Span<const ChunkPayload> chunks,
-      std::shared_ptr<const StepMembers>* members) const;
+      std::shared_ptr<const WorkerSet>* members) const;
   // Adds one chunk's push (unless the step is applied or the push a
   // repeat); when it completes the step, emits the new weights and wakes
   // the chunk's waiting pulls. OUT_OF_RANGE when the step diverged.
   // `members`: those the push was checked against; Aborted if the
   // chunk's are others by now.
   absl::Status PushChunk(const Shard& shard, const ChunkPayload& payload, int worker_rank,
-                         int64_t step, int64_t sample_count, const StepMembers* members);
+                         int64_t step, int64_t sample_count, const WorkerSet* members);
   // Worker 0's initial values of every chunk in `chunks` (a push for step
   // kInitialWeightsStep): each chunk that awaits them takes them and wakes
   // its waiting pulls. The first chunk's error, the others still applied
@@ -320,7 +320,7 @@ class ShardStore {
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   // Who trains; every new shard's chunks get it.
-  std::shared_ptr<const StepMembers> members_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const WorkerSet> members_ ABSL_GUARDED_BY(mu_);
   // generation_, for waiting pulls, which cannot take mu_: one that began
   // in an earlier generation stops.
   std::atomic<int64_t> generation_now_{0};

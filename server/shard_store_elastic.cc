@@ -25,15 +25,15 @@ void ShardStore::KeepForGeneration(int64_t generation) {
   if (shard != nullptr) InterruptWaiters(shard.get());
 }
 
-void ShardStore::SetMembers(StepMembers members) {
-  auto shared = std::make_shared<const StepMembers>(std::move(members));
+void ShardStore::SetMembers(WorkerSet members) {
+  auto shared = std::make_shared<const WorkerSet>(std::move(members));
   std::shared_ptr<Shard> shard;
   {
     absl::MutexLock lock(&mu_);
     members_ = shared;
     shard = shard_;
-    requests_.Granted(shared->current.ranks);
-    roster_.GiveLease(shared->current.ranks);
+    requests_.Granted(shared->ranks);
+    roster_.GiveLease(shared->ranks);
   }
   if (shard == nullptr) return;
   const absl::StatusOr<int> back = SetShardMembers(*shard, shared);
@@ -42,15 +42,15 @@ void ShardStore::SetMembers(StepMembers members) {
     return;
   }
   if (*back > 0) {
-    snapshots_.DropFrom(shared->current.first_step + 1);
+    snapshots_.DropFrom(shared->first_step + 1);
     LOG(INFO) << "server " << options_.server_rank << ": " << *back << " chunks go back to version "
-              << shared->current.first_step << " for the new workers";
+              << shared->first_step << " for the new workers";
   }
 }
 
 int64_t ShardStore::members_id() const {
   absl::ReaderMutexLock lock(&mu_);
-  return members_->current.id;
+  return members_->id;
 }
 
 ElasticReport ShardStore::GetElasticReport() const {
@@ -64,7 +64,7 @@ ElasticReport ShardStore::GetElasticReport() const {
     if (options_.elastic() && roster_.FinishedVersion() == 0) {
       report.joins = requests_.Joins();
       report.leaving = requests_.Leaving();
-      report.lost = roster_.Lost(members_->current.ranks);
+      report.lost = roster_.Lost(members_->ranks);
     }
   }
   if (shard != nullptr) {

@@ -899,7 +899,7 @@ TEST_F(ShardStoreTest, AFinishedElasticJobAdmitsNoOneAndAnswersALateWorkerDone) 
   members.id = 1;
   members.ranks = {0};
   members.weights = {1.0};
-  store_->SetMembers(StepMembers{members});
+  store_->SetMembers(members);
   auto first = Reg(*store_, 0, 3, layout_, layout_.fingerprint());
   ASSERT_TRUE(first.ok()) << first.status();
   sessions_ = {first->session};

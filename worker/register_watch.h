@@ -36,7 +36,7 @@ class RegisterWatch final : public PsClient {
   }
   absl::Status Wait() override { return client_->Wait(); }
   int num_tensors() const override { return client_->num_tensors(); }
-  std::optional<StepMembers> Members() const override { return client_->Members(); }
+  std::optional<WorkerSet> Members() const override { return client_->Members(); }
   void Leave() override { client_->Leave(); }
 
  private:

@@ -212,10 +212,9 @@ int64_t Trainer::DeviceRanges(int64_t step, std::vector<int64_t>* begin,
   begin->assign(devices, 0);
   end->assign(devices, 0);
   int64_t samples = 0;
-  const std::optional<StepMembers> members = client_->Members();
   for (int d = 0; d < devices; ++d) {
-    if (options_.elastic && members.has_value()) {
-      sharding_.ElasticDeviceRange(members->current, in_epoch, options_.worker_rank, d,
+    if (options_.elastic && members_.has_value()) {
+      sharding_.ElasticDeviceRange(*members_, in_epoch, options_.worker_rank, d,
                                    &(*begin)[d], &(*end)[d]);
     } else {
       sharding_.DeviceRange(in_epoch, options_.worker_rank, d, &(*begin)[d], &(*end)[d]);
@@ -392,6 +391,7 @@ absl::StatusOr<int64_t> Trainer::Join(int64_t total_steps) {
     }
     if (last.ok()) {
       PSYNC_RETURN_IF_ERROR(reducer_->Broadcast(host_weights_.get(), num_params_, DeviceWeights()));
+      members_ = client_->Members();
       return *start;
     }
     if (!absl::IsAborted(last)) return last;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <thread>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -241,6 +242,8 @@ class Trainer {
   // by whichever thread reduces.
   absl::Duration compute_time_, comm_time_;
   std::atomic<int64_t> reduce_ns_{0};
+  // Who trains, from the last registration (Join): it changes only there.
+  std::optional<WorkerSet> members_;
   std::thread comm_thread_;  // started last in Create, joined by ~Trainer
 };
 

@@ -44,14 +44,6 @@ struct WorkerSet {
   absl::Status Validate(int num_workers) const;
 };
 
-// Who trains the steps a worker or server has left to train: the current
-// set, from its first step on. A change of the members starts at the
-// lowest step any chunk is at, and chunks a step ahead go back to it, so no
-// step before first_step is trained again.
-struct StepMembers {
-  WorkerSet current;
-};
-
 }  // namespace psync
 
 #endif  // PSYNC_COMMON_CONFIG_WORKER_SET_H_

@@ -23,15 +23,4 @@ absl::StatusOr<WorkerSet> WorkerSetFromProto(const proto::WorkerSet& in, int num
   return set;
 }
 
-void StepMembersToProto(const StepMembers& members, proto::WorkerSet* out) {
-  WorkerSetToProto(members.current, out);
-}
-
-absl::StatusOr<StepMembers> StepMembersFromProto(const proto::WorkerSet& current,
-                                                 int num_workers) {
-  StepMembers members;
-  PSYNC_ASSIGN_OR_RETURN(members.current, WorkerSetFromProto(current, num_workers));
-  return members;
-}
-
 }  // namespace psync

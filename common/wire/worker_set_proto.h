@@ -13,10 +13,6 @@ void WorkerSetToProto(const WorkerSet& set, proto::WorkerSet* out);
 // Validated against `num_workers` (WorkerSet::Validate).
 absl::StatusOr<WorkerSet> WorkerSetFromProto(const proto::WorkerSet& in, int num_workers);
 
-void StepMembersToProto(const StepMembers& members, proto::WorkerSet* out);
-absl::StatusOr<StepMembers> StepMembersFromProto(const proto::WorkerSet& current,
-                                                 int num_workers);
-
 }  // namespace psync
 
 #endif  // PSYNC_COMMON_WIRE_WORKER_SET_PROTO_H_

@@ -56,7 +56,7 @@ void JoinReplyToProto(const JoinReply& reply, proto::JoinResponse* resp) {
   resp->set_ready(reply.ready);
   resp->set_keep_state(reply.keep_state);
   if (reply.members.has_value()) {
-    StepMembersToProto(*reply.members, resp->mutable_members());
+    WorkerSetToProto(*reply.members, resp->mutable_members());
   }
   resp->set_failure(reply.failure);
 }
@@ -68,7 +68,7 @@ absl::StatusOr<JoinReply> JoinReplyFromProto(const proto::JoinResponse& resp, in
   reply.ready = resp.ready();
   reply.keep_state = resp.keep_state();
   if (resp.has_members()) {
-    PSYNC_ASSIGN_OR_RETURN(reply.members, StepMembersFromProto(resp.members(), num_workers));
+    PSYNC_ASSIGN_OR_RETURN(reply.members, WorkerSetFromProto(resp.members(), num_workers));
   }
   reply.failure = resp.failure();
   return reply;

@@ -240,7 +240,7 @@ class ParameterService final : public AsyncService {
     resp->set_has_chunks(result->has_chunks);
     resp->set_max_message_bytes(store_->options().max_message_bytes);
     for (int32_t id : result->chunk_ids) resp->add_chunk_ids(id);
-    StepMembersToProto(result->members, resp->mutable_members());
+    WorkerSetToProto(result->members, resp->mutable_members());
     regions_.Take(*req, result->session, peer, resp);
     return absl::OkStatus();
   }

@@ -17,7 +17,7 @@ ChunkUpdater::ChunkUpdater(ShardStoreOptions options) : options_(std::move(optio
 absl::StatusOr<bool> ChunkUpdater::PushLocked(const Shard& shard, Chunk& c, int worker_rank,
                                               int64_t sample_count, const ChunkPayload& p,
                                               float* copy) {
-  const bool last = c.num_received + 1 == c.members->current.size();
+  const bool last = c.num_received + 1 == c.members->size();
   if (c.num_received == 0) c.first_push = absl::Now();
   absl::Status applied;
   if (last && !options_.deterministic) {
@@ -89,7 +89,7 @@ float* ChunkUpdater::SumGradientsLocked(Chunk& c, ChunkState& next) const {
   const int64_t n = c.info.num_elements;
   if (options_.deterministic) {
     // The step's workers in rank order, whoever else pushed other steps.
-    const std::vector<int>& ranks = c.members->current.ranks;
+    const std::vector<int>& ranks = c.members->ranks;
     next.weights = c.per_worker[ranks[0]];  // reuses next's buffer
     float* grad = next.weights.data();
     for (size_t i = 1; i < ranks.size(); ++i) {

@@ -28,9 +28,9 @@ absl::Status ValidateChunkId(absl::string_view op, const Shard& shard, int serve
 
 std::shared_ptr<Shard> NewShard(const ShardStoreOptions& options, const Layout& layout,
                                 const TrainingShape& shape, int64_t generation,
-                                std::shared_ptr<const StepMembers> members) {
+                                std::shared_ptr<const WorkerSet> members) {
   if (members == nullptr) {
-    members = std::make_shared<const StepMembers>(StepMembers{WorkerSet::All(options.num_workers)});
+    members = std::make_shared<const WorkerSet>(WorkerSet::All(options.num_workers));
   }
   auto shard = std::make_shared<Shard>(layout, shape, generation);
   shard->chunks.resize(layout.chunks().size());
@@ -115,8 +115,8 @@ absl::StatusOr<WireWeights> WeightsInLocked(const Shard& shard, Chunk& c,
 }
 
 absl::StatusOr<int> SetShardMembers(const Shard& shard,
-                                    const std::shared_ptr<const StepMembers>& members) {
-  const int64_t first = members->current.first_step;
+                                    const std::shared_ptr<const WorkerSet>& members) {
+  const int64_t first = members->first_step;
   int back = 0;
   absl::Status stuck;
   for (int32_t id : shard.owned) {
@@ -193,7 +193,7 @@ bool LowestVersionWaits(const Shard& shard, int64_t* version,
       if (awaits) {
         waiting_for->push_back(0);
       } else {
-        for (int w : c.members->current.ranks) {
+        for (int w : c.members->ranks) {
           if (!c.received[w]) waiting_for->push_back(w);
         }
       }

@@ -99,7 +99,7 @@ struct Chunk {
   std::vector<bool> received ABSL_GUARDED_BY(mu);
   // Who pushes each step (members->current); replaced, never changed,
   // when the job's workers change (ShardStore::SetMembers).
-  std::shared_ptr<const StepMembers> members ABSL_GUARDED_BY(mu);
+  std::shared_ptr<const WorkerSet> members ABSL_GUARDED_BY(mu);
   std::vector<int64_t> counts ABSL_GUARDED_BY(mu);
   int num_received ABSL_GUARDED_BY(mu) = 0;
   absl::Time first_push ABSL_GUARDED_BY(mu);  // of step `version`
@@ -154,10 +154,10 @@ inline bool AwaitsInitialWeightsLocked(const Chunk& chunk) ABSL_SHARED_LOCKS_REQ
 // expecting them from `members` (null: every worker).
 std::shared_ptr<Shard> NewShard(const ShardStoreOptions& options, const Layout& layout,
                                 const TrainingShape& shape, int64_t generation,
-                                std::shared_ptr<const StepMembers> members = nullptr);
+                                std::shared_ptr<const WorkerSet> members = nullptr);
 
 // From now on `members` push every chunk of `shard`'s steps, from
-// members->current.first_step (S) on: a chunk a step ahead (version S + 1,
+// members->first_step (S) on: a chunk a step ahead (version S + 1,
 // which the members before applied) goes back to version S, its kept
 // previous state (an elastic job keeps it in full); a chunk at S drops the
 // pushes it holds (made for other shares of the step's samples). Returns
@@ -165,7 +165,7 @@ std::shared_ptr<Shard> NewShard(const ShardStoreOptions& options, const Layout& 
 // further ahead, or without its previous state), which would have skipped
 // the step for the new members: the job cannot go on.
 absl::StatusOr<int> SetShardMembers(const Shard& shard,
-                                    const std::shared_ptr<const StepMembers>& members);
+                                    const std::shared_ptr<const WorkerSet>& members);
 
 // The lowest and highest version over `shard`'s chunks (a chunk awaiting
 // its initial weights counts as 0); false: it owns none.

@@ -48,7 +48,7 @@ class LocalPsClient final : public PsClient {
 
   void Cancel() override {}
 
-  std::optional<StepMembers> Members() const override { return members_; }
+  std::optional<WorkerSet> Members() const override { return members_; }
 
   absl::Status Pull(int64_t version, PullPrecision precision, float* weights) override {
     const WireDType dtype =
@@ -142,7 +142,7 @@ class LocalPsClient final : public PsClient {
   const WireDType wire_dtype_;
   std::vector<PendingPull> pending_;
   std::vector<uint64_t> sessions_;  // by server, from Register
-  std::optional<StepMembers> members_;
+  std::optional<WorkerSet> members_;
 };
 
 }  // namespace

@@ -71,7 +71,7 @@ class PsClient {
 
   // Who trains each step from the version Register returned on, as the
   // servers said at registration; nullopt: every worker, every step.
-  virtual std::optional<StepMembers> Members() const { return std::nullopt; }
+  virtual std::optional<WorkerSet> Members() const { return std::nullopt; }
 
   // Tells the servers that this worker leaves an elastic job after the
   // steps it trained (best effort: a worker that does not say so is

@@ -191,14 +191,14 @@ class Client {
   // (first_step, ranks, weights); None where they named none (a server
   // older than elastic jobs).
   py::object Members() {
-    std::optional<StepMembers> members;
+    std::optional<WorkerSet> members;
     {
       py::gil_scoped_release release;
       members = client_->Members();
     }
     if (!members.has_value()) return py::none();
     py::list sets;
-    sets.append(SetTuple(members->current));
+    sets.append(SetTuple(*members));
     return std::move(sets);
   }
 

@@ -150,7 +150,7 @@ absl::Status TensorClient::Finish(int64_t version) {
   return client_->Finish(version);
 }
 
-std::optional<StepMembers> TensorClient::Members() {
+std::optional<WorkerSet> TensorClient::Members() {
   absl::MutexLock lock(&mu_);
   return client_->Members();
 }

@@ -71,7 +71,7 @@ class TensorClient {
 
   // PsClient::Members: who trains each step, as the servers said at the
   // last Register; nullopt where they named nobody.
-  std::optional<StepMembers> Members() ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<WorkerSet> Members() ABSL_LOCKS_EXCLUDED(mu_);
 
   // PsClient::Leave: this worker leaves an elastic job after the steps it
   // trained. Call it between steps (nothing in flight).

@@ -99,12 +99,12 @@ class GrpcPsClient final : public PsClient {
     sessions_.Start(responses);
     members_.reset();
     if (responses[0].members().ranks_size() > 0) {
-      PSYNC_ASSIGN_OR_RETURN(members_, StepMembersFromProto(responses[0].members(), options_.num_workers));
+      PSYNC_ASSIGN_OR_RETURN(members_, WorkerSetFromProto(responses[0].members(), options_.num_workers));
     }
     return version;
   }
 
-  std::optional<StepMembers> Members() const override { return members_; }
+  std::optional<WorkerSet> Members() const override { return members_; }
 
   void Leave() override { sessions_.Leave(); }
 
@@ -267,7 +267,7 @@ class GrpcPsClient final : public PsClient {
   // By server, planned at construction and again at each Register (which
   // says the servers' message limits). Caller's thread only.
   std::vector<ServerPlan> plans_;
-  std::optional<StepMembers> members_;  // from the last registration
+  std::optional<WorkerSet> members_;  // from the last registration
   ServerSessions sessions_;
   // Last: destroyed first, it waits for the calls that use the others.
   ChunkCallEngine engine_;

@@ -57,7 +57,8 @@ class StepMembers:
     current: WorkerSet
 
     def at(self, step: int) -> WorkerSet:
-        """The set that trains ``step`` (``StepMembers::For`` in C++)."""
+        """The set that trains ``step``: the one set (C++ has no wrapper: a
+        ``WorkerSet`` from its first step on)."""
         return self.current
 
     def encode(self) -> List[float]:

@@ -205,10 +205,13 @@ class ShardStore {
   // elastic job's workers): ends every session, wakes waiting pulls with
   // Aborted; not ready until SetReady(true).
   void KeepForGeneration(int64_t generation);
-  // From now on `members` train: a chunk whose step is now another set's
-  // drops the pushes it holds for it.
+  // From now on `members` train, from members.first_step (S): chunks at
+  // S + 1 go back to S and chunks at S drop the pushes they hold
+  // (SetShardMembers); a chunk that cannot fails the job.
   void SetMembers(WorkerSet members);
   int64_t members_id() const;
+  // What the coordinator needs of this server in an elastic job (empty in
+  // a fixed one).
   ElasticReport GetElasticReport() const;
   // Runs (on a request's thread, under a lock: it must only wake someone)
   // when a worker asks to join, says it leaves, or its connection closes:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bootstraps, builds and runs every test, then checks that the build without
 # CUDA still works, the sources' size limits (tests/code_limits.py), runs
-# psync_launch across network namespaces (tests/hosts/launch_hosts_test.sh), lints
+# psync_launch across network namespaces (tests/hosts/launch_hosts_test.sh),
+# builds the torch package without Bazel (tests/gpu/torch_kit_test.sh), lints
 # the deployment files (tests/k8s/check_manifests.sh)
 # and plays the Kubernetes manifests as containers (tests/k8s/play_test.sh,
 # elastic_play_test.sh);
@@ -56,6 +57,9 @@ deployment_check tests/code_limits.py
 # /run/netns, read-only in Bazel's sandbox; so a check here, on the
 # binaries `bazel test //...` built.
 deployment_check tests/hosts/launch_hosts_test.sh
+# The torch package built without Bazel from the kit a GPU machine gets
+# (tests/gpu/make_torch_kit.sh), against Debian's torch here.
+deployment_check tests/gpu/torch_kit_test.sh
 if bash deploy/bootstrap_tools.sh; then
   deployment_check tests/k8s/check_manifests.sh
   deployment_check tests/k8s/play_test.sh

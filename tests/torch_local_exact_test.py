@@ -65,25 +65,28 @@ def global_batch(step: int, size: int):
 
 
 def state_of(model: torch.nn.Module) -> State:
-    return ({n: p.detach().clone() for n, p in model.named_parameters()},
-            {n: b.clone() for n, b in model.named_buffers()})
+    """CPU copies of `model`'s parameters and buffers."""
+    return ({n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()},
+            {n: b.to("cpu", copy=True) for n, b in model.named_buffers()})
 
 
 def local_main(out: str, args: Sequence[str]) -> None:
     """One local process: device `device_rank`'s share of every global batch,
-    `accumulation_steps` consecutive micro-batches of `batch_per_device`."""
+    `accumulation_steps` consecutive micro-batches of `batch_per_device`, on
+    its local rank's GPU where --device=auto finds one, else the CPU."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="mlp")
     own, rest = parser.parse_known_args(list(args))
     job = pt.init(rest)
     local = pt.init_local(job, timeout_s=GROUP_TIMEOUT_S)
-    model = make_model(own.model)
+    device = job.torch_device(local.rank)
+    model = make_model(own.model).to(device)
     try:
         with pt.LocalOptimizer(model, job, local) as opt:
             first = state_of(model)
             k, n = job.accumulation_steps, job.batch_per_device
             while opt.step_number < job.steps:
-                x, y = global_batch(opt.step_number, job.global_batch)
+                x, y = (t.to(device) for t in global_batch(opt.step_number, job.global_batch))
                 opt.zero_grad()
                 for m in range(k):
                     start = (opt.device_rank * k + m) * n

@@ -11,7 +11,7 @@ and saves its weights (after registering and at the end) to OUT."""
 import os
 import subprocess
 import sys
-from typing import Dict, List, Mapping, Sequence, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -98,20 +98,23 @@ def batch(step: int):
 
 
 def weights_of(model: torch.nn.Module) -> Weights:
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
+    """CPU copies of `model`'s parameters, by name."""
+    return {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}
 
 
 def train_worker(args: Sequence[str], rank: int, num_workers: int,
-                 micro_batches: int = 1) -> List[Weights]:
+                 micro_batches: int = 1, staged: Optional[bool] = None) -> List[Weights]:
     """Trains an Mlp through psync as worker `rank` of `num_workers`, on its
-    share of every global batch (cut in `micro_batches` backward passes);
-    returns its weights after registering and at the end."""
+    share of every global batch (cut in `micro_batches` backward passes), on
+    the job's device (a GPU where --device=auto finds one); returns its
+    weights after registering and at the end. `staged`: DistributedOptimizer's."""
     job = pt.init(list(args) + [f"--worker_rank={rank}"])
-    model = Mlp()
-    with pt.DistributedOptimizer(model, job) as opt:
+    device = job.torch_device()
+    model = Mlp().to(device)
+    with pt.DistributedOptimizer(model, job, staged=staged) as opt:
         first = weights_of(model)
         while opt.step_number < STEPS:
-            x, y = batch(opt.step_number)
+            x, y = (t.to(device) for t in batch(opt.step_number))
             share = len(x) // num_workers
             x, y = x[rank * share:(rank + 1) * share], y[rank * share:(rank + 1) * share]
             opt.zero_grad()

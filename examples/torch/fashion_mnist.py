@@ -9,7 +9,9 @@ the job trains as one process would on the whole batch, and a worker that
 resumes after a rollback or a restart recomputes the same batches. In an
 elastic job (--min_workers) the shares follow the step's members
 (opt.share), a step of other workers is waited out, and SIGTERM makes the
-worker leave between steps.
+worker leave between steps. The model and the data go to the job's
+--device (job.torch_device(): a GPU where --device=cuda, or auto and torch
+sees one).
 """
 
 import argparse
@@ -33,13 +35,15 @@ EVAL_SLICE = 1000
 
 def init(parser: argparse.ArgumentParser) -> Tuple[argparse.Namespace, pt.Job]:
     """The script's own flags (`parser`'s) and the job's (the rest of the
-    command line). A bad job flag exits with code 2, as a bad flag of the
-    script's own does, naming it: psync_launch and a Kubernetes Job then fail
+    command line). A bad job flag (or --device=cuda without a GPU) exits with
+    code 2, as a bad flag of the script's own does, naming it: psync_launch and a Kubernetes Job then fail
     the job at once rather than restart a worker that cannot start."""
     own, job_args = parser.parse_known_args()
     try:
-        return own, pt.init(job_args, train_samples=TRAIN_SAMPLES)
-    except psync.InvalidArgumentError as e:
+        job = pt.init(job_args, train_samples=TRAIN_SAMPLES)
+        job.torch_device()  # --device=cuda where torch sees no GPU fails as a bad flag
+        return own, job
+    except ValueError as e:  # psync.InvalidArgumentError among them
         parser.error(str(e))
 
 
@@ -97,15 +101,15 @@ def train_step(opt: pt.DistributedOptimizer, model: torch.nn.Module, x: torch.Te
     opt.zero_grad()
     opt.samples = -(-len(x) // k_passes)  # the largest pass's
     opt.step_samples = len(x)
-    loss_sum = 0.0
+    losses = []
     for k in range(k_passes):
         part = slice(k * len(x) // k_passes, (k + 1) * len(x) // k_passes)
         loss = F.cross_entropy(model(x[part]), y[part])
         n = part.stop - part.start
         (loss if n == opt.samples else loss * (n / opt.samples)).backward()
-        loss_sum += loss.item()
+        losses.append(loss.detach())
     opt.step()
-    return loss_sum / k_passes
+    return torch.stack(losses).mean().item()  # after step(): no wait for a GPU mid-step
 
 
 def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -162,8 +166,11 @@ def train(model: torch.nn.Module, job: pt.Job, flatten: bool = False) -> Optiona
     the test set at the end of each epoch (and of the job), prints the epoch's
     loss, test accuracy and samples/s, and returns the final test accuracy
     (None on other workers), which the job's --summary records."""
-    x_train, y_train = load(job.data_dir, "train")
-    x_test, y_test = load(job.data_dir, "t10k") if job.worker_rank == 0 else (None, None)
+    device = job.torch_device()
+    model.to(device)
+    x_train, y_train = (t.to(device) for t in load(job.data_dir, "train"))
+    x_test, y_test = ((t.to(device) for t in load(job.data_dir, "t10k"))
+                      if job.worker_rank == 0 else (None, None))
     if flatten:
         x_train = x_train.flatten(1)
         x_test = x_test.flatten(1) if x_test is not None else None
@@ -173,7 +180,7 @@ def train(model: torch.nn.Module, job: pt.Job, flatten: bool = False) -> Optiona
     final = None
     with pt.StopOnSignal() as stop, pt.DistributedOptimizer(model, job) as opt:
         print(f"worker {job.worker_rank} of {job.num_workers}: {job.steps} steps of "
-              f"{job.global_batch} samples from step {opt.step_number}", flush=True)
+              f"{job.global_batch} samples from step {opt.step_number} on {device}", flush=True)
         progress = EpochProgress()
         while opt.step_number < job.steps:
             if stop.requested:  # between steps, as psync_worker stops
@@ -182,7 +189,7 @@ def train(model: torch.nn.Module, job: pt.Job, flatten: bool = False) -> Optiona
             batch = global_batch(job, step, n)
             try:
                 if opt.trains:
-                    mine = batch[opt.share(len(batch))]
+                    mine = batch[opt.share(len(batch))].to(device)
                     loss = train_step(opt, model, x_train[mine], y_train[mine])
                 else:  # an elastic job's step of other workers (before this one joined)
                     opt.wait_out()

@@ -4,19 +4,21 @@
 # and the NCCL reducer against their CPU twins (//worker/gpu:gpu_test), GPU
 # runs against CPU runs and against each other, samples/s of the MLP and the
 # CNN on both paths, overlap of the per-layer reduce with backward, and the
-# CNN trained on Fashion-MNIST with --device=cuda.
+# CNN trained on Fashion-MNIST with --device=cuda; and the torch package
+# built for the machine's torch, its tests run there (a model on the GPU
+# among them) and the torch CNN example trained on the GPU.
 #
 # Made ready here by tests/gpu/make_device_bundle.sh (.gpu_bundle/); run from
 # the repository root:  bash tests/gpu/device_check.sh [OUT_DIR [PHASE...]]
 # PHASEs (default all, in this order): tests equivalence drift speed overlap
-# fashion. SPEED_DEVICES (default "cuda cpu") picks the speed phase's devices.
+# fashion torch torch_examples torch_speed (the last two need torch first). TORCH_TESTS picks the torch phase's tests. SPEED_DEVICES (default "cuda cpu") picks the speed phase's devices.
 # Every phase has its own time bound; a failed phase is reported and the next
 # one runs. OUT_DIR (default $OUT, else a temp dir) gets two files, whenever
 # the run ends: check.log and logs.tar.gz (every job's log, summary and trace).
 set -u
 out="${1:-${OUT:-$(mktemp -d)}}"
 shift
-phases=" ${*:-tests equivalence drift speed overlap fashion} "
+phases=" ${*:-tests equivalence drift speed overlap fashion torch torch_examples torch_speed} "
 wanted() { [[ "$phases" == *" $1 "* ]]; }
 mkdir -p "$out"
 exec > >(tee "$out/check.log") 2>&1
@@ -139,6 +141,57 @@ if wanted fashion; then
     --batch_per_device=32 --epochs=12 --lr=0.05 --momentum=0.9 --weight_decay=0.0005 --seed=1 \
     --lr_schedule=cosine
   grep -h "test_acc" "$work/cnn_fashion.log" | grep "worker 0"
+fi
+
+if wanted torch; then
+  phase "torch: the package built for this machine's torch, its tests, the CNN example on the GPU"
+  python3 -c 'import sysconfig, torch; print("torch", torch.__version__, "CUDA", torch.version.cuda,
+    "GPUs", torch.cuda.device_count(), "Python.h in", sysconfig.get_paths()["include"])'
+  torch_dir="$work/torch"
+  mkdir -p "$work/torch_kit"
+  tar -C "$work/torch_kit" -xJf "$bundle/torch.tar.xz"
+  timeout 300 python3 tests/gpu/build_torch_binding.py "$work/torch_kit/torch" "$torch_dir"
+  echo "build exit $?"
+  # The tests' runfiles, as Bazel lays them out, and the data set where the
+  # job's default --data_dir looks.
+  runfiles="$work/runfiles/psync"
+  mkdir -p "$runfiles/server" "$runfiles/worker/torch" /usr/share/datasets/fashion-mnist
+  ln -s "$bin/psync_server" "$runfiles/server/psync_server"
+  ln -s "$PWD/examples" "$runfiles/examples"
+  ln -s "$torch_dir" "$runfiles/worker/torch/python"
+  cp -n "$data"/*.gz /usr/share/datasets/fashion-mnist/
+  export PYTHONPATH="$torch_dir:$PWD/tests" PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1
+  for t in ${TORCH_TESTS:-torch_device_test torch_optimizer_test torch_local_exact_test torch_export_test torch_local_test}; do
+    mkdir -p "$work/tmp_$t"
+    TEST_SRCDIR="$work/runfiles" TEST_TMPDIR="$work/tmp_$t" timeout 300 python3 "tests/$t.py" \
+      > "$work/$t.log" 2>&1
+    echo "[$t] exit $?: $(grep -E '^(Ran|OK|FAILED)' "$work/$t.log" | tr '\n' ' ')"
+    grep -E "largest relative|^(FAIL|ERROR):|skipped|Error" "$work/$t.log" | head -12
+  done
+fi
+
+if wanted torch_examples; then
+  phase "torch_examples: the torch CNN example on the GPU and the CPU, and on Fashion-MNIST"
+  for device in cuda cpu; do
+    launch "torch_cnn_$device" --device=$device --num_servers=2 --num_workers=2 --batch_per_device=256 \
+      --steps=200 --seed=1 --lr=0.05 --worker_cmd="python3 $PWD/examples/torch/train_cnn.py"
+    grep -h "epoch 1 of 1" "$work/torch_cnn_$device.log"
+  done
+  launch torch_cnn_fashion --device=cuda --num_servers=2 --num_workers=2 --batch_per_device=32 \
+    --epochs=12 --lr=0.05 --momentum=0.9 --weight_decay=0.0005 --seed=1 --lr_schedule=cosine \
+    --worker_cmd="python3 $PWD/examples/torch/train_cnn.py"
+  grep -h "^.*epoch .* of 12\|on cuda" "$work/torch_cnn_fashion.log" | head -14
+fi
+
+if wanted torch_speed; then
+  phase "torch_speed: the torch CNN on the GPU pushing during backward or after it, beside psync_worker's (2 servers, 2 workers, batch 256)"
+  for overlap in true false; do
+    launch "torch_speed_overlap_$overlap" --device=cuda --num_servers=2 --num_workers=2 \
+      --batch_per_device=256 --steps=500 --seed=1 --lr=0.05 --overlap=$overlap --overlap_min_kb=0 \
+      --worker_cmd="python3 $PWD/examples/torch/train_cnn.py"
+  done
+  launch torch_speed_cxx --model=cnn --device=cuda --num_servers=2 --num_workers=2 --devices=1 \
+    --batch_per_device=256 --steps=500 --seed=1 --lr=0.05
 fi
 
 phase "done"

@@ -240,6 +240,7 @@ py::dict ReadJob(const std::vector<std::string>& args, int64_t train_samples) {
   d["num_workers"] = job->num_workers;
   d["min_workers"] = job->min_workers;
   d["devices"] = job->shape.devices;
+  d["device"] = job->config.training().device();
   d["batch_per_device"] = job->shape.batch_per_device;
   d["accumulation_steps"] = job->shape.accumulation_steps;
   d["steps"] = job->shape.total_steps;

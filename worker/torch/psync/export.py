@@ -70,9 +70,9 @@ def model_state(model: torch.nn.Module,
 
 
 def pull_master(client, step: int, params: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-    """The servers' float32 master weights of ``step``, in new tensors shaped as
+    """The servers' float32 master weights of ``step``, in new CPU tensors shaped as
     ``params``."""
-    master = [torch.empty_like(p, memory_format=torch.contiguous_format) for p in params]
+    master = [torch.empty(p.shape, dtype=torch.float32) for p in params]
     client.pull(step, master, precision="master")
     return master
 

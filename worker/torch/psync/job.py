@@ -12,6 +12,8 @@ import dataclasses
 import sys
 from typing import Optional, Sequence, Tuple
 
+import torch
+
 from . import _psync
 
 
@@ -24,6 +26,7 @@ class Job:
     num_workers: int             # an elastic job's --max_workers: the global batch's workers
     min_workers: int             # > 0: an elastic job, which trains on with this many at least
     devices: int                 # --devices: this worker's share is devices x batch_per_device
+    device: str                  # --device: auto, cpu or cuda (see torch_device)
     batch_per_device: int
     accumulation_steps: int      # backward passes (micro-batches) per step
     steps: int                   # --steps, or --epochs over train_samples (0 if unknown)
@@ -42,6 +45,22 @@ class Job:
     def elastic(self) -> bool:
         """Whether workers may join and leave while the job runs (``--min_workers``)."""
         return self.min_workers > 0
+
+    def torch_device(self, local_rank: int = 0) -> torch.device:
+        """Where this worker's model trains (local process ``local_rank``'s, under
+        local aggregation), from ``--device``: ``cuda:<local_rank>`` for ``cuda``,
+        and for ``auto`` where torch sees that many GPUs; the CPU otherwise.
+        Raises ValueError for ``--device=cuda`` without that GPU."""
+        if self.device == "cpu":
+            return torch.device("cpu")
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if local_rank < gpus:
+            return torch.device("cuda", local_rank)
+        if self.device == "cuda":
+            raise ValueError(f"--device=cuda: local process {local_rank} needs GPU {local_rank}, "
+                             f"and torch {torch.__version__} sees {gpus} GPU(s)"
+                             + ("" if torch.version.cuda else " (a build without CUDA)"))
+        return torch.device("cpu")
 
     @property
     def worker_batch(self) -> int:

@@ -10,7 +10,9 @@ to local rank 0, the local root; the root alone holds a :class:`Client`,
 registers, pushes the machine's sum with the machine's sample count and
 pulls the new weights, which it then broadcasts to the others with its
 buffers (BatchNorm's running statistics), so that a machine's processes hold
-one model. Every
+one model. The group's collectives move CPU tensors: a model on a CUDA
+device is copied through host memory (``torchrun`` with one GPU per process;
+NCCL between a machine's GPUs is not used yet). Every
 collective is bounded by the group's timeout, so a dead local process
 fails its machine's step instead of hanging it. Not thread-safe: one
 training loop per process drives it.
@@ -27,9 +29,11 @@ import torch.distributed as dist
 from . import _psync
 from .elastic import StepMembers, WorkerSet, device_share, members_of
 from .export import Metrics, RunOutputs, model_state, pull_master, save_file
+from .host import HostTensors, check_device
 from .job import Job
 from .optimizer import (OptimizerError, SparseGradientError, StepWithoutBackwardError, check_unchanged,
-                        checked_parameters, initial_values, join, zero_grad)
+                        checked_parameters, initial_values, join, trainable_parameters,
+                        zero_grad)
 from .torch import Client
 
 ROOT = 0  # the local rank that talks to the servers
@@ -39,16 +43,19 @@ _ALIGN = 8  # bytes: where each tensor starts in the root's broadcast, so any dt
 def _carried_buffers(model: torch.nn.Module) -> List[torch.Tensor]:
     """The buffers the root's broadcast carries: ``model``'s floating-point and
     integer ones (BatchNorm's running statistics and batch count), in
-    ``buffers()`` order. Raises TypeError naming one that is not on the CPU."""
+    ``buffers()`` order. Raises TypeError naming one that is sparse or on another
+    device than the parameters."""
     carried = []
     for name, b in model.named_buffers():
         if b.dtype.is_complex or b.dtype == torch.bool:
             continue
-        if b.device.type != "cpu" or b.is_sparse:
-            raise TypeError(f"LocalOptimizer: buffer '{name}' is a {b.layout} tensor on "
-                            f"{b.device}, expected a dense CPU tensor (the group is gloo's)")
-        carried.append(b)
-    return carried
+        if b.is_sparse:
+            raise TypeError(f"LocalOptimizer: buffer '{name}' is a {b.layout} tensor, expected "
+                            f"a dense one")
+        carried.append((name, b))
+    params = trainable_parameters(model)
+    check_device(params[:1] + carried, "LocalOptimizer")
+    return [b for _, b in carried]
 
 
 def _byte_offsets(tensors: Sequence[torch.Tensor]) -> Tuple[List[int], int]:
@@ -166,9 +173,14 @@ class LocalOptimizer:
     into every local process's, in place, so a machine's processes hold one
     model (DDP's ``broadcast_buffers``, the machine being the group). Other
     machines' buffers follow their own roots' shares.
+
+    A model on a GPU goes through host memory: the group's buffers, and the
+    root's pinned host copies for its client (:mod:`psync.host`;
+    ``staged=True`` sends CPU parameters the same way, for tests).
     """
 
-    def __init__(self, model: torch.nn.Module, job: Job, local: LocalGroup) -> None:
+    def __init__(self, model: torch.nn.Module, job: Job, local: LocalGroup, *,
+                 staged: Optional[bool] = None) -> None:
         named = checked_parameters(model, "LocalOptimizer")
         _carried_buffers(model)  # refuses a buffer the group cannot carry, before registering
         self._model = model
@@ -177,6 +189,9 @@ class LocalOptimizer:
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
         self._shapes = [tuple(p.shape) for p in self._params]
+        # Where the root's client reads and writes (the others' gradients and weights
+        # travel in the group's buffers).
+        self._host = HostTensors(self._params, staged) if local.is_root else None
         # Worker 0's root writes --export_path and --summary (checked now).
         self._outputs = RunOutputs(job, model, writer=job.worker_rank == 0 and local.is_root)
         self._master: Optional[List[torch.Tensor]] = None
@@ -186,7 +201,7 @@ class LocalOptimizer:
         if local.is_root:
             self._client = Client(job.args, [(n, tuple(p.shape)) for n, p in named],
                                   job.train_samples)
-            self._initial = initial_values(job, self._params)
+            self._initial = initial_values(job, self._host)
         # Every tensor the group's collectives take is made once and kept for the
         # optimizer's life: no allocation per step, and no deadlock in torch 2's
         # destroy_process_group, which joins gloo's threads holding the GIL while
@@ -259,7 +274,9 @@ class LocalOptimizer:
         step = self.step_number
 
         def pull_next() -> int:
-            self._client.pull(step + 1, self._params)
+            self._host.before_client_writes()
+            self._client.pull(step + 1, self._host.weights)
+            self._host.copy_in()
             return step + 1
 
         self.step_number = self._from_root(pull_next, f"waiting out step {step}")
@@ -327,8 +344,10 @@ class LocalOptimizer:
         dist.reduce(self._count, ROOT)
 
         def push_pull() -> int:
+            self._host.before_client_writes()
             self._client.push_pull(self.step_number, int(self._count.item()), self._grad_views,
-                                   self._params)
+                                   self._host.weights)
+            self._host.copy_in()
             return self.step_number + 1
 
         self.step_number = self._from_root(push_pull, f"step {self.step_number}")
@@ -392,7 +411,7 @@ class LocalOptimizer:
         return g
 
     def _join(self) -> int:
-        step = self._from_root(lambda: join(self._client, self._params, self._initial),
+        step = self._from_root(lambda: join(self._client, self._host, self._initial),
                                "registering")
         self._members = self._members_from_root()
         return step

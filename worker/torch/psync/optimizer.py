@@ -6,7 +6,8 @@ the servers' (the seed's), and then, each step, pushes
 every parameter's gradient from a hook on its gradient accumulator the
 moment backward has produced it, so communication overlaps the rest of
 backward; :meth:`DistributedOptimizer.step` waits for the new weights and
-writes them into the parameters in place. The update itself (SGD, momentum,
+writes them into the parameters in place. Parameters on a CUDA device go
+through pinned host copies (:mod:`psync.host`). The update itself (SGD, momentum,
 Nesterov, weight decay, Adam, AdamW, warm-up, schedules) is the servers':
 no optimizer state lives here. Not thread-safe: one training loop drives it.
 """
@@ -18,6 +19,7 @@ import torch
 from . import _psync
 from .elastic import StepMembers, WorkerSet, members_of
 from .export import Metrics, RunOutputs, model_state, pull_master, save_file
+from .host import HostTensors, PendingCopy, check_device
 from .job import Job
 from .torch import Client
 
@@ -54,7 +56,8 @@ def trainable_parameters(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Par
 def checked_parameters(model: torch.nn.Module,
                        who: str) -> List[Tuple[str, torch.nn.Parameter]]:
     """:func:`trainable_parameters`, refused unless there is one at least and each
-    is a dense float32 CPU tensor (``who`` names the caller in the error)."""
+    is a dense float32 tensor, all on the CPU or all on one CUDA device
+    (``who`` names the caller in the error)."""
     named = trainable_parameters(model)
     if not named:
         raise ValueError(f"{who}: the model has no parameter that requires a gradient, "
@@ -66,9 +69,10 @@ def checked_parameters(model: torch.nn.Module,
             raise TypeError(f"{who}: parameter '{name}' is {p.dtype}, expected torch.float32 "
                             f"(the servers keep float32 weights): convert the model first, "
                             f"model.float(); --wire_dtype=bf16 or fp16 sends fewer bytes")
-        if p.device.type != "cpu" or p.is_sparse:
-            raise TypeError(f"{who}: parameter '{name}' is {p.dtype} on {p.device}, "
-                            f"expected a dense torch.float32 CPU tensor")
+        if p.is_sparse:
+            raise TypeError(f"{who}: parameter '{name}' is a sparse tensor, expected a dense "
+                            f"one")
+    check_device(named, who)
     return named
 
 
@@ -102,12 +106,12 @@ def check_unchanged(model: torch.nn.Module, names: Sequence[str],
                 f"model completely before {who}")
 
 
-def initial_values(job: Job, params: Sequence[torch.Tensor]) -> Optional[List[torch.Tensor]]:
+def initial_values(job: Job, host: HostTensors) -> Optional[List[torch.Tensor]]:
     """With ``--init_from=worker``, worker 0's model is the job's starting point:
-    a copy of its values, kept to be sent again if the servers roll back to 0;
-    None on any other worker or job."""
+    a CPU copy of its values, kept to be sent again if the servers roll back to
+    0; None on any other worker or job."""
     if job.init_from == "worker" and job.worker_rank == 0:
-        return [p.detach().clone() for p in params]
+        return host.host_values()
     return None
 
 
@@ -123,18 +127,20 @@ def zero_grad(params: Sequence[torch.Tensor], set_to_none: bool) -> None:
             p.grad.zero_()
 
 
-def join(client: Client, params: Sequence[torch.Tensor],
-         initial: Optional[Sequence[torch.Tensor]]) -> int:
+def join(client: Client, host: HostTensors, initial: Optional[Sequence[torch.Tensor]]) -> int:
     """Registers ``client`` and writes the weights of the step the job resumes from
-    into ``params``; returns that step. At version 0 of a job whose initial weights
-    are worker 0's, worker 0 (``initial`` given) sends them (the push of
-    INITIAL_WEIGHTS_STEP, answered with version 0) and the others' pulls wait."""
+    into the parameters of ``host``; returns that step. At version 0 of a job
+    whose initial weights are worker 0's, worker 0 (``initial`` given) sends them
+    (the push of INITIAL_WEIGHTS_STEP, answered with version 0) and the others'
+    pulls wait."""
     step = client.register()
+    host.before_client_writes()
     with torch.no_grad():
         if step == 0 and initial is not None:
-            client.push_pull(_psync.INITIAL_WEIGHTS_STEP, 0, list(initial), list(params))
+            client.push_pull(_psync.INITIAL_WEIGHTS_STEP, 0, list(initial), host.weights)
         else:
-            client.pull(step, list(params))
+            client.pull(step, host.weights)
+    host.copy_in()
     return step
 
 
@@ -146,8 +152,10 @@ class DistributedOptimizer:
     the servers' weights of the step training resumes from into them, in
     place; :attr:`step_number` is that step. With ``--init_from=worker`` (the
     job's, servers' too), a job at step 0 starts from worker 0's parameter
-    values: worker 0 sends them and every other worker pulls them. Parameters must be dense float32
-    CPU tensors; those with ``requires_grad=False`` are not registered and
+    values: worker 0 sends them and every other worker pulls them. Parameters
+    must be dense float32 tensors, all on the CPU or all on one CUDA device
+    (``staged=True`` sends CPU parameters through host copies as CUDA ones
+    are, for tests); those with ``requires_grad=False`` are not registered and
     stay as they are.
 
     Gradients are taken to be of a MEAN loss over this worker's samples of one
@@ -161,13 +169,15 @@ class DistributedOptimizer:
     a parameter is pushed when the K-th pass has produced its gradient.
     """
 
-    def __init__(self, model: torch.nn.Module, job: Job) -> None:
+    def __init__(self, model: torch.nn.Module, job: Job, *,
+                 staged: Optional[bool] = None) -> None:
         self._model = model
         self._job = job
         named = checked_parameters(model, "DistributedOptimizer")
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
         self._shapes = [tuple(p.shape) for p in self._params]
+        self._host = HostTensors(self._params, staged)
         self._offsets = [0]  # the layout's float offsets of each parameter, and the end
         for p in self._params:
             self._offsets.append(self._offsets[-1] + p.numel())
@@ -180,7 +190,7 @@ class DistributedOptimizer:
         self._accumulators = []  # kept alive: a hook lives as long as its node
         # With --init_from=worker, worker 0's model is the job's starting point;
         # its values are kept to be sent again if the servers roll back to 0.
-        self._initial = initial_values(job, self._params)
+        self._initial = initial_values(job, self._host)
         self.step_number = self._join()
         self._outputs.start(self.step_number)
         self._reset_step()
@@ -271,8 +281,10 @@ class DistributedOptimizer:
             raise OptimizerError(
                 f"wait_out() for step {self.step_number}, which worker {self._job.worker_rank} "
                 f"trains (workers {list(self.members.ranks)}): train it and call step()")
+        self._host.before_client_writes()
         with torch.no_grad():
-            self._client.pull(self.step_number + 1, self._params)
+            self._client.pull(self.step_number + 1, self._host.weights)
+        self._host.copy_in()
         self.step_number += 1
         self._reset_step()
 
@@ -317,7 +329,10 @@ class DistributedOptimizer:
                 f"step() for step {self.step_number} without a backward pass: no parameter got "
                 f"a gradient since the last step (call loss.backward() first)")
         self._start_runs([i for i, started in enumerate(self._started) if not started])
+        self._push_copied(block=True)
+        self._host.before_client_writes()
         self._client.wait()
+        self._host.copy_in()
         self.step_number += 1
         self._reset_step()
 
@@ -392,6 +407,7 @@ class DistributedOptimizer:
         self._fired = [0] * n      # backward passes that reached each parameter
         self._started = [False] * n
         self._held = (0, 0)        # the complete parameters [first, end) not yet pushed
+        self._copying: List[PendingCopy] = []  # started runs whose gradients are not yet pushed
         self._checked = False
         self._samples = self._job.worker_batch
         self._step_samples: Optional[int] = None
@@ -399,7 +415,7 @@ class DistributedOptimizer:
     def _join(self) -> int:
         """Registers and writes the weights of the step the job resumes from into
         the parameters (:func:`join`); learns who trains each step."""
-        step = join(self._client, self._params, self._initial)
+        step = join(self._client, self._host, self._initial)
         self._members: StepMembers = members_of(self._client, self._job)
         return step
 
@@ -461,7 +477,8 @@ class DistributedOptimizer:
 
     def _start_runs(self, indices: Sequence[int]) -> None:
         """Starts the push-pull of the parameters ``indices`` (ascending), one call
-        per run of consecutive ones."""
+        per run of consecutive ones, as soon as their gradients are in host
+        memory (at once on the CPU)."""
         runs: List[List[int]] = []
         for i in indices:
             if runs and runs[-1][-1] == i - 1:
@@ -469,9 +486,16 @@ class DistributedOptimizer:
             else:
                 runs.append([i])
         for run in runs:
-            grads = [self._gradient(i) for i in run]
-            self._client.start_push_pull(
-                self.step_number, self.step_samples, run[0], grads,
-                [self._params[i] for i in run], grad_scale=float(self._samples))
+            self._copying.append(self._host.gradients(run, [self._gradient(i) for i in run]))
             for i in run:
                 self._started[i] = True
+        self._push_copied(block=False)
+
+    def _push_copied(self, block: bool) -> None:
+        """Pushes the started runs whose gradients have reached host memory, in the
+        order they started; with ``block``, all of them, waiting for their copies."""
+        while self._copying and self._copying[0].ready(block):
+            copy = self._copying.pop(0)
+            self._client.start_push_pull(
+                self.step_number, self.step_samples, copy.indices[0], copy.host,
+                [self._host.weights[i] for i in copy.indices], grad_scale=float(self._samples))

@@ -11,14 +11,17 @@
 # Made ready here by tests/gpu/make_device_bundle.sh (.gpu_bundle/); run from
 # the repository root:  bash tests/gpu/device_check.sh [OUT_DIR [PHASE...]]
 # PHASEs (default all, in this order): tests equivalence drift speed overlap
-# fashion torch torch_examples torch_speed (the last two need torch first). TORCH_TESTS picks the torch phase's tests. SPEED_DEVICES (default "cuda cpu") picks the speed phase's devices.
+# fashion torch torch_examples torch_speed torch_bench (the last three need
+# torch first). TORCH_TESTS picks the torch phase's tests, TORCH_BENCH_FLAGS
+# torch_bench.py's flags, SPEED_DEVICES (default "cuda cpu") the speed
+# phase's devices.
 # Every phase has its own time bound; a failed phase is reported and the next
 # one runs. OUT_DIR (default $OUT, else a temp dir) gets two files, whenever
 # the run ends: check.log and logs.tar.gz (every job's log, summary and trace).
 set -u
 out="${1:-${OUT:-$(mktemp -d)}}"
 shift
-phases=" ${*:-tests equivalence drift speed overlap fashion torch torch_examples torch_speed} "
+phases=" ${*:-tests equivalence drift speed overlap fashion torch torch_examples torch_speed torch_bench} "
 wanted() { [[ "$phases" == *" $1 "* ]]; }
 mkdir -p "$out"
 exec > >(tee "$out/check.log") 2>&1
@@ -192,6 +195,19 @@ if wanted torch_speed; then
   done
   launch torch_speed_cxx --model=cnn --device=cuda --num_servers=2 --num_workers=2 --devices=1 \
     --batch_per_device=256 --steps=500 --seed=1 --lr=0.05
+fi
+
+if wanted torch_bench; then
+  phase "torch_bench: tests/bench/torch_bench.py on this machine's CPUs (${TORCH_BENCH_FLAGS:---runs=3})"
+  bench_bin="$work/bench_bin"
+  mkdir -p "$bench_bin/server" "$bench_bin/worker/torch"
+  ln -s "$bin/psync_server" "$bench_bin/server/psync_server"
+  ln -s "$bin/psync_worker" "$bench_bin/worker/psync_worker"
+  ln -s "$torch_dir" "$bench_bin/worker/torch/python"
+  # --device=cpu: psync_worker's row is the C++ worker on the CPU, as the torch rows are.
+  timeout 420 python3 tests/bench/torch_bench.py --bin_dir="$bench_bin" --python="$(command -v python3)" \
+    --psync_flags=--device=cpu ${TORCH_BENCH_FLAGS:---runs=3}
+  echo "torch_bench exit $?"
 fi
 
 phase "done"

@@ -18,6 +18,7 @@ import torch
 
 import psync.torch as pt
 import torch_test_util as tu
+from psync import host
 from psync_servers import Servers
 
 SETTINGS = tu.SGD_MOMENTUM
@@ -46,14 +47,40 @@ class TorchDeviceTest(unittest.TestCase):
             with tempfile.TemporaryDirectory() as out:
                 return tu.train_worker_processes([servers.flag] + job, workers, out)
 
+    def assert_equal(self, got: tu.Weights, want: tu.Weights) -> None:
+        for name, w in want.items():
+            self.assertTrue(torch.equal(got[name], w), name)
+
     def test_host_copies_give_the_direct_paths_bits(self):
         direct = self.train("cpu", micro_batches=2)[0]
+        self.assertFalse(torch.equal(direct[0]["fc1.weight"], direct[1]["fc1.weight"]))
         staged = self.train("cpu", staged=True, micro_batches=2)[0]
-        for name in direct[1]:
-            self.assertTrue(torch.equal(direct[0][name], staged[0][name]), name)
-            self.assertTrue(torch.equal(direct[1][name], staged[1][name]), name)
-            self.assertFalse(torch.equal(direct[0][name], direct[1][name]) and
-                             name.startswith("fc1"), name)
+        self.assert_equal(staged[0], direct[0])
+        self.assert_equal(staged[1], direct[1])
+
+    def test_pushes_that_wait_for_their_copies_give_the_same_bits(self):
+        # Copies that are never done before step(), as on a GPU that lags behind
+        # the queue: every push waits for step(), in the order the runs started.
+        calls = {"query": 0, "synchronize": 0}
+
+        class LateEvent:
+            def query(self) -> bool:
+                calls["query"] += 1
+                return False
+
+            def synchronize(self) -> None:
+                calls["synchronize"] += 1
+
+        direct = self.train("cpu")[0]
+        event = host._event
+        host._event = lambda _device: LateEvent()
+        try:
+            late = self.train("cpu", staged=True)[0]
+        finally:
+            host._event = event
+        self.assert_equal(late[1], direct[1])
+        self.assertGreater(calls["query"], 0)
+        self.assertGreater(calls["synchronize"], tu.STEPS)
 
     def test_a_model_on_the_gpu_trains_as_torch_does(self):
         if not GPU:
@@ -70,8 +97,8 @@ class TorchDeviceTest(unittest.TestCase):
         if GPU:
             self.skipTest(f"torch {torch.__version__} sees a GPU")
         job = pt.init(["--servers=127.0.0.1:1", "--device=cuda"])
-        with self.assertRaisesRegex(ValueError, r"--device=cuda: local process 0 needs GPU 0, "
-                                                r"and torch .* sees 0 GPU\(s\)"):
+        with self.assertRaisesRegex(ValueError, r"--device=cuda: 1 local process\(es\) need a "
+                                                r"GPU each, and torch .* sees 0"):
             job.torch_device()
         self.assertEqual(pt.init(["--servers=127.0.0.1:1"]).torch_device(), torch.device("cpu"))
 

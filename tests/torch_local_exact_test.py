@@ -73,13 +73,14 @@ def state_of(model: torch.nn.Module) -> State:
 def local_main(out: str, args: Sequence[str]) -> None:
     """One local process: device `device_rank`'s share of every global batch,
     `accumulation_steps` consecutive micro-batches of `batch_per_device`, on
-    its local rank's GPU where --device=auto finds one, else the CPU."""
+    its local rank's GPU where --device=auto finds one per local process, else
+    the CPU."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="mlp")
     own, rest = parser.parse_known_args(list(args))
     job = pt.init(rest)
     local = pt.init_local(job, timeout_s=GROUP_TIMEOUT_S)
-    device = job.torch_device(local.rank)
+    device = job.torch_device(local.rank, local.size)
     model = make_model(own.model).to(device)
     try:
         with pt.LocalOptimizer(model, job, local) as opt:

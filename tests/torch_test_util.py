@@ -11,7 +11,7 @@ and saves its weights (after registering and at the end) to OUT."""
 import os
 import subprocess
 import sys
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Dict, List, Mapping, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -103,7 +103,7 @@ def weights_of(model: torch.nn.Module) -> Weights:
 
 
 def train_worker(args: Sequence[str], rank: int, num_workers: int,
-                 micro_batches: int = 1, staged: Optional[bool] = None) -> List[Weights]:
+                 micro_batches: int = 1, staged: bool = False) -> List[Weights]:
     """Trains an Mlp through psync as worker `rank` of `num_workers`, on its
     share of every global batch (cut in `micro_batches` backward passes), on
     the job's device (a GPU where --device=auto finds one); returns its

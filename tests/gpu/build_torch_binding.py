@@ -10,7 +10,8 @@ client as libpsync_torch_core.so, and the headers the binding includes);
 the three files of worker/torch that include Python's, pybind11's or
 torch's headers are compiled here as //worker/torch:_psync.so compiles
 them, with this torch's include paths and C++ ABI, and linked against that
-library and this torch. Writes the package to OUT/psync (import it with
+library and this torch (with $CXX, g++ by default). Writes the package
+to OUT/psync, replacing it, and its objects to OUT/build (import it with
 PYTHONPATH=OUT; the library beside the extension, found through its
 rpath). The core library's own dependencies (gRPC, protobuf, Abseil) must
 be on the library path. Exits non-zero naming the command that failed.
@@ -18,6 +19,7 @@ be on the library path. Exits non-zero naming the command that failed.
 
 import concurrent.futures
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,11 +48,15 @@ def pybind11_include(torch_includes):
     raise RuntimeError(f"no pybind11 headers in {candidates + ['/usr/include']}")
 
 
+class BuildError(Exception):
+    """A compiler or linker command failed."""
+
+
 def run(command):
     result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             check=False)
     if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)}\nexited {result.returncode}:\n{result.stdout}")
+        raise BuildError(f"{shlex.join(command)}\nexited {result.returncode}:\n{result.stdout}")
     return command[-1]
 
 
@@ -65,7 +71,8 @@ def main(argv):
         return 2
     build = os.path.join(out, "build")
     package = os.path.join(out, "psync")
-    shutil.rmtree(out, ignore_errors=True)
+    for made in (build, package):
+        shutil.rmtree(made, ignore_errors=True)
     os.makedirs(os.path.join(build, "worker", "torch"))
     os.makedirs(package)
 
@@ -82,7 +89,7 @@ def main(argv):
                 f"inline constexpr int kBuiltTorchCxx11Abi = {abi};\n}}  // namespace psync\n"
                 "#endif  // PSYNC_WORKER_TORCH_BUILD_INFO_H_\n")
 
-    common = ["g++", "-std=c++17", "-O2", "-fPIC", "-DNDEBUG", f"-I{ROOT}",
+    common = [os.environ.get("CXX", "g++"), "-std=c++17", "-O2", "-fPIC", "-DNDEBUG", f"-I{ROOT}",
               f"-I{python_include}"]
     sources = {
         # The one file with torch's headers, with torch's C++ ABI (worker/torch/BUILD).
@@ -95,15 +102,31 @@ def main(argv):
     commands = [flags + ["-c", os.path.join(ROOT, "worker", "torch", name + ".cc"),
                          "-o", os.path.join(build, name + ".o")]
                 for name, flags in sources.items()]
-    with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:
-        objects = list(pool.map(run, commands))
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:
+            objects = list(pool.map(run, commands))
+        link(kit, package, objects, torch_libs, ext_suffix, common[0])
+    except BuildError as e:
+        print(f"build_torch_binding.py: {e}", file=sys.stderr)
+        return 1
+    write_package(package, version, abi, ext_suffix)
+    print(f"built psync for torch {version} (C++11 ABI {abi}) and {sys.executable} in {package}")
+    return 0
+
+
+def link(kit, package, objects, torch_libs, ext_suffix, cxx):
+    """The extension, from `objects`, against the kit's library (copied beside it)
+    and torch's."""
     shutil.copy(os.path.join(kit, "lib", CORE), package)
-    link = ["g++", "-shared", "-o", os.path.join(package, "_psync" + ext_suffix)] + objects + [
+    command = [cxx, "-shared", "-o", os.path.join(package, "_psync" + ext_suffix)] + objects + [
         f"-L{package}", "-lpsync_torch_core", "-Wl,-rpath,$ORIGIN"]
     for d in torch_libs:
-        link += [f"-L{d}", f"-Wl,-rpath,{d}"]
-    run(link + ["-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10"])
+        command += [f"-L{d}", f"-Wl,-rpath,{d}"]
+    run(command + ["-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10"])
 
+
+def write_package(package, version, abi, ext_suffix):
+    """The package's Python files and _build_info.py beside the extension."""
     for name in sorted(os.listdir(PACKAGE)):
         if name.endswith(".py"):
             shutil.copy(os.path.join(PACKAGE, name), package)
@@ -112,8 +135,6 @@ def main(argv):
                 'built for."""\n'
                 f"TORCH_VERSION = {version!r}\nTORCH_CXX11_ABI = {abi}\n"
                 f"PYTHON = {sys.executable!r}\nEXT_SUFFIX = {ext_suffix!r}\n")
-    print(f"built psync for torch {version} (C++11 ABI {abi}) and {sys.executable} in {package}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ bundle="$PWD/.gpu_bundle"
 bin="$bundle/bin"
 data="$bundle/data"
 work="$(mktemp -d)"
+torch_dir="$work/torch"  # the torch package, once the torch phase has built it
 start=$(date +%s)
 trap 'exit 143' TERM
 trap 'tar -C "$work" -czf "$out/logs.tar.gz" --exclude=lib --exclude="*.safetensors" .' EXIT
@@ -150,7 +151,6 @@ if wanted torch; then
   phase "torch: the package built for this machine's torch, its tests, the CNN example on the GPU"
   python3 -c 'import sysconfig, torch; print("torch", torch.__version__, "CUDA", torch.version.cuda,
     "GPUs", torch.cuda.device_count(), "Python.h in", sysconfig.get_paths()["include"])'
-  torch_dir="$work/torch"
   mkdir -p "$work/torch_kit"
   tar -C "$work/torch_kit" -xJf "$bundle/torch.tar.xz"
   timeout 300 python3 tests/gpu/build_torch_binding.py "$work/torch_kit/torch" "$torch_dir"
@@ -171,6 +171,11 @@ if wanted torch; then
     echo "[$t] exit $?: $(grep -E '^(Ran|OK|FAILED)' "$work/$t.log" | tr '\n' ' ')"
     grep -E "largest relative|^(FAIL|ERROR):|skipped|Error" "$work/$t.log" | head -12
   done
+fi
+
+if ! wanted torch && { wanted torch_examples || wanted torch_speed || wanted torch_bench; }; then
+  echo "torch_examples, torch_speed and torch_bench need the torch phase: add torch"
+  phases=" "
 fi
 
 if wanted torch_examples; then

@@ -8,12 +8,12 @@
 # three include beyond the repository's own (Abseil's, protobuf's, the
 # generated .pb.h). Run from the repository root after
 #   bazel build //worker/torch:psync
-# Writes DIR/lib/libpsync_torch_core.so and DIR/include/.
+# Writes DIR/lib/libpsync_torch_core.so and DIR/include/, replacing them.
 set -euo pipefail
 dir=${1:?usage: make_torch_kit.sh DIR}
 params=bazel-bin/worker/torch/_psync.so-2.params
 [ -f "$params" ] || { echo "make_torch_kit.sh: no $params: bazel build //worker/torch:psync first" >&2; exit 1; }
-rm -rf "$dir"
+rm -rf "$dir/lib" "$dir/include"
 mkdir -p "$dir/lib" "$dir/include/proto"
 # The link line of _psync.so less the binding's own objects and torch's
 # libraries; every object is kept (--whole-archive), since nothing in the
@@ -22,6 +22,7 @@ mapfile -t objects < <(grep '\.pic\.o$' "$params" |
   grep -vE '/_objs/(psync_module|output_binding|torch_tensor)/')
 mapfile -t libs < <(grep -E '^-l|^-Wl,--(push|pop)-state' "$params" |
   grep -vE '^-l(torch|torch_python|torch_cpu|c10)$')
+((${#objects[@]} > 0)) || { echo "make_torch_kit.sh: no objects in $params" >&2; exit 1; }
 g++ -shared -o "$dir/lib/libpsync_torch_core.so" -Wl,-z,defs \
   -Wl,--whole-archive "${objects[@]}" -Wl,--no-whole-archive "${libs[@]}"
 strip --strip-debug "$dir/lib/libpsync_torch_core.so"

@@ -12,24 +12,26 @@ path for CPU parameters (plain copies, no events): the tests exercise the
 GPU path's bookkeeping with it on machines without a GPU.
 """
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
 
-def check_device(named: Sequence[Tuple[str, torch.Tensor]], who: str) -> None:
+def check_device(named: Sequence[Tuple[str, torch.Tensor]], who: str,
+                 what: str = "parameter") -> None:
     """Raises TypeError unless the tensors of ``named`` (name, tensor) are all on the
     CPU or all on one CUDA device, naming the first that is not (``who`` names
-    the caller)."""
+    the caller, ``what`` the kind of tensor; the first of ``named`` is always a
+    parameter)."""
     first_name, first = named[0]
     for name, p in named:
         if p.device.type not in ("cpu", "cuda"):
-            raise TypeError(f"{who}: parameter '{name}' is on {p.device}, expected the CPU or "
+            raise TypeError(f"{who}: {what} '{name}' is on {p.device}, expected the CPU or "
                             f"a CUDA device")
         if p.device != first.device:
-            raise TypeError(f"{who}: parameter '{name}' is on {p.device} and '{first_name}' on "
-                            f"{first.device}, expected one device: each process trains one "
-                            f"replica of the model on one device")
+            raise TypeError(f"{who}: {what} '{name}' is on {p.device} and parameter "
+                            f"'{first_name}' on {first.device}, expected one device: each "
+                            f"process trains one replica of the model on one device")
 
 
 def _event(device: Optional[torch.device]) -> Optional["torch.cuda.Event"]:
@@ -64,24 +66,20 @@ class PendingCopy:
 class HostTensors:
     """Where the client reads each parameter's gradient and writes its weights."""
 
-    def __init__(self, params: Sequence[torch.Tensor], staged: Optional[bool] = None) -> None:
-        """``params`` are on one device (:func:`check_device`). ``staged`` None:
-        host copies where that device is a CUDA one, the parameters themselves on
-        the CPU."""
+    def __init__(self, params: Sequence[torch.Tensor], staged: bool = False) -> None:
+        """``params`` are on one device (:func:`check_device`): host copies where it
+        is a CUDA one (or with ``staged``), the parameters themselves on the CPU."""
         self._params = list(params)
         device = self._params[0].device
         self._device = device if device.type == "cuda" else None
-        self.staged = self._device is not None if staged is None else staged
+        self.staged = self._device is not None or staged
         self._written: Optional["torch.cuda.Event"] = None  # the last weights copied in
-        if not self.staged:
-            self.weights = self._params
-            self._grads: List[torch.Tensor] = []
-            return
-        pin = self._device is not None
-        self.weights = [torch.empty(p.shape, dtype=torch.float32, pin_memory=pin)
-                        for p in self._params]
-        self._grads = [torch.empty(p.shape, dtype=torch.float32, pin_memory=pin)
-                       for p in self._params]
+        self._grads: List[torch.Tensor] = []  # made at the first gradients()
+        self.weights = [self._host_tensor(p) for p in self._params] if self.staged \
+            else self._params
+
+    def _host_tensor(self, p: torch.Tensor) -> torch.Tensor:
+        return torch.empty(p.shape, dtype=torch.float32, pin_memory=self._device is not None)
 
     def gradients(self, indices: Sequence[int], grads: Sequence[torch.Tensor]) -> PendingCopy:
         """Starts moving ``grads`` (of parameters ``indices``) where the client reads
@@ -89,22 +87,22 @@ class HostTensors:
         gradients themselves where not staged."""
         if not self.staged:
             return PendingCopy(indices, list(grads), None)
+        if not self._grads:
+            self._grads = [self._host_tensor(p) for p in self._params]
         host = [self._grads[i] for i in indices]
         with torch.no_grad():
             for h, g in zip(host, grads):
                 h.copy_(g, non_blocking=True)
         return PendingCopy(indices, host, _event(self._device))
 
-    def before_client_writes(self) -> None:
-        """Waits until the last weights copied into the parameters have left the
-        host copies, which the client is about to overwrite."""
+    def receive(self, call: Callable[[List[torch.Tensor]], object]) -> None:
+        """Runs ``call(weights)``, a call of the client that writes the weights it
+        is given (a pull, a wait), once the last weights copied into the
+        parameters have left the host copies; then copies the new ones in."""
         if self._written is not None:
             self._written.synchronize()
             self._written = None
-
-    def copy_in(self) -> None:
-        """The host copies' weights (the client's) into the parameters, in place,
-        queued on the current stream; nothing where not staged."""
+        call(self.weights)
         if not self.staged:
             return
         with torch.no_grad():

@@ -46,19 +46,21 @@ class Job:
         """Whether workers may join and leave while the job runs (``--min_workers``)."""
         return self.min_workers > 0
 
-    def torch_device(self, local_rank: int = 0) -> torch.device:
-        """Where this worker's model trains (local process ``local_rank``'s, under
-        local aggregation), from ``--device``: ``cuda:<local_rank>`` for ``cuda``,
-        and for ``auto`` where torch sees that many GPUs; the CPU otherwise.
-        Raises ValueError for ``--device=cuda`` without that GPU."""
+    def torch_device(self, local_rank: int = 0, local_size: int = 1) -> torch.device:
+        """Where this worker's model trains (local process ``local_rank`` of
+        ``local_size``'s, under local aggregation), from ``--device``, as
+        ``psync_worker`` chooses: ``cuda:<local_rank>`` for ``cuda``, and for
+        ``auto`` where torch sees a GPU for every local process; the CPU
+        otherwise, for every local process alike. Raises ValueError for
+        ``--device=cuda`` without those GPUs."""
         if self.device == "cpu":
             return torch.device("cpu")
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if local_rank < gpus:
+        if local_size <= gpus:
             return torch.device("cuda", local_rank)
         if self.device == "cuda":
-            raise ValueError(f"--device=cuda: local process {local_rank} needs GPU {local_rank}, "
-                             f"and torch {torch.__version__} sees {gpus} GPU(s)"
+            raise ValueError(f"--device=cuda: {local_size} local process(es) need a GPU each, "
+                             f"and torch {torch.__version__} sees {gpus}"
                              + ("" if torch.version.cuda else " (a build without CUDA)"))
         return torch.device("cpu")
 

@@ -53,8 +53,7 @@ def _carried_buffers(model: torch.nn.Module) -> List[torch.Tensor]:
             raise TypeError(f"LocalOptimizer: buffer '{name}' is a {b.layout} tensor, expected "
                             f"a dense one")
         carried.append((name, b))
-    params = trainable_parameters(model)
-    check_device(params[:1] + carried, "LocalOptimizer")
+    check_device(trainable_parameters(model)[:1] + carried, "LocalOptimizer", "buffer")
     return [b for _, b in carried]
 
 
@@ -180,7 +179,7 @@ class LocalOptimizer:
     """
 
     def __init__(self, model: torch.nn.Module, job: Job, local: LocalGroup, *,
-                 staged: Optional[bool] = None) -> None:
+                 staged: bool = False) -> None:
         named = checked_parameters(model, "LocalOptimizer")
         _carried_buffers(model)  # refuses a buffer the group cannot carry, before registering
         self._model = model
@@ -274,9 +273,7 @@ class LocalOptimizer:
         step = self.step_number
 
         def pull_next() -> int:
-            self._host.before_client_writes()
-            self._client.pull(step + 1, self._host.weights)
-            self._host.copy_in()
+            self._host.receive(lambda weights: self._client.pull(step + 1, weights))
             return step + 1
 
         self.step_number = self._from_root(pull_next, f"waiting out step {step}")
@@ -344,10 +341,8 @@ class LocalOptimizer:
         dist.reduce(self._count, ROOT)
 
         def push_pull() -> int:
-            self._host.before_client_writes()
-            self._client.push_pull(self.step_number, int(self._count.item()), self._grad_views,
-                                   self._host.weights)
-            self._host.copy_in()
+            self._host.receive(lambda weights: self._client.push_pull(
+                self.step_number, int(self._count.item()), self._grad_views, weights))
             return self.step_number + 1
 
         self.step_number = self._from_root(push_pull, f"step {self.step_number}")

@@ -134,13 +134,12 @@ def join(client: Client, host: HostTensors, initial: Optional[Sequence[torch.Ten
     (the push of INITIAL_WEIGHTS_STEP, answered with version 0) and the others'
     pulls wait."""
     step = client.register()
-    host.before_client_writes()
     with torch.no_grad():
         if step == 0 and initial is not None:
-            client.push_pull(_psync.INITIAL_WEIGHTS_STEP, 0, list(initial), host.weights)
+            host.receive(lambda weights: client.push_pull(_psync.INITIAL_WEIGHTS_STEP, 0,
+                                                          list(initial), weights))
         else:
-            client.pull(step, host.weights)
-    host.copy_in()
+            host.receive(lambda weights: client.pull(step, weights))
     return step
 
 
@@ -169,8 +168,7 @@ class DistributedOptimizer:
     a parameter is pushed when the K-th pass has produced its gradient.
     """
 
-    def __init__(self, model: torch.nn.Module, job: Job, *,
-                 staged: Optional[bool] = None) -> None:
+    def __init__(self, model: torch.nn.Module, job: Job, *, staged: bool = False) -> None:
         self._model = model
         self._job = job
         named = checked_parameters(model, "DistributedOptimizer")
@@ -281,10 +279,8 @@ class DistributedOptimizer:
             raise OptimizerError(
                 f"wait_out() for step {self.step_number}, which worker {self._job.worker_rank} "
                 f"trains (workers {list(self.members.ranks)}): train it and call step()")
-        self._host.before_client_writes()
         with torch.no_grad():
-            self._client.pull(self.step_number + 1, self._host.weights)
-        self._host.copy_in()
+            self._host.receive(lambda weights: self._client.pull(self.step_number + 1, weights))
         self.step_number += 1
         self._reset_step()
 
@@ -330,9 +326,7 @@ class DistributedOptimizer:
                 f"a gradient since the last step (call loss.backward() first)")
         self._start_runs([i for i, started in enumerate(self._started) if not started])
         self._push_copied(block=True)
-        self._host.before_client_writes()
-        self._client.wait()
-        self._host.copy_in()
+        self._host.receive(lambda _: self._client.wait())  # into the weights of the pushes
         self.step_number += 1
         self._reset_step()
 

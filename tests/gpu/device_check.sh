@@ -162,7 +162,9 @@ if wanted torch; then
   ln -s "$bin/psync_server" "$runfiles/server/psync_server"
   ln -s "$PWD/examples" "$runfiles/examples"
   ln -s "$torch_dir" "$runfiles/worker/torch/python"
-  cp -n "$data"/*.gz /usr/share/datasets/fashion-mnist/
+  for f in "$data"/*.gz; do
+    [ -e "/usr/share/datasets/fashion-mnist/${f##*/}" ] || cp "$f" /usr/share/datasets/fashion-mnist/
+  done
   export PYTHONPATH="$torch_dir:$PWD/tests" PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1
   for t in ${TORCH_TESTS:-torch_device_test torch_optimizer_test torch_local_exact_test torch_export_test torch_local_test}; do
     mkdir -p "$work/tmp_$t"

@@ -1,9 +1,12 @@
 // psync_ctl status: one table of every server of a job (from --servers or
 // --config), and an exit code a script or a probe can act on:
-//   0  healthy: every server answered and no step has waited --stall_s;
+//   0  healthy: every server answered and nothing has stalled for --stall_s;
 //   1  unhealthy: a server did not answer within --timeout_s, or a step has
-//      waited longer than --stall_s (the reason is printed last);
+//      waited longer than --stall_s for workers, a server could take no step
+//      that long, or registered workers were silent that long (the reason
+//      is printed last);
 //   2  bad flags or configuration.
+#include <algorithm>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -56,6 +59,11 @@ std::string Bytes(int64_t bytes) {
   return absl::StrFormat("%.1f KiB", bytes / 1024.0);
 }
 
+// "0s", "42s", "1m5s".
+std::string WholeSeconds(absl::Duration d) {
+  return d < absl::Seconds(1) ? "0s" : absl::FormatDuration(absl::Trunc(d, absl::Seconds(1)));
+}
+
 std::string Ranks(const google::protobuf::RepeatedField<int32_t>& ranks) {
   return ranks.empty() ? "-" : absl::StrJoin(ranks, ",");
 }
@@ -86,9 +94,11 @@ void PrintMembership(const std::vector<Row>& rows) {
   absl::StrAppend(&line, rows[0].status.ok() ? absl::StrCat(first->membership_changes())
                                              : std::string("? (server 0 did not answer)"));
   bool closed = false;  // a server takes no steps until the coordinator decides
+  int64_t closed_ms = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     if (!rows[i].status.ok()) continue;
     closed |= !rows[i].status->ready();
+    closed_ms = std::max(closed_ms, rows[i].status->no_steps_ms());
     if (rows[i].status->members().id() == members.id()) continue;
     absl::StrAppend(&line, "; server ", i, " has set ", rows[i].status->members().id(), " (",
                     Ranks(rows[i].status->members().ranks()), "): a change in progress");
@@ -96,11 +106,46 @@ void PrintMembership(const std::vector<Row>& rows) {
   // The members above are then the last decided: a change takes
   // milliseconds, but below min_workers the job waits for workers.
   if (closed && members.id() > 0) {
-    absl::StrAppend(&line, "; changing: no steps until the coordinator decides the next members "
-                           "(at least ", first->min_workers(),
+    absl::StrAppend(&line, "; changing for ", WholeSeconds(absl::Milliseconds(closed_ms)),
+                    ": no steps until the coordinator decides the next members (at least ",
+                    first->min_workers(),
                     "; server 0's log says whom it waits for)");
   }
   std::printf("%s\n", line.c_str());
+}
+
+// Why server `i` (its answer `s`) is stalled past `stall`, if it is, into
+// `problems`: its lowest step has waited that long for workers, it could
+// take no step at all (a restore or a change of an elastic job's members
+// that does not end: below min_workers the job waits for workers), or
+// workers that registered have been silent that long. Durations are the
+// server's own measure: this host's clock may differ from it.
+void AddStalls(const proto::StatusResponse& s, size_t i, absl::Duration stall,
+               std::vector<std::string>* problems) {
+  const std::string limit = absl::StrCat(" (--stall_s=", absl::GetFlag(FLAGS_stall_s), ")");
+  const absl::Duration waited = absl::Milliseconds(s.waiting_ms());
+  if (s.waiting_for_size() > 0 && waited > stall) {
+    problems->push_back(absl::StrCat("stalled: server ", i, " has waited ", WholeSeconds(waited),
+                                     " for worker(s) ", Ranks(s.waiting_for()), " at step ",
+                                     s.version(), limit));
+  }
+  const absl::Duration no_steps = absl::Milliseconds(s.no_steps_ms());
+  if (no_steps > stall) {
+    problems->push_back(absl::StrCat(
+        "stalled: server ", i, " has taken no steps for ", WholeSeconds(no_steps), ": ",
+        s.min_workers() > 0
+            ? absl::StrCat("the coordinator has not decided the members (at least ",
+                           s.min_workers(), " workers; server 0's log says whom it has)")
+            : absl::StrCat("generation ", s.generation(), " is not ready (the servers' logs say why)"),
+        limit));
+  }
+  // Nobody may be pushing at all: a worker that died and stayed away.
+  const absl::Duration missing = absl::Milliseconds(s.missing_ms());
+  if (s.missing_workers_size() > 0 && missing > stall) {
+    problems->push_back(absl::StrCat("stalled: worker(s) ", Ranks(s.missing_workers()),
+                                     " registered with server ", i, " and have been silent for ",
+                                     WholeSeconds(missing), limit));
+  }
 }
 
 int PrintStatus(const std::vector<std::string>& addresses, const PeerSecurity& security) {
@@ -138,26 +183,11 @@ int PrintStatus(const std::vector<std::string>& addresses, const PeerSecurity& s
     std::string since = "-";
     if (s.waiting_for_size() > 0) {
       // The server's own measure: this host's clock may differ from it.
-      const absl::Duration waited = absl::Milliseconds(s.waiting_ms());
       const absl::Time t = absl::FromUnixMillis(s.waiting_since_unix_ms());
       since = absl::StrCat(absl::FormatTime("%H:%M:%S", t, absl::LocalTimeZone()), " (",
-                           absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1))), ")");
-      if (waited > stall) {
-        problems.push_back(absl::StrCat("stalled: server ", i, " has waited ",
-                                        absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1))),
-                                        " for worker(s) ",
-                                        Ranks(s.waiting_for()), " at step ", s.version(),
-                                        " (--stall_s=", absl::GetFlag(FLAGS_stall_s), ")"));
-      }
+                           WholeSeconds(absl::Milliseconds(s.waiting_ms())), ")");
     }
-    // Nobody may be pushing at all: a worker that died and stayed away.
-    const absl::Duration missing = absl::Milliseconds(s.missing_ms());
-    if (s.missing_workers_size() > 0 && missing > stall) {
-      problems.push_back(absl::StrCat("stalled: worker(s) ", Ranks(s.missing_workers()),
-                                      " registered with server ", i, " and have been silent for ",
-                                      absl::FormatDuration(absl::Trunc(missing, absl::Seconds(1))),
-                                      " (--stall_s=", absl::GetFlag(FLAGS_stall_s), ")"));
-    }
+    AddStalls(s, i, stall, &problems);
     const std::string checkpoint =
         !s.checkpoints_on() ? "off"
                             : (s.newest_checkpoint() < 0 ? "none" : absl::StrCat(s.newest_checkpoint()));

@@ -443,7 +443,7 @@ void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state)
     generation_now_ = generation;
     generation_start_version_ = state.has_value() ? state->version : 0;
     updater_.StartGeneration();  // the new generation logs its rate again
-    ready_ = false;
+    SetReadyLocked(false);
     roster_.StartGeneration(state.has_value() ? state->version : -1);
   }
   if (old != nullptr) InterruptWaiters(old.get());
@@ -451,7 +451,20 @@ void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state)
 
 void ShardStore::SetReady(bool ready) {
   absl::MutexLock lock(&mu_);
+  SetReadyLocked(ready);
+}
+
+void ShardStore::SetReadyLocked(bool ready) {
   ready_ = ready;
+  NoteStepsLocked();
+}
+
+void ShardStore::NoteStepsLocked() {
+  if (ready_ && !members_->ranks.empty()) {
+    no_steps_since_ = absl::InfiniteFuture();
+  } else if (no_steps_since_ == absl::InfiniteFuture()) {
+    no_steps_since_ = absl::Now();
+  }
 }
 
 int64_t ShardStore::generation() const {
@@ -518,6 +531,7 @@ StoreStatus ShardStore::GetStatus() const {
   {
     absl::ReaderMutexLock lock(&mu_);
     status.ready = ready_;
+    status.no_steps_since = no_steps_since_;
     status.generation = generation_;
     status.generation_start_version = generation_start_version_;
     shard = shard_;

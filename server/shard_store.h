@@ -97,6 +97,10 @@ struct StoreStatus {
   // Who trains the current steps, and who waits to join.
   WorkerSet members;
   std::vector<int> pending_joins;
+  // Since when this server can take no step: not ready (a restore, or a
+  // change of an elastic job's members, in progress), or an elastic job
+  // without members; InfiniteFuture while it can.
+  absl::Time no_steps_since = absl::InfiniteFuture();
 };
 
 // Receives one chunk's weights during Pull, on the calling thread.
@@ -295,6 +299,9 @@ class ShardStore {
   // An elastic job's Register from a worker that is not a member: recorded
   // as wanting to join; the Unavailable error it gets.
   absl::Status AskToJoinLocked(const RegisterArgs& args) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets ready_ and notes since when no step can be taken (no_steps_since_).
+  void SetReadyLocked(bool ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteStepsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why a waiting call must stop now (closed, rolled back, failed, the
   // workers changed).
   absl::Status Interrupted(absl::string_view op, const Shard& shard) const;
@@ -321,6 +328,8 @@ class ShardStore {
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_start_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  // StoreStatus::no_steps_since; kept by NoteStepsLocked.
+  absl::Time no_steps_since_ ABSL_GUARDED_BY(mu_) = absl::Now();
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   // Who trains; every new shard's chunks get it.
   std::shared_ptr<const WorkerSet> members_ ABSL_GUARDED_BY(mu_);

@@ -19,7 +19,7 @@ void ShardStore::KeepForGeneration(int64_t generation) {
     generation_ = generation;
     generation_start_version_ = lowest;  // the steps before are counted
     generation_now_ = generation;
-    ready_ = false;
+    SetReadyLocked(false);
     roster_.KeepGeneration();
   }
   if (shard != nullptr) InterruptWaiters(shard.get());
@@ -31,6 +31,7 @@ void ShardStore::SetMembers(WorkerSet members) {
   {
     absl::MutexLock lock(&mu_);
     members_ = shared;
+    NoteStepsLocked();
     shard = shard_;
     requests_.Granted(shared->ranks);
     roster_.GiveLease(shared->ranks);

@@ -147,11 +147,24 @@ TEST(CtlTest, MembersOfAnElasticJob) {
 
   // Worker 1 leaves: one worker is too few, and the job waits.
   workers[1]->Signal(SIGTERM);
-  const Ended below = status_until("changing: ");
+  const Ended below = status_until("changing for ");
   EXPECT_EQ(below.exit_code, 0) << below.output;
-  EXPECT_TRUE(Contains(below.output, "membership changes: 1; changing: no steps until the "
-                                     "coordinator decides the next members (at least 2;"))
+  EXPECT_TRUE(Contains(below.output, "membership changes: 1; changing for "));
+  EXPECT_TRUE(Contains(below.output, ": no steps until the coordinator decides the next members "
+                                     "(at least 2;"))
       << below.output;
+  // Waiting for workers longer than --stall_s is a stall.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  Ended stalled;
+  do {
+    stalled = RunToEnd({ctl, "status", servers, "--stall_s=1"});
+  } while (stalled.exit_code == 0 && absl::Now() < deadline);
+  EXPECT_EQ(stalled.exit_code, 1) << stalled.output;
+  EXPECT_TRUE(Contains(stalled.output, "UNHEALTHY: ")) << stalled.output;
+  EXPECT_TRUE(Contains(stalled.output, "stalled: server 0 has taken no steps for ")) << stalled.output;
+  EXPECT_TRUE(Contains(stalled.output, "s: the coordinator has not decided the members (at least "
+                                       "2 workers; server 0's log says whom it has) (--stall_s=1)"))
+      << stalled.output;
   for (auto& worker : workers) worker->Stop(absl::Seconds(10));
   server->Stop(absl::Seconds(10));
 }

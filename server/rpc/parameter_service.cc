@@ -320,6 +320,9 @@ class ParameterService final : public AsyncService {
     resp->set_bytes(s.bytes);
     resp->set_generation(s.generation);
     resp->set_ready(s.ready);
+    if (s.no_steps_since != absl::InfiniteFuture()) {
+      resp->set_no_steps_ms(absl::ToInt64Milliseconds(absl::Now() - s.no_steps_since));
+    }
     for (int w : s.workers) resp->add_registered_workers(w);
     for (int w : s.waiting_for) resp->add_waiting_for(w);
     if (!s.waiting_for.empty()) {

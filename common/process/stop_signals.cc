@@ -2,7 +2,10 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
+
+#include "absl/time/clock.h"
 
 namespace psync {
 namespace {
@@ -10,6 +13,11 @@ namespace {
 // A stop signal the handler caught on a thread that does not block it;
 // 0: none. A global because a signal handler can reach nothing else.
 std::atomic<int> caught{0};
+
+// How often Wait looks for a stray the handler caught: sigtimedwait does
+// not return for it, so a stray is seen within this, not at the end of a
+// long wait (a worker's stop 100 ms late lets a later signal overtake it).
+constexpr absl::Duration kStrayCheck = absl::Milliseconds(5);
 
 }  // namespace
 
@@ -27,9 +35,14 @@ StopSignals::StopSignals(Strays strays) {
 }
 
 int StopSignals::Wait(absl::Duration timeout) const {
-  const timespec slice = absl::ToTimespec(timeout);
-  const int signal = sigtimedwait(&set_, nullptr, &slice);
-  return signal > 0 ? signal : caught.exchange(0);
+  const absl::Time end = absl::Now() + timeout;
+  for (;;) {
+    const timespec slice = absl::ToTimespec(std::min(kStrayCheck, end - absl::Now()));
+    const int signal = sigtimedwait(&set_, nullptr, &slice);
+    if (signal > 0) return signal;
+    const int stray = caught.exchange(0);
+    if (stray > 0 || absl::Now() >= end) return stray;
+  }
 }
 
 const char* StopSignals::Name(int signal) { return signal == SIGTERM ? "SIGTERM" : "SIGINT"; }

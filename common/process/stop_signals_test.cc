@@ -40,5 +40,27 @@ TEST(StopSignalsTest, AStrayOnAThreadThatDoesNotBlockItIsCaughtForTheNextWait) {
   EXPECT_EQ(signals.Wait(absl::Milliseconds(1)), 0);
 }
 
+TEST(StopSignalsTest, AStrayCaughtDuringALongWaitEndsIt) {
+  sigset_t unblocked;
+  sigemptyset(&unblocked);
+  sigaddset(&unblocked, SIGTERM);
+  absl::Notification made, waiting;
+  std::thread stray([&] {
+    pthread_sigmask(SIG_UNBLOCK, &unblocked, nullptr);
+    made.WaitForNotification();
+    waiting.WaitForNotification();
+    raise(SIGTERM);
+  });
+  StopSignals signals(StopSignals::Strays::kCatch);
+  made.Notify();
+  const absl::Time start = absl::Now();
+  waiting.Notify();
+  // Caught while a 60 s wait is under way: that wait returns it, rather than
+  // leaving it for the next.
+  EXPECT_EQ(signals.Wait(absl::Seconds(60)), SIGTERM);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  stray.join();
+}
+
 }  // namespace
 }  // namespace psync

@@ -14,7 +14,9 @@ worker, `torch_export_test.py local OUT FLAG...` one LocalOptimizer process
 (torchrun's variables in its environment); each saves its final state_dict
 to OUT."""
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -29,6 +31,7 @@ import torch.nn.functional as F
 
 import psync
 import psync.torch as pt
+from psync.export import RunOutputs
 from psync_servers import Servers, free_port, wait_all
 
 STEPS = 6
@@ -225,6 +228,27 @@ class ExportTest(unittest.TestCase):
             self.assertTrue(torch.equal(exported[name], at_mid[name]), name)
             self.assertTrue(torch.equal(exported[name].bfloat16().float(), p.detach()), name)
         self.assertFalse(all(torch.equal(exported[n], p.detach()) for n, p in params.items()))
+
+
+class LeftTest(unittest.TestCase):
+
+    def test_worker_0_leaving_says_what_may_not_be_written(self):
+        tmp = os.environ["TEST_TMPDIR"]
+        said = {}
+        for name, flags in [("without", []), ("with", ["--checkpoint_dir=/ckpt"])]:
+            job = pt.init(["--servers=127.0.0.1:1", f"--export_path={tmp}/w.safetensors"] + flags)
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                RunOutputs(job, Net(), writer=False).left()  # not the writer: nothing
+                RunOutputs(job, Net(), writer=True).left()
+            said[name] = err.getvalue()
+        self.assertEqual(said["without"],
+                         f"psync: worker 0 left the job before its end; only worker 0 writes "
+                         f"--export_path ({tmp}/w.safetensors), so they are written only if it "
+                         f"joins again before the end. Otherwise, without --checkpoint_dir, the "
+                         f"final weights are lost once the servers stop\n")
+        self.assertIn("psync_ckpt export --checkpoint_dir=/ckpt --out=FILE writes them",
+                      said["with"])
 
 
 class RefusedTest(unittest.TestCase):

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/process/exit_code.h"
 #include "glog/logging.h"
 
@@ -73,6 +75,23 @@ absl::Status StoppedBySignal(int signal, const absl::Status& trained,
   return WithExitCode(128 + signal,
                       absl::CancelledError(absl::StrCat("stopped by a signal before the last step (",
                                                         trained.message(), "); ", resume)));
+}
+
+std::string OutputsLeftUnwritten(const std::string& export_path, const std::string& summary,
+                                 const std::string& checkpoint_dir) {
+  if (export_path.empty() && summary.empty()) return "";
+  std::vector<std::string> outputs;
+  if (!export_path.empty()) outputs.push_back(absl::StrCat("--export_path (", export_path, ")"));
+  if (!summary.empty()) outputs.push_back(absl::StrCat("--summary (", summary, ")"));
+  return absl::StrCat(
+      "worker 0 left the job before its end; only worker 0 writes ",
+      absl::StrJoin(outputs, " and "), ", so they are written only if it joins again before "
+      "the end. ",
+      checkpoint_dir.empty()
+          ? "Otherwise, without --checkpoint_dir, the final weights are lost once the servers stop"
+          : absl::StrCat("Otherwise the final weights are in the servers' newest checkpoint once "
+                         "they stop: psync_ckpt export --checkpoint_dir=", checkpoint_dir,
+                         " --out=FILE writes them"));
 }
 
 }  // namespace psync

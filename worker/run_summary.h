@@ -34,6 +34,15 @@ void LogFinished(int rank, const TrainResult& r);
 absl::Status StoppedBySignal(int signal, const absl::Status& trained,
                              const std::string& checkpoint_dir);
 
+// What worker 0 says when it leaves an elastic job before the end: only
+// worker 0 writes the job's --export_path and --summary, so they are
+// written only if it joins again before the end; otherwise the final
+// weights are in the servers' newest checkpoint under `checkpoint_dir`
+// (`psync_ckpt export` writes them out), or, with none, nowhere once the
+// servers stop. Empty when `export_path` and `summary` are.
+std::string OutputsLeftUnwritten(const std::string& export_path, const std::string& summary,
+                                 const std::string& checkpoint_dir);
+
 }  // namespace psync
 
 #endif  // PSYNC_WORKER_RUN_SUMMARY_H_

@@ -75,5 +75,19 @@ TEST(RunSummaryTest, AStopBySignalExits128PlusItAndSaysHowToResume) {
             "from their newest checkpoint in /ckpt");
 }
 
+TEST(RunSummaryTest, WorkerZeroLeavingSaysWhatMayNotBeWritten) {
+  EXPECT_EQ(OutputsLeftUnwritten("", "", "/ckpt"), "");
+  EXPECT_EQ(OutputsLeftUnwritten("w.safetensors", "", ""),
+            "worker 0 left the job before its end; only worker 0 writes --export_path "
+            "(w.safetensors), so they are written only if it joins again before the end. "
+            "Otherwise, without --checkpoint_dir, the final weights are lost once the servers "
+            "stop");
+  EXPECT_EQ(OutputsLeftUnwritten("w.safetensors", "s.json", "/ckpt"),
+            "worker 0 left the job before its end; only worker 0 writes --export_path "
+            "(w.safetensors) and --summary (s.json), so they are written only if it joins again "
+            "before the end. Otherwise the final weights are in the servers' newest checkpoint "
+            "once they stop: psync_ckpt export --checkpoint_dir=/ckpt --out=FILE writes them");
+}
+
 }  // namespace
 }  // namespace psync

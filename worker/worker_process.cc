@@ -384,6 +384,10 @@ absl::Status WorkerProcess::StoppedOrFailed(const absl::Status& trained,
     t.client->Leave();
     LOG(INFO) << "worker " << rank_ << " " << kLeftTheJob << " (" << trained.message()
               << "); the other workers train on";
+    const proto::JobConfig& c = loaded_.config;
+    const std::string unwritten = OutputsLeftUnwritten(
+        c.output().export_path(), c.output().summary(), c.checkpoint().checkpoint_dir());
+    if (rank_ == 0 && !unwritten.empty()) LOG(WARNING) << unwritten;
     return absl::OkStatus();
   }
   if (absl::IsCancelled(trained) && stopper.signalled()) {

@@ -253,6 +253,7 @@ py::dict ReadJob(const std::vector<std::string>& args, int64_t train_samples) {
   d["overlap_min_kb"] = job->config.training().overlap_min_kb();
   d["wire_dtype"] = job->config.training().wire_dtype();
   d["export_path"] = job->config.output().export_path();
+  d["checkpoint_dir"] = job->config.checkpoint().checkpoint_dir();
   d["summary"] = job->config.output().summary();
   return d;
 }

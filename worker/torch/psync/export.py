@@ -95,6 +95,24 @@ class RunOutputs:
         self._first_step = 0
         self._start = time.monotonic()
 
+    def left(self) -> None:
+        """This worker left the elastic job before its end: if it is the writer,
+        says on stderr what is written only if it joins again, and where the
+        final weights are otherwise (as psync_worker's worker 0 says)."""
+        if not self.writer:
+            return
+        job = self._job
+        outputs = [f"{flag} ({path})" for flag, path in
+                   (("--export_path", job.export_path), ("--summary", job.summary)) if path]
+        otherwise = (f"Otherwise the final weights are in the servers' newest checkpoint once they "
+                     f"stop: psync_ckpt export --checkpoint_dir={job.checkpoint_dir} --out=FILE "
+                     f"writes them" if job.checkpoint_dir else
+                     "Otherwise, without --checkpoint_dir, the final weights are lost once the "
+                     "servers stop")
+        print(f"psync: worker 0 left the job before its end; only worker 0 writes "
+              f"{' and '.join(outputs)}, so they are written only if it joins again before the "
+              f"end. {otherwise}", file=sys.stderr, flush=True)
+
     def start(self, step: int) -> None:
         """Training starts at ``step`` now: the summary's speed counts from here."""
         self._first_step = step

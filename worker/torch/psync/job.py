@@ -39,6 +39,7 @@ class Job:
     overlap_min_kb: int          # --overlap_min_kb: the least payload a push during backward
     wire_dtype: str              # --wire_dtype: float32, bf16 or fp16
     export_path: str             # --export_path: worker 0 writes the final weights there ("": not)
+    checkpoint_dir: str          # --checkpoint_dir: where the servers checkpoint ("": they do not)
     summary: str                 # --summary: worker 0 writes the run's summary there ("": not)
 
     @property

@@ -291,6 +291,7 @@ class LocalOptimizer:
                 f"--min_workers")
         if self._client is not None:
             self._client.leave()
+        self._outputs.left()
         self._finished = True
 
     @property

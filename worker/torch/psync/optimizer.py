@@ -301,6 +301,7 @@ class DistributedOptimizer:
             raise OptimizerError(f"leave() in the middle of step {self.step_number} (backward "
                                  f"began): call it between steps")
         self._client.leave()
+        self._outputs.left()
         self._finished = True
         self.close()
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -88,10 +89,14 @@ absl::Status CheckReport(const JoinInfo& info, int num_servers) {
     }
   }
   const ElasticReport& e = info.elastic;
-  if (e.has_chunks && (e.min_version < 0 || e.max_version < e.min_version)) {
+  // Below the largest int64: a change starts at min_version, and servers
+  // compute the step after it.
+  constexpr int64_t kMaxVersion = std::numeric_limits<int64_t>::max() - 1;
+  if (e.has_chunks &&
+      (e.min_version < 0 || e.max_version < e.min_version || e.max_version > kMaxVersion)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Join: server ", info.server_rank, " reports its chunks at versions ", e.min_version,
-        "..", e.max_version, ", expected 0 <= min <= max"));
+        "..", e.max_version, ", expected 0 <= min <= max <= ", kMaxVersion));
   }
   if (info.incarnation == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -210,7 +215,7 @@ std::map<int, double> Coordinator::JoinsLocked() const {
   for (const auto& m : members_) {
     if (!m.has_value()) continue;
     for (const auto& [rank, weight] : m->elastic.joins) {
-      if (rank < 0 || rank >= options_.num_workers || !(weight > 0) || !std::isfinite(weight)) {
+      if (rank < 0 || rank >= options_.num_workers || !ValidWorkerWeight(weight)) {
         continue;  // a server checked it; never trust it further
       }
       // A member being dropped may come back (a restarted process).

@@ -1,5 +1,7 @@
 #include "server/coordinator.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
@@ -292,6 +294,9 @@ TEST(CoordinatorTest, ABadVersionRangeIsRefused) {
   EXPECT_NE(bad.message().find("versions 5..4, expected 0 <= min <= max"), std::string::npos)
       << bad;
   EXPECT_TRUE(absl::IsInvalidArgument(c.Join(Report(1, 0, -1, 0)).status()));
+  // The step after the last version must exist.
+  const int64_t top = std::numeric_limits<int64_t>::max();
+  EXPECT_TRUE(absl::IsInvalidArgument(c.Join(Report(1, 0, top, top)).status()));
 }
 
 TEST(CoordinatorTest, AFixedJobTrainsEveryWorkerFromStepZero) {

@@ -110,7 +110,8 @@ class TorchDeviceTest(unittest.TestCase):
         if GPU:
             model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).cuda())
             with self.assertRaisesRegex(TypeError, "parameter '1.weight' is on cuda:0 and "
-                                                   "'0.weight' on cpu, expected one device"):
+                                                   "parameter '0.weight' on cpu, expected one "
+                                                   "device"):
                 pt.DistributedOptimizer(model, job)
 
 

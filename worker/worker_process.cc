@@ -376,21 +376,12 @@ void WorkerProcess::ReportEpoch(const EpochReport& r) const {
 absl::Status WorkerProcess::StoppedOrFailed(const absl::Status& trained,
                                             const StopOnSignal& stopper) const {
   const Training& t = *training_;
-  if (absl::IsCancelled(trained) && stopper.signalled() && t.options.elastic) {
-    // An elastic job goes on without it: a leave, not a failure. Said
-    // here, however training stopped (between steps, or with its calls
-    // cancelled past the grace), so that the servers drop it as one that
-    // left rather than wait to find it lost.
-    t.client->Leave();
-    LOG(INFO) << "worker " << rank_ << " " << kLeftTheJob << " (" << trained.message()
-              << "); the other workers train on";
-    const proto::JobConfig& c = loaded_.config;
-    const std::string unwritten = OutputsLeftUnwritten(
-        c.output().export_path(), c.output().summary(), c.checkpoint().checkpoint_dir());
-    if (rank_ == 0 && !unwritten.empty()) LOG(WARNING) << unwritten;
-    return absl::OkStatus();
-  }
   if (absl::IsCancelled(trained) && stopper.signalled()) {
+    // An elastic job goes on without it: a leave, not a failure. Said first,
+    // however training stopped (between steps, or with its calls cancelled
+    // past the grace), so that the servers drop it as one that left rather
+    // than wait to find it lost.
+    if (t.options.elastic) t.client->Leave();
     if (t.tracer != nullptr) {  // the steps it recorded tell where the time went
       const absl::Status written = t.tracer->Write(t.trace_path);
       if (written.ok()) {
@@ -400,6 +391,15 @@ absl::Status WorkerProcess::StoppedOrFailed(const absl::Status& trained,
       } else {
         LOG(ERROR) << "worker " << rank_ << ": " << written.message();
       }
+    }
+    if (t.options.elastic) {
+      LOG(INFO) << "worker " << rank_ << " " << kLeftTheJob << " (" << trained.message()
+                << "); the other workers train on";
+      const proto::JobConfig& c = loaded_.config;
+      const std::string unwritten = OutputsLeftUnwritten(
+          c.output().export_path(), c.output().summary(), c.checkpoint().checkpoint_dir());
+      if (rank_ == 0 && !unwritten.empty()) LOG(WARNING) << unwritten;
+      return absl::OkStatus();
     }
     return StoppedBySignal(stopper.signal(), trained,
                            loaded_.config.checkpoint().checkpoint_dir());

@@ -55,10 +55,10 @@ absl::Status WorkerSet::Validate(int num_workers) const {
           "worker set ", id, " lists ranks ", Describe(), ", expected ascending ranks in 0..",
           num_workers - 1));
     }
-    if (!std::isfinite(weights[i]) || weights[i] <= 0) {
+    if (!ValidWorkerWeight(weights[i])) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "worker set ", id, " gives worker ", ranks[i], " weight ", weights[i],
-          ", expected a finite value > 0"));
+          "worker set ", id, " gives worker ", ranks[i], " weight ", weights[i], ", expected 0..",
+          kMaxWorkerWeight, " (exclusive of 0)"));
     }
   }
   return absl::OkStatus();

@@ -19,6 +19,13 @@
 
 namespace psync {
 
+// A worker's weight (the sum of its device weights) is in (0, this]: so any
+// job's total is finite and every share well defined.
+inline constexpr double kMaxWorkerWeight = 1e6;
+inline bool ValidWorkerWeight(double weight) {
+  return weight > 0 && weight <= kMaxWorkerWeight;  // false for NaN
+}
+
 struct WorkerSet {
   // 0 for a fixed job's one set; each change of an elastic job adds 1.
   int64_t id = 0;
@@ -39,8 +46,8 @@ struct WorkerSet {
   std::pair<int64_t, int64_t> ShareOf(int rank, int64_t samples) const;
   // "0, 2, 3"
   std::string Describe() const;
-  // ranks ascending, unique, within 0..num_workers-1, and as many finite
-  // weights > 0; first_step >= 0.
+  // ranks ascending, unique, within 0..num_workers-1, and as many weights,
+  // each ValidWorkerWeight; first_step >= 0.
   absl::Status Validate(int num_workers) const;
 };
 

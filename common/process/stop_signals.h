@@ -28,8 +28,8 @@ class StopSignals {
   // installing the handler for strays).
   explicit StopSignals(Strays strays = Strays::kDefault);
 
-  // The stop signal received within `timeout`, or a stray caught before it
-  // or meanwhile (seen within a few milliseconds), or 0.
+  // The stop signal received within `timeout` (a stray caught meanwhile is
+  // passed on to the waiting thread), or a stray caught before, or 0.
   int Wait(absl::Duration timeout) const;
 
   // "SIGTERM" or "SIGINT".

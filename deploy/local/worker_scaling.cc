@@ -2,8 +2,6 @@
 
 #include <sys/stat.h>
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -12,12 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/format/file_util.h"
 
 namespace psync {
 namespace {
 
 // A control file is one short line; anything longer is not one.
-constexpr off_t kMaxControlBytes = 4096;
+constexpr int64_t kMaxControlBytes = 4096;
 
 }  // namespace
 
@@ -58,13 +57,10 @@ ControlFile::Stamp ControlFile::Now() const {
   if (stat(path_.c_str(), &st) != 0) return stamp;
   stamp.exists = true;
   stamp.mtime = st.st_mtim;
-  if (st.st_size > kMaxControlBytes) {  // told apart from any count by ParseControlText
-    stamp.text = absl::StrCat("(", st.st_size, " bytes)");
-    return stamp;
-  }
-  std::stringstream text;
-  text << std::ifstream(path_).rdbuf();
-  stamp.text = text.str();
+  // Never blocks on a FIFO nor reads a device forever: anything but a small
+  // regular file reads as its error, which ParseControlText refuses.
+  absl::StatusOr<std::string> text = ReadSmallFile("--control_file", path_, kMaxControlBytes);
+  stamp.text = text.ok() ? *std::move(text) : absl::StrCat("(", text.status().message(), ")");
   return stamp;
 }
 

@@ -1,5 +1,6 @@
 #include "deploy/local/worker_scaling.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -92,6 +93,21 @@ TEST(ControlFileTest, EachWriteIsSeenOnceAndWhatWasThereBeforeIsNot) {
   EXPECT_FALSE(file.Changed().has_value());
   std::ofstream(path) << "workers 1\n";
   EXPECT_EQ(file.Changed(), "workers 1\n");
+}
+
+// A FIFO (no writer) or a file too large reads as an error the parser
+// refuses: the launcher's loop never blocks on it.
+TEST(ControlFileTest, AFifoOrAHugeFileIsRefusedNotRead) {
+  const std::string fifo = std::string(getenv("TEST_TMPDIR")) + "/ctl_fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ControlFile file(fifo);
+  ASSERT_TRUE(file.before().has_value());
+  EXPECT_FALSE(ParseControlText(*file.before(), fifo, 3).ok());
+  EXPECT_THAT(*file.before(), HasSubstr("regular file"));
+  const std::string big = std::string(getenv("TEST_TMPDIR")) + "/ctl_big";
+  std::ofstream(big) << std::string(8192, ' ') << "workers 2\n";
+  EXPECT_FALSE(ParseControlText(*ControlFile(big).before(), big, 3).ok());
 }
 
 }  // namespace

@@ -28,7 +28,12 @@ void JoinInfoToProto(const JoinInfo& info, int num_servers, proto::JoinRequest* 
   for (int w : e.leaving) req->add_leaving_workers(w);
 }
 
-JoinInfo JoinInfoFromProto(const proto::JoinRequest& req) {
+absl::StatusOr<JoinInfo> JoinInfoFromProto(const proto::JoinRequest& req) {
+  if (req.join_ranks_size() != req.join_weights_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Join: server ", req.server_rank(), " asks for ", req.join_ranks_size(),
+        " joining ranks with ", req.join_weights_size(), " weights, expected one weight each"));
+  }
   JoinInfo info;
   info.server_rank = req.server_rank();
   info.incarnation = req.incarnation();
@@ -41,8 +46,8 @@ JoinInfo JoinInfoFromProto(const proto::JoinRequest& req) {
   e.has_chunks = req.has_chunks();
   e.min_version = req.min_version();
   e.max_version = req.max_version();
-  // Unpaired entries are dropped; the coordinator checks ranks and weights.
-  for (int i = 0; i < req.join_ranks_size() && i < req.join_weights_size(); ++i) {
+  // The coordinator checks the ranks and weights.
+  for (int i = 0; i < req.join_ranks_size(); ++i) {
     e.joins.push_back({req.join_ranks(i), req.join_weights(i)});
   }
   e.lost.assign(req.lost_workers().begin(), req.lost_workers().end());

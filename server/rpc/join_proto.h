@@ -10,8 +10,9 @@
 namespace psync {
 
 void JoinInfoToProto(const JoinInfo& info, int num_servers, proto::JoinRequest* req);
-// Everything but the peer, which the transport knows.
-JoinInfo JoinInfoFromProto(const proto::JoinRequest& req);
+// Everything but the peer, which the transport knows. InvalidArgument for
+// joining ranks and weights of different counts.
+absl::StatusOr<JoinInfo> JoinInfoFromProto(const proto::JoinRequest& req);
 
 void JoinReplyToProto(const JoinReply& reply, proto::JoinResponse* resp);
 // The members are checked against `num_workers`.

@@ -375,9 +375,10 @@ class ParameterService final : public AsyncService {
           "Join: server ", req->server_rank(), " says the cluster has ", req->num_servers(),
           " servers, the coordinator was started for ", store_->options().num_servers));
     }
-    JoinInfo info = JoinInfoFromProto(*req);
-    info.peer = peer;
-    auto reply = coordinator_->Join(info);
+    absl::StatusOr<JoinInfo> info = JoinInfoFromProto(*req);
+    if (!info.ok()) return info.status();
+    info->peer = peer;
+    auto reply = coordinator_->Join(*info);
     if (!reply.ok()) return reply.status();
     JoinReplyToProto(*reply, resp);
     return absl::OkStatus();

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/config/worker_set.h"
 #include "common/status_macros.h"
 
 namespace psync {
@@ -24,8 +25,7 @@ absl::Status RegistrationCheck::CheckRequest(const RegisterArgs& args) const {
     return absl::InvalidArgumentError(absl::StrCat(
         "Register: worker rank ", rank, " is out of range 0..", options_.num_workers - 1));
   }
-  constexpr double kMaxWorkerWeight = 1e6;
-  if (!(args.worker_weight > 0 && args.worker_weight <= kMaxWorkerWeight)) {
+  if (!ValidWorkerWeight(args.worker_weight)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Register: worker ", rank, " has weight ", args.worker_weight, ", expected 0..",
         kMaxWorkerWeight, " (exclusive of 0: the sum of its device weights)"));

@@ -123,8 +123,12 @@ class StopOnSignal:
         self._caught.set()
 
     def __enter__(self) -> "StopOnSignal":
-        for s in self._signals:
-            self._previous[s] = signal.signal(s, self._catch)
+        try:
+            for s in self._signals:
+                self._previous[s] = signal.signal(s, self._catch)
+        except BaseException:  # e.g. a signal that cannot be caught: put back what was set
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *_unused) -> None:

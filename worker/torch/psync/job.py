@@ -53,7 +53,11 @@ class Job:
         ``psync_worker`` chooses: ``cuda:<local_rank>`` for ``cuda``, and for
         ``auto`` where torch sees a GPU for every local process; the CPU
         otherwise, for every local process alike. Raises ValueError for
-        ``--device=cuda`` without those GPUs."""
+        ``--device=cuda`` without those GPUs, or a ``local_rank`` outside
+        ``0 .. local_size - 1``."""
+        if not 0 <= local_rank < local_size:
+            raise ValueError(f"torch_device: local_rank is {local_rank}, expected 0 .. "
+                             f"local_size - 1 = {local_size - 1}")
         if self.device == "cpu":
             return torch.device("cpu")
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0

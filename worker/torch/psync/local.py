@@ -40,21 +40,23 @@ ROOT = 0  # the local rank that talks to the servers
 _ALIGN = 8  # bytes: where each tensor starts in the root's broadcast, so any dtype views it
 
 
-def _carried_buffers(model: torch.nn.Module) -> List[torch.Tensor]:
-    """The buffers the root's broadcast carries: ``model``'s floating-point and
-    integer ones (BatchNorm's running statistics and batch count), in
-    ``buffers()`` order. Raises TypeError naming one that is sparse or on another
-    device than the parameters."""
-    carried = []
-    for name, b in model.named_buffers():
-        if b.dtype.is_complex or b.dtype == torch.bool:
-            continue
+def _carried_buffers(model: torch.nn.Module) -> List[Tuple[str, torch.Tensor]]:
+    """The buffers the root's broadcast carries, by name: ``model``'s
+    floating-point and integer ones (BatchNorm's running statistics and batch
+    count), in ``buffers()`` order."""
+    return [(name, b) for name, b in model.named_buffers()
+            if not b.dtype.is_complex and b.dtype != torch.bool]
+
+
+def _check_buffers(model: torch.nn.Module) -> None:
+    """Raises TypeError naming a carried buffer that is sparse or on another
+    device than the parameters (once, before registering)."""
+    carried = _carried_buffers(model)
+    for name, b in carried:
         if b.is_sparse:
             raise TypeError(f"LocalOptimizer: buffer '{name}' is a {b.layout} tensor, expected "
                             f"a dense one")
-        carried.append((name, b))
     check_device(trainable_parameters(model)[:1] + carried, "LocalOptimizer", "buffer")
-    return [b for _, b in carried]
 
 
 def _byte_offsets(tensors: Sequence[torch.Tensor]) -> Tuple[List[int], int]:
@@ -181,7 +183,7 @@ class LocalOptimizer:
     def __init__(self, model: torch.nn.Module, job: Job, local: LocalGroup, *,
                  staged: bool = False) -> None:
         named = checked_parameters(model, "LocalOptimizer")
-        _carried_buffers(model)  # refuses a buffer the group cannot carry, before registering
+        _check_buffers(model)  # refuses a buffer the group cannot carry, before registering
         self._model = model
         self._job = job
         self._local = local
@@ -462,13 +464,17 @@ class LocalOptimizer:
     def _broadcast_weights(self) -> None:
         """The root's parameters and carried buffers into every local process's, in
         place: one broadcast of their bytes, whatever their dtypes."""
-        tensors = self._params + _carried_buffers(self._model)
+        buffers = [b for _, b in _carried_buffers(self._model)]
+        tensors = self._params + buffers
         offsets, size = _byte_offsets(tensors)
         if self._weights.numel() != size:
             self._weights = torch.empty(size, dtype=torch.uint8)
         with torch.no_grad():
             if self._local.is_root:
-                for view, t in zip(_byte_views(self._weights, tensors, offsets), tensors):
+                # The weights from the client's host copies (the parameters
+                # themselves on the CPU): no copy back off a GPU.
+                sources = self._host.weights + buffers
+                for view, t in zip(_byte_views(self._weights, tensors, offsets), sources):
                     view.copy_(t)
             dist.broadcast(self._weights, ROOT)
             if not self._local.is_root:

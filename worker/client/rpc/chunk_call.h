@@ -66,7 +66,16 @@ struct ChunkCall {
   // window holds at most `window_limit` bytes (one call at least).
   int64_t window_bytes = 0;
   int64_t window_limit = 0;
+  // Payloads in shared slots: the Pull goes once the Push has ended, in
+  // this same call (it answers in the Push's slot).
   bool then_pull = false;
+  // Payloads in the messages: the Pull is a call of its own, `pull`, issued
+  // right behind the Push's first attempt, so that it reaches the server
+  // while the Push's bytes still arrive, not behind the window's later
+  // Pushes; it ends unsent or cancelled (`abandoned`) if the Push fails.
+  ChunkCall* pull = nullptr;  // owned by the engine, as this call is
+  bool pull_issued = false;
+  bool abandoned = false;  // by the thread that drives the queue
 
   // Per attempt. `ctx` is replaced under the ChunkCallEngine's lock, which
   // Cancel() holds to reach it from another thread.

@@ -85,12 +85,15 @@ void ChunkCallEngine::Launch(std::unique_ptr<ChunkCall> call, bool defer) {
   call->deadline = call->launched + options_.call_timeout;
   call->cq = defer ? &cq_ : &inline_cq_;
   ChunkCall& started = *call;
+  std::unique_ptr<ChunkCall> pull = PullOfPush(started);
+  const int launched = pull != nullptr ? 2 : 1;
   bool queued = false;
   {
     // Listed before it starts, so that a Cancel() from now on reaches it.
     absl::MutexLock lock(&mu_);
-    if (defer) ++outstanding_;
+    if (defer) outstanding_ += launched;
     calls_.push_back(std::move(call));
+    if (pull != nullptr) calls_.push_back(std::move(pull));
     if (started.window_bytes > 0) {
       Window& w = windows_[started.server];
       queued = !w.queued.empty() ||
@@ -102,13 +105,54 @@ void ChunkCallEngine::Launch(std::unique_ptr<ChunkCall> call, bool defer) {
       }
     }
   }
-  if (!defer) ++inline_outstanding_;
+  if (!defer) inline_outstanding_ += launched;
   if (queued) return;
   if (defer) {
     PostNow(started.issue_alarm, &cq_, &started.issue_tag);
   } else {
     Issue(started);
   }
+}
+
+// Where payloads travel in the messages, a windowed push-pull's Pull is a
+// call of its own (see ChunkCall::pull): issued after the Push's first
+// attempt, it sits right behind that Push's bytes, where a Pull sent once
+// the Push has ended would queue behind the window's later Pushes (a 4 MiB
+// window takes 67 ms at 0.5 Gbit/s) and the server's answer would leave
+// that much late. A Pull waiting on the server holds no window room, so
+// windows still cannot wait on each other (see GrpcPsClient::
+// StartServerPushPull). Null where the Pull follows in the same call:
+// payloads in shared memory, answered in the Push's slot or model.
+std::unique_ptr<ChunkCall> ChunkCallEngine::PullOfPush(ChunkCall& push) {
+  if (!push.then_pull || push.in_model || shared_.HasSlots(push.server)) return nullptr;
+  auto pull = std::make_unique<ChunkCall>();
+  pull->server = push.server;
+  pull->op = "Pull";
+  pull->method = kPullMethod;
+  pull->version = push.version;
+  pull->chunk_ids = push.chunk_ids;
+  pull->weights = push.weights;
+  pull->launched = push.launched;
+  pull->deadline = push.deadline;
+  pull->push_pull = push.push_pull;
+  pull->cq = push.cq;
+  pull->request = coder_.PullRequest(session_of_(push.server), push.version, push.chunk_ids,
+                                     options_.wire_dtype, /*slot=*/0, /*in_model=*/false);
+  push.then_pull = false;
+  push.pull = pull.get();
+  return pull;
+}
+
+// The Push of `pull` failed for good: the Pull ends, unsent or cancelled,
+// and its end reports nothing (the Push's error is the push-pull's). On
+// the thread that drives both calls' queue.
+void ChunkCallEngine::Abandon(ChunkCall& pull) {
+  absl::MutexLock lock(&mu_);
+  pull.abandoned = true;
+  if (pull.ctx != nullptr) pull.ctx->TryCancel();
+  // Waiting for a retry: issued now, it ends at once (see Issue).
+  pull.issue_alarm.Cancel();
+  if (pull.ctx == nullptr) PostNow(pull.issue_alarm, pull.cq, &pull.issue_tag);
 }
 
 // The windowed RPC of `call` (its Push, or its PushPull) has ended, done or
@@ -158,7 +202,7 @@ void ChunkCallEngine::Issue(ChunkCall& call) {
   ctx->set_deadline(absl::ToChronoTime(call.deadline));
   {
     absl::MutexLock lock(&mu_);
-    if (cancelled_.load()) {
+    if (cancelled_.load() || call.abandoned) {
       call.status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
       PostNow(call.issue_alarm, call.cq, &call.done_tag);
       return;
@@ -172,6 +216,10 @@ void ChunkCallEngine::Issue(ChunkCall& call) {
       stubs_[call.server]->PrepareUnaryCall(call.ctx.get(), call.method, call.request, call.cq);
   call.reader->StartCall();
   call.reader->Finish(&call.response, &call.status, &call.done_tag);
+  if (call.pull != nullptr && !call.pull_issued) {
+    call.pull_issued = true;
+    Issue(*call.pull);
+  }
 }
 
 bool ChunkCallEngine::BuildPush(ChunkCall& call) {
@@ -209,6 +257,15 @@ std::optional<absl::Status> ChunkCallEngine::Progress(const ChunkCall::Tag& t) {
     Issue(call);
     return std::nullopt;
   }
+  if (call.abandoned) return absl::OkStatus();  // its Push's error stands for both
+  std::optional<absl::Status> ended = Ended(call);
+  if (ended.has_value() && !ended->ok() && call.pull != nullptr) Abandon(*call.pull);
+  return ended;
+}
+
+// Progress for a call whose RPC has ended: retries it, follows a Push with
+// its Pull, or returns the call's end.
+std::optional<absl::Status> ChunkCallEngine::Ended(ChunkCall& call) {
   if (!call.local_error.ok()) {
     if (call.window_bytes > 0) LeaveWindow(call);
     return call.local_error;
@@ -230,7 +287,10 @@ std::optional<absl::Status> ChunkCallEngine::Progress(const ChunkCall::Tag& t) {
       return std::nullopt;
     }
   }
-  if (call.status.ok()) return Succeeded(call);
+  if (call.status.ok()) {
+    // A Push whose Pull is a call of its own brings no weights.
+    return call.pull != nullptr ? absl::OkStatus() : Succeeded(call);
+  }
   if (retry) {
     ScheduleRetry(call);
     return std::nullopt;
@@ -273,7 +333,7 @@ void ChunkCallEngine::ScheduleRetry(ChunkCall& call) {
 
 // Whether the failed RPC of `call` is to be tried again after a backoff.
 bool ChunkCallEngine::RetryLater(const ChunkCall& call) const {
-  return !cancelled_.load() && Retryable(call.status.error_code()) &&
+  return !cancelled_.load() && !call.abandoned && Retryable(call.status.error_code()) &&
          absl::Now() + kRetryBackoff < call.deadline;
 }
 

@@ -73,6 +73,9 @@ class ChunkCallEngine {
     std::deque<ChunkCall*> queued;  // waiting for room, in launch order
   };
 
+  // The Pull that follows `push` as a call of its own, or null.
+  std::unique_ptr<ChunkCall> PullOfPush(ChunkCall& push);
+  void Abandon(ChunkCall& pull);
   void LeaveWindow(ChunkCall& call);
   void Issue(ChunkCall& call);
   // Builds the push of `call` from its grads, in a free shared slot when
@@ -80,6 +83,7 @@ class ChunkCallEngine {
   bool BuildPush(ChunkCall& call);
   std::optional<absl::Status> HandleEvent(void* tag);
   std::optional<absl::Status> Progress(const ChunkCall::Tag& t);
+  std::optional<absl::Status> Ended(ChunkCall& call);
   // The call's RPC went through: traces it and takes its weights.
   absl::Status Succeeded(ChunkCall& call);
   bool RetryLater(const ChunkCall& call) const;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -146,6 +147,16 @@ class FakeService final : public proto::ParameterServer::Service {
   // While set, Register and GetStatus wait (at most 20 s) for it to clear:
   // a server busy with something else.
   bool busy ABSL_GUARDED_BY(mu) = false;
+  // Windowed push-pulls: a Push keeps its chunks and answers once a Pull has
+  // arrived since (within 5 s: `push_failure` otherwise), or fails with
+  // `push_failure` if set; a Pull echoes the kept chunks once they are in
+  // (within 5 s), or with
+  // `pulls_wait` waits (20 s at most) until its call is cancelled.
+  int push_calls ABSL_GUARDED_BY(mu) = 0;
+  int pull_calls ABSL_GUARDED_BY(mu) = 0;
+  grpc::Status push_failure ABSL_GUARDED_BY(mu);
+  bool pulls_wait ABSL_GUARDED_BY(mu) = false;
+  std::map<int32_t, proto::Chunk> pushed ABSL_GUARDED_BY(mu);
 
   grpc::Status Register(grpc::ServerContext*, const proto::RegisterRequest* req,
                         proto::RegisterResponse* resp) override {
@@ -178,6 +189,51 @@ class FakeService final : public proto::ParameterServer::Service {
     }
     if (req->chunks_size() > 0) pushed_dtype = req->chunks(0).dtype();
     if (drop_last_chunk) resp->mutable_chunks()->RemoveLast();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Push(grpc::ServerContext*, const proto::PushRequest* req,
+                    proto::PushResponse*) override {
+    absl::MutexLock lock(&mu);
+    for (const proto::Chunk& c : req->chunks()) {
+      pushed[c.chunk_id()] = c;
+      pushed[c.chunk_id()].set_version(req->step() + 1);
+    }
+    const int pulls_before = pull_calls;
+    ++push_calls;
+    auto pulled_since = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return pull_calls > pulls_before;
+    };
+    const bool pulled = mu.AwaitWithTimeout(absl::Condition(&pulled_since), absl::Seconds(5));
+    if (!push_failure.ok()) return push_failure;
+    if (!pulled) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no Pull arrived");
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Pull(grpc::ServerContext* ctx, const proto::PullRequest* req,
+                    proto::PullResponse* resp) override {
+    absl::MutexLock lock(&mu);
+    ++pull_calls;
+    if (pulls_wait) {
+      const absl::Time until = absl::Now() + absl::Seconds(20);
+      auto never = [] { return false; };
+      while (!ctx->IsCancelled() && absl::Now() < until) {
+        mu.AwaitWithTimeout(absl::Condition(&never), absl::Milliseconds(10));
+      }
+      return grpc::Status(grpc::StatusCode::CANCELLED, "waited");
+    }
+    // Handlers run side by side: the Push may not be in yet.
+    auto in = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      for (int32_t id : req->chunk_ids()) {
+        auto it = pushed.find(id);
+        if (it == pushed.end() || it->second.version() < req->version()) return false;
+      }
+      return true;
+    };
+    if (!mu.AwaitWithTimeout(absl::Condition(&in), absl::Seconds(5))) {
+      return grpc::Status(grpc::StatusCode::INTERNAL, "not pushed");
+    }
+    for (int32_t id : req->chunk_ids()) *resp->add_chunks() = pushed[id];
     return grpc::Status::OK;
   }
 
@@ -474,6 +530,47 @@ TEST(GrpcPsClientTest, WindowedPushPullsOfWorkersInDifferentChunkOrders) {
 // A server's share goes as one request of up to max_request_bytes on
 // loopback (the cores bound a step there), and in at least 4 across a
 // network (the link does, and the pipeline fills and drains a request).
+// Where payloads travel in the messages, a windowed push-pull's Pull goes
+// right behind its Push, before the Push is answered: sent once the Push has
+// ended, it would queue behind the window's later Pushes and reach the
+// server late, and the server's answer with it.
+TEST(GrpcPsClientTest, AWindowedPullGoesBeforeItsPushIsAnswered) {
+  const Layout layout = TestLayout(1);
+  FakeServer fake;  // takes no shared memory
+  auto client = OneAtATimeClient(layout, {fake.address()}, 0, 2);
+  ASSERT_TRUE(client->Register().ok());
+  std::vector<float> grads(layout.total_elements()), w(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i);
+  ASSERT_EQ(client->PushPull(0, 1, grads.data(), w.data()), absl::OkStatus());
+  EXPECT_EQ(w, grads);  // the fake echoes the push
+  absl::MutexLock lock(&fake.service.mu);
+  EXPECT_GT(fake.service.push_calls, 1);  // a call a chunk
+  EXPECT_EQ(fake.service.pull_calls, fake.service.push_calls);
+}
+
+// A windowed Push that fails for good ends its Pull at once, which would
+// otherwise wait until its deadline for weights that cannot come.
+TEST(GrpcPsClientTest, AFailedWindowedPushEndsItsPull) {
+  const Layout layout = TestLayout(1);
+  FakeServer fake;
+  {
+    absl::MutexLock lock(&fake.service.mu);
+    fake.service.push_failure = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad chunk");
+    fake.service.pulls_wait = true;
+  }
+  auto client = OneAtATimeClient(layout, {fake.address()}, 0, 2);  // calls' deadline 20 s
+  ASSERT_TRUE(client->Register().ok());
+  std::vector<float> grads(layout.total_elements()), w(grads.size());
+  const absl::Time start = absl::Now();
+  const absl::Status s = client->PushPull(0, 1, grads.data(), w.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("bad chunk"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  absl::MutexLock lock(&fake.service.mu);
+  EXPECT_EQ(fake.service.push_calls, 1);  // the requests queued behind it are not sent
+  EXPECT_EQ(fake.service.pull_calls, 1);
+}
+
 TEST(GrpcPsClientTest, ASmallShareIsCutIntoMoreRequestsAcrossANetwork) {
   // 8 chunks of 2 floats on one server: 64 bytes. Across a network at
   // least 16 requests, a chunk at least each: 8 calls.

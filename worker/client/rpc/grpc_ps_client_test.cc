@@ -147,11 +147,11 @@ class FakeService final : public proto::ParameterServer::Service {
   // While set, Register and GetStatus wait (at most 20 s) for it to clear:
   // a server busy with something else.
   bool busy ABSL_GUARDED_BY(mu) = false;
-  // Windowed push-pulls: a Push keeps its chunks and answers once a Pull has
-  // arrived since (within 5 s: `push_failure` otherwise), or fails with
-  // `push_failure` if set; a Pull echoes the kept chunks once they are in
-  // (within 5 s), or with
-  // `pulls_wait` waits (20 s at most) until its call is cancelled.
+  // Windowed push-pulls: a Push keeps its chunks and answers once as many
+  // Pulls as Pushes have arrived (within 5 s: an error otherwise), or fails
+  // with `push_failure` if set; a Pull echoes the kept chunks once they are
+  // in (within 5 s), or with `pulls_wait` waits (20 s at most) until its
+  // call is cancelled.
   int push_calls ABSL_GUARDED_BY(mu) = 0;
   int pull_calls ABSL_GUARDED_BY(mu) = 0;
   grpc::Status push_failure ABSL_GUARDED_BY(mu);
@@ -199,14 +199,12 @@ class FakeService final : public proto::ParameterServer::Service {
       pushed[c.chunk_id()] = c;
       pushed[c.chunk_id()].set_version(req->step() + 1);
     }
-    const int pulls_before = pull_calls;
-    ++push_calls;
-    auto pulled_since = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-      return pull_calls > pulls_before;
-    };
-    const bool pulled = mu.AwaitWithTimeout(absl::Condition(&pulled_since), absl::Seconds(5));
+    // Handlers run side by side: this Push's Pull may have come first.
+    const int pushes = ++push_calls;
+    auto pulled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return pull_calls >= pushes; };
+    const bool pulled_too = mu.AwaitWithTimeout(absl::Condition(&pulled), absl::Seconds(5));
     if (!push_failure.ok()) return push_failure;
-    if (!pulled) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no Pull arrived");
+    if (!pulled_too) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no Pull arrived");
     return grpc::Status::OK;
   }
 

@@ -145,14 +145,20 @@ std::unique_ptr<ChunkCall> ChunkCallEngine::PullOfPush(ChunkCall& push) {
 
 // The Push of `pull` failed for good: the Pull ends, unsent or cancelled,
 // and its end reports nothing (the Push's error is the push-pull's). On
-// the thread that drives both calls' queue.
-void ChunkCallEngine::Abandon(ChunkCall& pull) {
+// the thread that drives both calls' queue. `issued`: the Pull has been
+// through Issue, so one of its tags is on the queue (its RPC's end, a
+// retry's alarm, or the end Issue posts after a Cancel() with no RPC), or
+// it has ended already; otherwise it has none, and gets one here.
+void ChunkCallEngine::Abandon(ChunkCall& pull, bool issued) {
   absl::MutexLock lock(&mu_);
   pull.abandoned = true;
+  if (!issued) {
+    PostNow(pull.issue_alarm, pull.cq, &pull.issue_tag);  // Issue ends it at once
+    return;
+  }
   if (pull.ctx != nullptr) pull.ctx->TryCancel();
   // Waiting for a retry: issued now, it ends at once (see Issue).
   pull.issue_alarm.Cancel();
-  if (pull.ctx == nullptr) PostNow(pull.issue_alarm, pull.cq, &pull.issue_tag);
 }
 
 // The windowed RPC of `call` (its Push, or its PushPull) has ended, done or
@@ -259,7 +265,9 @@ std::optional<absl::Status> ChunkCallEngine::Progress(const ChunkCall::Tag& t) {
   }
   if (call.abandoned) return absl::OkStatus();  // its Push's error stands for both
   std::optional<absl::Status> ended = Ended(call);
-  if (ended.has_value() && !ended->ok() && call.pull != nullptr) Abandon(*call.pull);
+  if (ended.has_value() && !ended->ok() && call.pull != nullptr) {
+    Abandon(*call.pull, call.pull_issued);
+  }
   return ended;
 }
 
@@ -288,6 +296,10 @@ std::optional<absl::Status> ChunkCallEngine::Ended(ChunkCall& call) {
     }
   }
   if (call.status.ok()) {
+    if (call.unavailable_logged) {
+      LOG(INFO) << "worker " << options_.worker_rank << ": " << call.op << " to server "
+                << call.server << " went through after all";
+    }
     // A Push whose Pull is a call of its own brings no weights.
     return call.pull != nullptr ? absl::OkStatus() : Succeeded(call);
   }
@@ -307,10 +319,6 @@ absl::Status ChunkCallEngine::Succeeded(ChunkCall& call) {
                          absl::StrCat("push-pull chunks ", call.chunk_ids.front(), "..",
                                       call.chunk_ids.back()),
                          call.launched, absl::Now());
-  }
-  if (call.unavailable_logged) {
-    LOG(INFO) << "worker " << options_.worker_rank << ": " << call.op << " to server "
-              << call.server << " went through after all";
   }
   return coder_.DecodeWeights(call, shared_.Slot(call.server, call.slot));
 }
@@ -333,7 +341,7 @@ void ChunkCallEngine::ScheduleRetry(ChunkCall& call) {
 
 // Whether the failed RPC of `call` is to be tried again after a backoff.
 bool ChunkCallEngine::RetryLater(const ChunkCall& call) const {
-  return !cancelled_.load() && !call.abandoned && Retryable(call.status.error_code()) &&
+  return !cancelled_.load() && Retryable(call.status.error_code()) &&
          absl::Now() + kRetryBackoff < call.deadline;
 }
 

@@ -75,7 +75,7 @@ class ChunkCallEngine {
 
   // The Pull that follows `push` as a call of its own, or null.
   std::unique_ptr<ChunkCall> PullOfPush(ChunkCall& push);
-  void Abandon(ChunkCall& pull);
+  void Abandon(ChunkCall& pull, bool issued);
   void LeaveWindow(ChunkCall& call);
   void Issue(ChunkCall& call);
   // Builds the push of `call` from its grads, in a free shared slot when

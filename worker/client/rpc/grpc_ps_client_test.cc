@@ -525,9 +525,6 @@ TEST(GrpcPsClientTest, WindowedPushPullsOfWorkersInDifferentChunkOrders) {
   }
 }
 
-// A server's share goes as one request of up to max_request_bytes on
-// loopback (the cores bound a step there), and in at least 4 across a
-// network (the link does, and the pipeline fills and drains a request).
 // Where payloads travel in the messages, a windowed push-pull's Pull goes
 // right behind its Push, before the Push is answered: sent once the Push has
 // ended, it would queue behind the window's later Pushes and reach the
@@ -569,6 +566,9 @@ TEST(GrpcPsClientTest, AFailedWindowedPushEndsItsPull) {
   EXPECT_EQ(fake.service.pull_calls, 1);
 }
 
+// A server's share goes as one request of up to max_request_bytes on
+// loopback (the cores bound a step there), and in at least 4 across a
+// network (the link does, and the pipeline fills and drains a request).
 TEST(GrpcPsClientTest, ASmallShareIsCutIntoMoreRequestsAcrossANetwork) {
   // 8 chunks of 2 floats on one server: 64 bytes. Across a network at
   // least 16 requests, a chunk at least each: 8 calls.

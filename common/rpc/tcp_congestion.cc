@@ -69,6 +69,16 @@ std::string SocketCongestion(int fd) {
   return std::string(name, strnlen(name, len));
 }
 
+// 0 if this process may give a socket `name`, else why not (an errno).
+int TryOnNewSocket(const std::string& name) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return errno;
+  const int rc = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), name.size());
+  const int err = rc == 0 ? 0 : errno;
+  close(fd);
+  return err;
+}
+
 bool PeerIsLoopback(int fd) {
   sockaddr_storage peer{};
   socklen_t len = sizeof(peer);
@@ -170,13 +180,8 @@ absl::StatusOr<TcpCongestion> ParseTcpCongestion(absl::string_view value) {
         why));
   };
   if (value.empty() || value.size() >= kTcpCongestionNameMax) return error("is not a name");
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
   const std::string name(value);
-  const int rc = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), name.size());
-  const int err = errno;
-  close(fd);
-  if (rc != 0) {
+  if (const int err = TryOnNewSocket(name); err != 0) {
     return error(err == EPERM ? "is not allowed for this user"
                  : err == ENOENT ? "is not available in this kernel"
                                  : std::strerror(err));
@@ -187,11 +192,20 @@ absl::StatusOr<TcpCongestion> ParseTcpCongestion(absl::string_view value) {
 }
 
 std::string DescribeTcpCongestion(const TcpCongestion& policy) {
-  const std::string system =
-      absl::StrCat("the system's ", ReadProcLine("/proc/sys/net/ipv4/tcp_congestion_control"));
+  const std::string system_name = ReadProcLine("/proc/sys/net/ipv4/tcp_congestion_control");
+  const std::string system = absl::StrCat("the system's ", system_name);
   switch (policy.mode) {
-    case TcpCongestion::Mode::kAuto:
-      return absl::StrCat(kLoopbackCongestion, " with loopback peers, ", system, " with others");
+    case TcpCongestion::Mode::kAuto: {
+      std::string others = system;
+      if (!CongestionFor(policy, false, system_name).empty()) {
+        others = TryOnNewSocket(kInsteadOfBbr) == 0
+                     ? absl::StrCat(kInsteadOfBbr, " in place of ", system)
+                     : absl::StrCat(system, " (", kInsteadOfBbr, ", auto's choice over ",
+                                    system_name, ", is not allowed to this process: "
+                                    "net.ipv4.tcp_allowed_congestion_control)");
+      }
+      return absl::StrCat(kLoopbackCongestion, " with loopback peers, ", others, " with others");
+    }
     case TcpCongestion::Mode::kSystem:
       return system;
     case TcpCongestion::Mode::kNamed:
@@ -200,10 +214,12 @@ std::string DescribeTcpCongestion(const TcpCongestion& policy) {
   return "";
 }
 
-std::string CongestionFor(const TcpCongestion& policy, bool peer_is_loopback) {
+std::string CongestionFor(const TcpCongestion& policy, bool peer_is_loopback,
+                          absl::string_view system) {
   switch (policy.mode) {
     case TcpCongestion::Mode::kAuto:
-      return peer_is_loopback ? kLoopbackCongestion : "";
+      if (peer_is_loopback) return kLoopbackCongestion;
+      return system == "bbr" ? kInsteadOfBbr : "";
     case TcpCongestion::Mode::kSystem:
       return "";
     case TcpCongestion::Mode::kNamed:
@@ -213,9 +229,12 @@ std::string CongestionFor(const TcpCongestion& policy, bool peer_is_loopback) {
 }
 
 bool ApplyTcpCongestion(int fd, const TcpCongestion& policy, bool peer_is_loopback) {
-  const std::string name = CongestionFor(policy, peer_is_loopback);
-  if (name.empty() || SocketCongestion(fd) == name) return true;
+  const std::string current = SocketCongestion(fd);  // the system's, unless set before
+  const std::string name = CongestionFor(policy, peer_is_loopback, current);
+  if (name.empty() || current == name) return true;
   if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), name.size()) == 0) return true;
+  // Auto's CUBIC over BBR, not allowed here: DescribeTcpCongestion said so.
+  if (policy.mode == TcpCongestion::Mode::kAuto && errno == EPERM) return false;
   static std::atomic<bool> logged{false};
   if (!logged.exchange(true)) {
     LOG(WARNING) << "tcp_congestion: the kernel refused " << name << " on a connection ("
@@ -228,7 +247,8 @@ bool ApplyTcpCongestion(int fd, const TcpCongestion& policy, bool peer_is_loopba
 void SetTcpCongestion(const TcpCongestion& policy, const std::string& address,
                       grpc::ChannelArguments& args) {
   const bool loopback = IsLoopbackAddress(address);
-  if (CongestionFor(policy, loopback).empty()) return;
+  const std::string system = ReadProcLine("/proc/sys/net/ipv4/tcp_congestion_control");
+  if (CongestionFor(policy, loopback, system).empty()) return;
   args.SetSocketMutator(NewMutator(policy, loopback));
 }
 

@@ -7,8 +7,12 @@
 // segments and sets off spurious retransmissions. A push-pull sends both
 // ways at once and suffers most: on 2 cores a 2 MiB push-pull took 3.5 ms
 // with BBR and 2.3 ms with reno, and 16 MiB 20 ms against 13
-// (docs/performance.md). Between hosts the system's choice is kept: there it is
-// the operator's to make.
+// (docs/performance.md). Between hosts the system's choice is kept, the
+// operator's to make, but for BBR, which auto replaces with CUBIC: every
+// worker pushes to every server at once, and through a switch's shallow
+// buffers BBR left flows of that incast behind: on 4 and 8 emulated hosts
+// steps took up to 1.4 times CUBIC's, and never clearly less
+// (docs/performance.md, "Across hosts").
 #ifndef PSYNC_COMMON_RPC_TCP_CONGESTION_H_
 #define PSYNC_COMMON_RPC_TCP_CONGESTION_H_
 
@@ -35,6 +39,11 @@ struct TcpCongestion {
 // What auto uses on loopback: built into every kernel, and allowed to
 // unprivileged processes (net.ipv4.tcp_allowed_congestion_control).
 inline constexpr char kLoopbackCongestion[] = "reno";
+// What auto uses between hosts where the system's is BBR: every kernel's
+// usual default. Where the system's is BBR, unprivileged processes may
+// often use reno and BBR only (net.ipv4.tcp_allowed_congestion_control):
+// such a process keeps BBR, as the daemons' start-up line says.
+inline constexpr char kInsteadOfBbr[] = "cubic";
 
 // Longest algorithm name and its NUL (the kernel's TCP_CA_NAME_MAX).
 inline constexpr int kTcpCongestionNameMax = 16;
@@ -48,8 +57,10 @@ absl::StatusOr<TcpCongestion> ParseTcpCongestion(absl::string_view value);
 // with others".
 std::string DescribeTcpCongestion(const TcpCongestion& policy);
 
-// The algorithm `policy` gives a connection, or "" for the system's.
-std::string CongestionFor(const TcpCongestion& policy, bool peer_is_loopback);
+// The algorithm `policy` gives a connection whose system's algorithm is
+// `system`, or "" for the system's.
+std::string CongestionFor(const TcpCongestion& policy, bool peer_is_loopback,
+                          absl::string_view system);
 
 // Sets the algorithm `policy` gives a socket whose peer is or will be
 // loopback (or not). Returns false, and logs once per process, where the

@@ -111,9 +111,20 @@ TEST(TcpCongestionTest, RejectsWhatTheKernelDoesNotHave) {
   }
 }
 
+// Whether auto gives connections between hosts CUBIC in place of BBR: where
+// the system's is BBR and this process may use CUBIC.
+bool AutoReplacesBbr() { return SystemDefault() == "bbr" && ParseTcpCongestion("cubic").ok(); }
+
 TEST(TcpCongestionTest, Describes) {
+  std::string others = "the system's " + SystemDefault();
+  if (AutoReplacesBbr()) {
+    others = "cubic in place of the system's bbr";
+  } else if (SystemDefault() == "bbr") {
+    others += " (cubic, auto's choice over bbr, is not allowed to this process: "
+              "net.ipv4.tcp_allowed_congestion_control)";
+  }
   EXPECT_EQ(DescribeTcpCongestion(TcpCongestion{}),
-            "reno with loopback peers, the system's " + SystemDefault() + " with others");
+            "reno with loopback peers, " + others + " with others");
   EXPECT_EQ(DescribeTcpCongestion(TcpCongestion{TcpCongestion::Mode::kSystem, ""}),
             "the system's " + SystemDefault());
   EXPECT_EQ(DescribeTcpCongestion(TcpCongestion{TcpCongestion::Mode::kNamed, "cubic"}), "cubic");
@@ -122,11 +133,15 @@ TEST(TcpCongestionTest, Describes) {
 TEST(TcpCongestionTest, ChoosesByPeer) {
   const TcpCongestion automatic, system{TcpCongestion::Mode::kSystem, ""},
       cubic{TcpCongestion::Mode::kNamed, "cubic"};
-  EXPECT_EQ(CongestionFor(automatic, true), "reno");
-  EXPECT_EQ(CongestionFor(automatic, false), "");
-  EXPECT_EQ(CongestionFor(system, true), "");
-  EXPECT_EQ(CongestionFor(cubic, false), "cubic");
-  EXPECT_EQ(CongestionFor(cubic, true), "cubic");
+  EXPECT_EQ(CongestionFor(automatic, true, "bbr"), "reno");
+  // Between hosts the system's, but for BBR.
+  EXPECT_EQ(CongestionFor(automatic, false, "cubic"), "");
+  EXPECT_EQ(CongestionFor(automatic, false, "dctcp"), "");
+  EXPECT_EQ(CongestionFor(automatic, false, "bbr"), "cubic");
+  EXPECT_EQ(CongestionFor(system, true, "bbr"), "");
+  EXPECT_EQ(CongestionFor(system, false, "bbr"), "");
+  EXPECT_EQ(CongestionFor(cubic, false, "bbr"), "cubic");
+  EXPECT_EQ(CongestionFor(cubic, true, "bbr"), "cubic");
 }
 
 // Both ends of a loopback connection get reno under "auto", whatever the
@@ -163,13 +178,14 @@ TEST(TcpCongestionTest, NamedAlgorithmOnEveryConnection) {
 }
 
 // A connection to one of this host's own non-loopback addresses is not a
-// loopback peer by address: auto keeps the system's default there.
-TEST(TcpCongestionTest, AutoKeepsTheSystemsBetweenHosts) {
+// loopback peer by address: auto keeps the system's default there, or
+// gives it CUBIC where that is BBR and this process may.
+TEST(TcpCongestionTest, AutoKeepsTheSystemsBetweenHostsButBbr) {
   const std::string address = NonLoopbackIpv4Address();
   if (address.empty()) GTEST_SKIP() << "no IPv4 address besides loopback";
   const std::vector<std::string> names = ConnectionCongestion(TcpCongestion{}, address);
   EXPECT_THAT(names, SizeIs(2));
-  EXPECT_THAT(names, Each(SystemDefault()));
+  EXPECT_THAT(names, Each(AutoReplacesBbr() ? std::string("cubic") : SystemDefault()));
 }
 
 }  // namespace

@@ -69,6 +69,13 @@ std::string SocketCongestion(int fd) {
   return std::string(name, strnlen(name, len));
 }
 
+// Why the kernel refused an algorithm (an errno), for messages.
+std::string Refusal(int err) {
+  return err == EPERM    ? "is not allowed to this process"
+         : err == ENOENT ? "is not available in this kernel"
+                         : std::strerror(err);
+}
+
 // 0 if this process may give a socket `name`, else why not (an errno).
 int TryOnNewSocket(const std::string& name) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -181,11 +188,7 @@ absl::StatusOr<TcpCongestion> ParseTcpCongestion(absl::string_view value) {
   };
   if (value.empty() || value.size() >= kTcpCongestionNameMax) return error("is not a name");
   const std::string name(value);
-  if (const int err = TryOnNewSocket(name); err != 0) {
-    return error(err == EPERM ? "is not allowed for this user"
-                 : err == ENOENT ? "is not available in this kernel"
-                                 : std::strerror(err));
-  }
+  if (const int err = TryOnNewSocket(name); err != 0) return error(Refusal(err));
   policy.mode = TcpCongestion::Mode::kNamed;
   policy.name = name;
   return policy;
@@ -198,11 +201,13 @@ std::string DescribeTcpCongestion(const TcpCongestion& policy) {
     case TcpCongestion::Mode::kAuto: {
       std::string others = system;
       if (!CongestionFor(policy, false, system_name).empty()) {
-        others = TryOnNewSocket(kInsteadOfBbr) == 0
-                     ? absl::StrCat(kInsteadOfBbr, " in place of ", system)
-                     : absl::StrCat(system, " (", kInsteadOfBbr, ", auto's choice over ",
-                                    system_name, ", is not allowed to this process: "
-                                    "net.ipv4.tcp_allowed_congestion_control)");
+        const int err = TryOnNewSocket(kInsteadOfBbr);
+        others = err == 0 ? absl::StrCat(kInsteadOfBbr, " in place of ", system)
+                          : absl::StrCat(system, " (", kInsteadOfBbr, ", auto's choice over ",
+                                         system_name, ", ", Refusal(err),
+                                         err == EPERM ? "; see net.ipv4.tcp_allowed_"
+                                                        "congestion_control)"
+                                                      : ")");
       }
       return absl::StrCat(kLoopbackCongestion, " with loopback peers, ", others, " with others");
     }
@@ -233,23 +238,28 @@ bool ApplyTcpCongestion(int fd, const TcpCongestion& policy, bool peer_is_loopba
   const std::string name = CongestionFor(policy, peer_is_loopback, current);
   if (name.empty() || current == name) return true;
   if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), name.size()) == 0) return true;
-  // Auto's CUBIC over BBR, not allowed here: DescribeTcpCongestion said so.
-  if (policy.mode == TcpCongestion::Mode::kAuto && errno == EPERM) return false;
+  const int err = errno;
+  // Auto's CUBIC over BBR, refused to this process on every socket, as
+  // DescribeTcpCongestion said at start: not worth a warning. (A route that
+  // locks its algorithm refuses it on that route's sockets alone.)
+  if (policy.mode == TcpCongestion::Mode::kAuto && name == kInsteadOfBbr &&
+      TryOnNewSocket(name) != 0) {
+    return false;
+  }
   static std::atomic<bool> logged{false};
   if (!logged.exchange(true)) {
     LOG(WARNING) << "tcp_congestion: the kernel refused " << name << " on a connection ("
-                 << std::strerror(errno) << "); it keeps the system's "
-                 << ReadProcLine("/proc/sys/net/ipv4/tcp_congestion_control");
+                 << std::strerror(err) << "); it keeps " << current;
   }
   return false;
 }
 
 void SetTcpCongestion(const TcpCongestion& policy, const std::string& address,
                       grpc::ChannelArguments& args) {
-  const bool loopback = IsLoopbackAddress(address);
-  const std::string system = ReadProcLine("/proc/sys/net/ipv4/tcp_congestion_control");
-  if (CongestionFor(policy, loopback, system).empty()) return;
-  args.SetSocketMutator(NewMutator(policy, loopback));
+  if (policy.mode == TcpCongestion::Mode::kSystem) return;
+  // Each socket is looked at when it is made (auto: its own default, which
+  // may be BBR), as a server's are.
+  args.SetSocketMutator(NewMutator(policy, IsLoopbackAddress(address)));
 }
 
 std::unique_ptr<grpc::ServerBuilderOption> TcpCongestionOption(const TcpCongestion& policy) {

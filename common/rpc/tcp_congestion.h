@@ -11,7 +11,7 @@
 // operator's to make, but for BBR, which auto replaces with CUBIC: every
 // worker pushes to every server at once, and through a switch's shallow
 // buffers BBR left flows of that incast behind: on 4 and 8 emulated hosts
-// steps took up to 1.4 times CUBIC's, and never clearly less
+// steps took up to 1.5 times CUBIC's, and in one shape of eight 0.97
 // (docs/performance.md, "Across hosts").
 #ifndef PSYNC_COMMON_RPC_TCP_CONGESTION_H_
 #define PSYNC_COMMON_RPC_TCP_CONGESTION_H_
@@ -28,7 +28,8 @@ namespace psync {
 
 struct TcpCongestion {
   enum class Mode {
-    kAuto,    // "auto": reno where the peer is a loopback address, else the system's
+    kAuto,    // "auto": reno where the peer is a loopback address, else the
+              // system's, or CUBIC in place of BBR
     kSystem,  // "system": the system's default everywhere
     kNamed,   // any other value: that algorithm on every connection
   };

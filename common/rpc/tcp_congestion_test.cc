@@ -120,7 +120,7 @@ TEST(TcpCongestionTest, Describes) {
   if (AutoReplacesBbr()) {
     others = "cubic in place of the system's bbr";
   } else if (SystemDefault() == "bbr") {
-    others += " (cubic, auto's choice over bbr, is not allowed to this process: "
+    others += " (cubic, auto's choice over bbr, is not allowed to this process; see "
               "net.ipv4.tcp_allowed_congestion_control)";
   }
   EXPECT_EQ(DescribeTcpCongestion(TcpCongestion{}),

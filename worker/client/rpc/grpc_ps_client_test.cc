@@ -299,6 +299,15 @@ std::unique_ptr<PsClient> Client(const Layout& layout, std::vector<std::string> 
   return client.ok() ? std::move(*client) : nullptr;
 }
 
+// One push-pull of step 0 to a FakeServer, which answers with the pushed
+// gradients (0, 1, 2, ...) as the new weights.
+void ExpectPushPullEchoed(const Layout& layout, PsClient& client) {
+  std::vector<float> grads(layout.total_elements()), w(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i);
+  ASSERT_EQ(client.PushPull(0, 1, grads.data(), w.data()), absl::OkStatus());
+  EXPECT_EQ(w, grads);
+}
+
 void ExpectVersion(const absl::StatusOr<int64_t>& version, int64_t expected) {
   ASSERT_TRUE(version.ok()) << version.status();
   EXPECT_EQ(*version, expected);
@@ -534,10 +543,7 @@ TEST(GrpcPsClientTest, AWindowedPullGoesBeforeItsPushIsAnswered) {
   FakeServer fake;  // takes no shared memory
   auto client = OneAtATimeClient(layout, {fake.address()}, 0, 2);
   ASSERT_TRUE(client->Register().ok());
-  std::vector<float> grads(layout.total_elements()), w(grads.size());
-  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i);
-  ASSERT_EQ(client->PushPull(0, 1, grads.data(), w.data()), absl::OkStatus());
-  EXPECT_EQ(w, grads);  // the fake echoes the push
+  ExpectPushPullEchoed(layout, *client);
   absl::MutexLock lock(&fake.service.mu);
   EXPECT_GT(fake.service.push_calls, 1);  // a call a chunk
   EXPECT_EQ(fake.service.pull_calls, fake.service.push_calls);
@@ -712,10 +718,7 @@ TEST(GrpcPsClientTest, RetriesUnavailableUntilTheServerAnswers) {
     auto client = one_at_a_time ? OneAtATimeClient(layout, {fake.address()})
                                 : Client(layout, {fake.address()});
     ASSERT_TRUE(client->Register().ok());
-    std::vector<float> grads(layout.total_elements()), w(grads.size());
-    for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i);
-    ASSERT_EQ(client->PushPull(0, 1, grads.data(), w.data()), absl::OkStatus());
-    EXPECT_EQ(w, grads);  // the fake echoes the push
+    ExpectPushPullEchoed(layout, *client);
     absl::MutexLock lock(&fake.service.mu);
     EXPECT_EQ(fake.service.push_pull_calls, 3 + (one_at_a_time ? 3 : 1));  // + a call a chunk
   }

@@ -34,10 +34,18 @@ ServerPlan PlanServer(const Layout& layout, int server, const RequestSizing& siz
     request = std::min(request, link.message_limit - kMessageHeadroomBytes);
   }
   const int64_t n = sizing.num_workers;
-  const int64_t limit = sizing.push_window_bytes > 0
-                            ? sizing.push_window_bytes
-                            : std::max(CeilDiv(2, n) * request, share / (2 * n * n));
-  plan.window = limit < share ? limit : 0;
+  if (sizing.push_window_bytes > 0) {
+    plan.window = sizing.push_window_bytes < share ? sizing.push_window_bytes : 0;
+    return plan;
+  }
+  // The automatic window never holds back a share of one chunk's bytes or
+  // less: a server holding one whole chunk takes that much in flight from
+  // every worker anyway, and a window over a share of several small chunks
+  // would send them a round trip at a time, behind the other servers'
+  // queues.
+  const int64_t chunk = layout.chunk_bytes() / int64_t{sizeof(float)} * WireBytes(sizing.wire_dtype);
+  const int64_t limit = std::max(CeilDiv(2, n) * request, share / (2 * n * n));
+  plan.window = limit < share && share > chunk ? limit : 0;
   return plan;
 }
 

@@ -77,6 +77,29 @@ TEST(RequestPlanTest, TheWindowFollowsTheNumberOfWorkers) {
   EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).window, 0);
 }
 
+TEST(RequestPlanTest, AShareOfOneChunkOrLessIsNotWindowed) {
+  // A 256 KiB chunk on server 0 and small tensors, 48 KiB in all, on
+  // server 1 (4 workers, across a network: requests of a few KiB, windows
+  // of one request where a share is windowed).
+  const Layout layout = *Layout::Create(
+      {{"big", {64 << 10}}, {"a", {4 << 10}}, {"b", {4 << 10}}, {"c", {4 << 10}}}, 256 << 10, 2,
+      3);
+  RequestSizing sizing;
+  sizing.num_workers = 4;
+  ServerLink link;
+  link.across_network = true;
+  const ServerPlan small = PlanServer(layout, 1, sizing, link);
+  EXPECT_EQ(small.share, 48 << 10);
+  EXPECT_EQ(small.window, 0);
+  EXPECT_EQ(PlanServer(layout, 0, sizing, link).window, 0);
+  // One float more than a chunk is windowed.
+  const Layout larger = *Layout::Create({{"w", {(64 << 10) + 1}}}, 256 << 10, 1, 3);
+  EXPECT_GT(PlanServer(larger, 0, sizing, link).window, 0);
+  // A window asked for applies to any share larger than it.
+  sizing.push_window_bytes = 16 << 10;
+  EXPECT_EQ(PlanServer(layout, 1, sizing, link).window, 16 << 10);
+}
+
 TEST(RequestPlanTest, ANarrowDTypeHalvesTheShare) {
   const Layout layout = OneServer(1 << 10, 64);
   RequestSizing sizing;

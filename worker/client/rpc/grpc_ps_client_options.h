@@ -56,7 +56,7 @@ struct GrpcPsClientOptions {
   // the servers' bounds (--max_waiting_calls). On 2 cores, 16 MiB in 1 MiB
   // requests took about 0.8 times as long as in one (docs/performance.md).
   // Across a network (a server whose address is not loopback) a share is
-  // cut into at least 4 requests (of a chunk at least): the link then
+  // cut into at least 16 requests (of a chunk at least): the link then
   // bounds the step, and the pipeline's fill and drain are a request each.
   int64_t max_request_bytes = 1 << 20;
   // The same for a server that shares memory with this worker
@@ -73,7 +73,9 @@ struct GrpcPsClientOptions {
   // server holds them. Otherwise all requests are in flight at once. 0
   // means max(ceil(2 / num_workers) requests, share / (2 * num_workers^2)):
   // all workers together send a server at most share / (2 * num_workers)
-  // at a time, two requests at least. The more workers, the less each
+  // at a time, two requests at least; a share of one chunk's bytes or less
+  // is not windowed (a server holding one chunk takes that much from each
+  // worker at once anyway). The more workers, the less each
   // needs in flight to keep the server busy (measured, 64 MiB, 4 workers x
   // 1 server, momentum 0.9: a 2 MiB window per worker peaked at 229 MiB
   // server RSS against 281 MiB with 8 MiB, the step no slower).

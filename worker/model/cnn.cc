@@ -14,6 +14,13 @@ namespace {
 // Evaluation runs in slices of this many samples to bound scratch memory.
 constexpr int64_t kEvalSlice = 256;
 
+// The columns x of an output row whose source column x + kx - pad lies
+// within [0, w): [*begin, *end).
+void ValidColumns(int64_t kx, int64_t pad, int64_t w, int64_t* begin, int64_t* end) {
+  *begin = std::clamp(pad - kx, int64_t{0}, w);
+  *end = std::clamp(w + pad - kx, *begin, w);
+}
+
 // col[(c*k + ky)*k + kx][y*w + x] = in[c][y + ky - k/2][x + kx - k/2], or 0
 // outside the image.
 void Im2Col(const float* in, int64_t channels, int64_t h, int64_t w, int64_t k, float* col) {
@@ -22,19 +29,27 @@ void Im2Col(const float* in, int64_t channels, int64_t h, int64_t w, int64_t k, 
     for (int64_t ky = 0; ky < k; ++ky) {
       for (int64_t kx = 0; kx < k; ++kx) {
         float* row = col + ((c * k + ky) * k + kx) * h * w;
+        int64_t x0, x1;
+        ValidColumns(kx, pad, w, &x0, &x1);
         for (int64_t y = 0; y < h; ++y) {
+          float* out = row + y * w;
           const int64_t sy = y + ky - pad;
-          for (int64_t x = 0; x < w; ++x) {
-            const int64_t sx = x + kx - pad;
-            row[y * w + x] = (sy >= 0 && sy < h && sx >= 0 && sx < w) ? in[(c * h + sy) * w + sx] : 0.0f;
+          if (sy < 0 || sy >= h) {
+            std::fill(out, out + w, 0.0f);
+            continue;
           }
+          const float* src = in + (c * h + sy) * w + (x0 + kx - pad);
+          std::fill(out, out + x0, 0.0f);
+          std::copy(src, src + (x1 - x0), out + x0);
+          std::fill(out + x1, out + w, 0.0f);
         }
       }
     }
   }
 }
 
-// The adjoint of Im2Col: adds each column entry back to its pixel.
+// The adjoint of Im2Col: adds each column entry back to its pixel, in the
+// same order as a loop over every entry would.
 void Col2Im(const float* col, int64_t channels, int64_t h, int64_t w, int64_t k, float* out) {
   const int64_t pad = k / 2;
   std::fill(out, out + channels * h * w, 0.0f);
@@ -42,13 +57,14 @@ void Col2Im(const float* col, int64_t channels, int64_t h, int64_t w, int64_t k,
     for (int64_t ky = 0; ky < k; ++ky) {
       for (int64_t kx = 0; kx < k; ++kx) {
         const float* row = col + ((c * k + ky) * k + kx) * h * w;
+        int64_t x0, x1;
+        ValidColumns(kx, pad, w, &x0, &x1);
         for (int64_t y = 0; y < h; ++y) {
           const int64_t sy = y + ky - pad;
           if (sy < 0 || sy >= h) continue;
-          for (int64_t x = 0; x < w; ++x) {
-            const int64_t sx = x + kx - pad;
-            if (sx >= 0 && sx < w) out[(c * h + sy) * w + sx] += row[y * w + x];
-          }
+          float* dst = out + (c * h + sy) * w + (x0 + kx - pad);
+          const float* src = row + y * w + x0;
+          for (int64_t x = 0; x < x1 - x0; ++x) dst[x] += src[x];
         }
       }
     }

@@ -57,8 +57,10 @@ TEST(CpuCnnTest, ParametersFollowPyTorch) {
   EXPECT_LE((*m)->num_parameters(), 500000);
 }
 
-// Every parameter, for the small configuration and two other channel and
-// width choices (what cnn:<c1>-<c2>-<hidden> sets).
+// Every parameter, for the small configuration and other channel, width
+// and kernel choices ({c1, c2, hidden, kernel}; cnn:<c1>-<c2>-<hidden> sets
+// the first three). Kernels of 5 and 9 reach past the 4 x 4 pooled image
+// on both sides.
 class CnnSizesTest : public ::testing::TestWithParam<std::vector<int64_t>> {};
 
 TEST_P(CnnSizesTest, GradientsMatchFiniteDifferencesForEveryParameter) {
@@ -66,6 +68,7 @@ TEST_P(CnnSizesTest, GradientsMatchFiniteDifferencesForEveryParameter) {
   config.conv1_channels = GetParam()[0];
   config.conv2_channels = GetParam()[1];
   config.hidden = GetParam()[2];
+  config.kernel = GetParam()[3];
   auto model = CpuCnn::Create(config);
   ASSERT_TRUE(model.ok());
   CpuCnn& m = **model;
@@ -104,9 +107,12 @@ TEST_P(CnnSizesTest, GradientsMatchFiniteDifferencesForEveryParameter) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Channels, CnnSizesTest,
-                         ::testing::Values(std::vector<int64_t>{3, 4, 5},
-                                           std::vector<int64_t>{1, 2, 3},
-                                           std::vector<int64_t>{5, 2, 7}));
+                         ::testing::Values(std::vector<int64_t>{3, 4, 5, 3},
+                                           std::vector<int64_t>{1, 2, 3, 3},
+                                           std::vector<int64_t>{5, 2, 7, 3},
+                                           std::vector<int64_t>{3, 2, 5, 5},
+                                           std::vector<int64_t>{2, 2, 4, 7},
+                                           std::vector<int64_t>{2, 2, 3, 9}));
 
 TEST(CpuCnnTest, BatchGradientIsTheSumOfSampleGradients) {
   auto model = CpuCnn::Create(Small());

@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+import torch_bench  # beside this file; imports torch only in its workers
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
@@ -144,51 +146,94 @@ def run_gloo(args, cluster, mb, port):
 
 def train_psync(args, cluster, model, steps, out):
     """samples/s of psync_worker training `model` across the cluster's hosts,
-    a server and a worker on each (co-located), global batch 32 per host."""
+    a server and a worker on each (co-located), global batch 32 per host;
+    timed as the torch workers are, from worker 0's --metrics_csv rows
+    after its WARMUP-th step."""
     n = len(cluster.hosts)
-    summary = os.path.join(out, f"train_{model}_{n}.json")
+    steps_csv = os.path.join(out, f"train_{model}_{n}.csv")
     every = ",".join(map(str, range(n)))
     cmd = [args.launch, "--hosts=" + ",".join(f"{ns}={addr}" for ns, addr in cluster.hosts),
            "--host_cmd=ip netns exec {host} sh -c", f"--num_servers={n}", f"--num_workers={n}",
            f"--server_hosts={every}", f"--worker_hosts={every}",
            f"--model={model}", "--devices=1", "--batch_per_device=32", f"--steps={steps}",
-           "--synthetic_samples=12800", "--seed=1", "--lr=0.05", f"--summary={summary}",
-           "--timeout_s=600"]
+           "--synthetic_samples=12800", "--seed=1", "--lr=0.05", "--momentum=0.9",
+           f"--metrics_csv={steps_csv}", "--timeout_s=600"] + args.psync_flags.split()
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=660)
     if run.returncode != 0:
         raise RuntimeError(f"psync_launch failed ({run.returncode}): {run.stderr[-2000:]}")
-    with open(summary) as f:
-        return json.load(f)["samples_per_sec"]
+    return 32 * n * (steps - WARMUP) / torch_bench.csv_seconds(steps_csv, WARMUP, steps)
 
 
-DDP_WARMUP = 10  # steps DDP's timing leaves out
+WARMUP = 10  # steps the torch workers' timing leaves out (psync's and DDP's)
+
+
+def train_psync_torch(args, cluster, model, steps):
+    """samples/s of PyTorch workers (psync.torch, tests/bench/torch_bench.py's
+    psync worker) training `model` through psync across the cluster's hosts,
+    a server and a worker on each, under `psync_launch --hosts --worker_cmd`;
+    timed as DDP's is, after its WARMUP-th step."""
+    n = len(cluster.hosts)
+    every = ",".join(map(str, range(n)))
+    worker = (f"OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 {args.python} "
+              f"{os.path.join(HERE, 'torch_bench.py')} --worker=psync --model={model} "
+              f"--steps={steps} --warmup={WARMUP} --global_batch={32 * n} --threads=1 --")
+    cmd = [args.launch, "--hosts=" + ",".join(f"{ns}={addr}" for ns, addr in cluster.hosts),
+           "--host_cmd=ip netns exec {host} sh -c", f"--num_servers={n}", f"--num_workers={n}",
+           f"--server_hosts={every}", f"--worker_hosts={every}", "--worker_cmd=" + worker,
+           "--devices=1", "--batch_per_device=32", f"--steps={steps}", "--seed=1", "--lr=0.05",
+           "--momentum=0.9", "--timeout_s=600"] + args.psync_flags.split()
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=660)
+    if run.returncode != 0:
+        raise RuntimeError(f"psync_launch --worker_cmd failed ({run.returncode}): "
+                           f"{run.stderr[-2000:]}")
+    for line in (run.stdout + run.stderr).splitlines():
+        if "RESULT " in line:
+            result = json.loads(line.split("RESULT ", 1)[1])
+            if result["rank"] == 0:
+                return samples_per_sec(model, "torch through psync", result, n, steps)
+    raise RuntimeError(f"psync_launch --worker_cmd: no RESULT line from worker 0 in "
+                       f"{run.stdout[-2000:]}{run.stderr[-2000:]}")
 
 
 def train_ddp(args, cluster, model, steps, port):
     """samples/s of torch DDP (gloo) training the same `model` on the same
     hosts, one rank each, the same global batch (tests/bench/torch_bench.py's
-    DDP worker), timed after its DDP_WARMUP-th step."""
+    DDP worker), timed after its WARMUP-th step."""
     n = len(cluster.hosts)
     out = run_ranks(args, cluster, "DDP", "torch_bench.py", lambda rank: [
         "--worker=ddp", f"--model={model}", f"--rank={rank}", f"--ranks={n}",
         f"--master={cluster.hosts[0][1]}", f"--port={port}", f"--steps={steps}",
-        f"--warmup={DDP_WARMUP}", f"--global_batch={32 * n}", "--threads=1"])
+        f"--warmup={WARMUP}", f"--global_batch={32 * n}", "--threads=1"])
     result = next(line for line in out.splitlines() if line.startswith("RESULT "))
-    return 32 * n * (steps - DDP_WARMUP) / json.loads(result[7:])["seconds"]
+    return samples_per_sec(model, "DDP", json.loads(result[7:]), n, steps)
+
+
+def samples_per_sec(model, what, result, n, steps):
+    """Rank 0's samples/s from its torch_bench.py RESULT; prints its step in parts."""
+    print(f"{model}, {what}: worker 0's step in parts (medians): forward "
+          f"{1e3 * result['forward']:.2f} ms, backward {1e3 * result['backward']:.2f}, "
+          f"the optimizer's step() {1e3 * result['step']:.2f}; its CPU "
+          f"{1e3 * result['cpu']:.2f} ms a step", flush=True)
+    return 32 * n * (steps - WARMUP) / result["seconds"]
 
 
 def train_rows(args):
-    """The demo's MLP and the CNN across --train_hosts hosts: psync against DDP."""
+    """The demo's MLP and the CNN across --train_hosts hosts: psync (psync_worker, and
+    torch workers through psync.torch) against DDP."""
     n = args.train_hosts
     print(f"training on {n} hosts, each link {args.rate} each way, global batch {32 * n}")
     rows = []
     with Cluster(args.cluster_sh, f"pct{os.getpid() % 10000}", n, args.rate, args.delay) as cl:
         for model, steps in (("mlp", 300), ("cnn", 40)):
             psync = train_psync(args, cl, model, steps, args.out)
+            torch_psync = train_psync_torch(args, cl, model, steps)
             ddp = train_ddp(args, cl, model, steps, 29600)
-            rows.append({"model": model, "hosts": n, "psync": psync, "ddp": ddp})
-            print(f"{model}: psync {psync:,.0f} samples/s, DDP (gloo) {ddp:,.0f}: "
-                  f"psync / DDP {psync / ddp:.2f}", flush=True)
+            rows.append({"model": model, "hosts": n, "psync": psync, "psync_torch": torch_psync,
+                         "ddp": ddp})
+            print(f"{model}: psync_worker {psync:,.0f} samples/s, torch through psync "
+                  f"{torch_psync:,.0f}, DDP (gloo) {ddp:,.0f}: psync_worker / DDP "
+                  f"{psync / ddp:.2f}, torch through psync / DDP {torch_psync / ddp:.2f}",
+                  flush=True)
     with open(os.path.join(args.out, "cluster_train.json"), "w") as f:
         json.dump({"rate": args.rate, "rows": rows}, f, indent=1)
     return 0
@@ -261,16 +306,19 @@ def main():
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--tensors", type=int, default=4)
     p.add_argument("--gloo", type=int, default=1, help="0: no gloo rows")
-    p.add_argument("--psync_flags", default="", help="more psync_bench flags, e.g. "
-                   "'--chunk_kb=1024'")
+    p.add_argument("--psync_flags", default="", help="more psync flags, for psync_bench and "
+                   "the training jobs, e.g. '--chunk_kb=1024'")
     p.add_argument("--run_timeout", type=int, default=600, help="one configuration, seconds")
     p.add_argument("--out", default="cluster_bench_out", help="folder for the PNG and JSON")
     p.add_argument("--bench", default=os.path.join(ROOT, "bazel-bin/tests/bench/psync_bench"))
     p.add_argument("--cluster_sh", default=os.path.join(ROOT, "tests/cluster/cluster.sh"))
     p.add_argument("--launch", default=os.path.join(ROOT, "bazel-bin/deploy/local/psync_launch"))
+    p.add_argument("--python", default="/usr/bin/python3",
+                   help="the interpreter with torch that psync.torch was built for")
     p.add_argument("--train_hosts", type=int, default=0,
                    help="instead of push-pull steps: train the demo's MLP and the CNN on this "
-                        "many hosts with psync_worker and with torch DDP, and compare samples/s")
+                        "many hosts with psync_worker, with torch workers through psync and "
+                        "with torch DDP, and compare samples/s")
     args = p.parse_args()
     rate, delay = parse_rate(args.rate), parse_delay(args.delay)
     os.makedirs(args.out, exist_ok=True)

@@ -17,6 +17,7 @@ if [[ $(id -u) != 0 ]]; then
   exit 2
 fi
 bash deploy/bootstrap.sh
-targets=(//tests/bench:psync_bench //server:psync_server //worker:psync_worker //deploy/local:psync_launch)
+targets=(//tests/bench:psync_bench //server:psync_server //worker:psync_worker //deploy/local:psync_launch
+         //worker/torch:psync)
 bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 exec timeout -k 30 7200 /usr/bin/python3 tests/bench/cluster_bench.py "$@"

@@ -54,7 +54,7 @@ struct TrainerOptions {
   // layer costs each layer a request's fixed costs, and on a host whose
   // cores also run the devices' compute those costs are taken from
   // backward; 0 pushes each run of ready tensors at once.
-  int64_t overlap_min_bytes = 1 << 20;
+  int64_t overlap_min_bytes = 256 << 10;
   // Relative speeds of this worker's devices (one per device); empty means
   // equal. Faster devices take proportionally more of each step's samples.
   std::vector<double> device_weights;

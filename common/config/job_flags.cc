@@ -47,7 +47,7 @@ ABSL_FLAG(int64_t, steps, 0, "If > 0, total steps to train instead of --epochs."
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and the data order.");
 ABSL_FLAG(int64_t, chunk_kb, 256, "Largest chunk of a tensor on one server, in KiB.");
 ABSL_FLAG(bool, overlap, true, "Push each layer's gradients while backward continues.");
-ABSL_FLAG(int64_t, overlap_min_kb, 1024,
+ABSL_FLAG(int64_t, overlap_min_kb, 256,
           "With --overlap, the least gradient payload (as float32) a push during backward "
           "carries, in KiB: ready layers wait until they add up to it (0: each layer goes as "
           "soon as it is ready).");

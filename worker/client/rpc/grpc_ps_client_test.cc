@@ -822,6 +822,25 @@ TEST(GrpcPsClientTest, RegisterGivesUpAfterTheConnectTimeout) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(8));
 }
 
+// An elastic job's server takes a Register from a worker that is not a
+// member as its asking to join: a worker that cannot reach every server asks
+// none of them.
+TEST(GrpcPsClientTest, RegisterAsksNoServerUntilItReachesEveryOne) {
+  const Layout layout = TestLayout(2);
+  FakeServer reachable;
+  PortReservation ports;
+  absl::StatusOr<int> port = ports.Add();  // held: nothing listens there
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string unreachable = absl::StrCat("127.0.0.1:", *port);
+  auto client = Client(layout, {reachable.address(), unreachable}, 0, 1, absl::Seconds(2));
+  absl::StatusOr<int64_t> version = client->Register();
+  ASSERT_FALSE(version.ok());
+  EXPECT_THAT(version.status().message(),
+              HasSubstr(absl::StrCat("Register: server 1 (", unreachable, ") could not be reached")));
+  absl::MutexLock lock(&reachable.service.mu);
+  EXPECT_EQ(reachable.service.register_calls, 0);
+}
+
 // A server that accepted the connection but answers nothing (busy) is not
 // asked whether it is running.
 TEST(GrpcPsClientTest, RegisterTellsABusyServerFromAnUnreachableOne) {

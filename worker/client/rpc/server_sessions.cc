@@ -157,6 +157,7 @@ absl::Status ServerSessions::RegisterRound(proto::RegisterRequest& req,
                                            std::vector<absl::Status>& refused,
                                            std::vector<proto::RegisterResponse>& responses,
                                            bool* for_good) {
+  if (absl::Status reached = ReachEveryServer(deadline, refused); !reached.ok()) return reached;
   absl::Status why;
   // Sequential: each call may wait for its server to come up.
   for (size_t server = 0; server < stubs_.size() && why.ok(); ++server) {
@@ -192,6 +193,25 @@ absl::Status ServerSessions::RegisterRound(proto::RegisterRequest& req,
     }
   }
   return why;
+}
+
+// A worker asks a server to register it only once it reaches every server:
+// an elastic job's servers take a Register from a worker that is not a
+// member as its asking to join, and one that reached some servers but not
+// the others (a name that does not resolve yet, say) would be added, then
+// dropped as lost a second later, its registration never complete, and
+// again every round: the members would change back and forth.
+absl::Status ServerSessions::ReachEveryServer(absl::Time deadline,
+                                              const std::vector<absl::Status>& refused) {
+  for (const auto& channel : channels_) channel->GetState(/*try_to_connect=*/true);
+  for (size_t server = 0; server < channels_.size(); ++server) {
+    const absl::Duration attempt =
+        std::clamp(deadline - absl::Now(), absl::ZeroDuration(), kRegisterAttempt);
+    if (channels_[server]->WaitForConnected(absl::ToChronoTime(absl::Now() + attempt))) continue;
+    if (!refused[server].ok()) return refused[server];
+    return NoAnswer(static_cast<int>(server), attempt);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ServerSessions::Finish(int64_t version) {

@@ -81,6 +81,9 @@ class ServerSessions {
   absl::Status RegisterRound(proto::RegisterRequest& req, const AddOffer& add_offer,
                              absl::Time deadline, std::vector<absl::Status>& refused,
                              std::vector<proto::RegisterResponse>& responses, bool* for_good);
+  // Waits, within kRegisterAttempt and `deadline`, until every server's
+  // channel is connected; else why not (`refused`: as RegisterRound's).
+  absl::Status ReachEveryServer(absl::Time deadline, const std::vector<absl::Status>& refused);
   // One heartbeat to `server`, with this worker's session and done version.
   absl::StatusOr<proto::HeartbeatResponse> Beat(int server);
   // A copy of sessions_.
@@ -96,7 +99,7 @@ class ServerSessions {
   const uint64_t incarnation_;  // new at every start of the worker process
   std::atomic<bool> cancelled_{false};
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;  // by server
-  std::vector<std::shared_ptr<grpc::Channel>> channels_;             // their state, in NoAnswer
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;  // connected before Register asks any
   HoldCalls holds_;  // a Hold call open with each server for its session
   mutable absl::Mutex mu_;
   std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(mu_);  // by server; 0: none

@@ -46,7 +46,7 @@ psync-play=RUN, so that a caller can remove whatever a killed play left.
 Usage:
   play_k8s.py play RENDERED.yaml --work DIR [--run-id ID]
               [--kill POD --when GLOB [--signal SIG]] [--exec-after POD COMMAND]
-              [--event POD REGEX ACTION]...
+              [--event POD REGEX ACTION]... [--statefulset-rate RATE]
 --event fires ACTION once POD's log has a line matching REGEX (the job's
 progress, e.g. the coordinator's lines), each event after the one before;
 ACTION is parallelism=N (the Job's) or evict=POD (SIGTERM, then SIGKILL
@@ -99,6 +99,26 @@ def podman(*args, check=True):
     return result
 
 
+def shape_link(container, rate):
+    """Shapes `container`'s network link to `rate` each way (a tc rate such as
+    200mbit): a tbf on its eth0 and one on the host's end of its veth. Both
+    go with the container's veth when it is removed."""
+    pid = podman("inspect", "--format", "{{.State.Pid}}", container).stdout.strip()
+    netns = ["nsenter", "-t", pid, "-n"]
+    peer = subprocess.run(netns + ["cat", "/sys/class/net/eth0/iflink"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    host_end = next((name for name in os.listdir("/sys/class/net")
+                     if open(f"/sys/class/net/{name}/ifindex").read().strip() == peer), None)
+    if host_end is None:
+        raise RuntimeError(f"{container}: no host interface has index {peer}, its eth0's peer")
+    tbf = ["root", "tbf", "rate", rate, "burst", "256kb", "latency", "100ms"]
+    for cmd in (["tc", "qdisc", "replace", "dev", host_end, *tbf],
+                netns + ["tc", "qdisc", "replace", "dev", "eth0", *tbf]):
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{container}: {' '.join(cmd)}: {done.stderr.strip()}")
+
+
 class Cluster:
     """The containers of one play; every one is removed by close()."""
 
@@ -117,6 +137,7 @@ class Cluster:
                 log(f"not translated: {kind} ({instead})")
         self.network = f"psync-play-{run_id}"
         self.containers = {}  # pod name -> container name, for close()
+        self.statefulset_rate = None  # play --statefulset-rate
         self.restarts = {}
         self.stop_by = {}  # a stopped pod -> when it gets SIGKILL
 
@@ -197,7 +218,8 @@ class Cluster:
         # Recorded first: a container created but not started is removed too.
         self.containers[name] = container_name
         args = ["run", "-d", "--name", container_name, "--label", f"psync-play={self.run_id}",
-                "--hostname", hostname, "--network", self.network]
+                "--hostname", hostname, "--network", self.network, "--dns", self.dns,
+                "--dns-option", "timeout:1", "--dns-option", "attempts:5"]
         for alias in aliases:
             args += ["--network-alias", alias]
         if "runAsUser" in security:
@@ -239,6 +261,14 @@ class Cluster:
 
     def start(self, image):
         podman("network", "create", "--internal", self.network)
+        # Containers ask the network's own DNS (aardvark-dns, at its gateway)
+        # alone, and again after a second: podman would also list the host's
+        # resolvers, unreachable from an internal network, where a query the
+        # just-started aardvark-dns misses waits for them (under load a
+        # worker's channel to a server once stayed CONNECTING for 17 s, the
+        # server listening and the other pods connected to it).
+        self.dns = podman("network", "inspect", self.network, "--format",
+                          "{{range .Subnets}}{{.Gateway}}{{end}}").stdout.strip()
         self.statefulsets = []
         for sts in self.by_kind.get("StatefulSet", []):
             name, service = sts["metadata"]["name"], sts["spec"]["serviceName"]
@@ -253,6 +283,8 @@ class Cluster:
                           for t in sts["spec"].get("volumeClaimTemplates", [])}
                 self._run(pod, image, spec, claims, pod,
                           [f"{pod}.{service}", f"{pod}.{service}.{namespace}.svc.cluster.local"], {})
+                if self.statefulset_rate:
+                    shape_link(self.containers[pod], self.statefulset_rate)
                 self.statefulsets.append(pod)
         self.jobs = []
         for job in self.by_kind.get("Job", []):
@@ -334,6 +366,8 @@ class Cluster:
                 self.restarts[pod] = self.restarts.get(pod, 0) + 1
                 log(f"{pod} exited with code {code}; restarting it (restart {self.restarts[pod]})")
                 podman("start", self.containers[pod])
+                if self.statefulset_rate:  # a new network namespace: shaped again
+                    shape_link(self.containers[pod], self.statefulset_rate)
         for state in self.jobs:
             pods = [(i, p, False) for i, p in state["pods"].items()]
             pods += [(i, p, True) for p, i in state["terminating"].items()]
@@ -392,6 +426,7 @@ def stop_on_sigterm(signum, frame):
 def play(args, docs):
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     cluster = Cluster(docs, args.work, args.run_id)
+    cluster.statefulset_rate = args.statefulset_rate
     deadline = time.monotonic() + args.timeout
     outcome = None
     killed = args.kill is None
@@ -497,6 +532,10 @@ def main():
     parser.add_argument("--event", nargs=3, action="append", metavar=("POD", "REGEX", "ACTION"),
                         help="once POD's log matches REGEX (after the events before it): "
                              "parallelism=N or evict=POD")
+    parser.add_argument("--statefulset-rate", metavar="RATE",
+                        help="shape each StatefulSet pod's link to RATE each way (tc tbf, e.g. "
+                             "200mbit; needs root): it paces a job whose steps would outrun "
+                             "podman's actions on a loaded machine")
     parser.add_argument("--timeout", type=int, default=600)
     parser.add_argument("--blas-core",
                         help="pin the job's BLAS kernels (training.blas_core in the ConfigMap)")

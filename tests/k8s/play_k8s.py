@@ -101,18 +101,25 @@ def podman(*args, check=True):
 
 def shape_link(container, rate):
     """Shapes `container`'s network link to `rate` each way (a tc rate such as
-    200mbit): a tbf on its eth0 and one on the host's end of its veth. Both
-    go with the container's veth when it is removed."""
+    200mbit): a tbf on its eth0 and one on the host's end of its veth, found
+    by the index `ip` gives eth0's peer (`eth0@ifN`; /sys/class/net under
+    nsenter would be the host's). Both go with the veth when the container
+    is removed."""
     pid = podman("inspect", "--format", "{{.State.Pid}}", container).stdout.strip()
     netns = ["nsenter", "-t", pid, "-n"]
-    peer = subprocess.run(netns + ["cat", "/sys/class/net/eth0/iflink"], check=True,
-                          capture_output=True, text=True).stdout.strip()
-    host_end = next((name for name in os.listdir("/sys/class/net")
-                     if open(f"/sys/class/net/{name}/ifindex").read().strip() == peer), None)
-    if host_end is None:
-        raise RuntimeError(f"{container}: no host interface has index {peer}, its eth0's peer")
+    inside = subprocess.run(netns + ["ip", "-o", "link", "show", "eth0"], capture_output=True,
+                            text=True).stdout
+    peer = re.search(r"^\d+: eth0@if(\d+):", inside)
+    if peer is None:
+        raise RuntimeError(f"{container}: its eth0 is not a veth ({inside.strip()!r})")
+    host = subprocess.run(["ip", "-o", "link", "show"], check=True, capture_output=True,
+                          text=True).stdout
+    host_end = re.search(rf"^{peer.group(1)}: ([^:@]+)[@:]", host, re.MULTILINE)
+    if host_end is None or not host_end.group(1).startswith("veth"):
+        raise RuntimeError(f"{container}: its eth0's peer, index {peer.group(1)}, is not a veth "
+                           f"of this host")
     tbf = ["root", "tbf", "rate", rate, "burst", "256kb", "latency", "100ms"]
-    for cmd in (["tc", "qdisc", "replace", "dev", host_end, *tbf],
+    for cmd in (["tc", "qdisc", "replace", "dev", host_end.group(1), *tbf],
                 netns + ["tc", "qdisc", "replace", "dev", "eth0", *tbf]):
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:

@@ -38,9 +38,11 @@ void Im2Col(const float* in, int64_t channels, int64_t h, int64_t w, int64_t k, 
             std::fill(out, out + w, 0.0f);
             continue;
           }
-          const float* src = in + (c * h + sy) * w + (x0 + kx - pad);
           std::fill(out, out + x0, 0.0f);
-          std::copy(src, src + (x1 - x0), out + x0);
+          if (x1 > x0) {  // else the run may lie wholly outside the row
+            const float* src = in + (c * h + sy) * w + (x0 + kx - pad);
+            std::copy(src, src + (x1 - x0), out + x0);
+          }
           std::fill(out + x1, out + w, 0.0f);
         }
       }
@@ -59,6 +61,7 @@ void Col2Im(const float* col, int64_t channels, int64_t h, int64_t w, int64_t k,
         const float* row = col + ((c * k + ky) * k + kx) * h * w;
         int64_t x0, x1;
         ValidColumns(kx, pad, w, &x0, &x1);
+        if (x1 == x0) continue;  // no column of this kernel offset lands in the image
         for (int64_t y = 0; y < h; ++y) {
           const int64_t sy = y + ky - pad;
           if (sy < 0 || sy >= h) continue;

@@ -59,8 +59,9 @@ TEST(CpuCnnTest, ParametersFollowPyTorch) {
 
 // Every parameter, for the small configuration and other channel, width
 // and kernel choices ({c1, c2, hidden, kernel}; cnn:<c1>-<c2>-<hidden> sets
-// the first three). Kernels of 5 and 9 reach past the 4 x 4 pooled image
-// on both sides.
+// the first three). Kernels of 7, 9 and 11 reach past the 4 x 4 pooled
+// image on both sides of a pixel; at some offsets of 11 no pixel of a row
+// is inside it.
 class CnnSizesTest : public ::testing::TestWithParam<std::vector<int64_t>> {};
 
 TEST_P(CnnSizesTest, GradientsMatchFiniteDifferencesForEveryParameter) {
@@ -112,7 +113,8 @@ INSTANTIATE_TEST_SUITE_P(Channels, CnnSizesTest,
                                            std::vector<int64_t>{5, 2, 7, 3},
                                            std::vector<int64_t>{3, 2, 5, 5},
                                            std::vector<int64_t>{2, 2, 4, 7},
-                                           std::vector<int64_t>{2, 2, 3, 9}));
+                                           std::vector<int64_t>{2, 2, 3, 9},
+                                           std::vector<int64_t>{2, 2, 3, 11}));
 
 TEST(CpuCnnTest, BatchGradientIsTheSumOfSampleGradients) {
   auto model = CpuCnn::Create(Small());

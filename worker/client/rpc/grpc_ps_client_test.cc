@@ -858,10 +858,12 @@ TEST(GrpcPsClientTest, RegisterTellsABusyServerFromAnUnreachableOne) {
   }
   ASSERT_FALSE(version.ok());
   EXPECT_EQ(version.status().code(), absl::StatusCode::kDeadlineExceeded);
+  // Register waited what was left of the 2 s once the channel connected.
   EXPECT_THAT(version.status().message(),
               HasSubstr(absl::StrCat("Register: server 0 (", fake.address(),
-                                     ") is connected but slow to answer: neither Register (2s) "
-                                     "nor a status request (1s) got an answer; it is busy")));
+                                     ") is connected but slow to answer: neither Register (")));
+  EXPECT_THAT(version.status().message(),
+              HasSubstr("s) nor a status request (1s) got an answer; it is busy"));
   EXPECT_THAT(version.status().message(), HasSubstr("(gave up after --connect_timeout_s=2)"));
   EXPECT_THAT(version.status().message(), Not(HasSubstr("is it running")));
 }

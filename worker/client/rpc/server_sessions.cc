@@ -209,6 +209,11 @@ absl::Status ServerSessions::ReachEveryServer(absl::Time deadline,
         std::clamp(deadline - absl::Now(), absl::ZeroDuration(), kRegisterAttempt);
     if (channels_[server]->WaitForConnected(absl::ToChronoTime(absl::Now() + attempt))) continue;
     if (!refused[server].ok()) return refused[server];
+    if (attempt == absl::ZeroDuration()) {  // no time left to wait, nor to probe
+      return absl::DeadlineExceededError(absl::StrCat(
+          "Register: server ", server, " (", options_.server_addresses[server],
+          ") was not connected when the connect timeout ran out"));
+    }
     return NoAnswer(static_cast<int>(server), attempt);
   }
   return absl::OkStatus();

@@ -33,19 +33,18 @@ ServerPlan PlanServer(const Layout& layout, int server, const RequestSizing& siz
   if (link.message_limit > kMessageHeadroomBytes) {
     request = std::min(request, link.message_limit - kMessageHeadroomBytes);
   }
-  const int64_t n = sizing.num_workers;
-  if (sizing.push_window_bytes > 0) {
-    plan.window = sizing.push_window_bytes < share ? sizing.push_window_bytes : 0;
-    return plan;
-  }
   // The automatic window never holds back a share of one chunk's bytes or
   // less: a server holding one whole chunk takes that much in flight from
   // every worker anyway, and a window over a share of several small chunks
   // would send them a round trip at a time, behind the other servers'
   // queues.
+  const int64_t n = sizing.num_workers;
   const int64_t chunk = layout.chunk_bytes() / int64_t{sizeof(float)} * WireBytes(sizing.wire_dtype);
-  const int64_t limit = std::max(CeilDiv(2, n) * request, share / (2 * n * n));
-  plan.window = limit < share && share > chunk ? limit : 0;
+  int64_t limit = sizing.push_window_bytes;
+  if (limit == 0) {
+    limit = share <= chunk ? share : std::max(CeilDiv(2, n) * request, share / (2 * n * n));
+  }
+  plan.window = limit < share ? limit : 0;
   return plan;
 }
 
@@ -61,8 +60,12 @@ SlotPlan PlanSlots(const Layout& layout, int server, const RequestSizing& sizing
   SlotPlan slots;
   slots.slot_bytes = std::max(std::min(plan.request, plan.share), largest);
   const int64_t in_flight = plan.window > 0 ? plan.window : plan.share;
-  slots.slots =
-      std::min<int64_t>(CeilDiv(in_flight, plan.request) + 1, kMaxRequestsPerServer + 1);
+  // Never more than the requests the share is cut into (chunks go whole).
+  const int64_t requests = static_cast<int64_t>(
+      CutIntoRequests(layout, layout.ChunksOnServer(server), sizing.wire_dtype, plan.request)
+          .size());
+  slots.slots = std::min<int64_t>(
+      {CeilDiv(in_flight, plan.request) + 1, requests + 1, kMaxRequestsPerServer + 1});
   return slots;
 }
 

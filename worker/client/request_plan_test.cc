@@ -92,6 +92,9 @@ TEST(RequestPlanTest, AShareOfOneChunkOrLessIsNotWindowed) {
   EXPECT_EQ(small.share, 48 << 10);
   EXPECT_EQ(small.window, 0);
   EXPECT_EQ(PlanServer(layout, 0, sizing, link).window, 0);
+  // Its chunk is one request whatever the request size: one slot and a
+  // spare, not one for each 16th of the share.
+  EXPECT_EQ(PlanSlots(layout, 0, sizing, /*across_network=*/true).slots, 2);
   // One float more than a chunk is windowed.
   const Layout larger = *Layout::Create({{"w", {(64 << 10) + 1}}}, 256 << 10, 1, 3);
   EXPECT_GT(PlanServer(larger, 0, sizing, link).window, 0);
@@ -118,8 +121,9 @@ TEST(RequestPlanTest, ASlotHoldsTheLargestChunk) {
   const Layout layout = OneServer(1 << 20, 1 << 20);  // one 4 MiB chunk
   const SlotPlan slots = PlanSlots(layout, 0, RequestSizing(), false);
   EXPECT_EQ(slots.slot_bytes, 4 << 20);
-  // Counted in requests of 2 MiB: two, and a spare.
-  EXPECT_EQ(slots.slots, 3);
+  // The chunk goes whole, one request, and a spare (two requests of 2 MiB
+  // would fit the share, but there is one).
+  EXPECT_EQ(slots.slots, 2);
 }
 
 TEST(RequestPlanTest, AServerWithoutChunksGetsNoSlots) {

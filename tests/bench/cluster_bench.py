@@ -144,55 +144,55 @@ def run_gloo(args, cluster, mb, port):
     return figures["median_ms"], figures["cpu_ms"]
 
 
-def train_psync(args, cluster, model, steps, out):
-    """samples/s of psync_worker training `model` across the cluster's hosts,
-    a server and a worker on each (co-located), global batch 32 per host;
-    timed as the torch workers are, from worker 0's --metrics_csv rows
-    after its WARMUP-th step."""
+WARMUP = 10  # steps every training row's timing leaves out
+
+
+def launch(args, cluster, steps, flags):
+    """Runs a co-located psync job across the cluster's hosts under
+    `psync_launch --hosts` (a server and a worker on each, batch 32 per
+    host, SGD with momentum 0.9, as DDP's); returns what it printed."""
     n = len(cluster.hosts)
-    steps_csv = os.path.join(out, f"train_{model}_{n}.csv")
     every = ",".join(map(str, range(n)))
     cmd = [args.launch, "--hosts=" + ",".join(f"{ns}={addr}" for ns, addr in cluster.hosts),
            "--host_cmd=ip netns exec {host} sh -c", f"--num_servers={n}", f"--num_workers={n}",
-           f"--server_hosts={every}", f"--worker_hosts={every}",
-           f"--model={model}", "--devices=1", "--batch_per_device=32", f"--steps={steps}",
-           "--synthetic_samples=12800", "--seed=1", "--lr=0.05", "--momentum=0.9",
-           f"--metrics_csv={steps_csv}", "--timeout_s=600"] + args.psync_flags.split()
+           f"--server_hosts={every}", f"--worker_hosts={every}", "--devices=1",
+           "--batch_per_device=32", f"--steps={steps}", "--seed=1", "--lr=0.05", "--momentum=0.9",
+           "--timeout_s=600"] + flags + args.psync_flags.split()
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=660)
     if run.returncode != 0:
         raise RuntimeError(f"psync_launch failed ({run.returncode}): {run.stderr[-2000:]}")
+    return run.stdout + run.stderr
+
+
+def train_psync(args, cluster, model, steps):
+    """samples/s of psync_worker training `model` across the cluster's hosts,
+    timed as the torch workers are, from worker 0's --metrics_csv rows after
+    its WARMUP-th step."""
+    n = len(cluster.hosts)
+    steps_csv = os.path.join(args.out, f"train_{model}_{n}.csv")
+    if os.path.exists(steps_csv):
+        os.remove(steps_csv)  # the worker appends
+    launch(args, cluster, steps, [f"--model={model}", "--synthetic_samples=12800",
+                                  f"--metrics_csv={steps_csv}"])
     return 32 * n * (steps - WARMUP) / torch_bench.csv_seconds(steps_csv, WARMUP, steps)
-
-
-WARMUP = 10  # steps the torch workers' timing leaves out (psync's and DDP's)
 
 
 def train_psync_torch(args, cluster, model, steps):
     """samples/s of PyTorch workers (psync.torch, tests/bench/torch_bench.py's
     psync worker) training `model` through psync across the cluster's hosts,
-    a server and a worker on each, under `psync_launch --hosts --worker_cmd`;
-    timed as DDP's is, after its WARMUP-th step."""
+    under `psync_launch --hosts --worker_cmd`; timed as DDP's is, after its
+    WARMUP-th step."""
     n = len(cluster.hosts)
-    every = ",".join(map(str, range(n)))
     worker = (f"OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 {args.python} "
               f"{os.path.join(HERE, 'torch_bench.py')} --worker=psync --model={model} "
               f"--steps={steps} --warmup={WARMUP} --global_batch={32 * n} --threads=1 --")
-    cmd = [args.launch, "--hosts=" + ",".join(f"{ns}={addr}" for ns, addr in cluster.hosts),
-           "--host_cmd=ip netns exec {host} sh -c", f"--num_servers={n}", f"--num_workers={n}",
-           f"--server_hosts={every}", f"--worker_hosts={every}", "--worker_cmd=" + worker,
-           "--devices=1", "--batch_per_device=32", f"--steps={steps}", "--seed=1", "--lr=0.05",
-           "--momentum=0.9", "--timeout_s=600"] + args.psync_flags.split()
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=660)
-    if run.returncode != 0:
-        raise RuntimeError(f"psync_launch --worker_cmd failed ({run.returncode}): "
-                           f"{run.stderr[-2000:]}")
-    for line in (run.stdout + run.stderr).splitlines():
+    out = launch(args, cluster, steps, ["--worker_cmd=" + worker])
+    for line in out.splitlines():
         if "RESULT " in line:
             result = json.loads(line.split("RESULT ", 1)[1])
             if result["rank"] == 0:
                 return samples_per_sec(model, "torch through psync", result, n, steps)
-    raise RuntimeError(f"psync_launch --worker_cmd: no RESULT line from worker 0 in "
-                       f"{run.stdout[-2000:]}{run.stderr[-2000:]}")
+    raise RuntimeError(f"psync_launch --worker_cmd: no RESULT line from worker 0 in {out[-2000:]}")
 
 
 def train_ddp(args, cluster, model, steps, port):
@@ -225,7 +225,7 @@ def train_rows(args):
     rows = []
     with Cluster(args.cluster_sh, f"pct{os.getpid() % 10000}", n, args.rate, args.delay) as cl:
         for model, steps in (("mlp", 300), ("cnn", 40)):
-            psync = train_psync(args, cl, model, steps, args.out)
+            psync = train_psync(args, cl, model, steps)
             torch_psync = train_psync_torch(args, cl, model, steps)
             ddp = train_ddp(args, cl, model, steps, 29600)
             rows.append({"model": model, "hosts": n, "psync": psync, "psync_torch": torch_psync,
@@ -307,7 +307,7 @@ def main():
     p.add_argument("--tensors", type=int, default=4)
     p.add_argument("--gloo", type=int, default=1, help="0: no gloo rows")
     p.add_argument("--psync_flags", default="", help="more psync flags, for psync_bench and "
-                   "the training jobs, e.g. '--chunk_kb=1024'")
+                   "(--train_hosts) psync_launch, e.g. '--chunk_kb=1024'")
     p.add_argument("--run_timeout", type=int, default=600, help="one configuration, seconds")
     p.add_argument("--out", default="cluster_bench_out", help="folder for the PNG and JSON")
     p.add_argument("--bench", default=os.path.join(ROOT, "bazel-bin/tests/bench/psync_bench"))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The longer CNN run behind the accuracy figure in docs/performance.md: the demo cluster
 # (2 servers) with 2 workers x 1 CPU device training the CNN for 12 epochs,
-# the rate down to 0 on a cosine schedule (about 16 s per epoch on 2
+# the rate down to 0 on a cosine schedule (about 15 s per epoch on 2
 # cores; --device=cuda for a GPU, about 2.5 s per epoch). Writes psync_cnn/weights.safetensors
 # and summary.json (or under $PSYNC_DEMO_OUT). Extra flags go to psync_launch.
 # demo.sh passes these after its own, and the last value of a flag wins.

@@ -108,10 +108,11 @@ def shape_link(container, rate):
     pid = podman("inspect", "--format", "{{.State.Pid}}", container).stdout.strip()
     netns = ["nsenter", "-t", pid, "-n"]
     inside = subprocess.run(netns + ["ip", "-o", "link", "show", "eth0"], capture_output=True,
-                            text=True).stdout
-    peer = re.search(r"^\d+: eth0@if(\d+):", inside)
+                            text=True)
+    peer = re.search(r"^\d+: eth0@if(\d+):", inside.stdout)
     if peer is None:
-        raise RuntimeError(f"{container}: its eth0 is not a veth ({inside.strip()!r})")
+        raise RuntimeError(f"{container}: its eth0 is not a veth "
+                           f"({(inside.stdout + inside.stderr).strip()!r})")
     host = subprocess.run(["ip", "-o", "link", "show"], check=True, capture_output=True,
                           text=True).stdout
     host_end = re.search(rf"^{peer.group(1)}: ([^:@]+)[@:]", host, re.MULTILINE)

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/shard_store.h"
@@ -19,13 +20,19 @@ using ::testing::Pair;
 // One chunk of 2 floats, workers 0..2, at least 1, lr 1, plain SGD.
 class ElasticStoreTest : public ::testing::Test {
  protected:
-  ElasticStoreTest() : layout_(*Layout::Create({{"w", {2}}}, 8, 1, 5)) {
+  ElasticStoreTest() : layout_(*Layout::Create({{"w", {2}}}, 8, 1, 5)) { Start(Options()); }
+
+  static ShardStoreOptions Options() {
     ShardStoreOptions o;
     o.num_workers = 3;
     o.min_workers = 1;
     o.deterministic = true;
     o.optimizer = {0.0f, 0.0f};
     o.lr_policy.lr = 1.0;
+    return o;
+  }
+
+  void Start(const ShardStoreOptions& o) {
     store_ = *ShardStore::Create(o);
     store_->SetReady(true);
   }
@@ -209,6 +216,23 @@ TEST_F(ElasticStoreTest, AMemberThatLeavesIsReportedAndAWaitingPullEndsAtAChange
   EXPECT_THAT(pulled.message(), HasSubstr("the job's workers changed"));
   Members({0}, 0);
   EXPECT_TRUE(store_->GetElasticReport().leaving.empty());
+}
+
+// A member between steps (its script evaluating or saving) when another
+// worker's change ends its session: its heartbeats are refused, but keep it
+// a member until it registers again; a silent member is lost.
+TEST_F(ElasticStoreTest, AMemberBetweenStepsStaysOneThroughAChangeWhileItsHeartbeatGoesOn) {
+  ShardStoreOptions o = Options();
+  o.worker_lease = absl::Milliseconds(500);
+  Start(o);
+  Members({0, 1}, 0);
+  ASSERT_TRUE(Register(0).ok());
+  ASSERT_TRUE(Register(1).ok());
+  store_->KeepForGeneration(2);  // worker 2 asked to join, say
+  absl::SleepFor(absl::Milliseconds(600));  // past both the lease and the change's
+  const absl::Status beat = store_->Heartbeat(1, sessions_[1], 0, /*leaving=*/false).status();
+  EXPECT_TRUE(absl::IsAborted(beat)) << beat;
+  EXPECT_THAT(store_->GetElasticReport().lost, ElementsAre(0));
 }
 
 }  // namespace

@@ -377,12 +377,15 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
       done.all_done = true;
       return done;
     }
-    // Another worker's change of the members ended its session just as it
-    // said it leaves: the leave still counts (an Aborted caller's rank is
-    // in range).
-    if (leaving && options_.elastic() && absl::IsAborted(caller.status()) &&
+    // Another worker's change of the members ended its session while this
+    // worker was between steps (evaluating, saving, held by its script): it
+    // is alive, and stays a member until it registers again, so its beats
+    // keep its lease (an Aborted caller's rank is in range). A leave said
+    // just then still counts.
+    if (options_.elastic() && absl::IsAborted(caller.status()) &&
         roster_.EndedByGeneration(worker_rank, session)) {
-      requests_.Leave(worker_rank);
+      roster_.Touch(worker_rank);
+      if (leaving) requests_.Leave(worker_rank);
     }
     return caller.status();
   }

@@ -1,5 +1,6 @@
-"""Torch workers in an elastic job (--min_workers=1 --max_workers=3) on two
-servers: workers 0 and 1 start; worker 2 joins when the job reaches step
+"""Torch workers in an elastic job (--min_workers=2 --max_workers=3) on two
+servers: workers 0 and 1 start (both are its first members, however far
+apart their processes start); worker 2 joins when the job reaches step
 JOIN_AT, worker 1 leaves on SIGTERM at step LEAVE_AT, and workers 0 and 2
 train to the end. Each step's global batch (MAX_WORKERS x BATCH_PER_DEVICE
 samples) is a function of the step alone and is divided among that step's
@@ -10,7 +11,10 @@ job of three torch workers with the same global batch.
 The events follow the job's progress, not the clock: worker 0 holds before
 step JOIN_AT until worker 2 has registered (so step JOIN_AT cannot finish
 before the join, and worker 0's next calls meet the new generation), and
-worker 1 holds before step LEAVE_AT until the test's SIGTERM.
+worker 1 holds before step LEAVE_AT until the test's SIGTERM. Worker 0 then
+stays idle for IDLE_S, past the servers' lease, as a script evaluating
+between steps would: the change ended its session, but its heartbeat keeps
+it a member, and no worker of the job may be counted lost.
 
 Run as `torch_elastic_test.py worker RANK OUT_DIR [--hold_at=S]
 [--wait_signal_at=S] FLAG...` it is one worker process."""
@@ -38,6 +42,7 @@ STEPS = 40
 JOIN_AT = 10
 LEAVE_AT = 25
 RTOL = 1e-5
+IDLE_S = 2.5  # worker 0's pause after the join, past the 1 s lease twice
 LR, MOMENTUM, WD = 0.05, 0.9, 0.01
 JOB = [f"--steps={STEPS}", f"--batch_per_device={BATCH_PER_DEVICE}", "--chunk_kb=1",
        f"--lr={LR}", f"--momentum={MOMENTUM}", f"--weight_decay={WD}", "--seed=3",
@@ -45,7 +50,9 @@ JOB = [f"--steps={STEPS}", f"--batch_per_device={BATCH_PER_DEVICE}", "--chunk_kb
        "--pull_timeout_s=60", "--rpc_timeout_s=60", "--connect_timeout_s=60",
        "--peer_timeout_s=60"]
 FIXED = JOB + [f"--num_workers={MAX_WORKERS}"]
-ELASTIC = JOB + ["--min_workers=1", f"--max_workers={MAX_WORKERS}"]
+# At least 2: with 1, whichever of workers 0 and 1 registers first could
+# train alone past JOIN_AT before the other's process has started.
+ELASTIC = JOB + ["--min_workers=2", f"--max_workers={MAX_WORKERS}"]
 # Machines of two local processes (--devices=2): two at most, one at least.
 LOCAL = JOB + ["--min_workers=1", "--max_workers=2", "--devices=2"]
 LOCAL_BATCH = 2 * 2 * BATCH_PER_DEVICE
@@ -139,6 +146,7 @@ def train_steps(opt, local: Optional[pt.LocalGroup], model: torch.nn.Module, out
             if opt.step_number == own.hold_at:
                 touch(marker(out_dir, f"reached-{name}"))
                 await_file(marker(out_dir, own.hold_for), f"worker {name} held at {own.hold_at}")
+                time.sleep(IDLE_S)  # between steps, its session ended by the join
             try:
                 train_step(opt, model, job)
             except psync.Error as e:
@@ -220,9 +228,11 @@ def elastic_run(out_dir: str, job: Sequence[str], first: Sequence[int], joiner: 
             for p in machines[leaver]:
                 p.send_signal(signal.SIGTERM)
             codes = wait_all(everyone)
+            lost = servers.metric(0, "psync_server_workers_lost_total")
         finally:
             wait_all([p for m in machines.values() for p in m])  # none is left running
     assert codes == [0] * len(codes), f"elastic run: exit codes {codes}"
+    assert lost == 0, f"the coordinator counted {lost:.0f} worker(s) lost, expected none"
     with open(marker(out_dir, f"registered-{joiner}"), encoding="utf-8") as f:
         joined = int(f.read())
     assert joined == JOIN_AT, f"worker {joiner} joined at step {joined}, expected {JOIN_AT}"

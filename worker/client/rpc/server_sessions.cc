@@ -66,7 +66,8 @@ ServerSessions::ServerSessions(const Layout& layout, const GrpcPsClientOptions& 
       stubs_(MakeStubs(channels)),
       channels_(channels),
       holds_(options.worker_rank, RawStubs(stubs_)),
-      sessions_(channels.size(), 0) {}
+      sessions_(channels.size(), 0),
+      beating_(channels.size(), 0) {}
 
 ServerSessions::~ServerSessions() {
   stop_heartbeat_.Notify();
@@ -89,7 +90,7 @@ void ServerSessions::Start(const std::vector<proto::RegisterResponse>& responses
   {
     absl::MutexLock lock(&mu_);
     for (size_t s = 0; s < responses.size(); ++s) sessions_[s] = responses[s].session();
-    sessions = sessions_;
+    sessions = beating_ = sessions_;
   }
   holds_.Keep(sessions);
 }
@@ -289,7 +290,7 @@ absl::StatusOr<proto::HeartbeatResponse> ServerSessions::Beat(int server) {
   req.set_worker_rank(options_.worker_rank);
   {
     absl::MutexLock lock(&mu_);
-    req.set_session(sessions_[server]);
+    req.set_session(beating_[server]);
     req.set_done_version(done_version_);
     req.set_leaving(leaving_);
   }

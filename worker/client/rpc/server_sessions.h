@@ -46,8 +46,8 @@ class ServerSessions {
   ServerSessions(const ServerSessions&) = delete;
   ServerSessions& operator=(const ServerSessions&) = delete;
 
-  // Ends every session (the heartbeat stops beating) and forgets the done
-  // version: the start of a registration.
+  // Ends every session and forgets the done version: the start of a
+  // registration. The heartbeat beats with the ended sessions until Start.
   void EndAll();
 
   // Registers with every server in turn until all have answered from the
@@ -103,6 +103,12 @@ class ServerSessions {
   HoldCalls holds_;  // a Hold call open with each server for its session
   mutable absl::Mutex mu_;
   std::vector<uint64_t> sessions_ ABSL_GUARDED_BY(mu_);  // by server; 0: none
+  // What the heartbeat beats with, by server: sessions_, except that a
+  // registration under way keeps beating with the sessions it ended. A
+  // member whose session a change of an elastic job's members ended keeps
+  // its lease with them (ShardStore::Heartbeat), also at servers this
+  // registration has not reached yet (one not ready holds it at the first).
+  std::vector<uint64_t> beating_ ABSL_GUARDED_BY(mu_);
   int64_t done_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool leaving_ ABSL_GUARDED_BY(mu_) = false;
   absl::Notification stop_heartbeat_;

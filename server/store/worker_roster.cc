@@ -148,6 +148,9 @@ bool WorkerRoster::ReportDone(int rank, int64_t done_version,
     if (done_[w] == 0 || (found && done_[w] != *lowest_version)) all_done = false;
   }
   if (all_done && found) finished_version_ = *lowest_version;
+  // The job's end, said before a change of the members forgot the reports
+  // (a worker registered after it, a pod started late): done as well.
+  if (done_version > 0 && done_version == finished_version_) all_done = true;
   // Waits for the last version's checkpoint, so that no rollback can need
   // a worker that has left.
   if (checkpoints_ && found && checkpoint_done_ < *lowest_version) all_done = false;

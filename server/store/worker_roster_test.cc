@@ -143,6 +143,18 @@ TEST(WorkerRosterTest, TheJobEndsWhenEveryWorkerIsDoneAtTheLowestVersion) {
   EXPECT_TRUE(empty.ReportDone(0, 9, std::nullopt, {0}));
 }
 
+// An elastic job's change of the members right at the end forgets the done
+// reports; a worker that registers after it (its join came too late) and
+// says it is done at the end is answered that everyone is.
+TEST(WorkerRosterTest, AWorkerDoneAtTheEndAfterAChangeForgotTheReportsIsDone) {
+  WorkerRoster roster(Options(2));
+  EXPECT_TRUE(roster.ReportDone(1, 600, 600, {1}));
+  roster.KeepGeneration();
+  EXPECT_FALSE(roster.ReportDone(0, 0, 600, {1}));  // not said yet
+  EXPECT_FALSE(roster.ReportDone(0, 599, 600, {1}));
+  EXPECT_TRUE(roster.ReportDone(0, 600, 600, {1}));
+}
+
 TEST(WorkerRosterTest, WithCheckpointsTheJobEndsOnceTheLastOneIsWritten) {
   ShardStoreOptions o = Options(1);
   o.checkpoint_every = 5;

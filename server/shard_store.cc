@@ -383,9 +383,8 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
     // keep its lease (an Aborted caller's rank is in range). A leave said
     // just then still counts.
     if (options_.elastic() && absl::IsAborted(caller.status()) &&
-        roster_.EndedByGeneration(worker_rank, session)) {
-      roster_.Touch(worker_rank);
-      if (leaving) requests_.Leave(worker_rank);
+        roster_.HeardFromEnded(worker_rank, session) && leaving) {
+      requests_.Leave(worker_rank);
     }
     return caller.status();
   }

@@ -157,9 +157,11 @@ TEST(ElasticTest, ALeaveBelowMinWorkersWaitsThenAJoinGoesOn) {
   EXPECT_EQ(c.worker(1).Wait(absl::Now() + absl::Seconds(30)), 0);
   ASSERT_TRUE(WaitForOutput(c.server(0), waiting, absl::Now() + absl::Seconds(30)))
       << c.server(0).output();
-  // No step while it waits (what a wait looks like: a stalled version).
+  // No step while it waits (what a wait looks like: a stalled version),
+  // for longer than the 1 s lease: worker 0, registering again at server 0
+  // meanwhile, must still be a member at server 1.
   const int64_t stalled = c.progress().Version();
-  absl::SleepFor(absl::Milliseconds(500));
+  absl::SleepFor(absl::Milliseconds(1500));
   EXPECT_EQ(c.progress().Version(), stalled);
   EXPECT_FALSE(c.worker(0).Poll().has_value());
   std::printf("[elastic] below_min: worker 1 left at step %lld; the job waited at %lld\n",

@@ -60,6 +60,7 @@ uint64_t WorkerRoster::StartSession(int rank, uint64_t incarnation,
   }
   const uint64_t session = NewIncarnation();
   sessions_[rank] = session;
+  ended_sessions_[rank] = 0;
   incarnations_[rank] = incarnation;
   done_[rank] = 0;
   last_seen_ms_[rank] = UnixMs(now_());
@@ -83,29 +84,36 @@ bool WorkerRoster::Release(int rank, uint64_t session) {
   const int64_t gone_ms = UnixMs(now_() - worker_lease_);
   last_seen_ms_[rank] = std::min(last_seen_ms_[rank].load(), gone_ms);
   lease_start_ms_[rank] = std::min(lease_start_ms_[rank], gone_ms);
+  if (ended) ended_sessions_[rank] = 0;  // a beat still on its way does not revive it
   return true;
 }
 
-bool WorkerRoster::EndedByGeneration(int rank, uint64_t session) const {
+bool WorkerRoster::HeardFromEnded(int rank, uint64_t session) const {
+  // Under mu_, which Release takes exclusively: never a touch after it.
   absl::ReaderMutexLock lock(&mu_);
-  return session != 0 && sessions_[rank] == 0 && ended_sessions_[rank] == session;
+  if (session == 0 || sessions_[rank] != 0 || ended_sessions_[rank] != session) return false;
+  Touch(rank);
+  return true;
 }
 
-void WorkerRoster::KeepGeneration() {
-  absl::MutexLock lock(&mu_);
+void WorkerRoster::EndSessionsLocked() {
   for (int w = 0; w < num_workers_; ++w) {
     // A second change before the rank registers again keeps the first's.
     if (sessions_[w] != 0) ended_sessions_[w] = sessions_[w];
     sessions_[w] = 0;
   }
   std::fill(done_.begin(), done_.end(), 0);
+}
+
+void WorkerRoster::KeepGeneration() {
+  absl::MutexLock lock(&mu_);
+  EndSessionsLocked();
   std::fill(lease_start_ms_.begin(), lease_start_ms_.end(), UnixMs(now_()));
 }
 
 void WorkerRoster::StartGeneration(int64_t checkpointed_version) {
   absl::MutexLock lock(&mu_);
-  for (int w = 0; w < num_workers_; ++w) sessions_[w] = 0;
-  std::fill(done_.begin(), done_.end(), 0);
+  EndSessionsLocked();
   checkpoint_done_ = checkpointed_version;
   const int64_t now_ms = UnixMs(now_());
   for (int w = 0; w < num_workers_; ++w) {

@@ -73,12 +73,13 @@ class WorkerRoster {
   // closed): its lease ends now, as if it had been silent for the lease, so
   // that another process may take the rank at once and a member counts as
   // lost at once (Lost). Returns whether `session` was the rank's current
-  // one, or the one KeepGeneration ended and the rank has not registered
-  // since (else nothing changes).
+  // one, or the one a new generation ended and the rank has not registered
+  // since (else nothing changes); that one is nobody's afterwards.
   bool Release(int rank, uint64_t session);
-  // Whether `session` is the one KeepGeneration ended for `rank`, which has
-  // not registered since: its holder may still say it leaves.
-  bool EndedByGeneration(int rank, uint64_t session) const;
+  // If `session` is the one a new generation ended for `rank`, which has
+  // not registered since: its holder is alive (a member between steps, or
+  // registering again), and `rank` was heard from now. Returns whether.
+  bool HeardFromEnded(int rank, uint64_t session) const;
   // A new generation (a rollback): ends every session and every done
   // report, and gives every worker a fresh lease to register in. Its
   // checkpoint of `checkpointed_version` is written (-1: none).
@@ -124,6 +125,8 @@ class WorkerRoster {
 
  private:
   absl::Duration SilentFor(int rank, absl::Time now) const;
+  // Ends every session (remembering each in ended_sessions_) and done report.
+  void EndSessionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int server_rank_;
   const int num_workers_;
@@ -146,7 +149,8 @@ class WorkerRoster {
   // rollbacks: the job's end, whatever the servers hold since.
   int64_t finished_version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t checkpoint_done_ ABSL_GUARDED_BY(mu_) = -1;  // newest version
-  // Each rank's session the last KeepGeneration ended (0: none).
+  // Each rank's session the last new generation ended, until the rank
+  // registers again or the session is released (0: none).
   std::vector<uint64_t> ended_sessions_ ABSL_GUARDED_BY(mu_);
   // Unix ms each rank's lease to register in started (KeepGeneration,
   // GiveLease): Lost counts silence from then at the earliest.

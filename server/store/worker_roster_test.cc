@@ -95,16 +95,17 @@ TEST(WorkerRosterTest, ASessionAChangeOfMembersEndedStillReleasesTheRank) {
   const uint64_t two = roster.StartSession(2, 12, "");
   roster.KeepGeneration();
   EXPECT_FALSE(roster.IsCurrent(1, one));
-  EXPECT_TRUE(roster.EndedByGeneration(1, one));
-  EXPECT_FALSE(roster.EndedByGeneration(1, two));
-  EXPECT_FALSE(roster.EndedByGeneration(1, 0));
+  EXPECT_FALSE(roster.HeardFromEnded(1, two));
+  EXPECT_FALSE(roster.HeardFromEnded(1, 0));
   EXPECT_TRUE(roster.Lost({1, 2}).empty());  // each has a lease to register in
   EXPECT_TRUE(roster.Release(1, one));
+  EXPECT_THAT(roster.Lost({1, 2}), ElementsAre(1));
+  EXPECT_FALSE(roster.HeardFromEnded(1, one));  // a late beat does not revive it
   EXPECT_THAT(roster.Lost({1, 2}), ElementsAre(1));
   EXPECT_TRUE(roster.CheckLease(1, 21).ok());
   // Once the rank registers again, the ended session is nobody's.
   const uint64_t again = roster.StartSession(2, 12, "");
-  EXPECT_FALSE(roster.EndedByGeneration(2, two));
+  EXPECT_FALSE(roster.HeardFromEnded(2, two));
   EXPECT_FALSE(roster.Release(2, two));
   EXPECT_TRUE(roster.IsCurrent(2, again));
   EXPECT_TRUE(roster.Lost({2}).empty());
@@ -141,6 +142,35 @@ TEST(WorkerRosterTest, TheJobEndsWhenEveryWorkerIsDoneAtTheLowestVersion) {
   WorkerRoster empty(Options(1));
   EXPECT_FALSE(empty.ReportDone(0, 0, std::nullopt, {0}));
   EXPECT_TRUE(empty.ReportDone(0, 9, std::nullopt, {0}));
+}
+
+// A member whose session a new generation ended, still beating with it
+// (between steps, or registering again at a server not ready), is heard
+// from: it is not lost, whatever the lease. A session a rollback ended
+// counts too; one from before the rank's latest registration never does.
+TEST(WorkerRosterTest, BeatsWithASessionANewGenerationEndedKeepTheMember) {
+  FakeClock clock;
+  WorkerRoster roster(Options(2, absl::Seconds(1)), clock.Fn());
+  const uint64_t first = roster.StartSession(0, 11, "");
+  roster.StartSession(1, 12, "");
+  roster.KeepGeneration();
+  clock.Advance(absl::Milliseconds(800));
+  EXPECT_TRUE(roster.HeardFromEnded(0, first));
+  clock.Advance(absl::Milliseconds(800));
+  EXPECT_THAT(roster.Lost({0, 1}), ElementsAre(1));
+  // Registered again, then a rollback and another change before the next
+  // registration: the session the rollback ended is the one that counts.
+  const uint64_t second = roster.StartSession(0, 11, "");
+  roster.StartGeneration(-1);
+  roster.KeepGeneration();
+  clock.Advance(absl::Milliseconds(1500));
+  EXPECT_FALSE(roster.HeardFromEnded(0, first));
+  EXPECT_THAT(roster.Lost({0}), ElementsAre(0));
+  EXPECT_TRUE(roster.HeardFromEnded(0, second));
+  EXPECT_TRUE(roster.Lost({0}).empty());
+  // Its process dies (its Hold call closes): lost at once.
+  EXPECT_TRUE(roster.Release(0, second));
+  EXPECT_THAT(roster.Lost({0}), ElementsAre(0));
 }
 
 // An elastic job's change of the members right at the end forgets the done

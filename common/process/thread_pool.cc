@@ -1,5 +1,6 @@
 #include "common/process/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 
@@ -54,9 +55,9 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
-void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn) {
+void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn, int max_threads) {
   if (n <= 0) return;
-  const int helpers = std::min(n, size()) - 1;
+  const int helpers = std::max(1, std::min({n, size(), max_threads})) - 1;
   auto loop = std::make_shared<Loop>(n, fn, helpers);
   if (helpers > 0) {
     absl::MutexLock lock(&mu_);

@@ -4,6 +4,7 @@
 
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -27,9 +28,11 @@ class ThreadPool {
 
   int size() const { return static_cast<int>(threads_.size()) + 1; }
 
-  // Runs fn(0..n-1), spread over the pool and the calling thread, and
-  // returns when all have finished. fn must not throw.
-  void ParallelFor(int n, const std::function<void(int)>& fn);
+  // Runs fn(0..n-1), spread over at most `max_threads` of the pool's
+  // threads and the calling thread (which counts as one), and returns when
+  // all have finished. fn must not throw.
+  void ParallelFor(int n, const std::function<void(int)>& fn,
+                   int max_threads = std::numeric_limits<int>::max());
 
  private:
   struct Loop;

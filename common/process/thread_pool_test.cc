@@ -1,6 +1,7 @@
 #include "common/process/thread_pool.h"
 
 #include <atomic>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -15,6 +16,23 @@ TEST(ThreadPoolTest, RunsEveryIndexOnce) {
   pool.ParallelFor(1000, [&](int i) { hits[i]++; });
   for (auto& h : hits) EXPECT_EQ(h.load(), 1);
   pool.ParallelFor(0, [&](int) { FAIL(); });
+}
+
+TEST(ThreadPoolTest, MaxThreadsOfOneRunsEveryIndexOnTheCaller) {
+  ThreadPool pool(4);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> elsewhere{0}, total{0};
+  pool.ParallelFor(
+      100,
+      [&](int) {
+        total++;
+        if (std::this_thread::get_id() != caller) elsewhere++;
+      },
+      /*max_threads=*/1);
+  EXPECT_EQ(total.load(), 100);
+  EXPECT_EQ(elsewhere.load(), 0);
+  pool.ParallelFor(10, [&](int) { total++; }, /*max_threads=*/0);  // still runs, on the caller
+  EXPECT_EQ(total.load(), 110);
 }
 
 TEST(ThreadPoolTest, ConcurrentLoopsFromManyThreads) {

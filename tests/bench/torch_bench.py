@@ -197,6 +197,20 @@ class Processes:
         self._running.clear()
 
 
+def listening(p: subprocess.Popen, port_file: str, log: str, rank: int) -> bool:
+    """Whether server `rank` has written its port file; raises if it exited
+    first (a port another process took since free_port(), say), with its
+    log's last lines."""
+    if os.path.exists(port_file):
+        return True
+    if p.poll() is None:
+        return False
+    with open(log, errors="replace") as f:
+        tail = "".join(f.readlines()[-5:])
+    raise RuntimeError(f"torch_bench: psync_server {rank} exited with {p.returncode} before it "
+                       f"listened; the end of {log}:\n{tail}")
+
+
 def thread_env(threads: int, pythonpath: str) -> Dict[str, str]:
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -230,16 +244,18 @@ class Bench:
     def start_servers(self, count: int, job_extra: List[str], model: str) -> List[str]:
         addresses = [f"127.0.0.1:{free_port()}" for _ in range(count)]
         job = self.job(model, addresses) + job_extra
-        port_files = []
+        started = []
         for rank, address in enumerate(addresses):
-            port_files.append(os.path.join(self.dir, f"server{rank}.port"))
-            self.procs.start([os.path.join(self.a.bin_dir, "psync_server"), *job,
-                              f"--server_rank={rank}", "--port=" + address.rsplit(":", 1)[1],
-                              "--port_file=" + port_files[-1]],
-                             os.path.join(self.dir, f"server{rank}.log"),
-                             thread_env(self.a.worker_threads, ""))
-        for rank, port_file in enumerate(port_files):
-            self.wait_for(lambda: os.path.exists(port_file), f"psync_server {rank}'s port file")
+            port_file = os.path.join(self.dir, f"server{rank}.port")
+            log = os.path.join(self.dir, f"server{rank}.log")
+            p = self.procs.start([os.path.join(self.a.bin_dir, "psync_server"), *job,
+                                  f"--server_rank={rank}", "--port=" + address.rsplit(":", 1)[1],
+                                  "--port_file=" + port_file],
+                                 log, thread_env(self.a.worker_threads, ""))
+            started.append((p, port_file, log))
+        for rank, (p, port_file, log) in enumerate(started):
+            self.wait_for(lambda: listening(p, port_file, log, rank),
+                          f"psync_server {rank}'s port file")
         return addresses
 
     def wait_for(self, ready, what: str) -> None:
@@ -529,6 +545,9 @@ def main(argv: Sequence[str]) -> int:
                           flush=True)
         report(a, times)
         report_phases(bench.phases)
+    except BaseException:
+        a.keep = True  # the error names logs in it
+        raise
     finally:
         if a.keep:
             print(f"logs in {work}")

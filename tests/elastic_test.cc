@@ -131,7 +131,7 @@ TEST(ElasticTest, AJoinAndAServerKillTogether) {
 
 // min_workers 2: one of two workers leaves, the coordinator says it waits
 // and no step is applied meanwhile; a new worker joins and the job ends.
-// Two servers: while the job waits, the worker left registers again at
+// Two servers: while the job waits, the worker that stays registers again at
 // server 0, which is not ready and holds it there; server 1 must not count
 // it lost meanwhile (its heartbeat goes on), or the join would find one
 // worker, not two, and the job would wait on.

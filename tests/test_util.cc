@@ -130,10 +130,10 @@ std::unique_ptr<Subprocess> StartProcess(std::vector<std::string> argv, const st
   return std::move(*p);
 }
 
-bool WaitForOutput(Subprocess& p, const std::string& text, absl::Time deadline) {
+bool WaitForOutput(Subprocess& p, const std::string& text, absl::Time deadline, int seen) {
   while (absl::Now() < deadline) {
-    if (Contains(p.output(), text)) return true;
-    if (p.Poll().has_value()) return Contains(p.output(), text);
+    if (Count(p.output(), text) > seen) return true;
+    if (p.Poll().has_value()) return Count(p.output(), text) > seen;
     absl::SleepFor(absl::Milliseconds(10));
   }
   return false;

@@ -46,9 +46,9 @@ double MetricValue(const std::string& text, const std::string& series);
 // Starts argv (argv[0] a path), its output echoed with prefix "[name] ";
 // a test failure and null if it cannot start.
 std::unique_ptr<Subprocess> StartProcess(std::vector<std::string> argv, const std::string& name);
-// Waits until `text` is in the process's output; false if it ended or
-// `deadline` passed first.
-bool WaitForOutput(Subprocess& p, const std::string& text, absl::Time deadline);
+// Waits until `text` is in the process's output more than `seen` times;
+// false if it ended or `deadline` passed first.
+bool WaitForOutput(Subprocess& p, const std::string& text, absl::Time deadline, int seen = 0);
 
 // A process run to its end: its exit code and output (stdout and stderr).
 struct Ended {

@@ -223,13 +223,15 @@ TEST_F(ElasticStoreTest, AMemberThatLeavesIsReportedAndAWaitingPullEndsAtAChange
 // a member until it registers again; a silent member is lost.
 TEST_F(ElasticStoreTest, AMemberBetweenStepsStaysOneThroughAChangeWhileItsHeartbeatGoesOn) {
   ShardStoreOptions o = Options();
-  o.worker_lease = absl::Milliseconds(500);
+  o.worker_lease = absl::Seconds(1);
   Start(o);
   Members({0, 1}, 0);
   ASSERT_TRUE(Register(0).ok());
   ASSERT_TRUE(Register(1).ok());
   store_->KeepForGeneration(2);  // worker 2 asked to join, say
-  absl::SleepFor(absl::Milliseconds(600));  // past both the lease and the change's
+  // Past both the lease and the change's; the beat and the report below
+  // then come well within the lease (a second) of each other.
+  absl::SleepFor(absl::Milliseconds(1100));
   const absl::Status beat = store_->Heartbeat(1, sessions_[1], 0, /*leaving=*/false).status();
   EXPECT_TRUE(absl::IsAborted(beat)) << beat;
   EXPECT_THAT(store_->GetElasticReport().lost, ElementsAre(0));

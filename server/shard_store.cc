@@ -212,8 +212,8 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
   // parallel, a thread for each kApplyBytesPerThread of them.
   int64_t bytes = 0;
   for (const ChunkPayload& p : chunks) bytes += p.size();
-  const int threads = static_cast<int>(std::min<int64_t>(
-      std::max<int64_t>(1, bytes / kApplyBytesPerThread), pool_.size()));
+  const int threads =
+      static_cast<int>(std::clamp<int64_t>(bytes / kApplyBytesPerThread, 1, pool_.size()));
   absl::Mutex diverged_mu;
   absl::Status diverged;  // the first chunk whose step was not finite
   absl::Status changed;   // or whose workers changed meanwhile
@@ -395,9 +395,9 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
     // is alive, and stays a member until it registers again, so its beats
     // keep its lease (an Aborted caller's rank is in range). A leave said
     // just then still counts.
-    if (options_.elastic() && absl::IsAborted(caller.status()) &&
-        roster_.HeardFromEnded(worker_rank, session) && leaving) {
-      requests_.Leave(worker_rank);
+    if (options_.elastic() && absl::IsAborted(caller.status())) {
+      const bool alive = roster_.HeardFromEnded(worker_rank, session);
+      if (alive && leaving) requests_.Leave(worker_rank);
     }
     return caller.status();
   }

@@ -83,24 +83,8 @@ class GrpcPsClient final : public PsClient {
 
   absl::StatusOr<int64_t> Register() override {
     sessions_.EndAll();
-    std::vector<SharedSlots> offered = shared_.Offer(SlotPlans(), ServersElsewhere());
-    PSYNC_ASSIGN_OR_RETURN(
-        std::vector<proto::RegisterResponse> responses,
-        sessions_.Register([&](int server, proto::RegisterRequest* req) {
-          shared_.AddOffer(server, offered, req);
-        }));
-    PSYNC_ASSIGN_OR_RETURN(const int64_t version,
-                           ResumeVersion(responses, options_.server_addresses));
-    // No call is in flight while the caller registers.
-    shared_.Accept(responses, std::move(offered));
-    std::vector<int64_t> limits;
-    for (const proto::RegisterResponse& r : responses) limits.push_back(r.max_message_bytes());
-    Plan(limits);
-    sessions_.Start(responses);
-    members_.reset();
-    if (responses[0].members().ranks_size() > 0) {
-      PSYNC_ASSIGN_OR_RETURN(members_, WorkerSetFromProto(responses[0].members(), options_.num_workers));
-    }
+    absl::StatusOr<int64_t> version = RegisterEverywhere();
+    if (!version.ok()) sessions_.StopBeating();
     return version;
   }
 
@@ -163,6 +147,30 @@ class GrpcPsClient final : public PsClient {
   absl::Status Wait() override { return engine_.Wait(); }
 
  private:
+  // Register's work after EndAll: the registration, the shared memory the
+  // servers took, the request plans, the sessions and the members.
+  absl::StatusOr<int64_t> RegisterEverywhere() {
+    std::vector<SharedSlots> offered = shared_.Offer(SlotPlans(), ServersElsewhere());
+    PSYNC_ASSIGN_OR_RETURN(
+        std::vector<proto::RegisterResponse> responses,
+        sessions_.Register([&](int server, proto::RegisterRequest* req) {
+          shared_.AddOffer(server, offered, req);
+        }));
+    PSYNC_ASSIGN_OR_RETURN(const int64_t version,
+                           ResumeVersion(responses, options_.server_addresses));
+    // No call is in flight while the caller registers.
+    shared_.Accept(responses, std::move(offered));
+    std::vector<int64_t> limits;
+    for (const proto::RegisterResponse& r : responses) limits.push_back(r.max_message_bytes());
+    Plan(limits);
+    sessions_.Start(responses);
+    members_.reset();
+    if (responses[0].members().ranks_size() > 0) {
+      PSYNC_ASSIGN_OR_RETURN(members_, WorkerSetFromProto(responses[0].members(), options_.num_workers));
+    }
+    return version;
+  }
+
   // StartPushPull's calls to `server`, for its chunks `ids`.
   absl::Status StartServerPushPull(int server, absl::Span<const int32_t> ids, int64_t step,
                                    int64_t sample_count, const float* grads, float* weights,

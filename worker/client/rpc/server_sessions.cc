@@ -118,19 +118,12 @@ proto::RegisterRequest ServerSessions::RegisterRequest() const {
   return req;
 }
 
-absl::StatusOr<std::vector<proto::RegisterResponse>> ServerSessions::Register(
-    const AddOffer& add_offer) {
-  absl::StatusOr<std::vector<proto::RegisterResponse>> responses = RegisterRounds(add_offer);
-  if (!responses.ok()) StopBeating();
-  return responses;
-}
-
 void ServerSessions::StopBeating() {
   absl::MutexLock lock(&mu_);
   std::fill(beating_.begin(), beating_.end(), 0);
 }
 
-absl::StatusOr<std::vector<proto::RegisterResponse>> ServerSessions::RegisterRounds(
+absl::StatusOr<std::vector<proto::RegisterResponse>> ServerSessions::Register(
     const AddOffer& add_offer) {
   proto::RegisterRequest req = RegisterRequest();
   const absl::Time start = absl::Now();

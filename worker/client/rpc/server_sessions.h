@@ -47,13 +47,17 @@ class ServerSessions {
   ServerSessions& operator=(const ServerSessions&) = delete;
 
   // Ends every session and forgets the done version: the start of a
-  // registration. The heartbeat beats with the ended sessions until Start.
+  // registration. The heartbeat beats with the ended sessions until Start
+  // or StopBeating.
   void EndAll();
+
+  // A registration failed for good: the heartbeat stops beating, and
+  // nothing keeps this worker's lease any more.
+  void StopBeating();
 
   // Registers with every server in turn until all have answered from the
   // same generation; their answers by server. Fails for good on a refusal
-  // that cannot pass, and after the connect timeout on the others; the
-  // heartbeat then stops.
+  // that cannot pass, and after the connect timeout on the others.
   absl::StatusOr<std::vector<proto::RegisterResponse>> Register(const AddOffer& add_offer);
 
   // Takes the sessions of `responses` (by server), once the caller took the
@@ -76,11 +80,6 @@ class ServerSessions {
  private:
   // The request that registers this worker (without offers).
   proto::RegisterRequest RegisterRequest() const;
-  // Register's rounds, until every server answers or one refuses for good.
-  absl::StatusOr<std::vector<proto::RegisterResponse>> RegisterRounds(const AddOffer& add_offer);
-  // The heartbeat beats with no session (a failed or cancelled
-  // registration): nothing keeps this worker's lease any more.
-  void StopBeating();
   // One round of Register: asks each server in turn, into `responses`. OK
   // when every one answered; else why not, and *for_good where Register
   // must not retry. `refused`: each server's latest refusal.

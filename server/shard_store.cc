@@ -45,10 +45,18 @@ std::shared_ptr<Shard> ShardStore::FirstShard(
   std::shared_ptr<Shard> shard = NewShard(options_, layout, args.shape, generation, members);
   shard->origin = absl::StrCat("set by worker ", args.worker_rank, "'s registration",
                                args.peer.empty() ? "" : " from ", args.peer);
+  // Left out of the job's configuration, the source is the workers' kind's
+  // (a torch worker's model, psync_worker's seed): the first one's says.
+  shard->init_from = options_.init_from.value_or(args.init_from.value_or(InitSource::kSeed));
+  if (!options_.init_from.has_value()) {
+    LOG(INFO) << "server " << options_.server_rank << ": initial weights from the "
+              << InitSourceName(*shard->init_from) << ", as worker " << args.worker_rank
+              << " registered (--init_from left to the workers)";
+  }
   for (int32_t id : shard->owned) {
     Chunk& c = *shard->chunks[id];
     absl::MutexLock chunk_lock(&c.mu);
-    if (options_.init_from == InitSource::kWorker) {
+    if (shard->init_from == InitSource::kWorker) {
       AwaitInitialWeightsLocked(c);
       continue;
     }
@@ -158,7 +166,7 @@ absl::StatusOr<std::shared_ptr<Shard>> ShardStore::CheckPush(
     absl::Span<const ChunkPayload> chunks, std::shared_ptr<const WorkerSet>* members) const {
   PSYNC_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard,
                          CheckCaller("Push", session, worker_rank, fingerprint, members));
-  PSYNC_RETURN_IF_ERROR(CheckPushStep(options_, worker_rank, step));
+  PSYNC_RETURN_IF_ERROR(CheckPushStep(options_, *shard, worker_rank, step));
   const WorkerSet& workers = **members;
   if (step >= 0 && !workers.Has(worker_rank)) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -49,13 +49,15 @@ std::vector<float> Rounded(WireDType dtype, const std::vector<float>& v) {
 // Registers with a fixed incarnation (a restarted worker would bring a new
 // one) and the default training shape.
 absl::StatusOr<RegisterResult> Reg(ShardStore& store, int rank, int workers, const Layout& layout,
-                                   uint64_t fingerprint, uint64_t incarnation = 7) {
+                                   uint64_t fingerprint, uint64_t incarnation = 7,
+                                   std::optional<InitSource> init_from = std::nullopt) {
   RegisterArgs args;
   args.worker_rank = rank;
   args.num_workers = workers;
   args.layout = &layout;
   args.claimed_fingerprint = fingerprint;
   args.incarnation = incarnation;
+  args.init_from = init_from;
   return store.Register(args);
 }
 
@@ -265,6 +267,37 @@ TEST_F(ShardStoreTest, SeedInitialisedServersRefuseInitialWeights) {
   auto got = Pull(0, 0);
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->second, Initial(0));
+}
+
+// With init_from left out of the job's configuration, a fresh shard takes
+// the source the first registration declares (a torch worker's: worker 0's
+// model), and a worker declaring the other is refused, naming whose
+// registration set it; a seed-initialised one refuses initial weights.
+TEST(ShardStoreInitTest, LeftOutInitFromIsTheFirstRegistrationsSource) {
+  ShardStoreOptions o;
+  o.num_workers = 2;
+  o.init_from = std::nullopt;
+  const Layout layout = SmallLayout();
+  std::unique_ptr<ShardStore> store = ReadyStore(o);
+  auto first = Reg(*store, 1, 2, layout, layout.fingerprint(), 7, InitSource::kWorker);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->awaiting_initial_weights);
+  auto other = Reg(*store, 0, 2, layout, layout.fingerprint(), 7, InitSource::kSeed);
+  EXPECT_EQ(other.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(other.status().message()),
+              ::testing::HasSubstr("worker 0 takes its initial weights from the seed, server 0 "
+                                   "from the worker (set by worker 1's registration)"));
+  EXPECT_TRUE(Reg(*store, 0, 2, layout, layout.fingerprint(), 7, InitSource::kWorker).ok());
+
+  std::unique_ptr<ShardStore> seeded = ReadyStore(o);
+  auto r = Reg(*seeded, 0, 2, layout, layout.fingerprint(), 7, InitSource::kSeed);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->awaiting_initial_weights);
+  std::string bytes(2 * sizeof(float), '\0');
+  ChunkPayload p{0, WireDType::kFloat32, {bytes}};
+  const absl::Status initial = seeded->Push(r->session, 0, layout.fingerprint(), -1, 0, {p});
+  EXPECT_EQ(initial.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(initial.message()), ::testing::HasSubstr("takes them from the seed"));
 }
 
 // A server that starts its generation afresh (a restart without a

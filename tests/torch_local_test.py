@@ -191,7 +191,8 @@ class LocalAggregationTest(unittest.TestCase):
     def test_the_roots_error_from_the_servers_reaches_every_local_process(self):
         job = JOB + ["--num_workers=1", "--devices=2", "--batch_per_device=8"]
         with Servers(job + ["--init_from=worker"]) as servers, \
-                Machines([servers.flag] + job, workers=1, local_size=2) as machines:
+                Machines([servers.flag] + job + ["--init_from=seed"], workers=1,
+                         local_size=2) as machines:
             (root_code, root_err), (other_code, other_err) = machines.wait()
         self.assertEqual((root_code, other_code), (1, 1))
         self.assertRegex(root_err, "psync.Error: .*--init_from")

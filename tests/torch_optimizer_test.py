@@ -3,8 +3,8 @@ one worker and two worker processes train an MLP exactly as single-process
 torch.optim does on the global batch (SGD with momentum and weight decay,
 Nesterov, Adam, AdamW); gradient accumulation equals the doubled batch, and
 so do passes of unequal sizes with step_samples;
-deterministic mode gives the same bits on a rerun; with --init_from=worker
-every worker starts from worker 0's model; pushes start inside backward;
+deterministic mode gives the same bits on a rerun; with --init_from=worker,
+or init_from left out, every worker starts from worker 0's model; pushes start inside backward;
 each misuse raises its named error; examples/torch/train_mlp.py and
 train_cnn.py train. Run by run_python_test.sh with the interpreter psync was
 built for; bounds its own time and stops its servers."""
@@ -157,6 +157,41 @@ class InitialWeightsTest(unittest.TestCase):
             with self.assertRaisesRegex(psync.Error,
                                         "from the seed, server 0 from the worker.*--init_from"):
                 self.optimizer(servers, Mlp(), 0, ["--init_from=seed"])
+
+
+class DefaultInitialWeightsTest(InitialWeightsTest):
+    """--init_from left out: torch workers start from worker 0's model, as DDP
+    starts from rank 0's (the seed's values would replace it, and start every
+    BatchNorm weight at 0)."""
+
+    JOB = JOB + ["--num_workers=2", "--batch_per_device=16"]
+
+    def test_a_worker_of_another_init_from_is_refused_naming_both(self):
+        with Servers(self.JOB, count=2) as servers:
+            opt0 = self.optimizer(servers, Mlp(), 0)
+            try:
+                self.assertEqual(opt0.job.init_from, "worker")
+                with self.assertRaisesRegex(
+                        psync.Error, "worker 1 takes its initial weights from the seed, server 0 "
+                        "from the worker \\(set by worker 0's registration.*--init_from"):
+                    self.optimizer(servers, Mlp(), 1, ["--init_from=seed"])
+            finally:
+                opt0.client.cancel()
+                opt0.close()
+
+    def test_a_batchnorm_keeps_its_own_initial_weights(self):
+        with Servers(self.JOB, count=2) as servers:
+            models = [torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.BatchNorm1d(4))
+                      for _ in range(2)]
+            opts = [self.optimizer(servers, m, rank) for rank, m in enumerate(models)]
+            try:
+                for m in models:
+                    self.assertTrue(torch.equal(m[1].weight.detach(), torch.ones(4)))
+                    self.assertTrue(torch.equal(m[0].weight, models[0][0].weight))
+            finally:
+                for opt in opts:
+                    opt.client.cancel()
+                    opt.close()
 
 
 def backward_of_step_0(servers: Servers, job: List[str]):

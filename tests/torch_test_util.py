@@ -110,6 +110,7 @@ def train_worker(args: Sequence[str], rank: int, num_workers: int,
     weights after registering and at the end. `staged`: DistributedOptimizer's."""
     job = pt.init(list(args) + [f"--worker_rank={rank}"])
     device = job.torch_device()
+    torch.manual_seed(job.seed)  # worker 0's model is the job's start: alike on reruns
     model = Mlp().to(device)
     with pt.DistributedOptimizer(model, job, staged=staged) as opt:
         first = weights_of(model)

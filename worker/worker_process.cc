@@ -282,7 +282,9 @@ absl::Status WorkerProcess::BuildReplicas() {
 absl::Status WorkerProcess::LoadInitialWeights() {
   const proto::JobConfig& c = loaded_.config;
   Training& t = *training_;
-  if (rank_ != 0 || InitSourceOf(c) != InitSource::kWorker) return absl::OkStatus();
+  if (rank_ != 0 || InitSourceOf(c).value_or(InitSource::kSeed) != InitSource::kWorker) {
+    return absl::OkStatus();
+  }
   const std::string& path = c.training().init_weights();
   if (path.empty()) {
     t.options.initial_weights = SeedInitWeights(*t.layout);
@@ -320,7 +322,8 @@ absl::StatusOr<GrpcPsClientOptions> WorkerProcess::ClientOptions() const {
   const Training& t = *training_;
   // Every setting the configuration decides; a bad one is a bad configuration.
   absl::StatusOr<GrpcPsClientOptions> client_options =
-      GrpcPsClientOptionsFromConfig(loaded_.config, t.options.worker_rank, t.data.train.size);
+      GrpcPsClientOptionsFromConfig(loaded_.config, t.options.worker_rank, t.data.train.size,
+                                    InitSource::kSeed);
   if (!client_options.ok()) return BadConfig(client_options.status());
   client_options->tracer = t.tracer.get();
   client_options->blas_kernels = blas_.Kernels();

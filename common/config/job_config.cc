@@ -189,10 +189,11 @@ void CheckTraining(const proto::JobConfig& c, Checker& check) {
                "an OpenBLAS core name such as Haswell, SkylakeX, Zen or Sandybridge (letters "
                "and digits), or empty for the kernels OpenBLAS picks");
   check.Expect("wire_dtype", ParseWireDType(t.wire_dtype()).ok(), WireDTypeChoices());
-  check.Expect("init_from", ParseInitSource(t.init_from()).ok(), InitSourceChoices());
+  check.Expect("init_from", t.init_from().empty() || ParseInitSource(t.init_from()).ok(),
+               InitSourceChoices() + ", or empty for the workers' kind's");
   // A file of initial weights is worker 0's to send: --init_from=seed
   // would have the servers ignore it.
-  check.Expect("init_from", t.init_weights().empty() || !t.has_init_from() ||
+  check.Expect("init_from", t.init_weights().empty() || t.init_from().empty() ||
                                 t.init_from() == InitSourceName(InitSource::kWorker),
                "worker (or left out) with --init_weights, whose values worker 0 sends");
   check.Expect("push_window_kb", t.push_window_kb() >= 0 && t.push_window_kb() <= (1 << 30),
@@ -559,8 +560,9 @@ LrPolicy LrPolicyOf(const proto::JobConfig& config) {
   return p;
 }
 
-InitSource InitSourceOf(const proto::JobConfig& config) {
+std::optional<InitSource> InitSourceOf(const proto::JobConfig& config) {
   if (!config.training().init_weights().empty()) return InitSource::kWorker;
+  if (config.training().init_from().empty()) return std::nullopt;
   return ParseInitSource(config.training().init_from()).value_or(InitSource::kSeed);
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,10 @@ std::vector<std::string> ServerAddresses(const proto::JobConfig& config);
 LrPolicy LrPolicyOf(const proto::JobConfig& config);
 
 // Where the job's initial weights come from: worker when training.init_weights
-// names a file, else training.init_from. REQUIRES: a validated config.
-InitSource InitSourceOf(const proto::JobConfig& config);
+// names a file, else training.init_from; nullopt where that is empty (the
+// workers' kind decides: psync_worker seed, a torch worker worker; a server
+// takes the first registration's). REQUIRES: a validated config.
+std::optional<InitSource> InitSourceOf(const proto::JobConfig& config);
 
 // The job's optimizer and learning-rate settings as one line (its optimizer
 // section as text), which every server and worker of a job must share: a

@@ -76,6 +76,9 @@ TEST(JobConfigTest, ErrorsNameTheFileLineFieldValueAndExpectation) {
 TEST(JobConfigTest, InitWeightsImplyWorkerInit) {
   absl::StatusOr<LoadedJobConfig> loaded = Load("");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(InitSourceOf(loaded->config), std::nullopt);  // the workers' kind's
+  loaded = Load("training { init_from: \"seed\" }");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(InitSourceOf(loaded->config), InitSource::kSeed);
   loaded = Load("training { init_from: \"worker\" }");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -88,7 +91,8 @@ TEST(JobConfigTest, InitWeightsImplyWorkerInit) {
             "job.pbtxt:1: training.init_from is \"seed\", expected worker (or left out) with "
             "--init_weights, whose values worker 0 sends");
   EXPECT_EQ(Load("training { init_from: \"file\" }").status().message(),
-            "job.pbtxt:1: training.init_from is \"file\", expected seed or worker");
+            "job.pbtxt:1: training.init_from is \"file\", expected seed or worker, or empty for "
+            "the workers' kind's");
 }
 
 TEST(JobConfigTest, OutputFilesMustDiffer) {

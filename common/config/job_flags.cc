@@ -56,9 +56,11 @@ ABSL_FLAG(std::string, blas_core, "",
           "OpenBLAS kernels every worker computes with (OpenBLAS's core names, e.g. Haswell, "
           "SkylakeX, Zen, Sandybridge): bit-identical runs across machines or containers need "
           "the same; empty: those OpenBLAS picks for the CPU (or $OPENBLAS_CORETYPE).");
-ABSL_FLAG(std::string, init_from, "seed",
+ABSL_FLAG(std::string, init_from, "",
           "Where the initial weights come from: seed (the servers compute them from --seed) "
-          "or worker (worker 0 sends them; every other worker pulls them).");
+          "or worker (worker 0 sends them; every other worker pulls them). Empty: the "
+          "workers' kind decides: seed for psync_worker, worker for torch workers (worker "
+          "0's model).");
 ABSL_FLAG(std::string, init_weights, "",
           "Safetensors file (a psync export, or the model's tensor names and shapes in F32) "
           "that worker 0 sends as the initial weights, to extend or fine-tune a finished job; "

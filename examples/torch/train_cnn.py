@@ -64,7 +64,7 @@ def main() -> int:
     parser.add_argument("--hidden", default="128", type=lambda t: positive_ints(t, 1, "--hidden"),
                         help="fc1's width")
     own, job = fashion_mnist.init(parser)
-    torch.manual_seed(0)  # the servers' weights replace these (docs/torch.md)
+    torch.manual_seed(job.seed)  # worker 0's model is the job's start (docs/torch.md)
     model = Cnn(own.channels[0], own.channels[1], own.hidden[0])
     fashion_mnist.train(model, job)
     return 0

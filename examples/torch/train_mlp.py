@@ -37,7 +37,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hidden", default="256,128", help="hidden widths, e.g. 256,128")
     own, job = fashion_mnist.init(parser)
-    torch.manual_seed(0)  # the servers' weights replace these (docs/torch.md)
+    torch.manual_seed(job.seed)  # worker 0's model is the job's start (docs/torch.md)
     model = mlp([784] + [int(w) for w in own.hidden.split(",")] + [10])
     fashion_mnist.train(model, job, flatten=True)
     return 0

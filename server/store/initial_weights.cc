@@ -63,9 +63,11 @@ absl::StatusOr<bool> SetInitialWeightsLocked(const Shard& shard, Chunk& chunk,
   return false;
 }
 
-absl::Status CheckPushStep(const ShardStoreOptions& options, int worker_rank, int64_t step) {
+absl::Status CheckPushStep(const ShardStoreOptions& options, const Shard& shard, int worker_rank,
+                           int64_t step) {
   if (step == kInitialWeightsStep) {
-    if (options.init_from != InitSource::kWorker) {
+    if ((options.init_from.has_value() ? options.init_from : shard.init_from) ==
+        InitSource::kSeed) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Push: worker ", worker_rank, " sent initial weights (step ", step, "), but server ",
           options.server_rank, " takes them from the seed (--init_from=seed)"));

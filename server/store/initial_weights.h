@@ -37,10 +37,12 @@ absl::StatusOr<bool> SetInitialWeightsLocked(const Shard& shard, Chunk& chunk,
                                              const ChunkUpdater& updater)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
 
-// The step rules of a push before any chunk is looked at: a step >= 0 (and
-// below INT64_MAX), or kInitialWeightsStep from worker 0 of a job whose
-// init_from is worker; INVALID_ARGUMENT naming the step otherwise.
-absl::Status CheckPushStep(const ShardStoreOptions& options, int worker_rank, int64_t step);
+// The step rules of a push to `shard` before any chunk is looked at: a step
+// >= 0 (and below INT64_MAX), or kInitialWeightsStep from worker 0 of a job
+// whose init_from is worker (or not known: a restored shard);
+// INVALID_ARGUMENT naming the step otherwise.
+absl::Status CheckPushStep(const ShardStoreOptions& options, const Shard& shard, int worker_rank,
+                           int64_t step);
 
 }  // namespace psync
 

@@ -84,13 +84,17 @@ absl::Status RegistrationCheck::CheckJob(const RegisterArgs& args, const Shard* 
         options_.server_rank, "'s are '", options_.update_rule,
         "': every server and worker of a job needs the same (--config or the optimizer flags)"));
   }
-  if (args.init_from.has_value() && *args.init_from != options_.init_from) {
+  // The job's source, or the one the first worker to register set.
+  const std::optional<InitSource> init_from =
+      options_.init_from.has_value() || shard == nullptr ? options_.init_from : shard->init_from;
+  if (args.init_from.has_value() && init_from.has_value() && *args.init_from != *init_from) {
     return absl::FailedPreconditionError(absl::StrCat(
         "Register: worker ", rank, " takes its initial weights from the ",
         InitSourceName(*args.init_from), ", server ", options_.server_rank, " from the ",
-        InitSourceName(options_.init_from),
+        InitSourceName(*init_from),
+        options_.init_from.has_value() ? "" : absl::StrCat(" (", shard->origin, ")"),
         ": every server and worker of a job needs the same --init_from (--init_weights "
-        "implies worker)"));
+        "implies worker; left out, psync_worker takes the seed and a torch worker its model)"));
   }
   if (shard != nullptr) {
     absl::Status same = args.shape.CheckSame(shard->shape);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,6 +140,10 @@ struct Shard {
   // Where the layout came from, for errors: "restored from checkpoint
   // version 5", "set by worker 0's registration". Set before it is shared.
   std::string origin;
+  // Where its initial weights came from (ShardStoreOptions::init_from, or
+  // the first registration's); nullopt for a shard restored from a
+  // checkpoint, which awaits none. Set before it is shared.
+  std::optional<InitSource> init_from;
   // Set when a Restore replaced this shard: its waiters stop.
   std::atomic<bool> retired{false};
 };

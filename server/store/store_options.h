@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -42,9 +43,11 @@ struct ShardStoreOptions {
   // registering with another is refused. Empty: not checked.
   std::string update_rule;
   // Where a fresh shard's initial weights come from: the layout's seed, or
-  // worker 0 (its chunks await them; server/store/initial_weights.h). A
-  // worker registering with the other is refused.
-  InitSource init_from = InitSource::kSeed;
+  // worker 0 (its chunks await them; server/store/initial_weights.h).
+  // nullopt (--init_from left out): the source the first worker to register
+  // declares, kept in the shard (Shard::init_from). A worker registering
+  // with another source is refused.
+  std::optional<InitSource> init_from = InitSource::kSeed;
   // A worker not heard from (any request or heartbeat) for this long is
   // missing: its rank may be taken by a restarted process.
   absl::Duration worker_lease = absl::Seconds(1);

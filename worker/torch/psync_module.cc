@@ -91,11 +91,13 @@ class Client {
  public:
   Client(const std::vector<std::string>& args,
          const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
-         int64_t train_samples) {
+         int64_t train_samples, const std::string& unset_init) {
     std::vector<TensorSpec> specs;
     for (const auto& [name, shape] : tensors) specs.push_back({name, shape});
+    absl::StatusOr<InitSource> init = ParseInitSource(unset_init);
+    Check(init.status());
     absl::StatusOr<std::unique_ptr<TensorClient>> made =
-        CreateTensorClient(args, std::move(specs), train_samples);
+        CreateTensorClient(args, std::move(specs), train_samples, *init);
     Check(made.status());
     client_ = *std::move(made);
   }
@@ -248,7 +250,10 @@ py::dict ReadJob(const std::vector<std::string>& args, int64_t train_samples) {
   d["train_samples"] = train_samples;
   d["deterministic"] = job->config.training().deterministic();
   d["data_dir"] = job->config.data().data_dir();
-  d["init_from"] = std::string(InitSourceName(InitSourceOf(job->config)));
+  // Left out of the job's configuration, a torch worker starts from worker
+  // 0's model, as DDP starts from rank 0's.
+  d["init_from"] =
+      std::string(InitSourceName(InitSourceOf(job->config).value_or(InitSource::kWorker)));
   d["overlap"] = job->config.training().overlap();
   d["overlap_min_kb"] = job->config.training().overlap_min_kb();
   d["wire_dtype"] = job->config.training().wire_dtype();
@@ -290,8 +295,10 @@ PYBIND11_MODULE(_psync, m) {
   psync::DefineOutputs(m);
   py::class_<Client>(m, "Client")
       .def(py::init<const std::vector<std::string>&,
-                    const std::vector<std::pair<std::string, std::vector<int64_t>>>&, int64_t>(),
-           py::arg("args"), py::arg("tensors"), py::arg("train_samples") = 0)
+                    const std::vector<std::pair<std::string, std::vector<int64_t>>>&, int64_t,
+                    const std::string&>(),
+           py::arg("args"), py::arg("tensors"), py::arg("train_samples") = 0,
+           py::arg("unset_init") = "seed")
       .def_property_readonly("tensors", &Client::Tensors)
       .def_property_readonly("layout_fingerprint", &Client::Fingerprint)
       .def("register", &Client::Register)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/config/init_source.h"
 #include "common/model/tensor.h"
 #include "worker/torch/tensor_client.h"
 
@@ -19,10 +20,13 @@ namespace psync {
 // A client of the servers `args` name, for the layout of `tensors` (name
 // and shape each, in the model's order). `train_samples` is the size of the
 // training set (the servers' learning-rate schedule counts epochs with it;
-// every worker of a job gives the same). Connects lazily: nothing is sent
-// before Register. InvalidArgument naming the argument or tensor at fault.
+// every worker of a job gives the same). `unset_init` is the initial
+// weights' source it declares where the job leaves init_from out (the torch
+// optimizers': worker 0's model). Connects lazily: nothing is sent before
+// Register. InvalidArgument naming the argument or tensor at fault.
 absl::StatusOr<std::unique_ptr<TensorClient>> CreateTensorClient(
-    const std::vector<std::string>& args, std::vector<TensorSpec> tensors, int64_t train_samples);
+    const std::vector<std::string>& args, std::vector<TensorSpec> tensors, int64_t train_samples,
+    InitSource unset_init = InitSource::kSeed);
 
 }  // namespace psync
 

@@ -35,7 +35,8 @@ absl::StatusOr<TrainingShape> JobTrainingShape(const proto::JobConfig& config,
 
 absl::StatusOr<GrpcPsClientOptions> GrpcPsClientOptionsFromConfig(const proto::JobConfig& c,
                                                                   int worker_rank,
-                                                                  int64_t train_samples) {
+                                                                  int64_t train_samples,
+                                                                  InitSource unset_init) {
   GrpcPsClientOptions options;
   PSYNC_ASSIGN_OR_RETURN(options.security, LoadPeerSecurity(c.security()));
   options.server_addresses = ServerAddresses(c);
@@ -49,7 +50,7 @@ absl::StatusOr<GrpcPsClientOptions> GrpcPsClientOptionsFromConfig(const proto::J
   PSYNC_ASSIGN_OR_RETURN(options.wire_dtype, ParseWireDType(c.training().wire_dtype()));
   options.push_window_bytes = c.training().push_window_kb() << 10;
   options.update_rule = UpdateRuleOf(c);
-  options.init_from = InitSourceOf(c);
+  options.init_from = InitSourceOf(c).value_or(unset_init);
   PSYNC_ASSIGN_OR_RETURN(options.tcp_congestion, ParseTcpCongestion(c.cluster().tcp_congestion()));
   options.shared_memory = c.cluster().shared_memory();
   PSYNC_ASSIGN_OR_RETURN(options.shape, JobTrainingShape(c, train_samples));

@@ -27,12 +27,15 @@ absl::StatusOr<TrainingShape> JobTrainingShape(const proto::JobConfig& config,
                                                int64_t train_samples);
 
 // Every setting of worker `worker_rank` that the configuration decides;
-// reads the TLS and token files it names. Left to the caller: the tracer
-// and blas_kernels. REQUIRES: a validated config with servers. Errors
-// (InvalidArgument) name the bad setting.
+// reads the TLS and token files it names. `unset_init` is where this kind
+// of worker takes its initial weights from when the configuration leaves
+// init_from out (psync_worker: the seed; a torch worker: its model). Left to
+// the caller: the tracer and blas_kernels. REQUIRES: a validated config
+// with servers. Errors (InvalidArgument) name the bad setting.
 absl::StatusOr<GrpcPsClientOptions> GrpcPsClientOptionsFromConfig(const proto::JobConfig& config,
                                                                   int worker_rank,
-                                                                  int64_t train_samples);
+                                                                  int64_t train_samples,
+                                                                  InitSource unset_init);
 
 }  // namespace psync
 

@@ -29,7 +29,8 @@ TEST(GrpcPsClientConfigTest, TakesEverySettingFromTheConfiguration) {
     timeouts { rpc_timeout_s: 9 connect_timeout_s: 8 peer_timeout_s: 7 worker_lease_ms: 600 }
   )");
   absl::StatusOr<GrpcPsClientOptions> o =
-      GrpcPsClientOptionsFromConfig(loaded.config, /*worker_rank=*/3, /*train_samples=*/1000);
+      GrpcPsClientOptionsFromConfig(loaded.config, /*worker_rank=*/3, /*train_samples=*/1000,
+                                    /*unset_init=*/InitSource::kSeed);
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_THAT(o->server_addresses, ElementsAre("a:1", "b:2"));
   EXPECT_EQ(o->worker_rank, 3);
@@ -51,6 +52,18 @@ TEST(GrpcPsClientConfigTest, TakesEverySettingFromTheConfiguration) {
   EXPECT_EQ(o->shape.seed, 7u);
 }
 
+TEST(GrpcPsClientConfigTest, InitFromLeftOutIsTheWorkersKinds) {
+  const LoadedJobConfig loaded = Config("cluster { servers: \"a:1\" }");
+  for (InitSource kind : {InitSource::kSeed, InitSource::kWorker}) {
+    absl::StatusOr<GrpcPsClientOptions> o = GrpcPsClientOptionsFromConfig(loaded.config, 0, 0, kind);
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_EQ(o->init_from, kind);
+  }
+  const LoadedJobConfig seed = Config("cluster { servers: \"a:1\" } training { init_from: \"seed\" }");
+  EXPECT_EQ(GrpcPsClientOptionsFromConfig(seed.config, 0, 0, InitSource::kWorker)->init_from,
+            InitSource::kSeed);
+}
+
 TEST(GrpcPsClientConfigTest, StepsOverrideEpochs) {
   const LoadedJobConfig loaded = Config("cluster { servers: \"a:1\" } training { steps: 5 }");
   EXPECT_EQ(JobTrainingShape(loaded.config, 0)->total_steps, 5);
@@ -59,7 +72,7 @@ TEST(GrpcPsClientConfigTest, StepsOverrideEpochs) {
 TEST(GrpcPsClientConfigTest, AMissingTokenFileIsNamed) {
   const LoadedJobConfig loaded = Config(
       "cluster { servers: \"a:1\" } security { auth_token_file: \"/nonexistent/token\" }");
-  absl::StatusOr<GrpcPsClientOptions> o = GrpcPsClientOptionsFromConfig(loaded.config, 0, 0);
+  absl::StatusOr<GrpcPsClientOptions> o = GrpcPsClientOptionsFromConfig(loaded.config, 0, 0, InitSource::kSeed);
   EXPECT_THAT(o.status().message(), HasSubstr("/nonexistent/token"));
 }
 
@@ -68,7 +81,7 @@ TEST(GrpcPsClientConfigTest, ReadsTheTokenFile) {
   std::ofstream(path) << "s3cret\n";
   const LoadedJobConfig loaded =
       Config("cluster { servers: \"a:1\" } security { auth_token_file: \"" + path + "\" }");
-  absl::StatusOr<GrpcPsClientOptions> o = GrpcPsClientOptionsFromConfig(loaded.config, 0, 0);
+  absl::StatusOr<GrpcPsClientOptions> o = GrpcPsClientOptionsFromConfig(loaded.config, 0, 0, InitSource::kSeed);
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->security.token, "s3cret");
 }

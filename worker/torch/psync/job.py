@@ -34,7 +34,7 @@ class Job:
     train_samples: int           # the training set's size, as given to init
     deterministic: bool
     data_dir: str                # --data_dir: where Fashion-MNIST is, for scripts that read it
-    init_from: str               # "seed" (the servers') or "worker" (worker 0's model), --init_from
+    init_from: str               # "worker" (worker 0's model; --init_from left out) or "seed" (the servers')
     overlap: bool                # --overlap: push during backward
     overlap_min_kb: int          # --overlap_min_kb: the least payload a push during backward
     wire_dtype: str              # --wire_dtype: float32, bf16 or fp16

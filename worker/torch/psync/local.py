@@ -201,7 +201,7 @@ class LocalOptimizer:
         self._initial = None
         if local.is_root:
             self._client = Client(job.args, [(n, tuple(p.shape)) for n, p in named],
-                                  job.train_samples)
+                                  job.train_samples, unset_init=job.init_from)
             self._initial = initial_values(job, self._host)
         # Every tensor the group's collectives take is made once and kept for the
         # optimizer's life: no allocation per step, and no deadlock in torch 2's

@@ -183,7 +183,8 @@ class DistributedOptimizer:
         self._outputs = RunOutputs(job, model, writer=job.worker_rank == 0)
         self._master: Optional[List[torch.Tensor]] = None  # pulled by finish() for the export
         self._finished = False
-        self._client = Client(job.args, list(zip(self._names, self._shapes)), job.train_samples)
+        self._client = Client(job.args, list(zip(self._names, self._shapes)), job.train_samples,
+                              unset_init=job.init_from)
         self._hooks = []
         self._accumulators = []  # kept alive: a hook lives as long as its node
         # With --init_from=worker, worker 0's model is the job's starting point;

@@ -41,13 +41,18 @@ class Client:
     :meth:`start_push_pull`, kept until :meth:`wait`.
     """
 
-    def __init__(self, args: Sequence[str], layout: Layout, train_samples: int = 0) -> None:
+    def __init__(self, args: Sequence[str], layout: Layout, train_samples: int = 0,
+                 unset_init: str = "seed") -> None:
         """Reads the job's configuration from ``args`` (e.g. ``["--config=job.txt",
         "--worker_rank=auto"]``) and makes the layout of ``layout``, the model's
         (name, shape) pairs; ``train_samples`` is the training set's size, which
-        the servers' learning-rate schedule counts epochs with. Nothing is sent
-        before :meth:`register`."""
-        self._client = _psync.Client(list(args), [(n, list(s)) for n, s in layout], train_samples)
+        the servers' learning-rate schedule counts epochs with. ``unset_init`` is
+        where the initial weights come from when the job leaves ``--init_from``
+        out: ``"seed"`` (the servers', which :meth:`pull` gives) or ``"worker"``
+        (worker 0 sends them with ``push_pull(INITIAL_WEIGHTS_STEP, ...)``, as the
+        optimizers do). Nothing is sent before :meth:`register`."""
+        self._client = _psync.Client(list(args), [(n, list(s)) for n, s in layout], train_samples,
+                                     unset_init)
 
     @property
     def layout(self) -> Layout:

@@ -289,6 +289,23 @@ class ErrorTest(unittest.TestCase):
                                         "step\\(\\) for step 0 without a backward pass"):
                 opt.step()
 
+    def test_fewer_backward_passes_than_accumulation_steps(self):
+        job = self.JOB + ["--accumulation_steps=2"]
+        with Servers(job) as servers:
+            model = Mlp()
+            opt = pt.DistributedOptimizer(model, pt.init([servers.flag] + job))
+            self.addCleanup(opt.close)
+            self.addCleanup(opt.client.cancel)
+            self.backward(model)
+            with self.assertRaisesRegex(pt.TooFewBackwardPassesError,
+                                        "step\\(\\) for step 0 after 1 backward pass\\(es\\), "
+                                        "expected 2 \\(--accumulation_steps\\)"):
+                opt.step()
+            self.assertEqual(opt.in_flight, [])  # nothing was sent
+            self.backward(model)  # the second pass: the step goes on
+            opt.step()
+            self.assertEqual(opt.step_number, 1)
+
     def test_a_second_backward_after_the_push(self):
         with Servers(self.JOB) as servers:
             model = Mlp()

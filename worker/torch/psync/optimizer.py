@@ -32,6 +32,11 @@ class StepWithoutBackwardError(OptimizerError):
     """``step()`` came before any backward pass of this step reached a parameter."""
 
 
+class TooFewBackwardPassesError(OptimizerError):
+    """``step()`` came after fewer backward passes than ``accumulation_steps``, with
+    the step's sample count left to its default (which counts that many)."""
+
+
 class BackwardAfterPushError(OptimizerError):
     """A parameter got a gradient after its push for this step had started (more
     backward passes than ``accumulation_steps`` before ``step()``)."""
@@ -319,13 +324,22 @@ class DistributedOptimizer:
         and momentum to it, as ``torch.optim`` does to a zero gradient
         (``zero_grad(set_to_none=False)``). Raises
         :class:`StepWithoutBackwardError` if no backward came since the last
-        step, and :class:`psync.Error` if the servers fail (code ``'ABORTED'``:
-        they rolled back; call :meth:`recover`).
+        step, :class:`TooFewBackwardPassesError` if fewer than
+        ``accumulation_steps`` did and :attr:`step_samples` was not set (the
+        count sent would be that of the passes not made: the update would
+        shrink), and :class:`psync.Error` if the servers fail (code
+        ``'ABORTED'``: they rolled back; call :meth:`recover`).
         """
         if not any(self._fired):
             raise StepWithoutBackwardError(
                 f"step() for step {self.step_number} without a backward pass: no parameter got "
                 f"a gradient since the last step (call loss.backward() first)")
+        passes = max(self._fired)  # those that reached the parameters most reached
+        if passes < self._job.accumulation_steps and self._step_samples is None:
+            raise TooFewBackwardPassesError(
+                f"step() for step {self.step_number} after {passes} backward pass(es), expected "
+                f"{self._job.accumulation_steps} (--accumulation_steps); for a step of fewer "
+                f"passes set step_samples to its samples before its first backward")
         self._start_runs([i for i, started in enumerate(self._started) if not started])
         self._push_copied(block=True)
         self._host.receive(lambda _: self._client.wait())  # into the weights of the pushes

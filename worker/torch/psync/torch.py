@@ -127,4 +127,5 @@ from .local import (  # noqa: E402  pylint: disable=wrong-import-position
     LocalGroup, LocalOptimizer, init_local)
 from .optimizer import (  # noqa: E402  pylint: disable=wrong-import-position
     BackwardAfterPushError, DistributedOptimizer, OptimizerError, ParametersChangedError,
-    SparseGradientError, StepWithoutBackwardError, trainable_parameters)
+    SparseGradientError, StepWithoutBackwardError, TooFewBackwardPassesError,
+    trainable_parameters)

@@ -85,6 +85,7 @@ absl::StatusOr<ShardStoreOptions> StoreOptions(const proto::JobConfig& c,
   o.optimizer.epsilon = static_cast<float>(c.optimizer().epsilon());
   o.lr_policy = LrPolicyOf(c);
   o.update_rule = UpdateRuleOf(c);
+  PSYNC_ASSIGN_OR_RETURN(o.wire_dtype, ParseWireDType(c.training().wire_dtype()));
   o.init_from = InitSourceOf(c);
   o.worker_lease = absl::Milliseconds(c.timeouts().worker_lease_ms());
   o.peer_timeout = absl::Seconds(c.timeouts().peer_timeout_s());

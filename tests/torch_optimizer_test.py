@@ -289,6 +289,13 @@ class ErrorTest(unittest.TestCase):
                                         "step\\(\\) for step 0 without a backward pass"):
                 opt.step()
 
+    def test_a_worker_of_another_wire_dtype_is_refused(self):
+        with Servers(self.JOB) as servers:
+            with self.assertRaisesRegex(psync.Error, "worker 0 sends gradients and weights as "
+                                        "bf16, server 0's job says float32"):
+                pt.DistributedOptimizer(Mlp(), pt.init([servers.flag] + self.JOB +
+                                                       ["--wire_dtype=bf16"]))
+
     def test_fewer_backward_passes_than_accumulation_steps(self):
         job = self.JOB + ["--accumulation_steps=2"]
         with Servers(job) as servers:

@@ -216,6 +216,9 @@ class ParameterService final : public AsyncService {
     args.update_rule = req->update_rule();
     args.blas_kernels = req->blas_kernels();
     args.worker_weight = req->worker_weight() == 0 ? 1 : req->worker_weight();
+    if (req->wire_dtype() != proto::DTYPE_UNSPECIFIED) {
+      PSYNC_ASSIGN_OR_RETURN(args.wire_dtype, WireDTypeFromProto(req->wire_dtype()));
+    }
     if (req->init_from() == proto::INIT_SOURCE_SEED) args.init_from = InitSource::kSeed;
     if (req->init_from() == proto::INIT_SOURCE_WORKER) args.init_from = InitSource::kWorker;
     args.peer = peer;

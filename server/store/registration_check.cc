@@ -84,6 +84,15 @@ absl::Status RegistrationCheck::CheckJob(const RegisterArgs& args, const Shard* 
         options_.server_rank, "'s are '", options_.update_rule,
         "': every server and worker of a job needs the same (--config or the optimizer flags)"));
   }
+  if (args.wire_dtype.has_value() && options_.wire_dtype.has_value() &&
+      *args.wire_dtype != *options_.wire_dtype) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Register: worker ", rank, " sends gradients and weights as ",
+        WireDTypeName(*args.wire_dtype), ", server ", options_.server_rank, "'s job says ",
+        WireDTypeName(*options_.wire_dtype),
+        ": every server and worker of a job needs the same --wire_dtype (a worker's weights "
+        "would be rounded unlike the others')"));
+  }
   // The job's source, or the one the first worker to register set.
   const std::optional<InitSource> init_from =
       options_.init_from.has_value() || shard == nullptr ? options_.init_from : shard->init_from;

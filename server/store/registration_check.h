@@ -31,6 +31,8 @@ struct RegisterArgs {
   // Where the worker's job takes its initial weights from; nullopt: not
   // checked (tools).
   std::optional<InitSource> init_from;
+  // The worker's --wire_dtype; nullopt: not checked (tools).
+  std::optional<WireDType> wire_dtype;
   // The worker's BLAS library and kernels (RegisterRequest.blas_kernels);
   // empty: not said.
   std::string blas_kernels;

@@ -173,6 +173,26 @@ TEST(RegistrationCheckTest, AnotherInitialWeightsSourceIsRefusedUnlessUnsaid) {
   EXPECT_TRUE(check.CheckJob(a, nullptr).ok());
 }
 
+// A worker of another --wire_dtype would hold weights rounded unlike the
+// others' (and change them through its rounded gradients).
+TEST(RegistrationCheckTest, AnotherWireDTypeIsRefusedUnlessUnsaid) {
+  ShardStoreOptions o = TwoWorkers();
+  o.wire_dtype = WireDType::kFloat32;
+  const RegistrationCheck check(o);
+  const Layout layout = SmallLayout();
+  RegisterArgs a = Args(layout, 1);
+  a.wire_dtype = WireDType::kBf16;
+  const absl::Status s = check.CheckJob(a, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Message(s), HasSubstr("worker 1 sends gradients and weights as bf16, server 0's "
+                                    "job says float32: every server and worker of a job needs "
+                                    "the same --wire_dtype"));
+  a.wire_dtype = std::nullopt;  // a tool
+  EXPECT_TRUE(check.CheckJob(a, nullptr).ok());
+  a.wire_dtype = WireDType::kFloat32;
+  EXPECT_TRUE(check.CheckJob(a, nullptr).ok());
+}
+
 // Asked only when this registration would fix the layout: a server that
 // holds its share already has the memory.
 TEST(RegistrationCheckTest, TheFirstShareMustFitTheMemoryLeft) {

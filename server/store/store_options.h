@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "common/config/init_source.h"
 #include "common/config/lr_policy.h"
+#include "common/wire/wire_dtype.h"
 #include "server/optimizer.h"
 
 namespace psync {
@@ -42,6 +43,9 @@ struct ShardStoreOptions {
   // UpdateRuleOf the job (optimizer and lr_policy as configured): a worker
   // registering with another is refused. Empty: not checked.
   std::string update_rule;
+  // The job's --wire_dtype: a worker registering with another is refused
+  // (its weights would be rounded unlike the others'). nullopt: not checked.
+  std::optional<WireDType> wire_dtype;
   // Where a fresh shard's initial weights come from: the layout's seed, or
   // worker 0 (its chunks await them; server/store/initial_weights.h).
   // nullopt (--init_from left out): the source the first worker to register

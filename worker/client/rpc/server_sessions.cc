@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/process/incarnation.h"
 #include "common/wire/layout_proto.h"
+#include "common/wire/wire_dtype_proto.h"
 #include "glog/logging.h"
 #include "worker/client/rpc/server_call_status.h"
 #include "worker/client/rpc/silent_server.h"
@@ -111,6 +112,7 @@ proto::RegisterRequest ServerSessions::RegisterRequest() const {
   req.set_update_rule(options_.update_rule);
   req.set_blas_kernels(options_.blas_kernels);
   req.set_worker_weight(options_.worker_weight);
+  req.set_wire_dtype(WireDTypeToProto(options_.wire_dtype));
   if (options_.init_from.has_value()) {
     req.set_init_from(*options_.init_from == InitSource::kWorker ? proto::INIT_SOURCE_WORKER
                                                                  : proto::INIT_SOURCE_SEED);

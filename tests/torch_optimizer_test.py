@@ -383,6 +383,12 @@ class ErrorTest(unittest.TestCase):
             pt.DistributedOptimizer(torch.nn.Linear(2, 2).double(), job)
         with self.assertRaisesRegex(psync.InvalidArgumentError, "--frobnicate: no such job flag"):
             pt.init(["--servers=127.0.0.1:1", "--frobnicate=1"])
+        with self.assertRaisesRegex(TypeError, "init: args is the string '--lr=0.1', expected "
+                                               "a list of strings"):
+            pt.init("--lr=0.1")
+        with self.assertRaisesRegex(TypeError, "init: args\\[1\\] is 0.1 \\(float\\), "
+                                               "expected a string"):
+            pt.init(["--servers=127.0.0.1:1", 0.1])
 
 
 class ExampleTest(unittest.TestCase):

@@ -90,8 +90,16 @@ def init(args: Optional[Sequence[str]] = None, train_samples: int = 0) -> Job:
     passes the rest. ``train_samples`` is the training set's size: the
     servers' learning-rate schedule counts epochs with it, and ``--epochs``
     becomes :attr:`Job.steps` through it. Sends nothing. Raises
-    :class:`psync.InvalidArgumentError` naming a bad or unknown flag.
+    :class:`psync.InvalidArgumentError` naming a bad or unknown flag, and
+    TypeError for ``args`` that are not a sequence of strings.
     """
+    if isinstance(args, (str, bytes)):
+        raise TypeError(f"init: args is the string {args!r}, expected a list of strings, "
+                        f"e.g. [{args!r}]")
     given = tuple(sys.argv[1:] if args is None else args)
+    for i, arg in enumerate(given):
+        if not isinstance(arg, str):
+            raise TypeError(f"init: args[{i}] is {arg!r} ({type(arg).__name__}), expected a "
+                            f"string such as '--lr=0.1'")
     info = _psync.read_job(list(given), train_samples)
     return Job(args=given, **info)

@@ -227,7 +227,11 @@ std::string LayoutDifference(const Layout& a, absl::string_view a_name, const La
     }
   }
   if (a.tensors().size() != b.tensors().size()) {
-    return differ("the tensor count", a.tensors().size(), b.tensors().size());
+    // The first n agree: the longer one's next tensor is the first extra.
+    const bool a_longer = a.tensors().size() > n;
+    return absl::StrCat(differ("the tensor count", a.tensors().size(), b.tensors().size()),
+                        " (tensor ", n, ", ", tensor((a_longer ? a : b).tensors()[n]),
+                        ", is in ", a_longer ? a_name : b_name, " only)");
   }
   return "";
 }

@@ -107,8 +107,15 @@ TEST(LayoutTest, DifferenceNamesWhatDiffersFirst) {
                          absl::StrJoin(reshaped[2].shape, ", "), "] in b"));
   auto fewer = Mlp();
   fewer.pop_back();
+  const TensorSpec last = Mlp().back();
+  const std::string extra = absl::StrCat(" (tensor ", fewer.size(), ", ", last.name, " [",
+                                         absl::StrJoin(last.shape, ", "), "], is in ");
   EXPECT_EQ(LayoutDifference(a, "a", *Layout::Create(fewer, 64 << 10, 2, 7), "b"),
-            absl::StrCat("the tensor count: ", Mlp().size(), " in a, ", fewer.size(), " in b"));
+            absl::StrCat("the tensor count: ", Mlp().size(), " in a, ", fewer.size(), " in b",
+                         extra, "a only)"));
+  EXPECT_EQ(LayoutDifference(*Layout::Create(fewer, 64 << 10, 2, 7), "b", a, "a"),
+            absl::StrCat("the tensor count: ", fewer.size(), " in b, ", Mlp().size(), " in a",
+                         extra, "a only)"));
 }
 
 TEST(LayoutTest, RejectsBadInput) {

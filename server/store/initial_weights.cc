@@ -57,7 +57,9 @@ absl::StatusOr<bool> SetInitialWeightsLocked(const Shard& shard, Chunk& chunk,
       return absl::FailedPreconditionError(absl::StrCat(
           "Push: initial weights of ", ValueName(shard, chunk, i), " are ", values[i],
           ", but the chunk was initialised with ", kept->weights[i],
-          ": worker 0 sent other initial weights before (--init_weights changed?)"));
+          ": worker 0 sent other initial weights before; a restarted worker 0 must send the "
+          "same (a torch model built after the same torch.manual_seed, the same "
+          "--init_weights file)"));
     }
   }
   return false;

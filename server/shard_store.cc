@@ -46,12 +46,13 @@ std::shared_ptr<Shard> ShardStore::FirstShard(
   shard->origin = absl::StrCat("set by worker ", args.worker_rank, "'s registration",
                                args.peer.empty() ? "" : " from ", args.peer);
   // Left out of the job's configuration, the source is the workers' kind's
-  // (a torch worker's model, psync_worker's seed): the first one's says.
-  shard->init_from = options_.init_from.value_or(args.init_from.value_or(InitSource::kSeed));
-  if (!options_.init_from.has_value()) {
+  // (a torch worker's model, psync_worker's seed): the first one's says. A
+  // tool that says none gets the seed and fixes nothing.
+  shard->init_from = options_.init_from.has_value() ? options_.init_from : args.init_from;
+  if (!options_.init_from.has_value() && args.init_from.has_value()) {
     LOG(INFO) << "server " << options_.server_rank << ": initial weights from the "
-              << InitSourceName(*shard->init_from) << ", as worker " << args.worker_rank
-              << " registered (--init_from left to the workers)";
+              << InitSourceName(*args.init_from) << ", the source worker " << args.worker_rank
+              << " declared first (--init_from left to the workers)";
   }
   for (int32_t id : shard->owned) {
     Chunk& c = *shard->chunks[id];
@@ -251,18 +252,26 @@ absl::Status ShardStore::Push(uint64_t session, int worker_rank, uint64_t finger
 absl::Status ShardStore::SetInitialWeights(const Shard& shard,
                                            absl::Span<const ChunkPayload> chunks) {
   absl::Status first;
+  std::string differs;  // the first value that differs from a chunk's kept one
   for (const ChunkPayload& p : chunks) {
     Chunk& c = *shard.chunks[p.chunk_id];
     std::vector<WaiterSlot> fired;
     {
       absl::MutexLock lock(&c.mu);
-      absl::StatusOr<bool> set = SetInitialWeightsLocked(shard, c, p, updater_);
+      absl::StatusOr<bool> set = SetInitialWeightsLocked(shard, c, p, updater_, &differs);
       if (!set.ok() && first.ok()) first = set.status();
       if (!set.ok() || !*set) continue;
       fired.swap(c.waiters);
       PullWaiters::FillSlotsLocked(c, fired);
     }
     waiters_.Arrived(fired);
+  }
+  if (!differs.empty()) {
+    LOG(WARNING) << "server " << options_.server_rank << ": worker 0 sent initial weights "
+                 << "other than those it sent before (" << differs << "); kept those, which "
+                 << "the other workers may hold already, and answered them: a restarted worker "
+                 << "0 starts alike only if it builds the same values (seed torch; the same "
+                 << "--init_weights)";
   }
   return first;
 }
@@ -446,6 +455,7 @@ void ShardStore::Restore(int64_t generation, std::optional<RestoredState> state)
   if (state.has_value()) {
     fresh = NewShard(options_, state->layout, state->shape, generation, members);
     fresh->origin = absl::StrCat("restored from checkpoint version ", state->version);
+    fresh->init_from = options_.init_from;
     for (auto& [id, restored] : state->chunks) {
       Chunk& c = *fresh->chunks[id];
       absl::MutexLock chunk_lock(&c.mu);

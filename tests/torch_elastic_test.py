@@ -116,7 +116,7 @@ def train(rank: int, out_dir: str, own: argparse.Namespace, job_args: List[str])
     share of the step's global batch, waits out the others, recovers after
     ABORTED and leaves on SIGTERM, as examples/torch/fashion_mnist.py does."""
     job = pt.init(job_args + [f"--worker_rank={rank}"])
-    torch.manual_seed(0)  # the servers' weights replace these
+    torch.manual_seed(0)  # worker 0's model is the job's start: every worker builds the same
     model = Mlp()
     opt, local = optimizer(job, model)
     try:

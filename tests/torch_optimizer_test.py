@@ -158,6 +158,26 @@ class InitialWeightsTest(unittest.TestCase):
                                         "from the seed, server 0 from the worker.*--init_from"):
                 self.optimizer(servers, Mlp(), 0, ["--init_from=seed"])
 
+    def test_a_restarted_worker_0_with_other_values_takes_the_jobs(self):
+        with Servers(self.JOB, count=2) as servers:
+            torch.manual_seed(1)
+            first = Mlp()
+            sent = {n: p.detach().clone() for n, p in first.named_parameters()}
+            opt = self.optimizer(servers, first, 0)
+            opt.client.cancel()  # worker 0 dies before the first step: its connections
+            opt.close()          # close with its client, and the rank is free at once
+            del opt
+            gc.collect()
+            torch.manual_seed(2)  # its restart builds other values
+            again = Mlp()
+            opt = self.optimizer(servers, again, 0)
+            try:
+                for n, p in again.named_parameters():
+                    self.assertTrue(torch.equal(p.detach(), sent[n]), n)
+            finally:
+                opt.client.cancel()
+                opt.close()
+
 
 class DefaultInitialWeightsTest(InitialWeightsTest):
     """--init_from left out: torch workers start from worker 0's model, as DDP

@@ -31,7 +31,7 @@ void AwaitInitialWeightsLocked(Chunk& chunk) {
 
 absl::StatusOr<bool> SetInitialWeightsLocked(const Shard& shard, Chunk& chunk,
                                              const ChunkPayload& payload,
-                                             const ChunkUpdater& updater) {
+                                             const ChunkUpdater& updater, std::string* differs) {
   const int64_t n = chunk.info.num_elements;
   std::vector<float> values(n);
   DecodePieces(payload.dtype, payload.pieces, values.data());
@@ -52,14 +52,11 @@ absl::StatusOr<bool> SetInitialWeightsLocked(const Shard& shard, Chunk& chunk,
   }
   const std::shared_ptr<ChunkState> kept = StateAtLocked(chunk, 0);
   if (kept == nullptr) return false;  // past version 0: like a push for an applied step
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n && differs->empty(); ++i) {
     if (std::memcmp(&kept->weights[i], &values[i], sizeof(float)) != 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Push: initial weights of ", ValueName(shard, chunk, i), " are ", values[i],
-          ", but the chunk was initialised with ", kept->weights[i],
-          ": worker 0 sent other initial weights before; a restarted worker 0 must send the "
-          "same (a torch model built after the same torch.manual_seed, the same "
-          "--init_weights file)"));
+      *differs = absl::StrCat(ValueName(shard, chunk, i), " is ", values[i],
+                              " where the chunk holds ", kept->weights[i]);
+      break;
     }
   }
   return false;
@@ -68,11 +65,11 @@ absl::StatusOr<bool> SetInitialWeightsLocked(const Shard& shard, Chunk& chunk,
 absl::Status CheckPushStep(const ShardStoreOptions& options, const Shard& shard, int worker_rank,
                            int64_t step) {
   if (step == kInitialWeightsStep) {
-    if ((options.init_from.has_value() ? options.init_from : shard.init_from) ==
-        InitSource::kSeed) {
+    if (shard.init_from == InitSource::kSeed) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Push: worker ", worker_rank, " sent initial weights (step ", step, "), but server ",
-          options.server_rank, " takes them from the seed (--init_from=seed)"));
+          options.server_rank, " takes them from the seed (--init_from=seed, or the source "
+          "the first worker declared)"));
     }
     if (worker_rank != 0) {
       return absl::InvalidArgumentError(absl::StrCat(

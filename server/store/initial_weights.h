@@ -25,21 +25,23 @@ void AwaitInitialWeightsLocked(Chunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk
 // Worker 0's initial values of `chunk` in `payload`: they become version 0
 // (with a zeroed optimizer state) when the chunk awaits them, and the call
 // returns true; the caller then wakes the chunk's waiting pulls. Otherwise
-// they are compared with the chunk's version 0, where it still keeps it:
-// the same values (a restarted worker 0 sending again) are acknowledged,
-// false; others are FAILED_PRECONDITION naming the chunk and the first
-// value that differs. A chunk that no longer keeps version 0 acknowledges
-// them without effect, like any push for an applied step. Values that are
-// not finite are INVALID_ARGUMENT and change nothing.
+// the chunk keeps what it has, which the other workers may hold already,
+// and the call returns false: where it still keeps version 0 and the
+// values differ (a restarted worker 0 that built other values, a changed
+// --init_weights file), `*differs` says where, for the caller to log; the
+// push's answer then gives worker 0 the chunk's values (`*differs` is set
+// only while empty: the first difference of a request). Values that are not
+// finite are INVALID_ARGUMENT and change nothing.
 // REQUIRES: the payload's size fits the chunk.
 absl::StatusOr<bool> SetInitialWeightsLocked(const Shard& shard, Chunk& chunk,
                                              const ChunkPayload& payload,
-                                             const ChunkUpdater& updater)
+                                             const ChunkUpdater& updater, std::string* differs)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
 
 // The step rules of a push to `shard` before any chunk is looked at: a step
-// >= 0 (and below INT64_MAX), or kInitialWeightsStep from worker 0 of a job
-// whose init_from is worker (or not known: a restored shard);
+// >= 0 (and below INT64_MAX), or kInitialWeightsStep from worker 0 where
+// the shard's init_from is not the seed (worker, or not known: a tool's
+// registration, a restored shard of a job that leaves it out);
 // INVALID_ARGUMENT naming the step otherwise.
 absl::Status CheckPushStep(const ShardStoreOptions& options, const Shard& shard, int worker_rank,
                            int64_t step);

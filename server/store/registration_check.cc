@@ -93,9 +93,9 @@ absl::Status RegistrationCheck::CheckJob(const RegisterArgs& args, const Shard* 
         ": every server and worker of a job needs the same --wire_dtype (a worker's weights "
         "would be rounded unlike the others')"));
   }
-  // The job's source, or the one the first worker to register set.
-  const std::optional<InitSource> init_from =
-      options_.init_from.has_value() || shard == nullptr ? options_.init_from : shard->init_from;
+  // The job's source, or the one the first worker to register declared.
+  const std::optional<InitSource>& init_from =
+      shard != nullptr ? shard->init_from : options_.init_from;
   if (args.init_from.has_value() && init_from.has_value() && *args.init_from != *init_from) {
     return absl::FailedPreconditionError(absl::StrCat(
         "Register: worker ", rank, " takes its initial weights from the ",

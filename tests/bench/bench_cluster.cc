@@ -92,6 +92,7 @@ std::vector<std::string> BenchCluster::ServerArgv(const std::string& server_bin,
                                    "--host=" + placement_.ServerHost(rank).address,
                                    "--servers=" + absl::StrJoin(addresses_, ","),
                                    "--tcp_congestion=" + o.tcp_congestion,
+                                   "--wire_dtype=" + o.wire_dtype,
                                    absl::StrCat("--shared_memory=", o.shared_memory)};
   if (o.checkpoints) argv.push_back("--checkpoint_dir=" + dir_ + "/checkpoints");
   if (!tls_dir_.empty()) {

@@ -1,8 +1,9 @@
 """DistributedOptimizer: a torch model trained by psync's parameter servers.
 
 The optimizer registers the model's trainable parameters as the job's
-layout, starts from worker 0's values of them (``--init_from=worker``) or
-the servers' (the seed's), and then, each step, pushes
+layout, starts from worker 0's values of them (the default, as DDP starts
+from rank 0's; ``--init_from=worker``) or the servers' (``--init_from=seed``),
+and then, each step, pushes
 every parameter's gradient from a hook on its gradient accumulator the
 moment backward has produced it, so communication overlaps the rest of
 backward; :meth:`DistributedOptimizer.step` waits for the new weights and
@@ -154,9 +155,10 @@ class DistributedOptimizer:
     Construction registers the model's trainable parameters (names and shapes
     from ``named_parameters()``; every worker's must be the same) and writes
     the servers' weights of the step training resumes from into them, in
-    place; :attr:`step_number` is that step. With ``--init_from=worker`` (the
-    job's, servers' too), a job at step 0 starts from worker 0's parameter
-    values: worker 0 sends them and every other worker pulls them. Parameters
+    place; :attr:`step_number` is that step. A job at step 0 starts from
+    worker 0's parameter values (``--init_from`` left out, or ``worker``):
+    worker 0 sends them and every other worker pulls them; with
+    ``--init_from=seed`` from the servers' values. Parameters
     must be dense float32 tensors, all on the CPU or all on one CUDA device
     (``staged=True`` sends CPU parameters through host copies as CUDA ones
     are, for tests); those with ``requires_grad=False`` are not registered and
@@ -334,12 +336,13 @@ class DistributedOptimizer:
             raise StepWithoutBackwardError(
                 f"step() for step {self.step_number} without a backward pass: no parameter got "
                 f"a gradient since the last step (call loss.backward() first)")
-        passes = max(self._fired)  # those that reached the parameters most reached
-        if passes < self._job.accumulation_steps and self._step_samples is None:
+        if self._passes < self._job.accumulation_steps and self._step_samples is None:
             raise TooFewBackwardPassesError(
-                f"step() for step {self.step_number} after {passes} backward pass(es), expected "
-                f"{self._job.accumulation_steps} (--accumulation_steps); for a step of fewer "
-                f"passes set step_samples to its samples before its first backward")
+                f"step() for step {self.step_number} after {self._passes} backward pass(es), "
+                f"expected {self._job.accumulation_steps} (--accumulation_steps): make "
+                f"{self._job.accumulation_steps - self._passes} more and call step() again; a "
+                f"step of fewer passes sets step_samples to its samples before its first "
+                f"backward")
         self._start_runs([i for i, started in enumerate(self._started) if not started])
         self._push_copied(block=True)
         self._host.receive(lambda _: self._client.wait())  # into the weights of the pushes
@@ -415,6 +418,8 @@ class DistributedOptimizer:
     def _reset_step(self) -> None:
         n = len(self._params)
         self._fired = [0] * n      # backward passes that reached each parameter
+        self._passes = 0           # backward passes that reached any (ended ones)
+        self._in_pass = False      # a pass reached one and has not ended
         self._started = [False] * n
         self._held = (0, 0)        # the complete parameters [first, end) not yet pushed
         self._copying: List[PendingCopy] = []  # started runs whose gradients are not yet pushed
@@ -448,10 +453,19 @@ class DistributedOptimizer:
                     f"{self.step_number}: call step() after every {self._job.accumulation_steps} "
                     f"backward pass(es) (--accumulation_steps)")
             self._fired[i] += 1
+            if not self._in_pass:  # the pass's first parameter: count the pass at its end
+                self._in_pass = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._end_pass)
             self._check_dense(i)  # as the gradient arrives, whenever it is pushed
             if self._fired[i] == self._job.accumulation_steps and self._job.overlap:
                 self._hold(i)
         return hook
+
+    def _end_pass(self) -> None:
+        """Runs as a backward pass that reached a parameter ends (queued on the
+        autograd engine by the pass's first hook)."""
+        self._passes += 1
+        self._in_pass = False
 
     def _hold(self, i: int) -> None:
         """Parameter ``i``'s gradient is complete: it joins the held run of

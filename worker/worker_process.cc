@@ -43,6 +43,10 @@
 namespace psync {
 namespace {
 
+// Where psync_worker's initial weights come from when the job leaves
+// init_from out (a torch worker's: its model).
+constexpr InitSource kUnsetInit = InitSource::kSeed;
+
 // A failure's exit code travels to Run in its Status (WithExitCode); a
 // failure without one exits kExitFailed.
 
@@ -282,7 +286,7 @@ absl::Status WorkerProcess::BuildReplicas() {
 absl::Status WorkerProcess::LoadInitialWeights() {
   const proto::JobConfig& c = loaded_.config;
   Training& t = *training_;
-  if (rank_ != 0 || InitSourceOf(c).value_or(InitSource::kSeed) != InitSource::kWorker) {
+  if (rank_ != 0 || InitSourceOf(c).value_or(kUnsetInit) != InitSource::kWorker) {
     return absl::OkStatus();
   }
   const std::string& path = c.training().init_weights();
@@ -323,7 +327,7 @@ absl::StatusOr<GrpcPsClientOptions> WorkerProcess::ClientOptions() const {
   // Every setting the configuration decides; a bad one is a bad configuration.
   absl::StatusOr<GrpcPsClientOptions> client_options =
       GrpcPsClientOptionsFromConfig(loaded_.config, t.options.worker_rank, t.data.train.size,
-                                    InitSource::kSeed);
+                                    kUnsetInit);
   if (!client_options.ok()) return BadConfig(client_options.status());
   client_options->tracer = t.tracer.get();
   client_options->blas_kernels = blas_.Kernels();

@@ -297,8 +297,7 @@ PYBIND11_MODULE(_psync, m) {
       .def(py::init<const std::vector<std::string>&,
                     const std::vector<std::pair<std::string, std::vector<int64_t>>>&, int64_t,
                     const std::string&>(),
-           py::arg("args"), py::arg("tensors"), py::arg("train_samples") = 0,
-           py::arg("unset_init") = "seed")
+           py::arg("args"), py::arg("tensors"), py::arg("train_samples"), py::arg("unset_init"))
       .def_property_readonly("tensors", &Client::Tensors)
       .def_property_readonly("layout_fingerprint", &Client::Fingerprint)
       .def("register", &Client::Register)

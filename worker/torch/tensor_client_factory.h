@@ -26,7 +26,7 @@ namespace psync {
 // Register. InvalidArgument naming the argument or tensor at fault.
 absl::StatusOr<std::unique_ptr<TensorClient>> CreateTensorClient(
     const std::vector<std::string>& args, std::vector<TensorSpec> tensors, int64_t train_samples,
-    InitSource unset_init = InitSource::kSeed);
+    InitSource unset_init);
 
 }  // namespace psync
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import unittest
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -207,16 +207,55 @@ class LocalOptimizerChecksTest(unittest.TestCase):
     test's own."""
 
     def test_parameters_added_removed_replaced_or_resized(self):
-        job_flags = JOB + ["--num_workers=1", "--devices=1", "--batch_per_device=8"]
+        self.on_one_process([], self.check_refusals)
+
+    def test_backward_passes_other_than_accumulation_steps(self):
+        self.on_one_process(["--accumulation_steps=2"], self.check_passes)
+
+    def on_one_process(self, flags: List[str],
+                       check: Callable[[pt.Job, pt.LocalGroup], None]) -> None:
+        job_flags = JOB + ["--num_workers=1", "--devices=1", "--batch_per_device=8"] + flags
         env = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": str(free_port())}
         with Servers(job_flags) as servers:
             job = pt.init([servers.flag] + job_flags + ["--worker_rank=0"])
             local = pt.init_local(job, timeout_s=GROUP_TIMEOUT_S, env=env)
             try:
-                self.check_refusals(job, local)
+                check(job, local)
             finally:
                 local.close()
+
+    def check_passes(self, job: pt.Job, local: pt.LocalGroup) -> None:
+        model = net()
+        opt = pt.LocalOptimizer(model, job, local)
+        x, y = global_batch(0)
+
+        def backward() -> None:
+            F.cross_entropy(model(x[:8]), y[:8]).backward()
+
+        with self.assertRaisesRegex(pt.StepWithoutBackwardError,
+                                    "step\\(\\) for step 0 on local rank 0 without a backward"):
+            opt.step()
+        backward()
+        with self.assertRaisesRegex(pt.TooFewBackwardPassesError,
+                                    "step\\(\\) for step 0 on local rank 0 after 1 backward "
+                                    "pass\\(es\\), expected 2 \\(--accumulation_steps\\)"):
+            opt.step()
+        backward()
+        backward()
+        with self.assertRaisesRegex(pt.TooManyBackwardPassesError,
+                                    "after 3 backward passes, expected 2"):
+            opt.step()
+        self.assertEqual(opt.step_number, 0)  # nothing was sent
+        opt.zero_grad()
+        backward()
+        backward()
+        opt.step()
+        self.assertEqual(opt.step_number, 1)
+        with self.assertRaisesRegex(pt.StepWithoutBackwardError, "for step 1"):
+            opt.step()  # the gradients left from step 0 are not a pass of step 1
+        opt.client.cancel()
+        opt.close()
 
     def test_a_buffer_the_group_cannot_carry(self):
         model = net()

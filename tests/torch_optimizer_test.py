@@ -409,6 +409,13 @@ class ErrorTest(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "init: args\\[1\\] is 0.1 \\(float\\), "
                                                "expected a string"):
             pt.init(["--servers=127.0.0.1:1", 0.1])
+        epochs = ["--servers=127.0.0.1:1", "--epochs=2", "--batch_per_device=10"]
+        with self.assertRaisesRegex(ValueError, "job.steps is unknown: the job trains --epochs "
+                                                "\\(no --steps given\\), and init\\(\\) was not "
+                                                "given the training set's size"):
+            pt.init(epochs).steps
+        self.assertEqual(pt.init(epochs, train_samples=95).steps, 20)  # 10 an epoch, the last short
+        self.assertEqual(pt.init(epochs + ["--steps=7"]).steps, 7)
 
 
 class ExampleTest(unittest.TestCase):

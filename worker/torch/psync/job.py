@@ -29,7 +29,7 @@ class Job:
     device: str                  # --device: auto, cpu or cuda (see torch_device)
     batch_per_device: int
     accumulation_steps: int      # backward passes (micro-batches) per step
-    steps: int                   # --steps, or --epochs over train_samples (0 if unknown)
+    known_steps: int             # --steps, or --epochs over train_samples; 0: unknown (see steps)
     seed: int
     train_samples: int           # the training set's size, as given to init
     deterministic: bool
@@ -41,6 +41,19 @@ class Job:
     export_path: str             # --export_path: worker 0 writes the final weights there ("": not)
     checkpoint_dir: str          # --checkpoint_dir: where the servers checkpoint ("": they do not)
     summary: str                 # --summary: worker 0 writes the run's summary there ("": not)
+
+    @property
+    def steps(self) -> int:
+        """The steps the job trains: ``--steps``, or ``--epochs`` over the training set
+        of ``train_samples`` given to :func:`init`. Raises ValueError where that is
+        unknown (``--epochs`` and no ``train_samples``), rather than a loop to 0
+        that trains nothing."""
+        if self.known_steps == 0:
+            raise ValueError(
+                "job.steps is unknown: the job trains --epochs (no --steps given), and init() "
+                "was not given the training set's size; pass init(args, "
+                "train_samples=len(train_set)), or give --steps")
+        return self.known_steps
 
     @property
     def elastic(self) -> bool:
@@ -102,4 +115,4 @@ def init(args: Optional[Sequence[str]] = None, train_samples: int = 0) -> Job:
             raise TypeError(f"init: args[{i}] is {arg!r} ({type(arg).__name__}), expected a "
                             f"string such as '--lr=0.1'")
     info = _psync.read_job(list(given), train_samples)
-    return Job(args=given, **info)
+    return Job(args=given, known_steps=info.pop("steps"), **info)

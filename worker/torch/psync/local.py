@@ -31,9 +31,10 @@ from .elastic import StepMembers, WorkerSet, device_share, members_of
 from .export import Metrics, RunOutputs, model_state, pull_master, save_file
 from .host import HostTensors, check_device
 from .job import Job
-from .optimizer import (OptimizerError, SparseGradientError, StepWithoutBackwardError, check_unchanged,
-                        checked_parameters, initial_values, join, trainable_parameters,
-                        zero_grad)
+from .optimizer import (OptimizerError, PassCounter, SparseGradientError, StepWithoutBackwardError,
+                        TooFewBackwardPassesError, TooManyBackwardPassesError, accumulator_hook,
+                        check_unchanged, checked_parameters, initial_values, join,
+                        trainable_parameters, zero_grad)
 from .torch import Client
 
 ROOT = 0  # the local rank that talks to the servers
@@ -217,6 +218,10 @@ class LocalOptimizer:
         self._members_size = torch.zeros(1, dtype=torch.int64)
         self._members_values = torch.empty(0, dtype=torch.float64)
         self._samples = job.batch_per_device
+        self._counter = PassCounter()  # the backward passes of this step
+        hooks = [accumulator_hook(p, lambda *_: self._counter.reached()) for p in self._params]
+        self._hooks = [handle for handle, _ in hooks]
+        self._accumulators = [accumulator for _, accumulator in hooks]  # kept alive
         self.step_number = self._join()
         self._outputs.start(self.step_number)
 
@@ -295,6 +300,7 @@ class LocalOptimizer:
             self._client.leave()
         self._outputs.left()
         self._finished = True
+        self.close()
 
     @property
     def samples(self) -> int:
@@ -310,8 +316,10 @@ class LocalOptimizer:
         self._samples = n
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clears every registered parameter's gradient (None, or zeros in place)."""
+        """Clears every registered parameter's gradient (None, or zeros in place), and
+        with them the count of the step's backward passes."""
         zero_grad(self._params, set_to_none)
+        self._counter.reset()
 
     def step(self) -> None:
         """Ends step :attr:`step_number` on every local process (a collective: each
@@ -322,16 +330,17 @@ class LocalOptimizer:
         A parameter without a gradient counts as zeros (a process with
         ``samples = 0`` may skip backward). Raises, before any collective,
         :class:`ParametersChangedError` if a parameter was added, removed,
-        replaced or resized since registration and
-        :class:`StepWithoutBackwardError` if none has a gradient; raises
-        :class:`psync.Error` if the root's call to the servers failed.
+        replaced or resized since registration,
+        :class:`StepWithoutBackwardError` if none has a gradient, and
+        :class:`TooFewBackwardPassesError` or :class:`TooManyBackwardPassesError`
+        if the backward passes since the last step (or :meth:`zero_grad`) are not
+        ``accumulation_steps`` (the count sent would not be their samples');
+        raises :class:`psync.Error` if the root's call to the servers failed.
         """
         check_unchanged(self._model, self._names, self._params, self._shapes, "LocalOptimizer")
         grads = [self._gradient(i) for i in range(len(self._params))]
-        if self._samples and all(g is None for g in grads):
-            raise StepWithoutBackwardError(
-                f"step() for step {self.step_number} on local rank {self._local.rank} without "
-                f"a backward pass: no parameter has a gradient (call loss.backward() first)")
+        if self._samples:
+            self._check_passes(all(g is None for g in grads))
         with torch.no_grad():
             for view, g in zip(self._grad_views, grads):
                 if g is None:
@@ -348,7 +357,10 @@ class LocalOptimizer:
                 self.step_number, int(self._count.item()), self._grad_views, weights))
             return self.step_number + 1
 
-        self.step_number = self._from_root(push_pull, f"step {self.step_number}")
+        try:
+            self.step_number = self._from_root(push_pull, f"step {self.step_number}")
+        finally:  # the passes were used, or belong to a step the job gave up
+            self._counter.reset()
         self._samples = self._job.batch_per_device
 
     def recover(self) -> int:
@@ -357,7 +369,16 @@ class LocalOptimizer:
         resumes from, which it returns (also :attr:`step_number`)."""
         self.step_number = self._join()
         self._samples = self._job.batch_per_device
+        self._counter.reset()
         return self.step_number
+
+    def close(self) -> None:
+        """Removes the hooks that count backward passes (as :meth:`finish` and
+        :meth:`leave` do); the parameters keep their last weights."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        self._accumulators.clear()
 
     def finish(self, metrics: Optional[Metrics] = None) -> None:
         """Says this machine trained up to :attr:`step_number` (the root's Finish, which
@@ -375,6 +396,7 @@ class LocalOptimizer:
 
         self._from_root(finish, "finish", weights=False)
         self._finished = True
+        self.close()
         if self._outputs.writer:
             self._outputs.write(step, model_state(self._model, self._master, self._params),
                                 metrics)
@@ -398,8 +420,29 @@ class LocalOptimizer:
         if exc_type is None:
             if not self._finished:
                 self.finish()
-        elif self._client is not None:
+            return
+        if self._client is not None:
             self._client.cancel()
+        self.close()
+
+    def _check_passes(self, no_gradient: bool) -> None:
+        """Refuses a step of this process whose backward passes are not
+        ``accumulation_steps`` (nothing sent yet)."""
+        passes, wanted = self._counter.passes, self._job.accumulation_steps
+        where = f"step() for step {self.step_number} on local rank {self._local.rank}"
+        if no_gradient or passes == 0:
+            raise StepWithoutBackwardError(
+                f"{where} without a backward pass: no parameter got a gradient since the "
+                f"last step (call loss.backward() first)")
+        if passes < wanted:
+            raise TooFewBackwardPassesError(
+                f"{where} after {passes} backward pass(es), expected {wanted} "
+                f"(--accumulation_steps): make {wanted - passes} more and call step() again")
+        if passes > wanted:
+            raise TooManyBackwardPassesError(
+                f"{where} after {passes} backward passes, expected {wanted} "
+                f"(--accumulation_steps): the gradients sum more samples than the step's "
+                f"count; call step() after every {wanted} pass(es)")
 
     def _gradient(self, i: int) -> Optional[torch.Tensor]:
         g = self._params[i].grad

@@ -38,6 +38,12 @@ class TooFewBackwardPassesError(OptimizerError):
     the step's sample count left to its default (which counts that many)."""
 
 
+class TooManyBackwardPassesError(OptimizerError):
+    """``LocalOptimizer.step()`` came after more backward passes than
+    ``accumulation_steps``: the gradients summed more passes than the count
+    sent says."""
+
+
 class BackwardAfterPushError(OptimizerError):
     """A parameter got a gradient after its push for this step had started (more
     backward passes than ``accumulation_steps`` before ``step()``)."""
@@ -121,6 +127,38 @@ def initial_values(job: Job, host: HostTensors) -> Optional[List[torch.Tensor]]:
     return None
 
 
+def accumulator_hook(p: torch.nn.Parameter, hook: Callable[..., None]) -> Tuple[object, object]:
+    """Registers ``hook`` on ``p``'s gradient accumulator, which runs once per
+    backward pass that reaches ``p``, after ``p.grad`` is updated (torch 1.13
+    has no post-accumulate-grad hook on a tensor). Returns the handle and the
+    accumulator, which must be kept alive: a hook lives as long as its node."""
+    accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+    return accumulator.register_hook(hook), accumulator
+
+
+class PassCounter:
+    """Counts the backward passes that reach a parameter: :meth:`reached` is called
+    from a parameter's accumulator hook, and the pass counts once it ends (a
+    callback queued on the autograd engine by its first such hook)."""
+
+    def __init__(self) -> None:
+        self.passes = 0        # ended passes
+        self._in_pass = False  # a pass reached a parameter and has not ended
+
+    def reset(self) -> None:
+        self.passes = 0
+        self._in_pass = False
+
+    def reached(self) -> None:
+        if not self._in_pass:
+            self._in_pass = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_pass)
+
+    def _end_pass(self) -> None:
+        self.passes += 1
+        self._in_pass = False
+
+
 def zero_grad(params: Sequence[torch.Tensor], set_to_none: bool) -> None:
     """Clears each of ``params``' gradients: None, or zeros in place."""
     for p in params:
@@ -194,6 +232,7 @@ class DistributedOptimizer:
                               unset_init=job.init_from)
         self._hooks = []
         self._accumulators = []  # kept alive: a hook lives as long as its node
+        self._counter = PassCounter()
         # With --init_from=worker, worker 0's model is the job's starting point;
         # its values are kept to be sent again if the servers roll back to 0.
         self._initial = initial_values(job, self._host)
@@ -336,11 +375,12 @@ class DistributedOptimizer:
             raise StepWithoutBackwardError(
                 f"step() for step {self.step_number} without a backward pass: no parameter got "
                 f"a gradient since the last step (call loss.backward() first)")
-        if self._passes < self._job.accumulation_steps and self._step_samples is None:
+        passes = self._counter.passes
+        if passes < self._job.accumulation_steps and self._step_samples is None:
             raise TooFewBackwardPassesError(
-                f"step() for step {self.step_number} after {self._passes} backward pass(es), "
+                f"step() for step {self.step_number} after {passes} backward pass(es), "
                 f"expected {self._job.accumulation_steps} (--accumulation_steps): make "
-                f"{self._job.accumulation_steps - self._passes} more and call step() again; a "
+                f"{self._job.accumulation_steps - passes} more and call step() again; a "
                 f"step of fewer passes sets step_samples to its samples before its first "
                 f"backward")
         self._start_runs([i for i, started in enumerate(self._started) if not started])
@@ -418,8 +458,7 @@ class DistributedOptimizer:
     def _reset_step(self) -> None:
         n = len(self._params)
         self._fired = [0] * n      # backward passes that reached each parameter
-        self._passes = 0           # backward passes that reached any (ended ones)
-        self._in_pass = False      # a pass reached one and has not ended
+        self._counter.reset()      # backward passes that reached any
         self._started = [False] * n
         self._held = (0, 0)        # the complete parameters [first, end) not yet pushed
         self._copying: List[PendingCopy] = []  # started runs whose gradients are not yet pushed
@@ -435,10 +474,8 @@ class DistributedOptimizer:
         return step
 
     def _hook(self, i: int, p: torch.nn.Parameter) -> None:
-        # torch 1.13 has no post-accumulate-grad hook on a tensor: the hook of its
-        # AccumulateGrad node runs once per backward, after .grad is updated.
-        accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-        self._hooks.append(accumulator.register_hook(self._on_gradient(i)))
+        handle, accumulator = accumulator_hook(p, self._on_gradient(i))
+        self._hooks.append(handle)
         self._accumulators.append(accumulator)
 
     def _on_gradient(self, i: int) -> Callable[..., None]:
@@ -453,19 +490,11 @@ class DistributedOptimizer:
                     f"{self.step_number}: call step() after every {self._job.accumulation_steps} "
                     f"backward pass(es) (--accumulation_steps)")
             self._fired[i] += 1
-            if not self._in_pass:  # the pass's first parameter: count the pass at its end
-                self._in_pass = True
-                torch.autograd.Variable._execution_engine.queue_callback(self._end_pass)
+            self._counter.reached()
             self._check_dense(i)  # as the gradient arrives, whenever it is pushed
             if self._fired[i] == self._job.accumulation_steps and self._job.overlap:
                 self._hold(i)
         return hook
-
-    def _end_pass(self) -> None:
-        """Runs as a backward pass that reached a parameter ends (queued on the
-        autograd engine by the pass's first hook)."""
-        self._passes += 1
-        self._in_pass = False
 
     def _hold(self, i: int) -> None:
         """Parameter ``i``'s gradient is complete: it joins the held run of

@@ -128,4 +128,4 @@ from .local import (  # noqa: E402  pylint: disable=wrong-import-position
 from .optimizer import (  # noqa: E402  pylint: disable=wrong-import-position
     BackwardAfterPushError, DistributedOptimizer, OptimizerError, ParametersChangedError,
     SparseGradientError, StepWithoutBackwardError, TooFewBackwardPassesError,
-    trainable_parameters)
+    TooManyBackwardPassesError, trainable_parameters)

@@ -325,6 +325,9 @@ class ShardStore {
   // Replaced (never changed) by Restore and by the first Register of a
   // generation; requests in flight keep theirs alive.
   std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
+  // The job's frozen tensors, fixed by the first registration that says
+  // them (kept across rollbacks: a checkpoint holds none).
+  std::optional<FrozenTensors> frozen_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_start_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;

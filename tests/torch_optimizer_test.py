@@ -199,6 +199,29 @@ class DefaultInitialWeightsTest(InitialWeightsTest):
                 opt0.client.cancel()
                 opt0.close()
 
+    def test_frozen_parameters_must_be_worker_0s(self):
+        models = []
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            models.append(Mlp())
+            models[-1].fc2.requires_grad_(False)  # frozen: neither trained nor sent
+        with Servers(self.JOB, count=2) as servers:
+            opt0 = self.optimizer(servers, models[0], 0)
+            try:
+                with self.assertRaisesRegex(
+                        psync.Error, "worker 1's frozen parameter 'fc2.weight' holds other values "
+                        "\\(SHA-256 [0-9a-f]{12}\\.\\.\\. against the job's [0-9a-f]{12}\\.\\.\\.\\), "
+                        "fixed by worker 0's registration from .*: frozen parameters "
+                        "\\(requires_grad=False\\) are neither trained nor sent"):
+                    self.optimizer(servers, models[1], 1)
+                models[1].fc2.load_state_dict(models[0].fc2.state_dict())
+                opt1 = self.optimizer(servers, models[1], 1)  # built alike: it joins
+                opt1.client.cancel()
+                opt1.close()
+            finally:
+                opt0.client.cancel()
+                opt0.close()
+
     def test_a_batchnorm_keeps_its_own_initial_weights(self):
         with Servers(self.JOB, count=2) as servers:
             models = [torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.BatchNorm1d(4))
@@ -409,6 +432,16 @@ class ErrorTest(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "init: args\\[1\\] is 0.1 \\(float\\), "
                                                "expected a string"):
             pt.init(["--servers=127.0.0.1:1", 0.1])
+        frozen = torch.nn.Module()
+        frozen.a = torch.nn.Parameter(torch.zeros(2, 3), requires_grad=False)
+        frozen.b = torch.nn.Parameter(torch.zeros(3, 2), requires_grad=False)
+        frozen.c = torch.nn.Parameter(torch.zeros(6, dtype=torch.bfloat16), requires_grad=False)
+        frozen.d = torch.nn.Parameter(torch.tensor(1.5), requires_grad=False)
+        frozen.e = torch.nn.Parameter(torch.zeros(3))  # trained: not among them
+        digests = pt.frozen_digests(frozen)
+        self.assertEqual([n for n, _ in digests], ["a", "b", "c", "d"])
+        self.assertEqual(len({d for _, d in digests}), 4)  # shape and dtype count, not just bytes
+        self.assertTrue(all(len(d) == 64 for _, d in digests))
         epochs = ["--servers=127.0.0.1:1", "--epochs=2", "--batch_per_device=10"]
         with self.assertRaisesRegex(ValueError, "job.steps is unknown: the job trains --epochs "
                                                 "\\(no --steps given\\), and init\\(\\) was not "

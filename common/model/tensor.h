@@ -23,6 +23,15 @@ struct TensorSpec {
   }
 };
 
+// A tensor a worker holds but never sends (a frozen parameter): its name
+// and the SHA-256 of its values, in lowercase hex.
+struct TensorDigest {
+  std::string name;
+  std::string sha256;
+
+  bool operator==(const TensorDigest& o) const { return name == o.name && sha256 == o.sha256; }
+};
+
 }  // namespace psync
 
 #endif  // PSYNC_COMMON_MODEL_TENSOR_H_

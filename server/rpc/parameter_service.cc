@@ -219,6 +219,12 @@ class ParameterService final : public AsyncService {
     if (req->wire_dtype() != proto::DTYPE_UNSPECIFIED) {
       PSYNC_ASSIGN_OR_RETURN(args.wire_dtype, WireDTypeFromProto(req->wire_dtype()));
     }
+    if (req->has_frozen()) {
+      args.frozen.emplace();
+      for (const proto::TensorDigest& t : req->frozen().tensors()) {
+        args.frozen->push_back({t.name(), t.sha256()});
+      }
+    }
     if (req->init_from() == proto::INIT_SOURCE_SEED) args.init_from = InitSource::kSeed;
     if (req->init_from() == proto::INIT_SOURCE_WORKER) args.init_from = InitSource::kWorker;
     args.peer = peer;

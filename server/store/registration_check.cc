@@ -1,6 +1,10 @@
 #include "server/store/registration_check.h"
 
 #include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +15,26 @@ namespace psync {
 
 // Deterministic mode's per-worker gradient buffers, all chunks together.
 constexpr int64_t kMaxDeterministicBytes = int64_t{16} << 30;
+
+// INVALID_ARGUMENT unless each of `frozen` has a name of its own and a
+// SHA-256 in lowercase hex.
+static absl::Status CheckFrozenDigests(int rank, const std::vector<TensorDigest>& frozen) {
+  std::set<std::string> names;
+  for (const TensorDigest& t : frozen) {
+    if (t.name.empty() || !names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Register: worker ", rank, "'s frozen parameter '", t.name, "' is ",
+          t.name.empty() ? "unnamed" : "named twice", ", expected one entry per named tensor"));
+    }
+    if (t.sha256.size() != 64 ||
+        t.sha256.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Register: worker ", rank, "'s frozen parameter '", t.name, "' has digest '",
+          t.sha256.substr(0, 80), "', expected a SHA-256 as 64 lowercase hex digits"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 RegistrationCheck::RegistrationCheck(ShardStoreOptions options) : options_(std::move(options)) {}
 
@@ -50,6 +74,7 @@ absl::Status RegistrationCheck::CheckRequest(const RegisterArgs& args) const {
           " bytes less 1 MiB headroom allows; raise --max_message_mb or lower --chunk_kb"));
     }
   }
+  if (args.frozen.has_value()) PSYNC_RETURN_IF_ERROR(CheckFrozenDigests(rank, *args.frozen));
   const int64_t bytes = layout.ServerBytes(options_.server_rank);
   if (options_.deterministic && bytes * options_.num_workers > kMaxDeterministicBytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -114,6 +139,35 @@ absl::Status RegistrationCheck::CheckJob(const RegisterArgs& args, const Shard* 
     return absl::OkStatus();
   }
   return CheckMemoryFor(layout.ServerBytes(options_.server_rank));
+}
+
+absl::Status RegistrationCheck::CheckFrozen(const RegisterArgs& args,
+                                            const std::optional<FrozenTensors>& job) const {
+  if (!args.frozen.has_value() || !job.has_value()) return absl::OkStatus();
+  std::map<std::string, const TensorDigest*> theirs;
+  for (const TensorDigest& t : job->tensors) theirs[t.name] = &t;
+  std::string difference;
+  for (const TensorDigest& mine : *args.frozen) {
+    const auto found = theirs.find(mine.name);
+    if (found == theirs.end()) {
+      difference = absl::StrCat("has frozen parameter '", mine.name, "', which the job's lack");
+    } else if (found->second->sha256 != mine.sha256) {
+      difference = absl::StrCat("frozen parameter '", mine.name, "' holds other values (SHA-256 ",
+                                mine.sha256.substr(0, 12), "... against the job's ",
+                                found->second->sha256.substr(0, 12), "...)");
+    }
+    if (!difference.empty()) break;
+    theirs.erase(found);
+  }
+  if (difference.empty() && !theirs.empty()) {
+    difference = absl::StrCat("lacks the job's frozen parameter '", theirs.begin()->first, "'");
+  }
+  if (difference.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "Register: worker ", args.worker_rank, "'s ", difference, ", fixed by ", job->origin,
+      ": frozen parameters (requires_grad=False) are neither trained nor sent through the "
+      "servers, so every worker must build them alike: seed torch before building the model "
+      "(torch.manual_seed(job.seed)) or load the same values"));
 }
 
 absl::Status RegistrationCheck::CheckPeakRate(const RegisterArgs& args) const {

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/config/init_source.h"
 #include "common/config/training_shape.h"
 #include "common/model/layout.h"
+#include "common/model/tensor.h"
 #include "server/store/shard.h"
 #include "server/store/store_options.h"
 
@@ -38,9 +40,19 @@ struct RegisterArgs {
   std::string blas_kernels;
   // The worker's share of a step against the others' (> 0).
   double worker_weight = 1;
+  // The tensors the worker holds and never sends (RegisterRequest.frozen);
+  // nullopt: not said (tools).
+  std::optional<std::vector<TensorDigest>> frozen;
   // Where the registration came from (the transport's peer), for errors
   // that name the registration that fixed the layout; may be empty.
   std::string peer;
+};
+
+// A job's frozen tensors, as the first registration that said them fixed
+// them, and where they came from ("worker 0's registration from ...").
+struct FrozenTensors {
+  std::vector<TensorDigest> tensors;
+  std::string origin;
 };
 
 // The checks a registration passes before it may fix the job's layout or
@@ -63,6 +75,11 @@ class RegistrationCheck {
   // whether this server's share fits the memory it can still take.
   // REQUIRES: CheckRequest passed.
   absl::Status CheckJob(const RegisterArgs& args, const Shard* shard) const;
+  // The worker's frozen tensors against the job's (nullopt: none fixed yet,
+  // or the worker says none): FAILED_PRECONDITION naming the first tensor
+  // that differs, is missing, or is extra.
+  absl::Status CheckFrozen(const RegisterArgs& args,
+                           const std::optional<FrozenTensors>& job) const;
 
  private:
   // INVALID_ARGUMENT when the learning rate policy's peak with this shape's

@@ -1,6 +1,8 @@
 #include "server/store/registration_check.h"
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -191,6 +193,52 @@ TEST(RegistrationCheckTest, AnotherWireDTypeIsRefusedUnlessUnsaid) {
   EXPECT_TRUE(check.CheckJob(a, nullptr).ok());
   a.wire_dtype = WireDType::kFloat32;
   EXPECT_TRUE(check.CheckJob(a, nullptr).ok());
+}
+
+TEST(RegistrationCheckTest, OtherFrozenTensorsAreRefusedNamingTheFirst) {
+  const RegistrationCheck check(TwoWorkers());
+  const Layout layout = SmallLayout();
+  const std::string a64(64, 'a'), b64(64, 'b');
+  const std::optional<FrozenTensors> job =
+      FrozenTensors{{{"proj.weight", a64}, {"proj.bias", b64}}, "worker 0's registration"};
+  RegisterArgs a = Args(layout, 1);
+  a.frozen = std::vector<TensorDigest>{{"proj.bias", b64}, {"proj.weight", a64}};
+  EXPECT_TRUE(check.CheckFrozen(a, job).ok());  // in any order
+  a.frozen = std::vector<TensorDigest>{{"proj.weight", b64}, {"proj.bias", b64}};
+  absl::Status s = check.CheckFrozen(a, job);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Message(s), HasSubstr("Register: worker 1's frozen parameter 'proj.weight' holds "
+                                    "other values (SHA-256 bbbbbbbbbbbb... against the job's "
+                                    "aaaaaaaaaaaa...), fixed by worker 0's registration: frozen "
+                                    "parameters (requires_grad=False) are neither trained nor "
+                                    "sent through the servers"));
+  a.frozen = std::vector<TensorDigest>{{"proj.weight", a64}};
+  EXPECT_THAT(Message(check.CheckFrozen(a, job)),
+              HasSubstr("worker 1's lacks the job's frozen parameter 'proj.bias'"));
+  a.frozen->push_back({"proj.bias", b64});
+  a.frozen->push_back({"extra", b64});
+  EXPECT_THAT(Message(check.CheckFrozen(a, job)),
+              HasSubstr("worker 1's has frozen parameter 'extra', which the job's lack"));
+  EXPECT_TRUE(check.CheckFrozen(a, std::nullopt).ok());  // none fixed yet
+  a.frozen = std::nullopt;  // a tool
+  EXPECT_TRUE(check.CheckFrozen(a, job).ok());
+}
+
+TEST(RegistrationCheckTest, MalformedFrozenDigestsAreRefused) {
+  const RegistrationCheck check(TwoWorkers());
+  const Layout layout = SmallLayout();
+  RegisterArgs a = Args(layout, 1);
+  a.frozen = std::vector<TensorDigest>{{"w", std::string(64, 'f')}, {"w", std::string(64, 'f')}};
+  absl::Status s = check.CheckRequest(a);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(s), "Register: worker 1's frozen parameter 'w' is named twice, expected one "
+                        "entry per named tensor");
+  a.frozen = std::vector<TensorDigest>{{"w", "ABC"}};
+  EXPECT_EQ(Message(check.CheckRequest(a)),
+            "Register: worker 1's frozen parameter 'w' has digest 'ABC', expected a SHA-256 as "
+            "64 lowercase hex digits");
+  a.frozen = std::vector<TensorDigest>{{"", std::string(64, '0')}};
+  EXPECT_THAT(Message(check.CheckRequest(a)), HasSubstr("frozen parameter '' is unnamed"));
 }
 
 // Asked only when this registration would fix the layout: a server that

@@ -11,7 +11,7 @@ namespace psync {
 
 absl::StatusOr<std::unique_ptr<TensorClient>> CreateTensorClient(
     const std::vector<std::string>& args, std::vector<TensorSpec> tensors, int64_t train_samples,
-    InitSource unset_init) {
+    InitSource unset_init, std::vector<TensorDigest> frozen) {
   PSYNC_ASSIGN_OR_RETURN(const TorchJob job, ReadTorchJob(args, train_samples));
   const proto::JobConfig& c = job.config;
   PSYNC_ASSIGN_OR_RETURN(Layout layout,
@@ -21,6 +21,7 @@ absl::StatusOr<std::unique_ptr<TensorClient>> CreateTensorClient(
                          GrpcPsClientOptionsFromConfig(c, job.worker_rank, train_samples,
                                                        unset_init));
   options.worker_weight = job.worker_weight;
+  options.frozen = std::move(frozen);
   PSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, CreateGrpcPsClient(layout, options));
   return std::make_unique<TensorClient>(std::move(layout), std::move(client));
 }

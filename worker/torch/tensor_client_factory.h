@@ -22,11 +22,14 @@ namespace psync {
 // training set (the servers' learning-rate schedule counts epochs with it;
 // every worker of a job gives the same). `unset_init` is the initial
 // weights' source it declares where the job leaves init_from out (the torch
-// optimizers': worker 0's model). Connects lazily: nothing is sent before
-// Register. InvalidArgument naming the argument or tensor at fault.
+// optimizers': worker 0's model). `frozen` are the tensors the worker holds
+// besides the layout's and never sends (a torch model's frozen parameters),
+// which the servers check every worker holds alike. Connects lazily:
+// nothing is sent before Register. InvalidArgument naming the argument or
+// tensor at fault.
 absl::StatusOr<std::unique_ptr<TensorClient>> CreateTensorClient(
     const std::vector<std::string>& args, std::vector<TensorSpec> tensors, int64_t train_samples,
-    InitSource unset_init);
+    InitSource unset_init, std::vector<TensorDigest> frozen);
 
 }  // namespace psync
 

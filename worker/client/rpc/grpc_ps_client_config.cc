@@ -51,6 +51,7 @@ absl::StatusOr<GrpcPsClientOptions> GrpcPsClientOptionsFromConfig(const proto::J
   options.push_window_bytes = c.training().push_window_kb() << 10;
   options.update_rule = UpdateRuleOf(c);
   options.init_from = InitSourceOf(c).value_or(unset_init);
+  options.frozen.emplace();  // a worker's: none unless its caller says (a torch model's)
   PSYNC_ASSIGN_OR_RETURN(options.tcp_congestion, ParseTcpCongestion(c.cluster().tcp_congestion()));
   options.shared_memory = c.cluster().shared_memory();
   PSYNC_ASSIGN_OR_RETURN(options.shape, JobTrainingShape(c, train_samples));

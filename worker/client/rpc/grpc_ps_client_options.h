@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "common/config/init_source.h"
 #include "common/config/training_shape.h"
+#include "common/model/tensor.h"
 #include "common/rpc/tcp_congestion.h"
 #include "common/security/security.h"
 #include "common/wire/wire_dtype.h"
@@ -43,6 +44,10 @@ struct GrpcPsClientOptions {
   // Where the job's initial weights come from (InitSourceOf); a server
   // configured otherwise refuses the worker. nullopt: not said (tools).
   std::optional<InitSource> init_from;
+  // The tensors this worker holds besides the layout's and never sends, by
+  // digest (a torch model's frozen parameters); a server refuses a worker
+  // whose differ from the job's. nullopt: not said (tools).
+  std::optional<std::vector<TensorDigest>> frozen;
   // BlasInfo::Kernels() of this worker; servers in deterministic mode warn
   // when workers differ. Empty: not said.
   std::string blas_kernels;

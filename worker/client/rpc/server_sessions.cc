@@ -117,6 +117,14 @@ proto::RegisterRequest ServerSessions::RegisterRequest() const {
     req.set_init_from(*options_.init_from == InitSource::kWorker ? proto::INIT_SOURCE_WORKER
                                                                  : proto::INIT_SOURCE_SEED);
   }
+  if (options_.frozen.has_value()) {
+    proto::FrozenTensors* frozen = req.mutable_frozen();
+    for (const TensorDigest& t : *options_.frozen) {
+      proto::TensorDigest* d = frozen->add_tensors();
+      d->set_name(t.name);
+      d->set_sha256(t.sha256);
+    }
+  }
   return req;
 }
 

@@ -33,7 +33,7 @@ from .host import HostTensors, check_device
 from .job import Job
 from .optimizer import (OptimizerError, PassCounter, SparseGradientError, StepWithoutBackwardError,
                         TooFewBackwardPassesError, TooManyBackwardPassesError, accumulator_hook,
-                        check_unchanged, checked_parameters, initial_values, join,
+                        check_unchanged, checked_parameters, frozen_digests, initial_values, join,
                         trainable_parameters, zero_grad)
 from .torch import Client
 
@@ -202,7 +202,8 @@ class LocalOptimizer:
         self._initial = None
         if local.is_root:
             self._client = Client(job.args, [(n, tuple(p.shape)) for n, p in named],
-                                  job.train_samples, unset_init=job.init_from)
+                                  job.train_samples, unset_init=job.init_from,
+                                  frozen=frozen_digests(model))
             self._initial = initial_values(job, self._host)
         # Every tensor the group's collectives take is made once and kept for the
         # optimizer's life: no allocation per step, and no deadlock in torch 2's

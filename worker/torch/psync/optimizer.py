@@ -13,6 +13,7 @@ Nesterov, weight decay, Adam, AdamW, warm-up, schedules) is the servers':
 no optimizer state lives here. Not thread-safe: one training loop drives it.
 """
 
+import hashlib
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -63,6 +64,23 @@ def trainable_parameters(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Par
     """``(name, parameter)`` of ``model``'s parameters that require a gradient,
     in ``named_parameters()`` order: what the optimizer registers."""
     return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def frozen_digests(model: torch.nn.Module) -> List[Tuple[str, str]]:
+    """``(name, SHA-256 in hex)`` of ``model``'s parameters that do not require a
+    gradient, in ``named_parameters()`` order: the values (with their dtype and
+    shape) that every worker of a job must hold alike, since they are neither
+    trained nor sent. The servers compare them at registration."""
+    digests = []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            continue
+        t = p.detach().cpu()
+        t = (t.to_dense() if t.is_sparse else t).contiguous()
+        h = hashlib.sha256(f"{t.dtype} {list(t.shape)}\n".encode())
+        h.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+        digests.append((name, h.hexdigest()))
+    return digests
 
 
 def checked_parameters(model: torch.nn.Module,
@@ -229,7 +247,7 @@ class DistributedOptimizer:
         self._master: Optional[List[torch.Tensor]] = None  # pulled by finish() for the export
         self._finished = False
         self._client = Client(job.args, list(zip(self._names, self._shapes)), job.train_samples,
-                              unset_init=job.init_from)
+                              unset_init=job.init_from, frozen=frozen_digests(model))
         self._hooks = []
         self._accumulators = []  # kept alive: a hook lives as long as its node
         self._counter = PassCounter()

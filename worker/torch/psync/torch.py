@@ -42,7 +42,7 @@ class Client:
     """
 
     def __init__(self, args: Sequence[str], layout: Layout, train_samples: int = 0,
-                 unset_init: str = "seed") -> None:
+                 unset_init: str = "seed", frozen: Sequence[Tuple[str, str]] = ()) -> None:
         """Reads the job's configuration from ``args`` (e.g. ``["--config=job.txt",
         "--worker_rank=auto"]``) and makes the layout of ``layout``, the model's
         (name, shape) pairs; ``train_samples`` is the training set's size, which
@@ -50,9 +50,13 @@ class Client:
         where the initial weights come from when the job leaves ``--init_from``
         out: ``"seed"`` (the servers', which :meth:`pull` gives) or ``"worker"``
         (worker 0 sends them with ``push_pull(INITIAL_WEIGHTS_STEP, ...)``, as the
-        optimizers do). Nothing is sent before :meth:`register`."""
+        optimizers do). ``frozen`` are (name, SHA-256) pairs of the tensors the
+        worker holds besides the layout's and never sends (:func:`frozen_digests`
+        of the model: its frozen parameters); the servers refuse a worker whose
+        differ from the job's, naming the tensor. Nothing is sent before
+        :meth:`register`."""
         self._client = _psync.Client(list(args), [(n, list(s)) for n, s in layout], train_samples,
-                                     unset_init)
+                                     unset_init, list(frozen))
 
     @property
     def layout(self) -> Layout:
@@ -128,4 +132,4 @@ from .local import (  # noqa: E402  pylint: disable=wrong-import-position
 from .optimizer import (  # noqa: E402  pylint: disable=wrong-import-position
     BackwardAfterPushError, DistributedOptimizer, OptimizerError, ParametersChangedError,
     SparseGradientError, StepWithoutBackwardError, TooFewBackwardPassesError,
-    TooManyBackwardPassesError, trainable_parameters)
+    TooManyBackwardPassesError, frozen_digests, trainable_parameters)

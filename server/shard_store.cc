@@ -78,7 +78,7 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
   // A worker of another job (layout, shape, optimizer) is refused before
   // it can ask to join.
   PSYNC_RETURN_IF_ERROR(registration_.CheckJob(args, shard_.get()));
-  PSYNC_RETURN_IF_ERROR(registration_.CheckFrozen(args, frozen_));
+  PSYNC_ASSIGN_OR_RETURN(const bool refix_frozen, registration_.CheckFrozen(args, frozen_));
   // Until the job is complete a worker that is not a member asks to join.
   // After it, it registers and is answered all_done (a pod started late):
   // joining would start a generation whose members have gone.
@@ -108,11 +108,7 @@ absl::StatusOr<RegisterResult> ShardStore::Register(const RegisterArgs& args) {
     shard_ = FirstShard(args, generation_, members_);
     owned_chunks_ = static_cast<int>(shard_->owned.size());
   }
-  if (!frozen_.has_value() && args.frozen.has_value()) {
-    frozen_ = FrozenTensors{*args.frozen,
-                            absl::StrCat("worker ", args.worker_rank, "'s registration",
-                                         args.peer.empty() ? "" : " from ", args.peer)};
-  }
+  registration_.NoteFrozen(args, refix_frozen, frozen_);
   RegisterResult result;
   result.session = roster_.StartSession(rank, args.incarnation, args.blas_kernels);
   result.fingerprint = args.layout->fingerprint();

@@ -735,6 +735,36 @@ TEST_F(ShardStoreTest, ARankIsHeldByOneLiveProcess) {
   ASSERT_TRUE(restarted.ok()) << restarted.status();
 }
 
+TEST_F(ShardStoreTest, FrozenTensorsAreTheFirstWorkersUntilAnotherRegistersWithThem) {
+  ShardStoreOptions o;
+  o.num_workers = 2;
+  auto store = ReadyStore(o);
+  const std::string a(64, 'a'), b(64, 'b');
+  auto reg = [&](int rank, std::optional<std::string> digest) {
+    RegisterArgs args;
+    args.worker_rank = rank;
+    args.num_workers = 2;
+    args.layout = &layout_;
+    args.claimed_fingerprint = layout_.fingerprint();
+    args.incarnation = 7;
+    if (digest.has_value()) args.frozen = std::vector<TensorDigest>{{"proj.weight", *digest}};
+    return store->Register(args).status();
+  };
+  ASSERT_TRUE(reg(1, a).ok());
+  absl::Status refused = reg(0, b);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()),
+              ::testing::HasSubstr("worker 0's frozen parameter 'proj.weight' holds other "
+                                   "values (SHA-256 bbbbbbbbbbbb... against the job's "
+                                   "aaaaaaaaaaaa...), fixed by worker 1's registration"));
+  // Worker 1 alone registered with its tensors: back with others, it fixes them anew.
+  ASSERT_TRUE(reg(1, b).ok());
+  ASSERT_TRUE(reg(0, b).ok());
+  // Now worker 0 holds them too: worker 1 may not change them again.
+  EXPECT_EQ(reg(1, a).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(reg(1, std::nullopt).ok());  // a tool's registration is not checked
+}
+
 TEST_F(ShardStoreTest, WorkersWithAnotherShapeAreRefused) {
   ShardStoreOptions o;
   o.num_workers = 2;

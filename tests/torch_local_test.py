@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Sequence
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 import psync
 import psync.torch as pt
@@ -55,13 +56,17 @@ def global_batch(step: int):
 def local_main(out: str, fault: str, timeout_s: float, args: Sequence[str]) -> None:
     """One local process: its device's share of every global batch. `fault` is
     `exit@T` (exit at once, no clean-up, as a crash, before step T's collectives),
-    `hang@T` (stop there for good, alive: a stuck process) or `none`; `timeout_s`
-    bounds its group's collectives."""
+    `hang@T` (stop there for good, alive: a stuck process), `frozen@V` (the first
+    layer's bias frozen, filled with V) or `none`; `timeout_s` bounds its group's
+    collectives."""
     kind, _, at = fault.partition("@")
     die_at = int(at) if at else -1
     job = pt.init(list(args))
     local = pt.init_local(job, timeout_s=timeout_s)
     model = net()
+    if kind == "frozen":
+        model[0].bias.requires_grad_(False)
+        model[0].bias.data.fill_(float(at))
     try:
         with pt.LocalOptimizer(model, job, local) as opt:
             first = weights_of(model)
@@ -188,6 +193,20 @@ class LocalAggregationTest(unittest.TestCase):
         self.assertRegex(root_err, "in step\n.*dist.reduce.*\n(.*\n)*.*RuntimeError: .*"
                                    f"Timed out waiting {HANG_TIMEOUT_S * 1000}ms")
 
+    def test_local_processes_with_other_frozen_parameters_are_refused(self):
+        job = JOB + ["--num_workers=1", "--devices=2", "--batch_per_device=8"]
+        with Servers(job) as servers, \
+                Machines([servers.flag] + job, workers=1, local_size=2,
+                         faults={(0, 0): "frozen@0", (0, 1): "frozen@1"}) as machines:
+            (root_code, root_err), (other_code, other_err) = machines.wait()
+        self.assertEqual((root_code, other_code), (1, 1))
+        self.assertRegex(other_err, "ValueError: LocalOptimizer: local rank 1's frozen parameter "
+                                    "'0.bias' holds other values than the local root's: frozen "
+                                    "parameters \\(requires_grad=False\\) are neither trained "
+                                    "nor broadcast")
+        self.assertRegex(root_err, "ValueError: LocalOptimizer: local rank 1's frozen parameters "
+                                   "are not the local root's")
+
     def test_the_roots_error_from_the_servers_reaches_every_local_process(self):
         job = JOB + ["--num_workers=1", "--devices=2", "--batch_per_device=8"]
         with Servers(job + ["--init_from=worker"]) as servers, \
@@ -254,6 +273,11 @@ class LocalOptimizerChecksTest(unittest.TestCase):
         self.assertEqual(opt.step_number, 1)
         with self.assertRaisesRegex(pt.StepWithoutBackwardError, "for step 1"):
             opt.step()  # the gradients left from step 0 are not a pass of step 1
+        for _ in range(2):  # a reentrant checkpoint's own backward is not a pass
+            out = torch.utils.checkpoint.checkpoint(model[2], model[1](model[0](x[:8])))
+            F.cross_entropy(out, y[:8]).backward()
+        opt.step()
+        self.assertEqual(opt.step_number, 2)
         opt.client.cancel()
         opt.close()
 

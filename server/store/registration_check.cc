@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "common/config/worker_set.h"
 #include "common/status_macros.h"
 
@@ -141,33 +142,56 @@ absl::Status RegistrationCheck::CheckJob(const RegisterArgs& args, const Shard* 
   return CheckMemoryFor(layout.ServerBytes(options_.server_rank));
 }
 
-absl::Status RegistrationCheck::CheckFrozen(const RegisterArgs& args,
-                                            const std::optional<FrozenTensors>& job) const {
-  if (!args.frozen.has_value() || !job.has_value()) return absl::OkStatus();
+absl::StatusOr<bool> RegistrationCheck::CheckFrozen(
+    const RegisterArgs& args, const std::optional<FrozenTensors>& job) const {
+  if (!args.frozen.has_value() || !job.has_value()) return false;
   std::map<std::string, const TensorDigest*> theirs;
   for (const TensorDigest& t : job->tensors) theirs[t.name] = &t;
+  const std::string worker = absl::StrCat("worker ", args.worker_rank);
   std::string difference;
   for (const TensorDigest& mine : *args.frozen) {
     const auto found = theirs.find(mine.name);
     if (found == theirs.end()) {
-      difference = absl::StrCat("has frozen parameter '", mine.name, "', which the job's lack");
+      difference = absl::StrCat(worker, " has frozen parameter '", mine.name,
+                                "', which the job's lack");
     } else if (found->second->sha256 != mine.sha256) {
-      difference = absl::StrCat("frozen parameter '", mine.name, "' holds other values (SHA-256 ",
-                                mine.sha256.substr(0, 12), "... against the job's ",
-                                found->second->sha256.substr(0, 12), "...)");
+      difference = absl::StrCat(worker, "'s frozen parameter '", mine.name,
+                                "' holds other values (SHA-256 ", mine.sha256.substr(0, 12),
+                                "... against the job's ", found->second->sha256.substr(0, 12),
+                                "...)");
     }
     if (!difference.empty()) break;
     theirs.erase(found);
   }
   if (difference.empty() && !theirs.empty()) {
-    difference = absl::StrCat("lacks the job's frozen parameter '", theirs.begin()->first, "'");
+    difference = absl::StrCat(worker, " lacks the job's frozen parameter '",
+                              theirs.begin()->first, "'");
   }
-  if (difference.empty()) return absl::OkStatus();
+  if (difference.empty()) return false;
+  if (job->ranks == std::set<int>{args.worker_rank}) return true;
   return absl::FailedPreconditionError(absl::StrCat(
-      "Register: worker ", args.worker_rank, "'s ", difference, ", fixed by ", job->origin,
+      "Register: ", difference, ", fixed by ", job->origin,
       ": frozen parameters (requires_grad=False) are neither trained nor sent through the "
       "servers, so every worker must build them alike: seed torch before building the model "
       "(torch.manual_seed(job.seed)) or load the same values"));
+}
+
+void RegistrationCheck::NoteFrozen(const RegisterArgs& args, bool refix,
+                                   std::optional<FrozenTensors>& job) const {
+  if (!args.frozen.has_value()) return;
+  if (refix) {
+    LOG(WARNING) << "server " << options_.server_rank << ": worker " << args.worker_rank
+                 << " registered again with other frozen parameters than those it fixed ("
+                 << job->origin << "), with which no other worker registered: they are "
+                 << "replaced";
+  }
+  if (!job.has_value() || refix) {
+    job = FrozenTensors{*args.frozen,
+                        absl::StrCat("worker ", args.worker_rank, "'s registration",
+                                     args.peer.empty() ? "" : " from ", args.peer),
+                        {}};
+  }
+  job->ranks.insert(args.worker_rank);
 }
 
 absl::Status RegistrationCheck::CheckPeakRate(const RegisterArgs& args) const {

@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/config/init_source.h"
 #include "common/config/training_shape.h"
 #include "common/model/layout.h"
@@ -49,10 +51,12 @@ struct RegisterArgs {
 };
 
 // A job's frozen tensors, as the first registration that said them fixed
-// them, and where they came from ("worker 0's registration from ...").
+// them, where they came from ("worker 0's registration from ..."), and the
+// ranks registered with them since.
 struct FrozenTensors {
   std::vector<TensorDigest> tensors;
   std::string origin;
+  std::set<int> ranks;
 };
 
 // The checks a registration passes before it may fix the job's layout or
@@ -77,9 +81,15 @@ class RegistrationCheck {
   absl::Status CheckJob(const RegisterArgs& args, const Shard* shard) const;
   // The worker's frozen tensors against the job's (nullopt: none fixed yet,
   // or the worker says none): FAILED_PRECONDITION naming the first tensor
-  // that differs, is missing, or is extra.
-  absl::Status CheckFrozen(const RegisterArgs& args,
-                           const std::optional<FrozenTensors>& job) const;
+  // that differs, is missing, or is extra; true where they differ but no
+  // other worker registered with the job's: the one that fixed them is back,
+  // built anew (its mistake fixed), and its tensors replace them.
+  absl::StatusOr<bool> CheckFrozen(const RegisterArgs& args,
+                                   const std::optional<FrozenTensors>& job) const;
+  // `args` registered: its frozen tensors become the job's if none were
+  // fixed yet or `refix` (CheckFrozen's answer), and its rank is among
+  // those that registered with them.
+  void NoteFrozen(const RegisterArgs& args, bool refix, std::optional<FrozenTensors>& job) const;
 
  private:
   // INVALID_ARGUMENT when the learning rate policy's peak with this shape's

@@ -1,6 +1,7 @@
 #include "server/store/registration_check.h"
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -203,9 +204,9 @@ TEST(RegistrationCheckTest, OtherFrozenTensorsAreRefusedNamingTheFirst) {
       FrozenTensors{{{"proj.weight", a64}, {"proj.bias", b64}}, "worker 0's registration"};
   RegisterArgs a = Args(layout, 1);
   a.frozen = std::vector<TensorDigest>{{"proj.bias", b64}, {"proj.weight", a64}};
-  EXPECT_TRUE(check.CheckFrozen(a, job).ok());  // in any order
+  EXPECT_EQ(*check.CheckFrozen(a, job), false);  // in any order
   a.frozen = std::vector<TensorDigest>{{"proj.weight", b64}, {"proj.bias", b64}};
-  absl::Status s = check.CheckFrozen(a, job);
+  absl::Status s = check.CheckFrozen(a, job).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(Message(s), HasSubstr("Register: worker 1's frozen parameter 'proj.weight' holds "
                                     "other values (SHA-256 bbbbbbbbbbbb... against the job's "
@@ -213,15 +214,27 @@ TEST(RegistrationCheckTest, OtherFrozenTensorsAreRefusedNamingTheFirst) {
                                     "parameters (requires_grad=False) are neither trained nor "
                                     "sent through the servers"));
   a.frozen = std::vector<TensorDigest>{{"proj.weight", a64}};
-  EXPECT_THAT(Message(check.CheckFrozen(a, job)),
-              HasSubstr("worker 1's lacks the job's frozen parameter 'proj.bias'"));
+  EXPECT_THAT(Message(check.CheckFrozen(a, job).status()),
+              HasSubstr("Register: worker 1 lacks the job's frozen parameter 'proj.bias'"));
   a.frozen->push_back({"proj.bias", b64});
   a.frozen->push_back({"extra", b64});
-  EXPECT_THAT(Message(check.CheckFrozen(a, job)),
-              HasSubstr("worker 1's has frozen parameter 'extra', which the job's lack"));
-  EXPECT_TRUE(check.CheckFrozen(a, std::nullopt).ok());  // none fixed yet
+  EXPECT_THAT(Message(check.CheckFrozen(a, job).status()),
+              HasSubstr("Register: worker 1 has frozen parameter 'extra', which the job's lack"));
+  EXPECT_EQ(*check.CheckFrozen(a, std::nullopt), false);  // none fixed yet
   a.frozen = std::nullopt;  // a tool
-  EXPECT_TRUE(check.CheckFrozen(a, job).ok());
+  EXPECT_EQ(*check.CheckFrozen(a, job), false);
+  // Others than the job's from the only worker that registered with those:
+  // it may replace them.
+  std::optional<FrozenTensors> own = job;
+  own->ranks = {1};
+  a.frozen = std::vector<TensorDigest>{{"proj.weight", b64}};
+  EXPECT_EQ(*check.CheckFrozen(a, own), true);
+  check.NoteFrozen(a, true, own);
+  EXPECT_EQ(own->tensors, *a.frozen);
+  EXPECT_EQ(own->ranks, std::set<int>{1});
+  own->ranks.insert(0);  // worker 0 registered with them too: no more
+  a.frozen = std::vector<TensorDigest>{{"proj.weight", a64}};
+  EXPECT_EQ(check.CheckFrozen(a, own).status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST(RegistrationCheckTest, MalformedFrozenDigestsAreRefused) {

@@ -92,13 +92,16 @@ class Client {
   Client(const std::vector<std::string>& args,
          const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
          int64_t train_samples, const std::string& unset_init,
-         const std::vector<std::pair<std::string, std::string>>& frozen) {
+         const std::optional<std::vector<std::pair<std::string, std::string>>>& frozen) {
     std::vector<TensorSpec> specs;
     for (const auto& [name, shape] : tensors) specs.push_back({name, shape});
     absl::StatusOr<InitSource> init = ParseInitSource(unset_init);
     Check(init.status());
-    std::vector<TensorDigest> digests;
-    for (const auto& [name, sha256] : frozen) digests.push_back({name, sha256});
+    std::optional<std::vector<TensorDigest>> digests;
+    if (frozen.has_value()) {
+      digests.emplace();
+      for (const auto& [name, sha256] : *frozen) digests->push_back({name, sha256});
+    }
     absl::StatusOr<std::unique_ptr<TensorClient>> made =
         CreateTensorClient(args, std::move(specs), train_samples, *init, std::move(digests));
     Check(made.status());
@@ -300,7 +303,7 @@ PYBIND11_MODULE(_psync, m) {
       .def(py::init<const std::vector<std::string>&,
                     const std::vector<std::pair<std::string, std::vector<int64_t>>>&, int64_t,
                     const std::string&,
-                    const std::vector<std::pair<std::string, std::string>>&>(),
+                    const std::optional<std::vector<std::pair<std::string, std::string>>>&>(),
            py::arg("args"), py::arg("tensors"), py::arg("train_samples"), py::arg("unset_init"),
            py::arg("frozen"))
       .def_property_readonly("tensors", &Client::Tensors)

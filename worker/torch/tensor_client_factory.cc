@@ -11,7 +11,7 @@ namespace psync {
 
 absl::StatusOr<std::unique_ptr<TensorClient>> CreateTensorClient(
     const std::vector<std::string>& args, std::vector<TensorSpec> tensors, int64_t train_samples,
-    InitSource unset_init, std::vector<TensorDigest> frozen) {
+    InitSource unset_init, std::optional<std::vector<TensorDigest>> frozen) {
   PSYNC_ASSIGN_OR_RETURN(const TorchJob job, ReadTorchJob(args, train_samples));
   const proto::JobConfig& c = job.config;
   PSYNC_ASSIGN_OR_RETURN(Layout layout,

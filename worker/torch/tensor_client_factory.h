@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,12 +25,13 @@ namespace psync {
 // weights' source it declares where the job leaves init_from out (the torch
 // optimizers': worker 0's model). `frozen` are the tensors the worker holds
 // besides the layout's and never sends (a torch model's frozen parameters),
-// which the servers check every worker holds alike. Connects lazily:
+// which the servers check every worker holds alike (nullopt: not said, as
+// a tool's). Connects lazily:
 // nothing is sent before Register. InvalidArgument naming the argument or
 // tensor at fault.
 absl::StatusOr<std::unique_ptr<TensorClient>> CreateTensorClient(
     const std::vector<std::string>& args, std::vector<TensorSpec> tensors, int64_t train_samples,
-    InitSource unset_init, std::vector<TensorDigest> frozen);
+    InitSource unset_init, std::optional<std::vector<TensorDigest>> frozen);
 
 }  // namespace psync
 

@@ -200,10 +200,10 @@ class LocalOptimizer:
         self._finished = False
         self._client: Optional[Client] = None
         self._initial = None
+        frozen = frozen_digests(model)
         if local.is_root:
             self._client = Client(job.args, [(n, tuple(p.shape)) for n, p in named],
-                                  job.train_samples, unset_init=job.init_from,
-                                  frozen=frozen_digests(model))
+                                  job.train_samples, unset_init=job.init_from, frozen=frozen)
             self._initial = initial_values(job, self._host)
         # Every tensor the group's collectives take is made once and kept for the
         # optimizer's life: no allocation per step, and no deadlock in torch 2's
@@ -219,12 +219,18 @@ class LocalOptimizer:
         self._members_size = torch.zeros(1, dtype=torch.int64)
         self._members_values = torch.empty(0, dtype=torch.float64)
         self._samples = job.batch_per_device
-        self._counter = PassCounter()  # the backward passes of this step
-        hooks = [accumulator_hook(p, lambda *_: self._counter.reached()) for p in self._params]
-        self._hooks = [handle for handle, _ in hooks]
-        self._accumulators = [accumulator for _, accumulator in hooks]  # kept alive
+        self._frozen_flag = torch.zeros(1, dtype=torch.int64)
+        self._check_frozen_alike(frozen)
         self.step_number = self._join()
         self._outputs.start(self.step_number)
+        # This step's backward passes, counted two ways (before any collective,
+        # step() refuses other than accumulation_steps): passes that ended (never
+        # fewer than were made) and the most any parameter got (never more).
+        self._counter = PassCounter()
+        self._fired = [0] * len(self._params)
+        hooks = [accumulator_hook(p, self._on_gradient(i)) for i, p in enumerate(self._params)]
+        self._hooks = [handle for handle, _ in hooks]
+        self._accumulators = [accumulator for _, accumulator in hooks]  # kept alive
 
     @property
     def job(self) -> Job:
@@ -320,7 +326,7 @@ class LocalOptimizer:
         """Clears every registered parameter's gradient (None, or zeros in place), and
         with them the count of the step's backward passes."""
         zero_grad(self._params, set_to_none)
-        self._counter.reset()
+        self._reset_passes()
 
     def step(self) -> None:
         """Ends step :attr:`step_number` on every local process (a collective: each
@@ -361,7 +367,7 @@ class LocalOptimizer:
         try:
             self.step_number = self._from_root(push_pull, f"step {self.step_number}")
         finally:  # the passes were used, or belong to a step the job gave up
-            self._counter.reset()
+            self._reset_passes()
         self._samples = self._job.batch_per_device
 
     def recover(self) -> int:
@@ -370,7 +376,7 @@ class LocalOptimizer:
         resumes from, which it returns (also :attr:`step_number`)."""
         self.step_number = self._join()
         self._samples = self._job.batch_per_device
-        self._counter.reset()
+        self._reset_passes()
         return self.step_number
 
     def close(self) -> None:
@@ -426,22 +432,75 @@ class LocalOptimizer:
             self._client.cancel()
         self.close()
 
+    def _check_frozen_alike(self, frozen: List[Tuple[str, str]]) -> None:
+        """Raises ValueError on every local process unless each holds the local
+        root's frozen parameters (:func:`frozen_digests`), which neither the
+        servers nor the root's broadcasts carry; the root's are those the
+        servers check. The process that differs names the first tensor."""
+        if self._local.is_root:
+            text = "\n".join(f"{digest} {name}" for name, digest in frozen).encode()
+            self._message = torch.tensor(list(text), dtype=torch.uint8)
+            self._members_size.fill_(len(text))
+        dist.broadcast(self._members_size, ROOT)
+        if not self._local.is_root:
+            self._message = torch.empty(int(self._members_size.item()), dtype=torch.uint8)
+        dist.broadcast(self._message, ROOT)
+        roots = {}  # the root's digests by name, from its lines "digest name"
+        for line in bytes(self._message.tolist()).decode().splitlines():
+            digest, name = line.split(" ", 1)
+            roots[name] = digest
+        me = f"local rank {self._local.rank}"
+        difference = ""
+        for name, digest in frozen:
+            if name not in roots:
+                difference = f"{me} has frozen parameter '{name}', which the local root lacks"
+            elif roots[name] != digest:
+                difference = (f"{me}'s frozen parameter '{name}' holds other values than the "
+                              f"local root's")
+            if difference:
+                break
+        missing = [name for name in roots if name not in dict(frozen)]
+        if not difference and missing:
+            difference = f"{me} lacks the local root's frozen parameter '{missing[0]}'"
+        self._frozen_flag.fill_(self._local.rank + 1 if difference else 0)
+        dist.all_reduce(self._frozen_flag, dist.ReduceOp.MAX)
+        differing = int(self._frozen_flag.item()) - 1
+        if differing >= 0:
+            raise ValueError(
+                f"LocalOptimizer: "
+                + (difference or f"local rank {differing}'s frozen parameters are not the local "
+                                 f"root's")
+                + ": frozen parameters (requires_grad=False) are neither trained nor broadcast, "
+                  "so every local process must build them alike (seed torch before building "
+                  "the model, or load the same values)")
+
+    def _on_gradient(self, i: int) -> Callable[..., None]:
+        def hook(*_unused) -> None:
+            self._fired[i] += 1
+            self._counter.reached()
+        return hook
+
+    def _reset_passes(self) -> None:
+        self._counter.reset()
+        self._fired = [0] * len(self._params)
+
     def _check_passes(self, no_gradient: bool) -> None:
         """Refuses a step of this process whose backward passes are not
         ``accumulation_steps`` (nothing sent yet)."""
-        passes, wanted = self._counter.passes, self._job.accumulation_steps
+        wanted = self._job.accumulation_steps
+        at_least, at_most = max(self._fired), self._counter.passes
         where = f"step() for step {self.step_number} on local rank {self._local.rank}"
-        if no_gradient or passes == 0:
+        if no_gradient or at_least == 0:
             raise StepWithoutBackwardError(
                 f"{where} without a backward pass: no parameter got a gradient since the "
                 f"last step (call loss.backward() first)")
-        if passes < wanted:
+        if at_most < wanted:
             raise TooFewBackwardPassesError(
-                f"{where} after {passes} backward pass(es), expected {wanted} "
-                f"(--accumulation_steps): make {wanted - passes} more and call step() again")
-        if passes > wanted:
+                f"{where} after {at_most} backward pass(es), expected {wanted} "
+                f"(--accumulation_steps): make {wanted - at_most} more and call step() again")
+        if at_least > wanted:
             raise TooManyBackwardPassesError(
-                f"{where} after {passes} backward passes, expected {wanted} "
+                f"{where} after {at_least} backward passes, expected {wanted} "
                 f"(--accumulation_steps): the gradients sum more samples than the step's "
                 f"count; call step() after every {wanted} pass(es)")
 

@@ -149,15 +149,20 @@ def accumulator_hook(p: torch.nn.Parameter, hook: Callable[..., None]) -> Tuple[
     """Registers ``hook`` on ``p``'s gradient accumulator, which runs once per
     backward pass that reaches ``p``, after ``p.grad`` is updated (torch 1.13
     has no post-accumulate-grad hook on a tensor). Returns the handle and the
-    accumulator, which must be kept alive: a hook lives as long as its node."""
-    accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+    accumulator, which must be kept alive: a hook lives as long as its node.
+    Works under ``torch.no_grad()`` too."""
+    with torch.enable_grad():
+        accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
     return accumulator.register_hook(hook), accumulator
 
 
 class PassCounter:
     """Counts the backward passes that reach a parameter: :meth:`reached` is called
     from a parameter's accumulator hook, and the pass counts once it ends (a
-    callback queued on the autograd engine by its first such hook)."""
+    callback queued on the autograd engine by its first such hook). Never fewer
+    than the passes made, which is what refusing too few needs; it may count
+    more: a reentrant ``torch.utils.checkpoint`` segment's backward is a graph
+    task of its own, which ends (and counts) inside the pass."""
 
     def __init__(self) -> None:
         self.passes = 0        # ended passes

@@ -42,7 +42,8 @@ class Client:
     """
 
     def __init__(self, args: Sequence[str], layout: Layout, train_samples: int = 0,
-                 unset_init: str = "seed", frozen: Sequence[Tuple[str, str]] = ()) -> None:
+                 unset_init: str = "seed",
+                 frozen: Optional[Sequence[Tuple[str, str]]] = None) -> None:
         """Reads the job's configuration from ``args`` (e.g. ``["--config=job.txt",
         "--worker_rank=auto"]``) and makes the layout of ``layout``, the model's
         (name, shape) pairs; ``train_samples`` is the training set's size, which
@@ -53,10 +54,11 @@ class Client:
         optimizers do). ``frozen`` are (name, SHA-256) pairs of the tensors the
         worker holds besides the layout's and never sends (:func:`frozen_digests`
         of the model: its frozen parameters); the servers refuse a worker whose
-        differ from the job's, naming the tensor. Nothing is sent before
+        differ from the job's, naming the tensor. None says nothing of them (a
+        tool's client): not checked, and fixing nothing. Nothing is sent before
         :meth:`register`."""
         self._client = _psync.Client(list(args), [(n, list(s)) for n, s in layout], train_samples,
-                                     unset_init, list(frozen))
+                                     unset_init, None if frozen is None else list(frozen))
 
     @property
     def layout(self) -> Layout:

@@ -273,9 +273,21 @@ class LocalOptimizerChecksTest(unittest.TestCase):
         self.assertEqual(opt.step_number, 1)
         with self.assertRaisesRegex(pt.StepWithoutBackwardError, "for step 1"):
             opt.step()  # the gradients left from step 0 are not a pass of step 1
-        for _ in range(2):  # a reentrant checkpoint's own backward is not a pass
-            out = torch.utils.checkpoint.checkpoint(model[2], model[1](model[0](x[:8])))
-            F.cross_entropy(out, y[:8]).backward()
+        def checkpointed() -> None:  # a reentrant segment's own backward is not a pass
+            h = torch.utils.checkpoint.checkpoint(model[0], x[:8].requires_grad_())
+            F.cross_entropy(torch.utils.checkpoint.checkpoint(model[2], model[1](h)),
+                            y[:8]).backward()
+
+        checkpointed()
+        with self.assertRaisesRegex(pt.TooFewBackwardPassesError, "after 1 backward pass"):
+            opt.step()
+        h = model[0](x[:8])
+        h.register_hook(lambda _: (_ for _ in ()).throw(RuntimeError("out of memory")))
+        with self.assertRaisesRegex(RuntimeError, "out of memory"):
+            F.cross_entropy(model[2](model[1](h)), y[:8]).backward()  # counts for nothing
+        opt.zero_grad()  # the step starts again, its count not stuck on the raised pass
+        checkpointed()
+        checkpointed()
         opt.step()
         self.assertEqual(opt.step_number, 2)
         opt.client.cancel()

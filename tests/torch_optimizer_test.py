@@ -17,10 +17,11 @@ import subprocess
 import sys
 import time
 import unittest
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 import psync
 import psync.torch as pt
@@ -209,9 +210,9 @@ class DefaultInitialWeightsTest(InitialWeightsTest):
             opt0 = self.optimizer(servers, models[0], 0)
             try:
                 with self.assertRaisesRegex(
-                        psync.Error, "worker 1's frozen parameter 'fc2.weight' holds other values "
-                        "\\(SHA-256 [0-9a-f]{12}\\.\\.\\. against the job's [0-9a-f]{12}\\.\\.\\.\\), "
-                        "fixed by worker 0's registration from .*: frozen parameters "
+                        psync.Error, "worker 1's frozen parameter 'fc2.weight' holds other values, "
+                        "dtype or shape \\(SHA-256 [0-9a-f]{12}\\.\\.\\. against the job's "
+                        "[0-9a-f]{12}\\.\\.\\.\\), fixed by worker 0's registration from .*: frozen parameters "
                         "\\(requires_grad=False\\) are neither trained nor sent"):
                     self.optimizer(servers, models[1], 1)
                 models[1].fc2.load_state_dict(models[0].fc2.state_dict())
@@ -312,6 +313,7 @@ class ErrorTest(unittest.TestCase):
     """Each misuse, against servers of its own (a model of its own)."""
 
     JOB = JOB + ["--num_workers=1", "--batch_per_device=4"]
+    TWO_PASSES = JOB + ["--accumulation_steps=2"]
 
     def optimizer(self, servers: Servers, model: torch.nn.Module) -> pt.DistributedOptimizer:
         """An optimizer kept alive until the test ends, then cancelled and closed:
@@ -339,13 +341,17 @@ class ErrorTest(unittest.TestCase):
                 pt.DistributedOptimizer(Mlp(), pt.init([servers.flag] + self.JOB +
                                                        ["--wire_dtype=bf16"]))
 
+    def two_pass_optimizer(self, servers: Servers) -> Tuple[Mlp, pt.DistributedOptimizer]:
+        """An optimizer of --accumulation_steps=2 (TWO_PASSES), closed after the test."""
+        model = Mlp()
+        opt = pt.DistributedOptimizer(model, pt.init([servers.flag] + self.TWO_PASSES))
+        self.addCleanup(opt.close)
+        self.addCleanup(opt.client.cancel)
+        return model, opt
+
     def test_fewer_backward_passes_than_accumulation_steps(self):
-        job = self.JOB + ["--accumulation_steps=2"]
-        with Servers(job) as servers:
-            model = Mlp()
-            opt = pt.DistributedOptimizer(model, pt.init([servers.flag] + job))
-            self.addCleanup(opt.close)
-            self.addCleanup(opt.client.cancel)
+        with Servers(self.TWO_PASSES) as servers:
+            model, opt = self.two_pass_optimizer(servers)
             self.backward(model)
             with self.assertRaisesRegex(pt.TooFewBackwardPassesError,
                                         "step\\(\\) for step 0 after 1 backward pass\\(es\\), "
@@ -362,10 +368,34 @@ class ErrorTest(unittest.TestCase):
             opt = self.optimizer(servers, model)
             self.backward(model)
             with self.assertRaisesRegex(pt.BackwardAfterPushError,
-                                        "parameter 'fc3.bias' got a gradient after its push "
-                                        "for step 0: call step\\(\\) after every 1 backward"):
+                                        "parameter 'fc3.bias' got a gradient in a backward pass "
+                                        "beyond step 0's 1: call step\\(\\) after every 1 "
+                                        "backward"):
                 self.backward(model)
             opt.step()  # the first backward's step goes through
+            self.assertEqual(opt.step_number, 1)
+
+    def test_passes_are_backward_calls_whatever_runs_inside_them(self):
+        with Servers(self.TWO_PASSES) as servers:
+            model, opt = self.two_pass_optimizer(servers)
+
+            def checkpointed() -> None:  # every parameter in a reentrant segment of its own
+                h = torch.randn(4, 20, requires_grad=True)
+                for layer in (model.fc1, model.fc2, model.fc3):
+                    h = torch.utils.checkpoint.checkpoint(layer, h)
+                F.cross_entropy(h, torch.tensor([0, 1, 2, 3])).backward()
+
+            checkpointed()  # one pass, however many graph tasks ran in it
+            with self.assertRaisesRegex(pt.TooFewBackwardPassesError, "after 1 backward pass"):
+                opt.step()
+            h = model.fc1(torch.randn(4, 20))
+            h.register_hook(lambda _: (_ for _ in ()).throw(RuntimeError("out of memory")))
+            with self.assertRaisesRegex(RuntimeError, "out of memory"):
+                F.cross_entropy(model.fc3(model.fc2(h)), torch.tensor([0, 1, 2, 3])).backward()
+            opt.zero_grad()  # nothing pushed yet: the step starts again
+            checkpointed()
+            self.backward(model)
+            opt.step()
             self.assertEqual(opt.step_number, 1)
 
     def test_sparse_gradients(self):

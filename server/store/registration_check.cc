@@ -7,6 +7,7 @@
 #include <vector>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "common/config/worker_set.h"
@@ -31,7 +32,8 @@ static absl::Status CheckFrozenDigests(int rank, const std::vector<TensorDigest>
         t.sha256.find_first_not_of("0123456789abcdef") != std::string::npos) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Register: worker ", rank, "'s frozen parameter '", t.name, "' has digest '",
-          t.sha256.substr(0, 80), "', expected a SHA-256 as 64 lowercase hex digits"));
+          absl::CHexEscape(t.sha256.substr(0, 80)),
+          "', expected a SHA-256 as 64 lowercase hex digits"));
     }
   }
   return absl::OkStatus();
@@ -156,7 +158,8 @@ absl::StatusOr<bool> RegistrationCheck::CheckFrozen(
                                 "', which the job's lack");
     } else if (found->second->sha256 != mine.sha256) {
       difference = absl::StrCat(worker, "'s frozen parameter '", mine.name,
-                                "' holds other values (SHA-256 ", mine.sha256.substr(0, 12),
+                                "' holds other values, dtype or shape (SHA-256 ",
+                                mine.sha256.substr(0, 12),
                                 "... against the job's ", found->second->sha256.substr(0, 12),
                                 "...)");
     }

@@ -209,7 +209,7 @@ TEST(RegistrationCheckTest, OtherFrozenTensorsAreRefusedNamingTheFirst) {
   absl::Status s = check.CheckFrozen(a, job).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(Message(s), HasSubstr("Register: worker 1's frozen parameter 'proj.weight' holds "
-                                    "other values (SHA-256 bbbbbbbbbbbb... against the job's "
+                                    "other values, dtype or shape (SHA-256 bbbbbbbbbbbb... against the job's "
                                     "aaaaaaaaaaaa...), fixed by worker 0's registration: frozen "
                                     "parameters (requires_grad=False) are neither trained nor "
                                     "sent through the servers"));

@@ -20,6 +20,7 @@ training loop per process drives it.
 
 import dataclasses
 import datetime
+import json
 import os
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
@@ -223,12 +224,11 @@ class LocalOptimizer:
         self._check_frozen_alike(frozen)
         self.step_number = self._join()
         self._outputs.start(self.step_number)
-        # This step's backward passes, counted two ways (before any collective,
-        # step() refuses other than accumulation_steps): passes that ended (never
-        # fewer than were made) and the most any parameter got (never more).
-        self._counter = PassCounter()
-        self._fired = [0] * len(self._params)
-        hooks = [accumulator_hook(p, self._on_gradient(i)) for i, p in enumerate(self._params)]
+        # This step's backward passes (before any collective, step() refuses
+        # other than accumulation_steps).
+        self._counter = PassCounter(len(self._params))
+        hooks = [accumulator_hook(p, lambda *_, i=i: self._counter.reached(i))
+                 for i, p in enumerate(self._params)]
         self._hooks = [handle for handle, _ in hooks]
         self._accumulators = [accumulator for _, accumulator in hooks]  # kept alive
 
@@ -326,7 +326,7 @@ class LocalOptimizer:
         """Clears every registered parameter's gradient (None, or zeros in place), and
         with them the count of the step's backward passes."""
         zero_grad(self._params, set_to_none)
-        self._reset_passes()
+        self._counter.reset()
 
     def step(self) -> None:
         """Ends step :attr:`step_number` on every local process (a collective: each
@@ -367,7 +367,7 @@ class LocalOptimizer:
         try:
             self.step_number = self._from_root(push_pull, f"step {self.step_number}")
         finally:  # the passes were used, or belong to a step the job gave up
-            self._reset_passes()
+            self._counter.reset()
         self._samples = self._job.batch_per_device
 
     def recover(self) -> int:
@@ -376,7 +376,7 @@ class LocalOptimizer:
         resumes from, which it returns (also :attr:`step_number`)."""
         self.step_number = self._join()
         self._samples = self._job.batch_per_device
-        self._reset_passes()
+        self._counter.reset()
         return self.step_number
 
     def close(self) -> None:
@@ -438,17 +438,14 @@ class LocalOptimizer:
         servers nor the root's broadcasts carry; the root's are those the
         servers check. The process that differs names the first tensor."""
         if self._local.is_root:
-            text = "\n".join(f"{digest} {name}" for name, digest in frozen).encode()
+            text = json.dumps(frozen).encode()
             self._message = torch.tensor(list(text), dtype=torch.uint8)
             self._members_size.fill_(len(text))
         dist.broadcast(self._members_size, ROOT)
         if not self._local.is_root:
             self._message = torch.empty(int(self._members_size.item()), dtype=torch.uint8)
         dist.broadcast(self._message, ROOT)
-        roots = {}  # the root's digests by name, from its lines "digest name"
-        for line in bytes(self._message.tolist()).decode().splitlines():
-            digest, name = line.split(" ", 1)
-            roots[name] = digest
+        roots = dict(json.loads(bytes(self._message.tolist()).decode()))  # name: digest
         me = f"local rank {self._local.rank}"
         difference = ""
         for name, digest in frozen:
@@ -474,33 +471,25 @@ class LocalOptimizer:
                   "so every local process must build them alike (seed torch before building "
                   "the model, or load the same values)")
 
-    def _on_gradient(self, i: int) -> Callable[..., None]:
-        def hook(*_unused) -> None:
-            self._fired[i] += 1
-            self._counter.reached()
-        return hook
-
-    def _reset_passes(self) -> None:
-        self._counter.reset()
-        self._fired = [0] * len(self._params)
-
     def _check_passes(self, no_gradient: bool) -> None:
         """Refuses a step of this process whose backward passes are not
         ``accumulation_steps`` (nothing sent yet)."""
         wanted = self._job.accumulation_steps
-        at_least, at_most = max(self._fired), self._counter.passes
+        # Too many by the most passes one parameter got: calls that reach disjoint
+        # parameters (a head each) are not too many.
+        passes, most = self._counter.passes, max(self._counter.fired)
         where = f"step() for step {self.step_number} on local rank {self._local.rank}"
-        if no_gradient or at_least == 0:
+        if no_gradient or most == 0:
             raise StepWithoutBackwardError(
                 f"{where} without a backward pass: no parameter got a gradient since the "
                 f"last step (call loss.backward() first)")
-        if at_most < wanted:
+        if passes < wanted:
             raise TooFewBackwardPassesError(
-                f"{where} after {at_most} backward pass(es), expected {wanted} "
-                f"(--accumulation_steps): make {wanted - at_most} more and call step() again")
-        if at_least > wanted:
+                f"{where} after {passes} backward pass(es), expected {wanted} "
+                f"(--accumulation_steps): make {wanted - passes} more and call step() again")
+        if most > wanted:
             raise TooManyBackwardPassesError(
-                f"{where} after {at_least} backward passes, expected {wanted} "
+                f"{where} after {most} backward passes, expected {wanted} "
                 f"(--accumulation_steps): the gradients sum more samples than the step's "
                 f"count; call step() after every {wanted} pass(es)")
 

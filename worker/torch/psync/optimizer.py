@@ -13,7 +13,10 @@ Nesterov, weight decay, Adam, AdamW, warm-up, schedules) is the servers':
 no optimizer state lives here. Not thread-safe: one training loop drives it.
 """
 
+import functools
 import hashlib
+import threading
+import weakref
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -76,7 +79,7 @@ def frozen_digests(model: torch.nn.Module) -> List[Tuple[str, str]]:
         if p.requires_grad:
             continue
         t = p.detach().cpu()
-        t = (t.to_dense() if t.is_sparse else t).contiguous()
+        t = (t.to_dense() if t.is_sparse else t).resolve_conj().resolve_neg().contiguous()
         h = hashlib.sha256(f"{t.dtype} {list(t.shape)}\n".encode())
         h.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
         digests.append((name, h.hexdigest()))
@@ -156,30 +159,87 @@ def accumulator_hook(p: torch.nn.Parameter, hook: Callable[..., None]) -> Tuple[
     return accumulator.register_hook(hook), accumulator
 
 
-class PassCounter:
-    """Counts the backward passes that reach a parameter: :meth:`reached` is called
-    from a parameter's accumulator hook, and the pass counts once it ends (a
-    callback queued on the autograd engine by its first such hook). Never fewer
-    than the passes made, which is what refusing too few needs; it may count
-    more: a reentrant ``torch.utils.checkpoint`` segment's backward is a graph
-    task of its own, which ends (and counts) inside the pass."""
+class _BackwardCalls:
+    """Wraps ``torch.autograd.backward`` (which ``Tensor.backward`` calls) to tell
+    a training loop's backward calls from those made inside one: a reentrant
+    ``torch.utils.checkpoint`` segment's backward is a call (and a graph task)
+    of its own, made while the outer one runs. When an outermost call returns,
+    every :class:`PassCounter` it reached counts one pass; when it raises,
+    none does. Installed once, by the first counter; the depth is the
+    process's, as the inner calls may run on a device's autograd thread."""
 
     def __init__(self) -> None:
-        self.passes = 0        # ended passes
-        self._in_pass = False  # a pass reached a parameter and has not ended
+        self.depth = 0
+        self.counters: "weakref.WeakSet[PassCounter]" = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._backward = torch.autograd.backward
+
+        @functools.wraps(self._backward)
+        def backward(*args, **kwargs):
+            with self._lock:
+                self.depth += 1
+            ended = False
+            try:
+                result = self._backward(*args, **kwargs)
+                ended = True
+                return result
+            finally:
+                with self._lock:
+                    self.depth -= 1
+                    outermost = self.depth == 0
+                if outermost:
+                    for counter in list(self.counters):
+                        counter.end_call(ended)
+
+        torch.autograd.backward = backward
+
+
+_CALLS: Optional[_BackwardCalls] = None
+
+
+class PassCounter:
+    """Counts the backward passes that reach ``n`` parameters since the last
+    :meth:`reset`: :meth:`reached` is called from parameter i's accumulator
+    hook. ``passes`` are a training loop's ``backward()`` calls (not the inner
+    backward of a checkpointed segment) that reached one and returned;
+    ``fired[i]`` those that reached parameter i. A call that raised counts
+    for nothing in either. A backward run without ``torch.autograd.backward``
+    (an engine call of a library's own) counts at its graph task's end."""
+
+    def __init__(self, n: int) -> None:
+        global _CALLS
+        if _CALLS is None:
+            _CALLS = _BackwardCalls()
+        _CALLS.counters.add(self)
+        self._n = n
+        self.reset()
 
     def reset(self) -> None:
         self.passes = 0
-        self._in_pass = False
+        self.fired = [0] * self._n
+        self._this_call: List[int] = []  # the parameters the running call reached
+        self._queued = False  # a task-end callback is queued (a backward of its own)
 
-    def reached(self) -> None:
-        if not self._in_pass:
-            self._in_pass = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._end_pass)
+    def reached(self, i: int) -> None:
+        self.fired[i] += 1
+        if _CALLS.depth > 0:
+            self._this_call.append(i)
+        elif not self._queued:
+            self._queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_task)
 
-    def _end_pass(self) -> None:
+    def end_call(self, ended: bool) -> None:
+        """An outermost ``torch.autograd.backward`` call returned (``ended``) or raised."""
+        if self._this_call and ended:
+            self.passes += 1
+        elif not ended:
+            for i in self._this_call:
+                self.fired[i] -= 1
+        self._this_call = []
+
+    def _end_task(self) -> None:
         self.passes += 1
-        self._in_pass = False
+        self._queued = False
 
 
 def zero_grad(params: Sequence[torch.Tensor], set_to_none: bool) -> None:
@@ -255,7 +315,7 @@ class DistributedOptimizer:
                               unset_init=job.init_from, frozen=frozen_digests(model))
         self._hooks = []
         self._accumulators = []  # kept alive: a hook lives as long as its node
-        self._counter = PassCounter()
+        self._counter = PassCounter(len(self._params))
         # With --init_from=worker, worker 0's model is the job's starting point;
         # its values are kept to be sent again if the servers roll back to 0.
         self._initial = initial_values(job, self._host)
@@ -376,8 +436,16 @@ class DistributedOptimizer:
         self.close()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clears every registered parameter's gradient (None, or zeros in place)."""
+        """Clears every registered parameter's gradient (None, or zeros in place).
+        Before the step's first push, the step's backward passes go with them
+        (after a backward that raised, say, the step starts again); once a push
+        has started they stay, as what was pushed cannot be taken back."""
         zero_grad(self._params, set_to_none)
+        if not any(self._started) and not self._copying:
+            self._fired = [0] * len(self._params)
+            self._counter.reset()
+            self._held = (0, 0)
+            self._checked = False
 
     def step(self) -> None:
         """Ends step :attr:`step_number`: pushes what backward has not yet pushed,
@@ -507,13 +575,16 @@ class DistributedOptimizer:
                 check_unchanged(self._model, self._names, self._params, self._shapes,
                                 "DistributedOptimizer")  # before this step's first push
                 self._checked = True
-            if self._started[i] or self._fired[i] == self._job.accumulation_steps:
+            k = self._job.accumulation_steps
+            if self._started[i] or self._fired[i] == k:
+                when = (f"after its push for step {self.step_number} started" if self._started[i]
+                        else f"in a backward pass beyond step {self.step_number}'s {k}")
                 raise BackwardAfterPushError(
-                    f"parameter '{self._names[i]}' got a gradient after its push for step "
-                    f"{self.step_number}: call step() after every {self._job.accumulation_steps} "
-                    f"backward pass(es) (--accumulation_steps)")
+                    f"parameter '{self._names[i]}' got a gradient {when}: call step() after "
+                    f"every {k} backward pass(es) (--accumulation_steps); the losses of one "
+                    f"micro-batch go into one backward(), summed")
             self._fired[i] += 1
-            self._counter.reached()
+            self._counter.reached(i)
             self._check_dense(i)  # as the gradient arrives, whenever it is pushed
             if self._fired[i] == self._job.accumulation_steps and self._job.overlap:
                 self._hold(i)

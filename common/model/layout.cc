@@ -34,7 +34,7 @@ class Fnv1a {
 constexpr int64_t kMaxElements = int64_t{1} << 40;
 constexpr int64_t kMaxChunks = Layout::kMaxChunks;
 constexpr size_t kMaxTensors = Layout::kMaxTensors;
-constexpr size_t kMaxNameBytes = 1024;
+constexpr size_t kMaxNameBytes = Layout::kMaxNameBytes;
 
 // The arguments other than each tensor's own spec.
 absl::Status CheckArguments(const std::vector<TensorSpec>& tensors, int64_t chunk_bytes,

@@ -47,6 +47,8 @@ class Layout {
   // 0.2 us per chunk, and a registration's few bytes can ask for this many.
   static constexpr int64_t kMaxChunks = int64_t{1} << 18;
   static constexpr size_t kMaxTensors = 1 << 16;
+  // The longest tensor name, in bytes.
+  static constexpr size_t kMaxNameBytes = 1024;
 
   static absl::StatusOr<Layout> Create(std::vector<TensorSpec> tensors,
                                        int64_t chunk_bytes, int num_servers,

@@ -18,11 +18,23 @@ namespace psync {
 // Deterministic mode's per-worker gradient buffers, all chunks together.
 constexpr int64_t kMaxDeterministicBytes = int64_t{16} << 30;
 
-// INVALID_ARGUMENT unless each of `frozen` has a name of its own and a
-// SHA-256 in lowercase hex.
+// INVALID_ARGUMENT unless `frozen` are as many as a layout may have, each
+// with a name of its own no longer than a layout's tensor's, and a SHA-256
+// in lowercase hex.
 static absl::Status CheckFrozenDigests(int rank, const std::vector<TensorDigest>& frozen) {
+  if (frozen.size() > Layout::kMaxTensors) {
+    return absl::InvalidArgumentError(absl::StrCat("Register: worker ", rank, " says ",
+                                                   frozen.size(),
+                                                   " frozen parameters, expected at most ",
+                                                   Layout::kMaxTensors));
+  }
   std::set<std::string> names;
   for (const TensorDigest& t : frozen) {
+    if (t.name.size() > Layout::kMaxNameBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Register: worker ", rank, " names a frozen parameter in ", t.name.size(),
+          " bytes, expected at most ", Layout::kMaxNameBytes));
+    }
     if (t.name.empty() || !names.insert(t.name).second) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Register: worker ", rank, "'s frozen parameter '", t.name, "' is ",

@@ -252,6 +252,12 @@ TEST(RegistrationCheckTest, MalformedFrozenDigestsAreRefused) {
             "64 lowercase hex digits");
   a.frozen = std::vector<TensorDigest>{{"", std::string(64, '0')}};
   EXPECT_THAT(Message(check.CheckRequest(a)), HasSubstr("frozen parameter '' is unnamed"));
+  a.frozen = std::vector<TensorDigest>{{std::string(1025, 'n'), std::string(64, '0')}};
+  EXPECT_EQ(Message(check.CheckRequest(a)), "Register: worker 1 names a frozen parameter in "
+                                            "1025 bytes, expected at most 1024");
+  a.frozen = std::vector<TensorDigest>(Layout::kMaxTensors + 1, {"w", std::string(64, '0')});
+  EXPECT_EQ(Message(check.CheckRequest(a)), "Register: worker 1 says 65537 frozen parameters, "
+                                            "expected at most 65536");
 }
 
 // Asked only when this registration would fix the layout: a server that

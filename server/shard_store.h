@@ -327,7 +327,7 @@ class ShardStore {
   std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
   // The job's frozen tensors, fixed by the first registration that says
   // them (kept across rollbacks: a checkpoint holds none).
-  std::optional<FrozenTensors> frozen_ ABSL_GUARDED_BY(mu_);
+  std::optional<JobFrozenTensors> frozen_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_start_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;

@@ -755,8 +755,9 @@ TEST_F(ShardStoreTest, FrozenTensorsAreTheFirstWorkersUntilAnotherRegistersWithT
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(refused.message()),
               ::testing::HasSubstr("worker 0's frozen parameter 'proj.weight' holds other "
-                                   "values, dtype or shape (SHA-256 bbbbbbbbbbbb... against the job's "
-                                   "aaaaaaaaaaaa...), fixed by worker 1's registration"));
+                                   "values, dtype or shape (SHA-256 bbbbbbbbbbbb... against "
+                                   "the job's aaaaaaaaaaaa...), fixed by worker 1's "
+                                   "registration"));
   // Worker 1 alone registered with its tensors: back with others, it fixes them anew.
   ASSERT_TRUE(reg(1, b).ok());
   ASSERT_TRUE(reg(0, b).ok());

@@ -212,8 +212,9 @@ class DefaultInitialWeightsTest(InitialWeightsTest):
                 with self.assertRaisesRegex(
                         psync.Error, "worker 1's frozen parameter 'fc2.weight' holds other values, "
                         "dtype or shape \\(SHA-256 [0-9a-f]{12}\\.\\.\\. against the job's "
-                        "[0-9a-f]{12}\\.\\.\\.\\), fixed by worker 0's registration from .*: frozen parameters "
-                        "\\(requires_grad=False\\) are neither trained nor sent"):
+                        "[0-9a-f]{12}\\.\\.\\.\\), fixed by worker 0's registration from .*: "
+                        "frozen parameters \\(requires_grad=False\\) are neither trained nor "
+                        "sent"):
                     self.optimizer(servers, models[1], 1)
                 models[1].fc2.load_state_dict(models[0].fc2.state_dict())
                 opt1 = self.optimizer(servers, models[1], 1)  # built alike: it joins
@@ -397,6 +398,16 @@ class ErrorTest(unittest.TestCase):
             self.backward(model)
             opt.step()
             self.assertEqual(opt.step_number, 1)
+            # A pass that raised after its layers' gradients were complete (held
+            # for the push) counts for nothing: the next pass completes them once.
+            self.backward(model)
+            h = model.fc1(torch.randn(4, 20))
+            h.register_hook(lambda _: (_ for _ in ()).throw(RuntimeError("out of memory")))
+            with self.assertRaisesRegex(RuntimeError, "out of memory"):
+                F.cross_entropy(model.fc3(model.fc2(h)), torch.tensor([0, 1, 2, 3])).backward()
+            self.backward(model)
+            opt.step()
+            self.assertEqual(opt.step_number, 2)
 
     def test_sparse_gradients(self):
 

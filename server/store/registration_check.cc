@@ -157,7 +157,7 @@ absl::Status RegistrationCheck::CheckJob(const RegisterArgs& args, const Shard* 
 }
 
 absl::StatusOr<bool> RegistrationCheck::CheckFrozen(
-    const RegisterArgs& args, const std::optional<FrozenTensors>& job) const {
+    const RegisterArgs& args, const std::optional<JobFrozenTensors>& job) const {
   if (!args.frozen.has_value() || !job.has_value()) return false;
   std::map<std::string, const TensorDigest*> theirs;
   for (const TensorDigest& t : job->tensors) theirs[t.name] = &t;
@@ -192,7 +192,7 @@ absl::StatusOr<bool> RegistrationCheck::CheckFrozen(
 }
 
 void RegistrationCheck::NoteFrozen(const RegisterArgs& args, bool refix,
-                                   std::optional<FrozenTensors>& job) const {
+                                   std::optional<JobFrozenTensors>& job) const {
   if (!args.frozen.has_value()) return;
   if (refix) {
     LOG(WARNING) << "server " << options_.server_rank << ": worker " << args.worker_rank
@@ -201,7 +201,7 @@ void RegistrationCheck::NoteFrozen(const RegisterArgs& args, bool refix,
                  << "replaced";
   }
   if (!job.has_value() || refix) {
-    job = FrozenTensors{*args.frozen,
+    job = JobFrozenTensors{*args.frozen,
                         absl::StrCat("worker ", args.worker_rank, "'s registration",
                                      args.peer.empty() ? "" : " from ", args.peer),
                         {}};

@@ -53,7 +53,7 @@ struct RegisterArgs {
 // A job's frozen tensors, as the first registration that said them fixed
 // them, where they came from ("worker 0's registration from ..."), and the
 // ranks registered with them since.
-struct FrozenTensors {
+struct JobFrozenTensors {
   std::vector<TensorDigest> tensors;
   std::string origin;
   std::set<int> ranks;
@@ -85,11 +85,11 @@ class RegistrationCheck {
   // other worker registered with the job's: the one that fixed them is back,
   // built anew (its mistake fixed), and its tensors replace them.
   absl::StatusOr<bool> CheckFrozen(const RegisterArgs& args,
-                                   const std::optional<FrozenTensors>& job) const;
+                                   const std::optional<JobFrozenTensors>& job) const;
   // `args` registered: its frozen tensors become the job's if none were
   // fixed yet or `refix` (CheckFrozen's answer), and its rank is among
   // those that registered with them.
-  void NoteFrozen(const RegisterArgs& args, bool refix, std::optional<FrozenTensors>& job) const;
+  void NoteFrozen(const RegisterArgs& args, bool refix, std::optional<JobFrozenTensors>& job) const;
 
  private:
   // INVALID_ARGUMENT when the learning rate policy's peak with this shape's

@@ -200,8 +200,8 @@ TEST(RegistrationCheckTest, OtherFrozenTensorsAreRefusedNamingTheFirst) {
   const RegistrationCheck check(TwoWorkers());
   const Layout layout = SmallLayout();
   const std::string a64(64, 'a'), b64(64, 'b');
-  const std::optional<FrozenTensors> job =
-      FrozenTensors{{{"proj.weight", a64}, {"proj.bias", b64}}, "worker 0's registration"};
+  const std::optional<JobFrozenTensors> job =
+      JobFrozenTensors{{{"proj.weight", a64}, {"proj.bias", b64}}, "worker 0's registration"};
   RegisterArgs a = Args(layout, 1);
   a.frozen = std::vector<TensorDigest>{{"proj.bias", b64}, {"proj.weight", a64}};
   EXPECT_EQ(*check.CheckFrozen(a, job), false);  // in any order
@@ -209,10 +209,10 @@ TEST(RegistrationCheckTest, OtherFrozenTensorsAreRefusedNamingTheFirst) {
   absl::Status s = check.CheckFrozen(a, job).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(Message(s), HasSubstr("Register: worker 1's frozen parameter 'proj.weight' holds "
-                                    "other values, dtype or shape (SHA-256 bbbbbbbbbbbb... against the job's "
-                                    "aaaaaaaaaaaa...), fixed by worker 0's registration: frozen "
-                                    "parameters (requires_grad=False) are neither trained nor "
-                                    "sent through the servers"));
+                                    "other values, dtype or shape (SHA-256 bbbbbbbbbbbb... "
+                                    "against the job's aaaaaaaaaaaa...), fixed by worker 0's "
+                                    "registration: frozen parameters (requires_grad=False) are "
+                                    "neither trained nor sent through the servers"));
   a.frozen = std::vector<TensorDigest>{{"proj.weight", a64}};
   EXPECT_THAT(Message(check.CheckFrozen(a, job).status()),
               HasSubstr("Register: worker 1 lacks the job's frozen parameter 'proj.bias'"));
@@ -225,7 +225,7 @@ TEST(RegistrationCheckTest, OtherFrozenTensorsAreRefusedNamingTheFirst) {
   EXPECT_EQ(*check.CheckFrozen(a, job), false);
   // Others than the job's from the only worker that registered with those:
   // it may replace them.
-  std::optional<FrozenTensors> own = job;
+  std::optional<JobFrozenTensors> own = job;
   own->ranks = {1};
   a.frozen = std::vector<TensorDigest>{{"proj.weight", b64}};
   EXPECT_EQ(*check.CheckFrozen(a, own), true);

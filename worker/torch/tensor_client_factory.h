@@ -26,9 +26,8 @@ namespace psync {
 // optimizers': worker 0's model). `frozen` are the tensors the worker holds
 // besides the layout's and never sends (a torch model's frozen parameters),
 // which the servers check every worker holds alike (nullopt: not said, as
-// a tool's). Connects lazily:
-// nothing is sent before Register. InvalidArgument naming the argument or
-// tensor at fault.
+// a tool's). Connects lazily: nothing is sent before Register.
+// InvalidArgument naming the argument or tensor at fault.
 absl::StatusOr<std::unique_ptr<TensorClient>> CreateTensorClient(
     const std::vector<std::string>& args, std::vector<TensorSpec> tensors, int64_t train_samples,
     InitSource unset_init, std::optional<std::vector<TensorDigest>> frozen);

@@ -220,6 +220,10 @@ class LocalOptimizer:
         self._members_size = torch.zeros(1, dtype=torch.int64)
         self._members_values = torch.empty(0, dtype=torch.float64)
         self._samples = job.batch_per_device
+        # The root's frozen digests (JSON bytes, and their length) and the
+        # highest local rank + 1 whose differ (0: none), once.
+        self._frozen_size = torch.zeros(1, dtype=torch.int64)
+        self._frozen_text = torch.empty(0, dtype=torch.uint8)
         self._frozen_flag = torch.zeros(1, dtype=torch.int64)
         self._check_frozen_alike(frozen)
         self.step_number = self._join()
@@ -439,25 +443,25 @@ class LocalOptimizer:
         servers check. The process that differs names the first tensor."""
         if self._local.is_root:
             text = json.dumps(frozen).encode()
-            self._message = torch.tensor(list(text), dtype=torch.uint8)
-            self._members_size.fill_(len(text))
-        dist.broadcast(self._members_size, ROOT)
+            self._frozen_text = torch.tensor(list(text), dtype=torch.uint8)
+            self._frozen_size.fill_(len(text))
+        dist.broadcast(self._frozen_size, ROOT)
         if not self._local.is_root:
-            self._message = torch.empty(int(self._members_size.item()), dtype=torch.uint8)
-        dist.broadcast(self._message, ROOT)
-        roots = dict(json.loads(bytes(self._message.tolist()).decode()))  # name: digest
+            self._frozen_text = torch.empty(int(self._frozen_size.item()), dtype=torch.uint8)
+        dist.broadcast(self._frozen_text, ROOT)
+        roots = dict(json.loads(bytes(self._frozen_text.tolist()).decode()))  # name: digest
         me = f"local rank {self._local.rank}"
         difference = ""
-        for name, digest in frozen:
-            if name not in roots:
-                difference = f"{me} has frozen parameter '{name}', which the local root lacks"
-            elif roots[name] != digest:
-                difference = (f"{me}'s frozen parameter '{name}' holds other values than the "
-                              f"local root's")
-            if difference:
-                break
-        missing = [name for name in roots if name not in dict(frozen)]
-        if not difference and missing:
+        mine = dict(frozen)
+        extra = [name for name in mine if name not in roots]
+        other = [name for name in mine if name in roots and roots[name] != mine[name]]
+        missing = [name for name in roots if name not in mine]
+        if extra:
+            difference = f"{me} has frozen parameter '{extra[0]}', which the local root lacks"
+        elif other:
+            difference = (f"{me}'s frozen parameter '{other[0]}' holds other values than the "
+                          f"local root's")
+        elif missing:
             difference = f"{me} lacks the local root's frozen parameter '{missing[0]}'"
         self._frozen_flag.fill_(self._local.rank + 1 if difference else 0)
         dist.all_reduce(self._frozen_flag, dist.ReduceOp.MAX)

@@ -345,7 +345,7 @@ class DistributedOptimizer:
         before the step's first backward. Back to ``job.worker_batch`` after step()."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"samples is {n!r}, expected an int >= 1")
-        if any(self._fired):
+        if any(self._counter.fired):
             raise OptimizerError(f"samples set to {n} after step {self.step_number}'s backward "
                                  f"began, expected it before the step's first backward")
         self._samples = n
@@ -369,7 +369,7 @@ class DistributedOptimizer:
         step()."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"step_samples is {n!r}, expected an int >= 1")
-        if any(self._fired):
+        if any(self._counter.fired):
             raise OptimizerError(f"step_samples set to {n} after step {self.step_number}'s "
                                  f"backward began, expected it before the step's first backward")
         self._step_samples = n
@@ -405,7 +405,7 @@ class DistributedOptimizer:
         step before this worker joined it): waits for it and writes its result,
         the weights of the next step, into the parameters in place. Raises
         :class:`OptimizerError` on a step this worker trains."""
-        if self.trains or any(self._fired):
+        if self.trains or any(self._counter.fired):
             raise OptimizerError(
                 f"wait_out() for step {self.step_number}, which worker {self._job.worker_rank} "
                 f"trains (workers {list(self.members.ranks)}): train it and call step()")
@@ -427,7 +427,7 @@ class DistributedOptimizer:
                 f"leave(): worker {self._job.worker_rank}'s job is not elastic (--min_workers=0): "
                 f"the other workers would wait for it; restart it instead, or give the job "
                 f"--min_workers")
-        if any(self._fired):
+        if any(self._counter.fired):
             raise OptimizerError(f"leave() in the middle of step {self.step_number} (backward "
                                  f"began): call it between steps")
         self._client.leave()
@@ -442,7 +442,6 @@ class DistributedOptimizer:
         has started they stay, as what was pushed cannot be taken back."""
         zero_grad(self._params, set_to_none)
         if not any(self._started) and not self._copying:
-            self._fired = [0] * len(self._params)
             self._counter.reset()
             self._held = (0, 0)
             self._checked = False
@@ -462,7 +461,7 @@ class DistributedOptimizer:
         shrink), and :class:`psync.Error` if the servers fail (code
         ``'ABORTED'``: they rolled back; call :meth:`recover`).
         """
-        if not any(self._fired):
+        if not any(self._counter.fired):
             raise StepWithoutBackwardError(
                 f"step() for step {self.step_number} without a backward pass: no parameter got "
                 f"a gradient since the last step (call loss.backward() first)")
@@ -548,8 +547,7 @@ class DistributedOptimizer:
 
     def _reset_step(self) -> None:
         n = len(self._params)
-        self._fired = [0] * n      # backward passes that reached each parameter
-        self._counter.reset()      # backward passes that reached any
+        self._counter.reset()      # backward passes: of the step, and of each parameter
         self._started = [False] * n
         self._held = (0, 0)        # the complete parameters [first, end) not yet pushed
         self._copying: List[PendingCopy] = []  # started runs whose gradients are not yet pushed
@@ -576,17 +574,16 @@ class DistributedOptimizer:
                                 "DistributedOptimizer")  # before this step's first push
                 self._checked = True
             k = self._job.accumulation_steps
-            if self._started[i] or self._fired[i] == k:
+            if self._started[i] or self._counter.fired[i] == k:
                 when = (f"after its push for step {self.step_number} started" if self._started[i]
                         else f"in a backward pass beyond step {self.step_number}'s {k}")
                 raise BackwardAfterPushError(
                     f"parameter '{self._names[i]}' got a gradient {when}: call step() after "
                     f"every {k} backward pass(es) (--accumulation_steps); the losses of one "
                     f"micro-batch go into one backward(), summed")
-            self._fired[i] += 1
             self._counter.reached(i)
             self._check_dense(i)  # as the gradient arrives, whenever it is pushed
-            if self._fired[i] == self._job.accumulation_steps and self._job.overlap:
+            if self._counter.fired[i] == self._job.accumulation_steps and self._job.overlap:
                 self._hold(i)
         return hook
 
@@ -597,6 +594,8 @@ class DistributedOptimizer:
         ``--overlap_min_kb`` of gradients, as psync_worker's runs are
         (worker/ready_tensors.h); step() pushes what is still held."""
         first, end = self._held
+        if first <= i < end:
+            return  # held already: a pass that raised after it was held counts for nothing
         if first == end or (i + 1 != first and i != end):
             if first != end:
                 self._start_runs(range(first, end))
@@ -609,7 +608,7 @@ class DistributedOptimizer:
             self._held = (0, 0)
 
     def _gradient(self, i: int) -> torch.Tensor:
-        g = self._params[i].grad if self._fired[i] else None
+        g = self._params[i].grad if self._counter.fired[i] else None
         if g is None:
             return torch.zeros_like(self._params[i])  # no gradient this step: zeros
         self._check_dense(i)

@@ -114,15 +114,51 @@ def main(argv):
     return 0
 
 
+def shared_libstdcxx(cxx):
+    """The path of the C++ runtime the compiler links against as a shared library.
+
+    Named explicitly on the link line: a compiler that finds no libstdc++.so
+    for -lstdc++ takes libstdc++.a instead, and an extension holding its own
+    copy of the runtime exports it, so the process's other libraries (glog's
+    logging, the client's) bind to that copy's iostreams and crash."""
+    for name in ("libstdc++.so", "libstdc++.so.6"):
+        path = subprocess.run([cxx, f"-print-file-name={name}"], stdout=subprocess.PIPE,
+                              text=True, check=False).stdout.strip()
+        if os.path.isabs(path) and os.path.exists(path):
+            return os.path.realpath(path)
+    found = subprocess.run(["/sbin/ldconfig", "-p"], stdout=subprocess.PIPE, text=True,
+                           check=False).stdout
+    for line in found.splitlines():
+        if line.strip().startswith("libstdc++.so.6 ") and "x86-64" in line:
+            return line.split("=>")[-1].strip()
+    raise BuildError(f"{cxx} finds no shared libstdc++ (libstdc++.so or libstdc++.so.6), and "
+                     f"ldconfig knows none: install the compiler's libstdc++ development package")
+
+
+def needed_libraries(path):
+    """The DT_NEEDED entries of the shared object at ``path``."""
+    dynamic = subprocess.run(["readelf", "-d", path], stdout=subprocess.PIPE, text=True,
+                             check=True).stdout
+    return [line.split("[", 1)[1].rstrip("]") for line in dynamic.splitlines()
+            if "(NEEDED)" in line]
+
+
 def link(kit, package, objects, torch_libs, ext_suffix, cxx):
-    """The extension, from `objects`, against the kit's library (copied beside it)
-    and torch's."""
+    """The extension, from `objects`, against the kit's library (copied beside it),
+    torch's, and the shared C++ runtime the rest of the process uses."""
     shutil.copy(os.path.join(kit, "lib", CORE), package)
-    command = [cxx, "-shared", "-o", os.path.join(package, "_psync" + ext_suffix)] + objects + [
+    extension = os.path.join(package, "_psync" + ext_suffix)
+    command = [cxx, "-shared", "-o", extension] + objects + [
         f"-L{package}", "-lpsync_torch_core", "-Wl,-rpath,$ORIGIN"]
     for d in torch_libs:
         command += [f"-L{d}", f"-Wl,-rpath,{d}"]
-    run(command + ["-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10"])
+    # --exclude-libs: whatever a static archive brings in stays private.
+    run(command + ["-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10", shared_libstdcxx(cxx),
+                   "-Wl,--exclude-libs,ALL"])
+    needed = needed_libraries(extension)
+    if "libstdc++.so.6" not in needed:
+        raise BuildError(f"{extension} does not load libstdc++.so.6 (it needs {needed}): "
+                         f"the C++ runtime was linked in statically")
 
 
 def write_package(package, version, abi, ext_suffix):

@@ -10,30 +10,45 @@
 #
 # Made ready here by tests/gpu/make_device_bundle.sh (.gpu_bundle/); run from
 # the repository root:  bash tests/gpu/device_check.sh [OUT_DIR [PHASE...]]
-# PHASEs (default all, in this order): tests equivalence drift speed overlap
-# fashion torch torch_examples torch_speed torch_bench (the last three need
+# PHASEs (default all, in this order): tests equivalence drift fashion torch
+# speed overlap torch_examples torch_speed torch_bench (the last three need
 # torch first). TORCH_TESTS picks the torch phase's tests, TORCH_BENCH_FLAGS
-# torch_bench.py's flags, SPEED_DEVICES (default "cuda cpu") the speed
+# torch_bench.py's flags, TORCH_TEST_ARGS the tests' arguments (-k NAME),
+# TORCH_TEST_WRAPPER a command the tests run under (a debugger),
+# TORCH_TEST_TIMEOUT_S the bound of each (300 s), SPEED_DEVICES (default
+# "cuda cpu") the speed
 # phase's devices.
 # Every phase has its own time bound; a failed phase is reported and the next
-# one runs. OUT_DIR (default $OUT, else a temp dir) gets two files, whenever
+# one runs. DEADLINE_S (seconds from the start) skips, naming them, the
+# phases that would start after it; LAUNCH_TIMEOUT_S (default 300) bounds
+# each job. OUT_DIR (default $OUT, else a temp dir) gets two files, whenever
 # the run ends: check.log and logs.tar.gz (every job's log, summary and trace).
 set -u
 out="${1:-${OUT:-$(mktemp -d)}}"
 shift
-phases=" ${*:-tests equivalence drift speed overlap fashion torch torch_examples torch_speed torch_bench} "
-wanted() { [[ "$phases" == *" $1 "* ]]; }
+phases=" ${*:-tests equivalence drift fashion torch speed overlap torch_examples torch_speed torch_bench} "
 mkdir -p "$out"
 exec > >(tee "$out/check.log") 2>&1
 bundle="$PWD/.gpu_bundle"
 bin="$bundle/bin"
 data="$bundle/data"
-work="$(mktemp -d)"
+work="${WORK_DIR:-$(mktemp -d)}"
+mkdir -p "$work"
 torch_dir="$work/torch"  # the torch package, once the torch phase has built it
 start=$(date +%s)
 trap 'exit 143' TERM
 trap 'tar -C "$work" -czf "$out/logs.tar.gz" --exclude=lib --exclude="*.safetensors" .' EXIT
 phase() { echo; echo "=== $1 (at $(($(date +%s) - start)) s)"; }
+launch_timeout=${LAUNCH_TIMEOUT_S:-300}
+# wanted PHASE: whether PHASE was asked for and its start is before DEADLINE_S.
+wanted() {
+  [[ "$phases" == *" $1 "* ]] || return 1
+  local at=$(($(date +%s) - start))
+  if [ -n "${DEADLINE_S:-}" ] && [ "$at" -ge "$DEADLINE_S" ]; then
+    echo "=== $1: skipped, at $at s, past DEADLINE_S=$DEADLINE_S"
+    return 1
+  fi
+}
 
 phase "the machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
@@ -51,7 +66,13 @@ for lib in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
   echo "$lib: ${found:-NOT FOUND}"
   [ -n "$found" ] && cuda_dirs="$cuda_dirs:$(dirname "$found")"
 done
-export LD_LIBRARY_PATH="$work/lib${cuda_dirs}:$work/lib/fallback"
+# The bundle's libstdc++ and libgcc_s (older than the machine's, most likely)
+# only where the machine has none: ahead of its own they would load under
+# code compiled here, against its newer headers (the torch package).
+fallback=""
+if ! /sbin/ldconfig -p | grep -q "libstdc++.so.6 "; then fallback=":$work/lib/fallback"; fi
+export LD_LIBRARY_PATH="$work/lib${cuda_dirs}${fallback}"
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 export PSYNC_CUDA_PLUGIN="$bin/libpsync_cuda.so"
 ldd "$PSYNC_CUDA_PLUGIN" | grep -E "not found|cuda|cublas|cudnn|nccl"
 ldd "$bin/psync_worker" | grep "not found"
@@ -66,7 +87,8 @@ fi
 launch() {
   local name=$1
   shift
-  timeout 330 "$bin/psync_launch" --bin_dir="$bin" --data_dir="$data" --timeout_s=300 \
+  timeout $((launch_timeout + 30)) "$bin/psync_launch" --bin_dir="$bin" --data_dir="$data" \
+    --timeout_s="$launch_timeout" \
     --summary="$work/$name.json" --export_path="$work/$name.safetensors" "$@" \
     > "$work/$name.log" 2>&1
   local rc=$?
@@ -118,6 +140,51 @@ if wanted drift; then
   for f in "$work"/drift_cnn_*_30.safetensors; do cp "$f" "${f%.safetensors}.weights"; done
 fi
 
+if wanted fashion; then
+  phase "the CNN on Fashion-MNIST with --device=cuda (deploy/local/train_cnn.sh's job)"
+  launch cnn_fashion --model=cnn --device=cuda --num_servers=2 --num_workers=2 --devices=1 \
+    --batch_per_device=32 --epochs=12 --lr=0.05 --momentum=0.9 --weight_decay=0.0005 --seed=1 \
+    --lr_schedule=cosine
+  grep -h "test_acc" "$work/cnn_fashion.log" | grep "worker 0"
+fi
+
+if wanted torch; then
+  phase "torch: the package built for this machine's torch, its tests, the CNN example on the GPU"
+  python3 -c 'import sysconfig, torch; print("torch", torch.__version__, "CUDA", torch.version.cuda,
+    "GPUs", torch.cuda.device_count(), "Python.h in", sysconfig.get_paths()["include"])'
+  mkdir -p "$work/torch_kit"
+  tar -C "$work/torch_kit" -xJf "$bundle/torch.tar.xz"
+  if [ -d "$torch_dir/psync" ]; then
+    echo "the package is built already in $torch_dir (WORK_DIR)"
+  else
+    timeout 300 python3 tests/gpu/build_torch_binding.py "$work/torch_kit/torch" "$torch_dir"
+    echo "build exit $?"
+  fi
+  # The tests' runfiles, as Bazel lays them out, and the data set where the
+  # job's default --data_dir looks.
+  runfiles="$work/runfiles/psync"
+  mkdir -p "$runfiles/server" "$runfiles/worker/torch" /usr/share/datasets/fashion-mnist
+  ln -sfn "$bin/psync_server" "$runfiles/server/psync_server"
+  ln -sfn "$PWD/examples" "$runfiles/examples"
+  ln -sfn "$torch_dir" "$runfiles/worker/torch/python"
+  for f in "$data"/*.gz; do
+    [ -e "/usr/share/datasets/fashion-mnist/${f##*/}" ] || cp "$f" /usr/share/datasets/fashion-mnist/
+  done
+  # A crash prints the Python stack of every thread.
+  export PYTHONPATH="$torch_dir:$PWD/tests" PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1 \
+    PYTHONFAULTHANDLER=1
+  for t in ${TORCH_TESTS:-torch_device_test torch_optimizer_test torch_local_exact_test torch_export_test torch_local_test}; do
+    mkdir -p "$work/tmp_$t"
+    # shellcheck disable=SC2086
+    TEST_SRCDIR="$work/runfiles" TEST_TMPDIR="$work/tmp_$t" timeout "${TORCH_TEST_TIMEOUT_S:-300}" ${TORCH_TEST_WRAPPER:-} \
+      python3 "tests/$t.py" ${TORCH_TEST_ARGS:-} > "$work/$t.log" 2>&1
+    rc=$?
+    echo "[$t] exit $rc: $(grep -E '^(Ran|OK|FAILED)' "$work/$t.log" | tr '\n' ' ')"
+    grep -E "largest relative|^(FAIL|ERROR):|skipped|Error" "$work/$t.log" | head -12
+    if [ $rc -ne 0 ]; then grep -vE "^[IWE][0-9]{4} " "$work/$t.log" | tail -40; fi
+  done
+fi
+
 if wanted speed; then
   phase "samples/s: GPU against CPU (2 servers, 2 workers, 1 device each, 300 steps)"
   for model in mlp cnn; do
@@ -139,44 +206,8 @@ if wanted overlap; then
   done
 fi
 
-if wanted fashion; then
-  phase "the CNN on Fashion-MNIST with --device=cuda (deploy/local/train_cnn.sh's job)"
-  launch cnn_fashion --model=cnn --device=cuda --num_servers=2 --num_workers=2 --devices=1 \
-    --batch_per_device=32 --epochs=12 --lr=0.05 --momentum=0.9 --weight_decay=0.0005 --seed=1 \
-    --lr_schedule=cosine
-  grep -h "test_acc" "$work/cnn_fashion.log" | grep "worker 0"
-fi
-
-if wanted torch; then
-  phase "torch: the package built for this machine's torch, its tests, the CNN example on the GPU"
-  python3 -c 'import sysconfig, torch; print("torch", torch.__version__, "CUDA", torch.version.cuda,
-    "GPUs", torch.cuda.device_count(), "Python.h in", sysconfig.get_paths()["include"])'
-  mkdir -p "$work/torch_kit"
-  tar -C "$work/torch_kit" -xJf "$bundle/torch.tar.xz"
-  timeout 300 python3 tests/gpu/build_torch_binding.py "$work/torch_kit/torch" "$torch_dir"
-  echo "build exit $?"
-  # The tests' runfiles, as Bazel lays them out, and the data set where the
-  # job's default --data_dir looks.
-  runfiles="$work/runfiles/psync"
-  mkdir -p "$runfiles/server" "$runfiles/worker/torch" /usr/share/datasets/fashion-mnist
-  ln -s "$bin/psync_server" "$runfiles/server/psync_server"
-  ln -s "$PWD/examples" "$runfiles/examples"
-  ln -s "$torch_dir" "$runfiles/worker/torch/python"
-  for f in "$data"/*.gz; do
-    [ -e "/usr/share/datasets/fashion-mnist/${f##*/}" ] || cp "$f" /usr/share/datasets/fashion-mnist/
-  done
-  export PYTHONPATH="$torch_dir:$PWD/tests" PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1
-  for t in ${TORCH_TESTS:-torch_device_test torch_optimizer_test torch_local_exact_test torch_export_test torch_local_test}; do
-    mkdir -p "$work/tmp_$t"
-    TEST_SRCDIR="$work/runfiles" TEST_TMPDIR="$work/tmp_$t" timeout 300 python3 "tests/$t.py" \
-      > "$work/$t.log" 2>&1
-    echo "[$t] exit $?: $(grep -E '^(Ran|OK|FAILED)' "$work/$t.log" | tr '\n' ' ')"
-    grep -E "largest relative|^(FAIL|ERROR):|skipped|Error" "$work/$t.log" | head -12
-  done
-fi
-
-if ! wanted torch && { wanted torch_examples || wanted torch_speed || wanted torch_bench; }; then
-  echo "torch_examples, torch_speed and torch_bench need the torch phase: add torch"
+if [ ! -d "$torch_dir/psync" ] && [[ "$phases" =~ " torch_" ]]; then
+  echo "torch_examples, torch_speed and torch_bench need the torch phase's package: it was not built"
   phases=" "
 fi
 
@@ -210,7 +241,7 @@ if wanted torch_bench; then
   mkdir -p "$bench_bin/server" "$bench_bin/worker/torch"
   ln -s "$bin/psync_server" "$bench_bin/server/psync_server"
   ln -s "$bin/psync_worker" "$bench_bin/worker/psync_worker"
-  ln -s "$torch_dir" "$bench_bin/worker/torch/python"
+  ln -sfn "$torch_dir" "$bench_bin/worker/torch/python"
   # --device=cpu: psync_worker's row is the C++ worker on the CPU, as the torch rows are.
   timeout 420 python3 tests/bench/torch_bench.py --bin_dir="$bench_bin" --python="$(command -v python3)" \
     --psync_flags=--device=cpu ${TORCH_BENCH_FLAGS:---runs=3}

@@ -7,7 +7,10 @@
 #   1. the kit and the package build;
 #   2. the package imports, names the torch it was built for, and trains:
 #      tests/torch_device_test.py passes with it (host copies against the
-#      direct path, bit for bit, with real servers).
+#      direct path, bit for bit, with real servers);
+#   3. a compiler that links libstdc++ statically (as one GPU machine's did)
+#      still gives an extension that loads the shared one: a private copy
+#      of the runtime exported from it crashed the client's logging.
 # Prints "PASS name" / "FAIL name" per check; exits non-zero if one failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,4 +43,18 @@ if ((built_ok)); then
 fi
 result "torch kit: the package imports as torch $want's and trains" $ok \
   "$(cat "$work/import.log"; grep -vE '^[IW][0-9]' "$work/test.log" | tail -20)"
+ok=0
+if ((built_ok)); then
+  printf '#!/bin/sh\nexec g++ -static-libstdc++ "$@"\n' > "$work/static-g++"
+  chmod +x "$work/static-g++"
+  if CXX="$work/static-g++" timeout 300 /usr/bin/python3 tests/gpu/build_torch_binding.py \
+    "$work/kit" "$work/static" > "$work/static.log" 2>&1 &&
+    readelf -d "$work"/static/psync/_psync*.so | grep -q 'NEEDED.*\[libstdc++\.so\.6\]' &&
+    (cd "$work" && PYTHONPATH="$work/static" /usr/bin/python3 -c 'import psync.torch') \
+      >> "$work/static.log" 2>&1; then
+    ok=1
+  fi
+fi
+result "torch kit: a compiler linking libstdc++ statically still gives the shared one" $ok \
+  "$(tail -20 "$work/static.log")"
 exit $failed

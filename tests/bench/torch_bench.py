@@ -523,6 +523,7 @@ def main(argv: Sequence[str]) -> int:
         return 0
     # Private copies: a concurrent bazel build may replace bazel-bin's files.
     work = tempfile.mkdtemp(prefix="psync_torch_bench.")
+    status = 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         bin_dir = os.path.join(work, "bin")
@@ -534,17 +535,30 @@ def main(argv: Sequence[str]) -> int:
         a.bin_dir, a.python_path = bin_dir, os.path.join(work, "python")
         bench = Bench(a, work)
         times = {m: {c: [] for c in a.configs} for m in a.models}
-        for run in range(a.runs):
-            for model in a.models:
-                # Each run starts at another configuration: none is always first.
-                order = a.configs[run % len(a.configs):] + a.configs[:run % len(a.configs)]
-                for config in order:
-                    s = bench.run(config, model)
-                    times[model][config].append(s)
-                    print(f"run {run + 1}/{a.runs} {model} {config}: {s * 1e3:.2f} ms/step",
-                          flush=True)
-        report(a, times)
-        report_phases(bench.phases)
+        try:
+            for run in range(a.runs):
+                for model in a.models:
+                    # Each run starts at another configuration: none is always first.
+                    order = a.configs[run % len(a.configs):] + a.configs[:run % len(a.configs)]
+                    for config in order:
+                        s = bench.run(config, model)
+                        times[model][config].append(s)
+                        print(f"run {run + 1}/{a.runs} {model} {config}: {s * 1e3:.2f} ms/step",
+                              flush=True)
+        except TimeoutError as e:
+            # Out of time: what the finished runs measured is still worth printing.
+            print(f"{e}\nstopped there; the figures below are of the runs that finished",
+                  flush=True)
+            a.keep = True
+            status = 1
+            a.models = [m for m in a.models if all(times[m][c] for c in a.configs)] or \
+                [m for m in a.models if any(times[m].values())][:1]
+            if a.models:
+                a.configs = [c for c in a.configs if all(times[m][c] for m in a.models)]
+                a.runs = min(len(times[m][c]) for m in a.models for c in a.configs)
+        if a.models and a.configs:
+            report(a, times)
+            report_phases(bench.phases)
     except BaseException:
         a.keep = True  # the error names logs in it
         raise
@@ -553,7 +567,7 @@ def main(argv: Sequence[str]) -> int:
             print(f"logs in {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return status
 
 
 if __name__ == "__main__":

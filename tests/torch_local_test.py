@@ -285,6 +285,12 @@ class LocalOptimizerChecksTest(unittest.TestCase):
         h.register_hook(lambda _: (_ for _ in ()).throw(RuntimeError("out of memory")))
         with self.assertRaisesRegex(RuntimeError, "out of memory"):
             F.cross_entropy(model[2](model[1](h)), y[:8]).backward()  # counts for nothing
+        with self.assertRaisesRegex(pt.OptimizerError,
+                                    "step\\(\\) for step 1 on local rank 0 after a backward pass "
+                                    "that raised \\(RuntimeError: out of memory\\) having reached "
+                                    "some parameters, whose gradients are now partial: call "
+                                    "zero_grad\\(\\)"):
+            opt.step()  # its gradients hold part of the raised pass
         opt.zero_grad()  # the step starts again, its count not stuck on the raised pass
         checkpointed()
         checkpointed()

@@ -316,11 +316,12 @@ class ErrorTest(unittest.TestCase):
     JOB = JOB + ["--num_workers=1", "--batch_per_device=4"]
     TWO_PASSES = JOB + ["--accumulation_steps=2"]
 
-    def optimizer(self, servers: Servers, model: torch.nn.Module) -> pt.DistributedOptimizer:
-        """An optimizer kept alive until the test ends, then cancelled and closed:
-        one only its hooks refer to is garbage (its hooks go when the collector
-        runs)."""
-        opt = pt.DistributedOptimizer(model, pt.init([servers.flag] + self.JOB))
+    def optimizer(self, servers: Servers, model: torch.nn.Module,
+                  *flags: str) -> pt.DistributedOptimizer:
+        """An optimizer (of the job with `flags` added) kept alive until the test
+        ends, then cancelled and closed: one only its hooks refer to is garbage
+        (its hooks go when the collector runs)."""
+        opt = pt.DistributedOptimizer(model, pt.init([servers.flag] + self.JOB + list(flags)))
         self.addCleanup(opt.close)
         self.addCleanup(opt.client.cancel)
         return opt
@@ -373,8 +374,44 @@ class ErrorTest(unittest.TestCase):
                                         "beyond step 0's 1: call step\\(\\) after every 1 "
                                         "backward"):
                 self.backward(model)
-            opt.step()  # the first backward's step goes through
+            # fc3.bias, held for its push, got the second pass's gradient too:
+            # the step cannot go on from it, but can start again.
+            with self.assertRaisesRegex(pt.OptimizerError,
+                                        "a backward pass of step 0 raised \\(BackwardAfterPushError: "
+                                        "parameter 'fc3.bias' got a gradient .*\\) after reaching "
+                                        "some parameters, whose gradients are now partial; nothing "
+                                        "was pushed: call zero_grad\\(\\) before step"):
+                opt.step()
+            opt.zero_grad()
+            self.backward(model)
+            opt.step()
             self.assertEqual(opt.step_number, 1)
+        with Servers(self.JOB) as servers:
+            model = Mlp()
+            opt = self.optimizer(servers, model, "--overlap_min_kb=0")
+            self.backward(model)
+            self.assertIn("fc3.bias", opt.in_flight)
+            with self.assertRaises(pt.BackwardAfterPushError):
+                self.backward(model)
+            opt.step()  # fc3.bias was pushed before the second pass: the step goes through
+            self.assertEqual(opt.step_number, 1)
+
+    def test_a_backward_that_raised_after_a_push_started_loses_the_step(self):
+        with Servers(self.JOB) as servers:
+            model = Mlp()
+            opt = self.optimizer(servers, model, "--overlap_min_kb=0")
+            h = model.fc2(model.fc1(torch.randn(4, 20)))
+            h.register_hook(lambda _: (_ for _ in ()).throw(RuntimeError("out of memory")))
+            with self.assertRaisesRegex(RuntimeError, "out of memory"):
+                F.cross_entropy(model.fc3(h), torch.tensor([0, 1, 2, 3])).backward()
+            self.assertIn("fc3.weight", opt.in_flight)  # pushed before backward raised
+            lost = ("step 0 cannot be finished: a backward pass raised \\(RuntimeError: out of "
+                    "memory\\) leaving gradients partial, and the gradients of 2 parameter\\(s\\) "
+                    "\\('fc3.weight', 'fc3.bias'\\) have been pushed, .* Restart this worker "
+                    "process")
+            for call in (opt.zero_grad, lambda: self.backward(model), opt.step):
+                with self.assertRaisesRegex(pt.StepLostError, lost):
+                    call()
 
     def test_passes_are_backward_calls_whatever_runs_inside_them(self):
         with Servers(self.TWO_PASSES) as servers:
@@ -398,13 +435,23 @@ class ErrorTest(unittest.TestCase):
             self.backward(model)
             opt.step()
             self.assertEqual(opt.step_number, 1)
-            # A pass that raised after its layers' gradients were complete (held
-            # for the push) counts for nothing: the next pass completes them once.
+            # A pass that raised after adding to some gradients leaves them partial
+            # (fc3's and fc2's, here): nothing is pushed from them; the step
+            # starts again from zero_grad().
             self.backward(model)
             h = model.fc1(torch.randn(4, 20))
             h.register_hook(lambda _: (_ for _ in ()).throw(RuntimeError("out of memory")))
             with self.assertRaisesRegex(RuntimeError, "out of memory"):
                 F.cross_entropy(model.fc3(model.fc2(h)), torch.tensor([0, 1, 2, 3])).backward()
+            partial = ("a backward pass of step 1 raised \\(RuntimeError: out of memory\\) after "
+                       "reaching some parameters, whose gradients are now partial; nothing was "
+                       "pushed: call zero_grad\\(\\) before ")
+            with self.assertRaisesRegex(pt.OptimizerError, partial + "another backward pass"):
+                self.backward(model)
+            with self.assertRaisesRegex(pt.OptimizerError, partial + "step"):
+                opt.step()
+            opt.zero_grad()
+            self.backward(model)
             self.backward(model)
             opt.step()
             self.assertEqual(opt.step_number, 2)

@@ -483,6 +483,11 @@ class LocalOptimizer:
         # parameters (a head each) are not too many.
         passes, most = self._counter.passes, max(self._counter.fired)
         where = f"step() for step {self.step_number} on local rank {self._local.rank}"
+        if self._counter.raised is not None:
+            raise OptimizerError(
+                f"{where} after a backward pass that raised ({self._counter.raised}) having "
+                f"reached some parameters, whose gradients are now partial: call zero_grad(), "
+                f"then run the step's backward passes again")
         if no_gradient or most == 0:
             raise StepWithoutBackwardError(
                 f"{where} without a backward pass: no parameter got a gradient since the "

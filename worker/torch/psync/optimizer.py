@@ -17,7 +17,7 @@ import functools
 import hashlib
 import threading
 import weakref
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -51,6 +51,12 @@ class TooManyBackwardPassesError(OptimizerError):
 class BackwardAfterPushError(OptimizerError):
     """A parameter got a gradient after its push for this step had started (more
     backward passes than ``accumulation_steps`` before ``step()``)."""
+
+
+class StepLostError(OptimizerError):
+    """A backward pass raised after some of the step's gradients had been pushed:
+    the servers hold those until the step's others come, and they cannot be
+    taken back, so this process cannot finish the step; restarting it can."""
 
 
 class SparseGradientError(OptimizerError, TypeError):
@@ -178,18 +184,19 @@ class _BackwardCalls:
         def backward(*args, **kwargs):
             with self._lock:
                 self.depth += 1
-            ended = False
+            error: Optional[BaseException] = None
             try:
-                result = self._backward(*args, **kwargs)
-                ended = True
-                return result
+                return self._backward(*args, **kwargs)
+            except BaseException as e:
+                error = e
+                raise
             finally:
                 with self._lock:
                     self.depth -= 1
                     outermost = self.depth == 0
                 if outermost:
                     for counter in list(self.counters):
-                        counter.end_call(ended)
+                        counter.end_call(error)
 
         torch.autograd.backward = backward
 
@@ -203,8 +210,11 @@ class PassCounter:
     hook. ``passes`` are a training loop's ``backward()`` calls (not the inner
     backward of a checkpointed segment) that reached one and returned;
     ``fired[i]`` those that reached parameter i. A call that raised counts
-    for nothing in either. A backward run without ``torch.autograd.backward``
-    (an engine call of a library's own) counts at its graph task's end."""
+    for nothing in either; ``raised`` says what the last such call that reached
+    a parameter raised, and ``raised_reached`` which parameters it reached
+    (whose gradients it added to), counted or only :meth:`touched`. A backward run
+    without ``torch.autograd.backward`` (an engine call of a library's own)
+    counts at its graph task's end."""
 
     def __init__(self, n: int) -> None:
         global _CALLS
@@ -218,7 +228,10 @@ class PassCounter:
         self.passes = 0
         self.fired = [0] * self._n
         self._this_call: List[int] = []  # the parameters the running call reached
+        self._touched: List[int] = []  # ... and those whose hook raised before counting
         self._queued = False  # a task-end callback is queued (a backward of its own)
+        self.raised: Optional[str] = None  # "RuntimeError: ..." of a call that raised
+        self.raised_reached: Set[int] = set()
 
     def reached(self, i: int) -> None:
         self.fired[i] += 1
@@ -228,14 +241,24 @@ class PassCounter:
             self._queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._end_task)
 
-    def end_call(self, ended: bool) -> None:
-        """An outermost ``torch.autograd.backward`` call returned (``ended``) or raised."""
-        if self._this_call and ended:
+    def touched(self, i: int) -> None:
+        """Parameter i's gradient was accumulated in the running call, which is not
+        counted as reaching it (its hook raises)."""
+        if _CALLS.depth > 0:
+            self._touched.append(i)
+
+    def end_call(self, error: Optional[BaseException]) -> None:
+        """An outermost ``torch.autograd.backward`` call returned, or raised ``error``."""
+        if self._this_call and error is None:
             self.passes += 1
-        elif not ended:
+        elif error is not None and (self._this_call or self._touched):
             for i in self._this_call:
                 self.fired[i] -= 1
+            if self.raised is None:  # the first cause, not the refusals that follow it
+                self.raised = f"{type(error).__name__}: {str(error)[:300]}"
+            self.raised_reached.update(self._this_call, self._touched)
         self._this_call = []
+        self._touched = []
 
     def _end_task(self) -> None:
         self.passes += 1
@@ -439,7 +462,9 @@ class DistributedOptimizer:
         """Clears every registered parameter's gradient (None, or zeros in place).
         Before the step's first push, the step's backward passes go with them
         (after a backward that raised, say, the step starts again); once a push
-        has started they stay, as what was pushed cannot be taken back."""
+        has started they stay, as what was pushed cannot be taken back, and
+        after a backward that raised then this raises :class:`StepLostError`."""
+        self._check_raised(before="zero_grad")
         zero_grad(self._params, set_to_none)
         if not any(self._started) and not self._copying:
             self._counter.reset()
@@ -461,6 +486,7 @@ class DistributedOptimizer:
         shrink), and :class:`psync.Error` if the servers fail (code
         ``'ABORTED'``: they rolled back; call :meth:`recover`).
         """
+        self._check_raised(before="step")
         if not any(self._counter.fired):
             raise StepWithoutBackwardError(
                 f"step() for step {self.step_number} without a backward pass: no parameter got "
@@ -567,12 +593,46 @@ class DistributedOptimizer:
         self._hooks.append(handle)
         self._accumulators.append(accumulator)
 
+    def _check_raised(self, before: str) -> None:
+        """After a backward pass of this step that raised. Harmless if every
+        parameter it reached had been pushed already (an extra pass stopped by
+        this optimizer's hook, say). Otherwise :class:`StepLostError` if a push
+        had started (a push made from a pass that did not finish, or partial
+        gradients beside pushes that cannot be taken back), else an
+        :class:`OptimizerError` unless ``before`` is ``zero_grad``, which
+        starts the step again."""
+        if self._counter.raised is None:
+            return
+        k = self._job.accumulation_steps
+        fired, started = self._counter.fired, self._started
+        unfinished = any(s and f < k for s, f in zip(started, fired))
+        partial = any(not started[i] for i in self._counter.raised_reached)
+        if not unfinished and not partial:
+            return
+        raised, pushed = self._counter.raised, self.in_flight
+        if pushed:
+            names = ", ".join(f"'{n}'" for n in pushed[:3]) + (", ..." if len(pushed) > 3 else "")
+            raise StepLostError(
+                f"step {self.step_number} cannot be finished: a backward pass raised ({raised}) "
+                f"leaving gradients partial, and the gradients of {len(pushed)} parameter(s) "
+                f"({names}) have been pushed, which the servers hold until the step's other "
+                f"gradients come. Restart this worker process: it registers again and trains "
+                f"step {self.step_number} anew from the servers' weights, on the same samples "
+                f"(psync_launch restarts a worker that exits with an error)")
+        if before != "zero_grad":
+            raise OptimizerError(
+                f"a backward pass of step {self.step_number} raised ({raised}) after reaching "
+                f"some parameters, whose gradients are now partial; nothing was pushed: call "
+                f"zero_grad() before {before}, then run the step's backward passes again")
+
     def _on_gradient(self, i: int) -> Callable[..., None]:
         def hook(*_unused) -> None:
+            self._counter.touched(i)  # until reached() counts it: an error below leaves it partial
             if not self._checked:
                 check_unchanged(self._model, self._names, self._params, self._shapes,
                                 "DistributedOptimizer")  # before this step's first push
                 self._checked = True
+            self._check_raised(before="another backward pass")
             k = self._job.accumulation_steps
             if self._started[i] or self._counter.fired[i] == k:
                 when = (f"after its push for step {self.step_number} started" if self._started[i]

@@ -133,5 +133,5 @@ from .local import (  # noqa: E402  pylint: disable=wrong-import-position
     LocalGroup, LocalOptimizer, init_local)
 from .optimizer import (  # noqa: E402  pylint: disable=wrong-import-position
     BackwardAfterPushError, DistributedOptimizer, OptimizerError, ParametersChangedError,
-    SparseGradientError, StepWithoutBackwardError, TooFewBackwardPassesError,
+    SparseGradientError, StepLostError, StepWithoutBackwardError, TooFewBackwardPassesError,
     TooManyBackwardPassesError, frozen_digests, trainable_parameters)

@@ -289,7 +289,7 @@ class LocalOptimizerChecksTest(unittest.TestCase):
                                     "step\\(\\) for step 1 on local rank 0 after a backward pass "
                                     "that raised \\(RuntimeError: out of memory\\) having reached "
                                     "some parameters, whose gradients are now partial: call "
-                                    "zero_grad\\(\\)"):
+                                    "opt.zero_grad\\(\\)"):
             opt.step()  # its gradients hold part of the raised pass
         opt.zero_grad()  # the step starts again, its count not stuck on the raised pass
         checkpointed()

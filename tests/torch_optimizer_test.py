@@ -380,7 +380,8 @@ class ErrorTest(unittest.TestCase):
                                         "a backward pass of step 0 raised \\(BackwardAfterPushError: "
                                         "parameter 'fc3.bias' got a gradient .*\\) after reaching "
                                         "some parameters, whose gradients are now partial; nothing "
-                                        "was pushed: call zero_grad\\(\\) before step"):
+                                        "was pushed: call opt.zero_grad\\(\\) \\(the optimizer's, "
+                                        "not the model's\\) before step"):
                 opt.step()
             opt.zero_grad()
             self.backward(model)
@@ -397,21 +398,38 @@ class ErrorTest(unittest.TestCase):
             self.assertEqual(opt.step_number, 1)
 
     def test_a_backward_that_raised_after_a_push_started_loses_the_step(self):
-        with Servers(self.JOB) as servers:
-            model = Mlp()
-            opt = self.optimizer(servers, model, "--overlap_min_kb=0")
-            h = model.fc2(model.fc1(torch.randn(4, 20)))
-            h.register_hook(lambda _: (_ for _ in ()).throw(RuntimeError("out of memory")))
-            with self.assertRaisesRegex(RuntimeError, "out of memory"):
-                F.cross_entropy(model.fc3(h), torch.tensor([0, 1, 2, 3])).backward()
-            self.assertIn("fc3.weight", opt.in_flight)  # pushed before backward raised
-            lost = ("step 0 cannot be finished: a backward pass raised \\(RuntimeError: out of "
-                    "memory\\) leaving gradients partial, and the gradients of 2 parameter\\(s\\) "
-                    "\\('fc3.weight', 'fc3.bias'\\) have been pushed, .* Restart this worker "
-                    "process")
-            for call in (opt.zero_grad, lambda: self.backward(model), opt.step):
-                with self.assertRaisesRegex(pt.StepLostError, lost):
-                    call()
+        x, y = torch.randn(4, 20), torch.tensor([0, 1, 2, 3])
+
+        def clean_step(opt: pt.DistributedOptimizer, model: Mlp) -> None:
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+
+        weights = []
+        for lose in (False, True):
+            with Servers(self.JOB) as servers:
+                torch.manual_seed(3)
+                model = Mlp()
+                opt = self.optimizer(servers, model, "--overlap_min_kb=0")
+                if lose:  # the same pass, raising once fc3's and fc2's gradients are pushed
+                    model.on_hidden = lambda h: h.register_hook(
+                        lambda _: (_ for _ in ()).throw(RuntimeError("out of memory")))
+                    with self.assertRaisesRegex(RuntimeError, "out of memory"):
+                        F.cross_entropy(model(x), y).backward()
+                    model.on_hidden = None
+                    lost = ("step 0 cannot be finished: a backward pass raised \\(RuntimeError: "
+                            "out of memory\\) leaving gradients partial, and the gradients of 4 "
+                            "parameter\\(s\\) \\('fc2.weight', 'fc2.bias', 'fc3.weight', ...\\) have "
+                            "been pushed, which cannot be taken back. Call opt.recover\\(\\)")
+                    for call in (opt.zero_grad, lambda m=model: self.backward(m), opt.step):
+                        with self.assertRaisesRegex(pt.StepLostError, lost):
+                            call()
+                    self.assertEqual(opt.recover(), 0)  # step 0 over, on the same samples
+                    model.zero_grad()
+                clean_step(opt, model)
+                self.assertEqual(opt.step_number, 1)
+                weights.append({n: p.detach().clone() for n, p in model.named_parameters()})
+        for name, w in weights[0].items():
+            self.assertTrue(torch.equal(weights[1][name], w), name)
 
     def test_passes_are_backward_calls_whatever_runs_inside_them(self):
         with Servers(self.TWO_PASSES) as servers:
@@ -445,7 +463,8 @@ class ErrorTest(unittest.TestCase):
                 F.cross_entropy(model.fc3(model.fc2(h)), torch.tensor([0, 1, 2, 3])).backward()
             partial = ("a backward pass of step 1 raised \\(RuntimeError: out of memory\\) after "
                        "reaching some parameters, whose gradients are now partial; nothing was "
-                       "pushed: call zero_grad\\(\\) before ")
+                       "pushed: call opt.zero_grad\\(\\) \\(the optimizer's, not the model's\\) "
+                       "before ")
             with self.assertRaisesRegex(pt.OptimizerError, partial + "another backward pass"):
                 self.backward(model)
             with self.assertRaisesRegex(pt.OptimizerError, partial + "step"):

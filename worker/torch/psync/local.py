@@ -486,8 +486,8 @@ class LocalOptimizer:
         if self._counter.raised is not None:
             raise OptimizerError(
                 f"{where} after a backward pass that raised ({self._counter.raised}) having "
-                f"reached some parameters, whose gradients are now partial: call zero_grad(), "
-                f"then run the step's backward passes again")
+                f"reached some parameters, whose gradients are now partial: call opt.zero_grad() "
+                f"(the optimizer's, not the model's), then run the step's backward passes again")
         if no_gradient or most == 0:
             raise StepWithoutBackwardError(
                 f"{where} without a backward pass: no parameter got a gradient since the "

@@ -56,7 +56,8 @@ class BackwardAfterPushError(OptimizerError):
 class StepLostError(OptimizerError):
     """A backward pass raised after some of the step's gradients had been pushed:
     the servers hold those until the step's others come, and they cannot be
-    taken back, so this process cannot finish the step; restarting it can."""
+    taken back, so the step cannot be finished; :meth:`DistributedOptimizer.recover`
+    (or restarting the process) starts it over."""
 
 
 class SparseGradientError(OptimizerError, TypeError):
@@ -507,8 +508,9 @@ class DistributedOptimizer:
 
     def recover(self) -> int:
         """After a :class:`psync.Error` with code ``'ABORTED'`` (the servers rolled
-        back): registers again, writes the weights of the step the job resumes from
-        into the parameters, and returns that step (also :attr:`step_number`).
+        back) or a :class:`StepLostError`: registers again, writes the weights of
+        the step the job resumes from into the parameters, and returns that step
+        (also :attr:`step_number`).
         Gradients of the abandoned step are dropped; clear ``.grad`` before the next."""
         try:
             self._client.wait()  # the abandoned step's calls end (with their error)
@@ -593,20 +595,22 @@ class DistributedOptimizer:
         self._hooks.append(handle)
         self._accumulators.append(accumulator)
 
-    def _check_raised(self, before: str) -> None:
-        """After a backward pass of this step that raised. Harmless if every
-        parameter it reached had been pushed already (an extra pass stopped by
-        this optimizer's hook, say). Otherwise :class:`StepLostError` if a push
-        had started (a push made from a pass that did not finish, or partial
-        gradients beside pushes that cannot be taken back), else an
-        :class:`OptimizerError` unless ``before`` is ``zero_grad``, which
-        starts the step again."""
+    def _check_raised(self, before: str, reaching: Optional[int] = None) -> None:
+        """After a backward pass of this step that raised. Harmless while every
+        parameter it reached was pushed already (an extra pass stopped by this
+        optimizer's hook, say) or has no finished pass (its ``.grad`` is ignored
+        at step(), unless another pass, ``reaching`` it now, adds to it).
+        Otherwise :class:`StepLostError` if a push had started (a push made from
+        a pass that did not finish, or partial gradients beside pushes that
+        cannot be taken back), else an :class:`OptimizerError` unless
+        ``before`` is ``zero_grad``, which starts the step again."""
         if self._counter.raised is None:
             return
         k = self._job.accumulation_steps
         fired, started = self._counter.fired, self._started
         unfinished = any(s and f < k for s, f in zip(started, fired))
-        partial = any(not started[i] for i in self._counter.raised_reached)
+        partial = any(not started[i] and (fired[i] > 0 or i == reaching)
+                      for i in self._counter.raised_reached)
         if not unfinished and not partial:
             return
         raised, pushed = self._counter.raised, self.in_flight
@@ -615,15 +619,17 @@ class DistributedOptimizer:
             raise StepLostError(
                 f"step {self.step_number} cannot be finished: a backward pass raised ({raised}) "
                 f"leaving gradients partial, and the gradients of {len(pushed)} parameter(s) "
-                f"({names}) have been pushed, which the servers hold until the step's other "
-                f"gradients come. Restart this worker process: it registers again and trains "
-                f"step {self.step_number} anew from the servers' weights, on the same samples "
-                f"(psync_launch restarts a worker that exits with an error)")
+                f"({names}) have been pushed, which cannot be taken back. Call opt.recover() "
+                f"(or restart this worker process), which registers again and starts step "
+                f"{self.step_number} over from the servers' weights, then run it again on the "
+                f"same samples: the servers keep the gradients pushed already and ignore "
+                f"those parameters' second push")
         if before != "zero_grad":
             raise OptimizerError(
                 f"a backward pass of step {self.step_number} raised ({raised}) after reaching "
                 f"some parameters, whose gradients are now partial; nothing was pushed: call "
-                f"zero_grad() before {before}, then run the step's backward passes again")
+                f"opt.zero_grad() (the optimizer's, not the model's) before {before}, then run "
+                f"the step's backward passes again")
 
     def _on_gradient(self, i: int) -> Callable[..., None]:
         def hook(*_unused) -> None:
@@ -632,7 +638,7 @@ class DistributedOptimizer:
                 check_unchanged(self._model, self._names, self._params, self._shapes,
                                 "DistributedOptimizer")  # before this step's first push
                 self._checked = True
-            self._check_raised(before="another backward pass")
+            self._check_raised(before="another backward pass", reaching=i)
             k = self._job.accumulation_steps
             if self._started[i] or self._counter.fired[i] == k:
                 when = (f"after its push for step {self.step_number} started" if self._started[i]

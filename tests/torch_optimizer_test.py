@@ -372,7 +372,9 @@ class ErrorTest(unittest.TestCase):
             with self.assertRaisesRegex(pt.BackwardAfterPushError,
                                         "parameter 'fc3.bias' got a gradient in a backward pass "
                                         "beyond step 0's 1: call step\\(\\) after every 1 "
-                                        "backward"):
+                                        "backward.*; this pass added to its gradient, not yet "
+                                        "pushed, so call opt.zero_grad\\(\\) and run the step's "
+                                        "passes again"):
                 self.backward(model)
             # fc3.bias, held for its push, got the second pass's gradient too:
             # the step cannot go on from it, but can start again.
@@ -392,7 +394,9 @@ class ErrorTest(unittest.TestCase):
             opt = self.optimizer(servers, model, "--overlap_min_kb=0")
             self.backward(model)
             self.assertIn("fc3.bias", opt.in_flight)
-            with self.assertRaises(pt.BackwardAfterPushError):
+            with self.assertRaisesRegex(pt.BackwardAfterPushError,
+                                        "parameter 'fc3.bias' got a gradient after its push for "
+                                        "step 0 started: .*; this pass counts for nothing"):
                 self.backward(model)
             opt.step()  # fc3.bias was pushed before the second pass: the step goes through
             self.assertEqual(opt.step_number, 1)

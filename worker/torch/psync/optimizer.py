@@ -641,12 +641,15 @@ class DistributedOptimizer:
             self._check_raised(before="another backward pass", reaching=i)
             k = self._job.accumulation_steps
             if self._started[i] or self._counter.fired[i] == k:
-                when = (f"after its push for step {self.step_number} started" if self._started[i]
-                        else f"in a backward pass beyond step {self.step_number}'s {k}")
+                when, now = ((f"after its push for step {self.step_number} started",
+                              "this pass counts for nothing") if self._started[i] else
+                             (f"in a backward pass beyond step {self.step_number}'s {k}",
+                              "this pass added to its gradient, not yet pushed, so call "
+                              "opt.zero_grad() and run the step's passes again"))
                 raise BackwardAfterPushError(
                     f"parameter '{self._names[i]}' got a gradient {when}: call step() after "
                     f"every {k} backward pass(es) (--accumulation_steps); the losses of one "
-                    f"micro-batch go into one backward(), summed")
+                    f"micro-batch go into one backward(), summed; {now}")
             self._counter.reached(i)
             self._check_dense(i)  # as the gradient arrives, whenever it is pushed
             if self._counter.fired[i] == self._job.accumulation_steps and self._job.overlap:

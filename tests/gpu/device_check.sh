@@ -16,8 +16,7 @@
 # torch_bench.py's flags, TORCH_TEST_ARGS the tests' arguments (-k NAME),
 # TORCH_TEST_WRAPPER a command the tests run under (a debugger),
 # TORCH_TEST_TIMEOUT_S the bound of each (300 s), SPEED_DEVICES (default
-# "cuda cpu") the speed
-# phase's devices.
+# "cuda cpu") the speed phase's devices.
 # Every phase has its own time bound; a failed phase is reported and the next
 # one runs. DEADLINE_S (seconds from the start) skips, naming them, the
 # phases that would start after it; LAUNCH_TIMEOUT_S (default 300) bounds
@@ -70,7 +69,9 @@ done
 # only where the machine has none: ahead of its own they would load under
 # code compiled here, against its newer headers (the torch package).
 fallback=""
-if ! /sbin/ldconfig -p | grep -q "libstdc++.so.6 "; then fallback=":$work/lib/fallback"; fi
+if ! /sbin/ldconfig -p | grep -qF "libstdc++.so.6 (libc6,x86-64)"; then
+  fallback=":$work/lib/fallback"
+fi
 export LD_LIBRARY_PATH="$work/lib${cuda_dirs}${fallback}"
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 export PSYNC_CUDA_PLUGIN="$bin/libpsync_cuda.so"

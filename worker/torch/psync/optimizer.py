@@ -211,9 +211,9 @@ class PassCounter:
     hook. ``passes`` are a training loop's ``backward()`` calls (not the inner
     backward of a checkpointed segment) that reached one and returned;
     ``fired[i]`` those that reached parameter i. A call that raised counts
-    for nothing in either; ``raised`` says what the last such call that reached
-    a parameter raised, and ``raised_reached`` which parameters it reached
-    (whose gradients it added to), counted or only :meth:`touched`. A backward run
+    for nothing in either; ``raised`` says what the first such call that
+    reached a parameter raised, and ``raised_reached`` which parameters the
+    calls that raised reached (whose gradients they added to). A backward run
     without ``torch.autograd.backward`` (an engine call of a library's own)
     counts at its graph task's end."""
 
@@ -229,7 +229,6 @@ class PassCounter:
         self.passes = 0
         self.fired = [0] * self._n
         self._this_call: List[int] = []  # the parameters the running call reached
-        self._touched: List[int] = []  # ... and those whose hook raised before counting
         self._queued = False  # a task-end callback is queued (a backward of its own)
         self.raised: Optional[str] = None  # "RuntimeError: ..." of a call that raised
         self.raised_reached: Set[int] = set()
@@ -242,24 +241,17 @@ class PassCounter:
             self._queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._end_task)
 
-    def touched(self, i: int) -> None:
-        """Parameter i's gradient was accumulated in the running call, which is not
-        counted as reaching it (its hook raises)."""
-        if _CALLS.depth > 0:
-            self._touched.append(i)
-
     def end_call(self, error: Optional[BaseException]) -> None:
         """An outermost ``torch.autograd.backward`` call returned, or raised ``error``."""
         if self._this_call and error is None:
             self.passes += 1
-        elif error is not None and (self._this_call or self._touched):
+        elif error is not None and self._this_call:
             for i in self._this_call:
                 self.fired[i] -= 1
             if self.raised is None:  # the first cause, not the refusals that follow it
                 self.raised = f"{type(error).__name__}: {str(error)[:300]}"
-            self.raised_reached.update(self._this_call, self._touched)
+            self.raised_reached.update(self._this_call)
         self._this_call = []
-        self._touched = []
 
     def _end_task(self) -> None:
         self.passes += 1
@@ -595,11 +587,11 @@ class DistributedOptimizer:
         self._hooks.append(handle)
         self._accumulators.append(accumulator)
 
-    def _check_raised(self, before: str, reaching: Optional[int] = None) -> None:
+    def _check_raised(self, before: str) -> None:
         """After a backward pass of this step that raised. Harmless while every
         parameter it reached was pushed already (an extra pass stopped by this
-        optimizer's hook, say) or has no finished pass (its ``.grad`` is ignored
-        at step(), unless another pass, ``reaching`` it now, adds to it).
+        optimizer's hook, say) or has no counted pass (its ``.grad`` is ignored
+        at step(), unless another pass, counted now, adds to it).
         Otherwise :class:`StepLostError` if a push had started (a push made from
         a pass that did not finish, or partial gradients beside pushes that
         cannot be taken back), else an :class:`OptimizerError` unless
@@ -609,8 +601,7 @@ class DistributedOptimizer:
         k = self._job.accumulation_steps
         fired, started = self._counter.fired, self._started
         unfinished = any(s and f < k for s, f in zip(started, fired))
-        partial = any(not started[i] and (fired[i] > 0 or i == reaching)
-                      for i in self._counter.raised_reached)
+        partial = any(not started[i] and fired[i] > 0 for i in self._counter.raised_reached)
         if not unfinished and not partial:
             return
         raised, pushed = self._counter.raised, self.in_flight
@@ -633,14 +624,16 @@ class DistributedOptimizer:
 
     def _on_gradient(self, i: int) -> Callable[..., None]:
         def hook(*_unused) -> None:
-            self._counter.touched(i)  # until reached() counts it: an error below leaves it partial
+            # Counted first: any error below makes this call one that raised,
+            # which takes the count back and notes i's gradient as partial.
+            self._counter.reached(i)
             if not self._checked:
                 check_unchanged(self._model, self._names, self._params, self._shapes,
                                 "DistributedOptimizer")  # before this step's first push
                 self._checked = True
-            self._check_raised(before="another backward pass", reaching=i)
+            self._check_raised(before="another backward pass")
             k = self._job.accumulation_steps
-            if self._started[i] or self._counter.fired[i] == k:
+            if self._started[i] or self._counter.fired[i] > k:
                 when, now = ((f"after its push for step {self.step_number} started",
                               "this pass counts for nothing") if self._started[i] else
                              (f"in a backward pass beyond step {self.step_number}'s {k}",
@@ -650,7 +643,6 @@ class DistributedOptimizer:
                     f"parameter '{self._names[i]}' got a gradient {when}: call step() after "
                     f"every {k} backward pass(es) (--accumulation_steps); the losses of one "
                     f"micro-batch go into one backward(), summed; {now}")
-            self._counter.reached(i)
             self._check_dense(i)  # as the gradient arrives, whenever it is pushed
             if self._counter.fired[i] == self._job.accumulation_steps and self._job.overlap:
                 self._hold(i)

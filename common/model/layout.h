@@ -32,6 +32,13 @@ struct ChunkInfo {
 // the other refuses.
 constexpr int64_t kMessageHeadroomBytes = 1 << 20;
 
+// The largest Register request a server takes: the most tensors a layout
+// may have, with names of about 100 bytes on average, and the frozen
+// tensors' names and digests. A worker's channels send at least this much,
+// whatever its largest share (a model of many small tensors has a
+// registration larger than any of its pushes).
+constexpr int64_t kMaxRegisterBytes = int64_t{8} << 20;
+
 // Immutable once created; safe to share between threads.
 //
 // The flat parameter vector is every tensor's elements, tensors in the order

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/config/init_source.h"
 #include "common/config/training_shape.h"
+#include "common/model/layout.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/chunk_wire.h"
 #include "common/rpc/grpc_status.h"
@@ -40,11 +41,10 @@ namespace {
 constexpr absl::string_view kServerOnlyMethods[] = {"Join"};
 
 // Bounds on the requests that carry no payload beyond the others' 1 MiB
-// (AsyncService::kMaxControlRequestBytes). Register: the most tensors a
-// layout may have, with names of about 100 bytes on average (parsed, a
-// hostile one of 2-byte empty tensors takes some 35 times its bytes). Pull:
-// as many chunk ids as a layout may have, each at most 4 bytes.
-constexpr int64_t kMaxRegisterBytes = int64_t{8} << 20;
+// (AsyncService::kMaxControlRequestBytes). Register: kMaxRegisterBytes
+// (common/model/layout.h; parsed, a hostile one of 2-byte empty tensors
+// takes some 35 times its bytes). Pull: as many chunk ids as a layout may
+// have, each at most 4 bytes.
 constexpr int64_t kMaxPullBytes = 4 * Layout::kMaxChunks + 4096;
 
 size_t WireSize(const grpc::ByteBuffer& b) { return b.Length(); }

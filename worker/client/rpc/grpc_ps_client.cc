@@ -28,7 +28,8 @@
 namespace psync {
 namespace {
 
-// One channel per server, taking messages as large as the largest share.
+// One channel per server, taking messages as large as the largest share
+// and the largest registration.
 std::vector<std::shared_ptr<grpc::Channel>> ConnectToServers(const Layout& layout,
                                                              const GrpcPsClientOptions& options) {
   int64_t largest = 0;
@@ -36,7 +37,8 @@ std::vector<std::shared_ptr<grpc::Channel>> ConnectToServers(const Layout& layou
     largest = std::max(largest, layout.ServerBytes(s));
   }
   grpc::ChannelArguments args = PeerChannelArguments();
-  const int limit = static_cast<int>(std::min<int64_t>(largest + kMessageHeadroomBytes, INT32_MAX));
+  const int limit = static_cast<int>(
+      std::min<int64_t>(std::max(largest + kMessageHeadroomBytes, kMaxRegisterBytes), INT32_MAX));
   args.SetMaxReceiveMessageSize(limit);
   args.SetMaxSendMessageSize(limit);
   std::vector<std::shared_ptr<grpc::Channel>> channels;

@@ -17,9 +17,9 @@ namespace psync {
 namespace {
 
 // Streams a connection may open besides its waiting pulls: a worker's push
-// window, at most kMaxRequestsPerServer requests (worker/client/request_plan.h),
-// and control calls.
-constexpr int kStreamsBesidesWaiting = 64;
+// window, at most kMaxRequestsPerServer (64) requests (worker/client/
+// request_plan.h), and control calls.
+constexpr int kStreamsBesidesWaiting = 96;
 
 // The standard grpc.health.v1 service's Check, as Kubernetes' gRPC probes
 // call it: the whole server ("") is SERVING or NOT_SERVING (see

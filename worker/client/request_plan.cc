@@ -13,23 +13,29 @@ int64_t WireSize(const Layout& layout, int32_t id, WireDType dtype) {
 
 }  // namespace
 
+int64_t MaxRequestsPerServer(int num_workers) {
+  return num_workers > 32 ? kMaxRequestsPerServer / 2 : kMaxRequestsPerServer;
+}
+
 ServerPlan PlanServer(const Layout& layout, int server, const RequestSizing& sizing,
                       const ServerLink& link) {
   ServerPlan plan;
   int64_t& share = plan.share;
   for (int32_t id : layout.ChunksOnServer(server)) share += WireSize(layout, id, sizing.wire_dtype);
-  // About max_request_bytes (shared_request_bytes), smaller across a
-  // network where that would leave the share fewer than
+  // About max_request_bytes (shared_request_bytes), smaller where payloads
+  // cross a network and that would leave the share fewer than
   // kMinRequestsAcrossNetwork requests, larger where it would cut it into
-  // more than kMaxRequestsPerServer, and always within the server's
+  // more than MaxRequestsPerServer, and always within the server's
   // message limit (a chunk goes whole: the server refuses at Register a
   // chunk that would not fit).
+  const bool payloads_cross_network = link.across_network && !link.shared;
   int64_t& request = plan.request;
   request = link.shared ? sizing.shared_request_bytes : sizing.max_request_bytes;
-  if (link.across_network) {
+  if (payloads_cross_network) {
     request = std::min(request, CeilDiv(share, kMinRequestsAcrossNetwork));
   }
-  request = std::max({request, CeilDiv(share, kMaxRequestsPerServer), int64_t{1}});
+  request =
+      std::max({request, CeilDiv(share, MaxRequestsPerServer(sizing.num_workers)), int64_t{1}});
   if (link.message_limit > kMessageHeadroomBytes) {
     request = std::min(request, link.message_limit - kMessageHeadroomBytes);
   }
@@ -37,21 +43,31 @@ ServerPlan PlanServer(const Layout& layout, int server, const RequestSizing& siz
   // less: a server holding one whole chunk takes that much in flight from
   // every worker anyway, and a window over a share of several small chunks
   // would send them a round trip at a time, behind the other servers'
-  // queues.
+  // queues. Where payloads cross a network it is a request (two for a lone
+  // worker), whatever the share: what a worker has in flight to a server
+  // is then what the link's queue holds for it, not a fraction of the
+  // model (GrpcPsClientOptions::push_window_bytes).
   const int64_t n = sizing.num_workers;
-  const int64_t chunk = layout.chunk_bytes() / int64_t{sizeof(float)} * WireBytes(sizing.wire_dtype);
+  const int64_t chunk =
+      layout.chunk_bytes() / int64_t{sizeof(float)} * WireBytes(sizing.wire_dtype);
   int64_t limit = sizing.push_window_bytes;
   if (limit == 0) {
-    limit = share <= chunk ? share : std::max(CeilDiv(2, n) * request, share / (2 * n * n));
+    if (share <= chunk) {
+      limit = share;
+    } else if (payloads_cross_network) {
+      limit = CeilDiv(2, n) * request;
+    } else {
+      limit = std::max(CeilDiv(2, n) * request, share / (2 * n * n));
+    }
   }
   plan.window = limit < share ? limit : 0;
   return plan;
 }
 
-SlotPlan PlanSlots(const Layout& layout, int server, const RequestSizing& sizing,
-                   bool across_network) {
+SlotPlan PlanSlots(const Layout& layout, int server, const RequestSizing& sizing) {
   const ServerPlan plan = PlanServer(layout, server, sizing,
-                                     {across_network, /*message_limit=*/0, /*shared=*/true});
+                                     {/*across_network=*/false, /*message_limit=*/0,
+                                      /*shared=*/true});
   if (plan.share == 0) return {};
   int64_t largest = 0;
   for (int32_t id : layout.ChunksOnServer(server)) {
@@ -64,8 +80,8 @@ SlotPlan PlanSlots(const Layout& layout, int server, const RequestSizing& sizing
   const int64_t requests = static_cast<int64_t>(
       CutIntoRequests(layout, layout.ChunksOnServer(server), sizing.wire_dtype, plan.request)
           .size());
-  slots.slots = std::min<int64_t>(
-      {CeilDiv(in_flight, plan.request) + 1, requests + 1, kMaxRequestsPerServer + 1});
+  slots.slots = std::min<int64_t>({CeilDiv(in_flight, plan.request) + 1, requests + 1,
+                                   MaxRequestsPerServer(sizing.num_workers) + 1});
   return slots;
 }
 
@@ -103,8 +119,7 @@ absl::Span<const int32_t> ChunksWithin(const std::vector<int32_t>& server_chunks
                                        int32_t hi) {
   const auto begin = std::lower_bound(server_chunks.begin(), server_chunks.end(), lo);
   const auto end = std::lower_bound(server_chunks.begin(), server_chunks.end(), hi);
-  return absl::MakeConstSpan(server_chunks)
-      .subspan(begin - server_chunks.begin(), end - begin);
+  return absl::MakeConstSpan(server_chunks).subspan(begin - server_chunks.begin(), end - begin);
 }
 
 }  // namespace psync

@@ -16,10 +16,14 @@
 namespace psync {
 
 // Requests one push-pull of a whole server's share is cut into, at most
-// (see GrpcPsClientOptions::max_request_bytes).
-constexpr int64_t kMaxRequestsPerServer = 32;
-// ... and at least, across a network (see GrpcPsClientOptions::max_request_bytes).
-constexpr int64_t kMinRequestsAcrossNetwork = 16;
+// (see GrpcPsClientOptions::max_request_bytes): 64, or 32 in a job of more
+// than 32 workers, so that all workers' waiting calls on one server stay
+// within 4096 (--max_waiting_calls' default) up to 128 workers.
+constexpr int64_t kMaxRequestsPerServer = 64;
+int64_t MaxRequestsPerServer(int num_workers);
+// ... and at least, where payloads cross a network (see
+// GrpcPsClientOptions::max_request_bytes).
+constexpr int64_t kMinRequestsAcrossNetwork = 64;
 
 // The client's settings that size requests (GrpcPsClientOptions' fields of
 // the same names).
@@ -61,8 +65,8 @@ struct SlotPlan {
 // flight at once and one to spare, each the size of a request's payload at
 // most (a chunk larger than a request goes alone). Requests only shrink at
 // registration (to the servers' message limits), so they still fit.
-SlotPlan PlanSlots(const Layout& layout, int server, const RequestSizing& sizing,
-                   bool across_network);
+// Payloads in shared memory cross no network, whatever the server's address.
+SlotPlan PlanSlots(const Layout& layout, int server, const RequestSizing& sizing);
 
 // `ids` (ascending, of one server) cut into requests of consecutive chunks
 // of about `request_bytes` each in `dtype`; a larger chunk goes alone.

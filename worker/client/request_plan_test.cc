@@ -31,8 +31,8 @@ TEST(RequestPlanTest, AShareWithinOneRequestGoesWhole) {
   EXPECT_EQ(plan.window, 0);
 }
 
-TEST(RequestPlanTest, AcrossANetworkAShareIsCutIntoAtLeast16Requests) {
-  const Layout layout = OneServer(64, 2);  // 256 bytes
+TEST(RequestPlanTest, AcrossANetworkAShareIsCutIntoAtLeast64Requests) {
+  const Layout layout = OneServer(256, 2);  // 1 KiB
   ServerLink link;
   link.across_network = true;
   EXPECT_EQ(PlanServer(layout, 0, RequestSizing(), link).request, 16);
@@ -40,10 +40,14 @@ TEST(RequestPlanTest, AcrossANetworkAShareIsCutIntoAtLeast16Requests) {
   EXPECT_EQ(PlanServer(layout, 0, RequestSizing(), link).request, 1 << 20);
 }
 
-TEST(RequestPlanTest, ALargeShareIsCutIntoAtMost32Requests) {
+TEST(RequestPlanTest, ALargeShareIsCutIntoAtMost64RequestsOr32WithManyWorkers) {
   const Layout layout = OneServer(16 << 20, 1 << 16);  // 64 MiB
   RequestSizing sizing;
   sizing.max_request_bytes = 1 << 10;
+  EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).request, 1 << 20);
+  sizing.num_workers = 32;
+  EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).request, 1 << 20);
+  sizing.num_workers = 33;
   EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).request, 2 << 20);
 }
 
@@ -77,13 +81,33 @@ TEST(RequestPlanTest, TheWindowFollowsTheNumberOfWorkers) {
   EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).window, 0);
 }
 
+// Where payloads cross a network the window is a request (two for a lone
+// worker), however large the share; through shared memory (a server on
+// this host at a non-loopback address) requests and window are loopback's.
+TEST(RequestPlanTest, AcrossANetworkTheWindowIsARequest) {
+  const Layout layout = OneServer(16 << 20, 1 << 16);  // 64 MiB in 256 KiB chunks
+  RequestSizing sizing;
+  sizing.num_workers = 4;
+  ServerLink link;
+  link.across_network = true;
+  ServerPlan plan = PlanServer(layout, 0, sizing, link);
+  EXPECT_EQ(plan.request, 1 << 20);
+  EXPECT_EQ(plan.window, 1 << 20);
+  sizing.num_workers = 1;
+  EXPECT_EQ(PlanServer(layout, 0, sizing, link).window, 2 << 20);
+  sizing.num_workers = 4;
+  link.shared = true;
+  plan = PlanServer(layout, 0, sizing, link);
+  EXPECT_EQ(plan.request, 2 << 20);  // shared_request_bytes
+  EXPECT_EQ(plan.window, 2 << 20);   // the share / (2 x workers^2)
+}
+
 TEST(RequestPlanTest, AShareOfOneChunkOrLessIsNotWindowed) {
   // A 256 KiB chunk on server 0 and small tensors, 48 KiB in all, on
   // server 1 (4 workers, across a network: requests of a few KiB, windows
   // of one request where a share is windowed).
   const Layout layout = *Layout::Create(
-      {{"big", {64 << 10}}, {"a", {4 << 10}}, {"b", {4 << 10}}, {"c", {4 << 10}}}, 256 << 10, 2,
-      3);
+      {{"big", {64 << 10}}, {"a", {4 << 10}}, {"b", {4 << 10}}, {"c", {4 << 10}}}, 256 << 10, 2, 3);
   RequestSizing sizing;
   sizing.num_workers = 4;
   ServerLink link;
@@ -92,9 +116,8 @@ TEST(RequestPlanTest, AShareOfOneChunkOrLessIsNotWindowed) {
   EXPECT_EQ(small.share, 48 << 10);
   EXPECT_EQ(small.window, 0);
   EXPECT_EQ(PlanServer(layout, 0, sizing, link).window, 0);
-  // Its chunk is one request whatever the request size: one slot and a
-  // spare, not one for each 16th of the share.
-  EXPECT_EQ(PlanSlots(layout, 0, sizing, /*across_network=*/true).slots, 2);
+  // Its chunk is one request: one slot and a spare.
+  EXPECT_EQ(PlanSlots(layout, 0, sizing).slots, 2);
   // One float more than a chunk is windowed.
   const Layout larger = *Layout::Create({{"w", {(64 << 10) + 1}}}, 256 << 10, 1, 3);
   EXPECT_GT(PlanServer(larger, 0, sizing, link).window, 0);
@@ -112,14 +135,14 @@ TEST(RequestPlanTest, ANarrowDTypeHalvesTheShare) {
 
 TEST(RequestPlanTest, SlotsHoldARequestEachAndOneToSpare) {
   const Layout layout = OneServer(1 << 20, 1 << 16);  // 4 MiB in 256 KiB chunks
-  const SlotPlan slots = PlanSlots(layout, 0, RequestSizing(), false);
+  const SlotPlan slots = PlanSlots(layout, 0, RequestSizing());
   EXPECT_EQ(slots.slot_bytes, 2 << 20);  // shared_request_bytes
   EXPECT_EQ(slots.slots, 3);             // the whole share in flight, and a spare
 }
 
 TEST(RequestPlanTest, ASlotHoldsTheLargestChunk) {
   const Layout layout = OneServer(1 << 20, 1 << 20);  // one 4 MiB chunk
-  const SlotPlan slots = PlanSlots(layout, 0, RequestSizing(), false);
+  const SlotPlan slots = PlanSlots(layout, 0, RequestSizing());
   EXPECT_EQ(slots.slot_bytes, 4 << 20);
   // The chunk goes whole, one request, and a spare (two requests of 2 MiB
   // would fit the share, but there is one).
@@ -129,7 +152,7 @@ TEST(RequestPlanTest, ASlotHoldsTheLargestChunk) {
 TEST(RequestPlanTest, AServerWithoutChunksGetsNoSlots) {
   const Layout layout = *Layout::Create({{"w", {2}}}, 8, 2, 3);  // one chunk, on server 0
   const int empty = layout.ChunksOnServer(0).empty() ? 0 : 1;
-  const SlotPlan slots = PlanSlots(layout, empty, RequestSizing(), false);
+  const SlotPlan slots = PlanSlots(layout, empty, RequestSizing());
   EXPECT_EQ(slots.slots, 0);
   EXPECT_EQ(slots.slot_bytes, 0);
 }

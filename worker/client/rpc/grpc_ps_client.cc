@@ -219,8 +219,7 @@ class GrpcPsClient final : public PsClient {
   std::vector<SlotPlan> SlotPlans() const {
     std::vector<SlotPlan> slots;
     for (int s = 0; s < layout_.num_servers(); ++s) {
-      slots.push_back(PlanSlots(layout_, s, sizing_,
-                                !IsLoopbackAddress(options_.server_addresses[s])));
+      slots.push_back(PlanSlots(layout_, s, sizing_));
     }
     return slots;
   }

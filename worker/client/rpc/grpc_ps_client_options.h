@@ -56,13 +56,18 @@ struct GrpcPsClientOptions {
   // in flight at once: the server applies each request's chunks as soon as
   // every worker's copy is in, and answers with their new weights while
   // later requests still arrive (within push_window_bytes). A server's
-  // share is cut into at most 32 requests (larger ones when it holds more
-  // than 32 times this), so that a push-pull's waiting calls stay far below
-  // the servers' bounds (--max_waiting_calls). On 2 cores, 16 MiB in 1 MiB
-  // requests took about 0.8 times as long as in one (docs/performance.md).
-  // Across a network (a server whose address is not loopback) a share is
-  // cut into at least 16 requests (of a chunk at least): the link then
-  // bounds the step, and the pipeline's fill and drain are a request each.
+  // share is cut into at most 64 requests (32 with more than 32 workers;
+  // larger ones when it holds more than that many times this), so that a
+  // push-pull's waiting calls stay within the servers' bounds
+  // (--max_waiting_calls). On 2 cores, 16 MiB in 1 MiB requests took about
+  // 0.8 times as long as in one (docs/performance.md). Where payloads cross
+  // a network (a server whose address is not loopback, and no shared
+  // memory with it) a share is cut into at least 64 requests (of a chunk
+  // at least): the link then bounds the step, and the
+  // pipeline fills and drains a request's worth of every link, so the step
+  // is about 1/64 of the share longer than the link's bound (4 emulated
+  // hosts, 64 MiB, co-located: 16 requests 1.15-1.23x the bound, 64
+  // 1.07-1.09x).
   int64_t max_request_bytes = 1 << 20;
   // The same for a server that shares memory with this worker
   // (shared_memory): requests then carry no payload bytes, and fewer,
@@ -83,7 +88,13 @@ struct GrpcPsClientOptions {
   // worker at once anyway). The more workers, the less each
   // needs in flight to keep the server busy (measured, 64 MiB, 4 workers x
   // 1 server, momentum 0.9: a 2 MiB window per worker peaked at 229 MiB
-  // server RSS against 281 MiB with 8 MiB, the step no slower).
+  // server RSS against 281 MiB with 8 MiB, the step no slower). Where
+  // payloads cross a network, 0 means ceil(2 / num_workers) requests
+  // whatever the share: every worker's bytes in flight to a server wait in
+  // the queue of its link, and more of them than the queue holds are lost
+  // and resent, unevenly between the flows, so some finish late (4
+  // emulated hosts, 64 MiB, 1 Gbit/s, in 64 requests: one in flight
+  // 1.07-1.09x the link's bound, the share-based window 1.07-1.21x).
   int64_t push_window_bytes = 0;
   // How gradients and weights travel (--wire_dtype): a 2-byte dtype halves
   // the bytes of a step; the servers keep float32 master weights.

@@ -133,6 +133,9 @@ TEST(ConnectionLimitsTest, TrainingGoesOnAndAWorkerRejoinsWhile2000IdleSocketsAr
     const auto version = [&] {
       return MetricValue(HttpGet(*metrics_port, "/metrics"), "psync_server_version");
     };
+    // "training steps" is the first worker's; steps flow once both are in.
+    const absl::Time flowing = absl::Now() + absl::Seconds(60);
+    while (!(version() >= 1) && absl::Now() < flowing) absl::SleepFor(absl::Milliseconds(20));
     version_before = version();
     IdleSockets sockets(port, 2000);
     held = sockets.size();

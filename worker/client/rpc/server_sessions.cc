@@ -136,12 +136,15 @@ void ServerSessions::StopBeating() {
 absl::StatusOr<std::vector<proto::RegisterResponse>> ServerSessions::Register(
     const AddOffer& add_offer) {
   proto::RegisterRequest req = RegisterRequest();
-  if (const int64_t bytes = static_cast<int64_t>(req.ByteSizeLong()); bytes > kMaxRegisterBytes) {
+  // Each server's shared-memory offer adds some tens of bytes to this.
+  constexpr int64_t kOfferRoom = 4096;
+  if (const int64_t bytes = static_cast<int64_t>(req.ByteSizeLong());
+      bytes > kMaxRegisterBytes - kOfferRoom) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Register: the registration takes ", bytes, " bytes (", layout_.tensors().size(),
         " tensors and ", req.frozen().tensors_size(),
         " frozen ones, with their names), over the servers' bound of ", kMaxRegisterBytes,
-        ": fewer tensors or shorter names"));
+        " less ", kOfferRoom, " for the shared-memory offers: fewer tensors or shorter names"));
   }
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options_.connect_timeout;

@@ -72,9 +72,9 @@ ABSL_FLAG(std::string, wire_dtype, "float32",
           "value; the servers keep float32 weights).");
 ABSL_FLAG(int64_t, push_window_kb, 0,
           "Push payload a worker keeps in flight to one server, in KiB (bounds the server's "
-          "receive buffers); 0: the server's share of the model / (2 x workers^2), two "
-          "requests at least (a request, two for a lone worker, where payloads cross a "
-          "network), and none for a share of one chunk or less.");
+          "receive buffers); 0: ceil(2 / workers) requests where payloads cross a network, "
+          "else max(ceil(2 / workers) requests, the server's share / (2 x workers^2)); none "
+          "for a share of one chunk or less.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "Fashion-MNIST directory.");
 ABSL_FLAG(int64_t, synthetic_samples, 0, "If > 0, train on this many synthetic samples instead.");
 ABSL_FLAG(double, lr, 0.1, "SGD learning rate.");

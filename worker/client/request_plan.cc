@@ -43,10 +43,10 @@ ServerPlan PlanServer(const Layout& layout, int server, const RequestSizing& siz
   // less: a server holding one whole chunk takes that much in flight from
   // every worker anyway, and a window over a share of several small chunks
   // would send them a round trip at a time, behind the other servers'
-  // queues. Where payloads cross a network it is a request (two for a lone
-  // worker), whatever the share: what a worker has in flight to a server
-  // is then what the link's queue holds for it, not a fraction of the
-  // model (GrpcPsClientOptions::push_window_bytes).
+  // queues. Where payloads cross a network it is a request of a chunk at
+  // least (two for a lone worker), whatever the share: what a worker has in
+  // flight to a server is then what the link's queue holds for it, not a
+  // fraction of the model (GrpcPsClientOptions::push_window_bytes).
   const int64_t n = sizing.num_workers;
   const int64_t chunk =
       layout.chunk_bytes() / int64_t{sizeof(float)} * WireBytes(sizing.wire_dtype);
@@ -55,7 +55,7 @@ ServerPlan PlanServer(const Layout& layout, int server, const RequestSizing& siz
     if (share <= chunk) {
       limit = share;
     } else if (payloads_cross_network) {
-      limit = CeilDiv(2, n) * request;
+      limit = CeilDiv(2, n) * std::max(request, chunk);
     } else {
       limit = std::max(CeilDiv(2, n) * request, share / (2 * n * n));
     }

@@ -21,7 +21,7 @@ namespace psync {
 // within 4096 (--max_waiting_calls' default) up to 128 workers.
 constexpr int64_t kMaxRequestsPerServer = 64;
 int64_t MaxRequestsPerServer(int num_workers);
-// ... and at least, where payloads cross a network (see
+// ... and at least, where payloads cross a network, within that most (see
 // GrpcPsClientOptions::max_request_bytes).
 constexpr int64_t kMinRequestsAcrossNetwork = 64;
 

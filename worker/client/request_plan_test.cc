@@ -95,6 +95,10 @@ TEST(RequestPlanTest, AcrossANetworkTheWindowIsARequest) {
   EXPECT_EQ(plan.window, 1 << 20);
   sizing.num_workers = 1;
   EXPECT_EQ(PlanServer(layout, 0, sizing, link).window, 2 << 20);
+  // A share of a few chunks: requests of a chunk (share / 64 is less), and
+  // a lone worker keeps two of them in flight.
+  const Layout small = OneServer(1 << 18, 1 << 16);  // 1 MiB in 256 KiB chunks
+  EXPECT_EQ(PlanServer(small, 0, sizing, link).window, 512 << 10);
   sizing.num_workers = 4;
   link.shared = true;
   plan = PlanServer(layout, 0, sizing, link);

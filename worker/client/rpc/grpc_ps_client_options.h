@@ -63,7 +63,8 @@ struct GrpcPsClientOptions {
   // 0.8 times as long as in one (docs/performance.md). Where payloads cross
   // a network (a server whose address is not loopback, and no shared
   // memory with it) a share is cut into at least 64 requests (of a chunk
-  // at least): the link then bounds the step, and the
+  // at least; 32 with more than 32 workers): the link then bounds the
+  // step, and the
   // pipeline fills and drains a request's worth of every link, so the step
   // is about 1/64 of the share longer than the link's bound (4 emulated
   // hosts, 64 MiB, co-located: 16 requests 1.15-1.23x the bound, 64

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -133,25 +134,29 @@ TEST(ConnectionLimitsTest, TrainingGoesOnAndAWorkerRejoinsWhile2000IdleSocketsAr
     const auto version = [&] {
       return MetricValue(HttpGet(*metrics_port, "/metrics"), "psync_server_version");
     };
+    // Waits for the job's progress, not for time, within a minute.
+    const auto wait_until = [](const std::function<bool()>& done) {
+      const absl::Time deadline = absl::Now() + absl::Seconds(60);
+      while (!done() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+    };
     // "training steps" is the first worker's; steps flow once both are in.
-    const absl::Time flowing = absl::Now() + absl::Seconds(60);
-    while (!(version() >= 1) && absl::Now() < flowing) absl::SleepFor(absl::Milliseconds(20));
+    wait_until([&] { return version() >= 1; });
     version_before = version();
     IdleSockets sockets(port, 2000);
     held = sockets.size();
-    absl::SleepFor(absl::Seconds(1));
+    wait_until([&] { return version() > version_before; });
     version_held = version();  // training went on while they were opened
-    // A worker dies and its replacement must connect and register anew.
+    // A worker dies and its replacement must connect and register anew (a
+    // line on each log, as the first registration).
     ASSERT_EQ(kill(ReadPid(pid_dir + "/worker-1.pid"), SIGKILL), 0);
     ASSERT_TRUE(WaitForOutput(*launcher, "restarting it", absl::Now() + absl::Seconds(30)));
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (Count(launcher->output(), "[worker 1] ") > 0 &&
-           Count(launcher->output(), "worker 1 registered") < 2 && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    absl::SleepFor(absl::Seconds(2));
+    wait_until([&] { return Count(launcher->output(), "worker 1 registered") >= 4; });
+    const double rejoined = version();
+    // Steps flow again, and the server has closed the idle sockets (past
+    // --handshake_timeout_s).
+    wait_until([&] { return version() > rejoined && sockets.ClosedByPeer() == 2000; });
     version_after = version();
-    closed_by_server = sockets.ClosedByPeer();  // past --handshake_timeout_s
+    closed_by_server = sockets.ClosedByPeer();
   };
   const JobRun run =
       RunLaunch("idle_sockets",

@@ -1,22 +1,39 @@
 """Real psync_server processes for the Python tests: K servers of one job on
 127.0.0.1, started from the test's runfiles, ready once each has written its
-port file, stopped (SIGTERM, then SIGKILL) when the `with` block ends."""
+port file, stopped (SIGTERM, then SIGKILL) when the `with` block ends.
+
+Every server is told every address before it starts, so the ports are picked
+here and bound by the servers later: another process may take one meanwhile.
+A server that fails to start with the exit code of a failure a restart may
+cure (1, as a port taken is) is started again, with all the job's servers, on
+fresh ports."""
 
 import os
 import socket
 import subprocess
 import time
 import urllib.request
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 BOUND_S = 60  # the longest a server may take to start or stop
+START_TRIES = 3  # a port taken between its pick and the server's bind, twice more
+EXIT_FAILED = 1  # psync's exit code of a failure a restart may cure
+
+_handed_out = set()  # every port free_port returned in this process
 
 
 def free_port() -> int:
-    """A port nothing listens on now (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now (bound, then closed), never one this
+    process was given before: the kernel may pick a port it just freed again,
+    and two servers of one job, or a server's port and its metrics port, would
+    then be the same (a bad configuration)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 class Servers:
@@ -25,13 +42,27 @@ class Servers:
     `metrics_ports` where each serves its Prometheus metrics."""
 
     def __init__(self, job: Sequence[str], count: int = 1) -> None:
-        self.addresses: List[str] = [f"127.0.0.1:{free_port()}" for _ in range(count)]
-        self.flag = "--servers=" + ",".join(self.addresses)
-        self.metrics_ports: List[int] = [free_port() for _ in range(count)]
+        self._count = count
         self._job = list(job)
         self._processes: List[subprocess.Popen] = []
 
     def __enter__(self) -> "Servers":
+        for attempt in range(1, START_TRIES + 1):
+            code = self._start()
+            if code is None:
+                return self
+            if code != EXIT_FAILED:
+                break
+        raise RuntimeError(f"psync_server did not start (exit code {code}, "
+                           f"attempt {attempt} of {START_TRIES})")
+
+    def _start(self) -> Optional[int]:
+        """Starts the servers on fresh ports; None once all are listening, else
+        the exit code of one that did not start (all are stopped then)."""
+        self.addresses: List[str] = [f"127.0.0.1:{free_port()}" for _ in range(self._count)]
+        self.flag = "--servers=" + ",".join(self.addresses)
+        self.metrics_ports: List[int] = [free_port() for _ in range(self._count)]
+        self._processes = []
         runfiles = os.path.join(os.environ["TEST_SRCDIR"], "psync")
         tmp = os.environ["TEST_TMPDIR"]
         port_files = []
@@ -44,14 +75,13 @@ class Servers:
                  "--port_file=" + port_file, f"--metrics_port={self.metrics_ports[rank]}"] +
                 self._job))
         deadline = time.monotonic() + BOUND_S
-        for rank, (process, port_file) in enumerate(zip(self._processes, port_files)):
+        for process, port_file in zip(self._processes, port_files):
             while not os.path.exists(port_file):
                 if process.poll() is not None or time.monotonic() > deadline:
                     self.__exit__(None, None, None)
-                    raise RuntimeError(f"psync_server {rank} did not start "
-                                       f"(exit code {process.returncode})")
+                    return process.returncode
                 time.sleep(0.05)
-        return self
+        return None
 
     def __exit__(self, *_unused) -> None:
         for p in self._processes:

@@ -4,7 +4,6 @@ import check and the installed package. Run by run_python_test.sh with the inter
 for; bounds its own time and stops its server."""
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ import torch
 
 import psync
 import psync.torch as pt
+from psync_servers import free_port
 
 RUNFILES = os.path.join(os.environ["TEST_SRCDIR"], "psync")
 TMP = os.environ["TEST_TMPDIR"]
@@ -41,12 +41,6 @@ def start_server(metrics_port):
         time.sleep(0.05)
     with open(port_file) as f:
         return server, int(f.read().strip())
-
-
-def free_port():
-    with socket.socket() as s:  # nothing listens on it once closed
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pulls_waiting(metrics_port):

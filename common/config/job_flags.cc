@@ -124,8 +124,9 @@ ABSL_FLAG(int32_t, trace_steps, 20, "Steps --trace records.");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address a server listens on (0.0.0.0 for all).");
 ABSL_FLAG(int32_t, port, 0, "Port a server listens on; 0 picks a free one.");
 ABSL_FLAG(int32_t, max_message_mb, 256,
-          "Largest gRPC message accepted or sent, in MiB: every chunk must fit with 1 MiB to "
-          "spare; workers cut larger shares into requests that fit.");
+          "Largest payload message accepted or sent, in MiB (a registration may take up to 8 "
+          "whatever it is): every chunk must fit with 1 MiB to spare; workers cut larger shares "
+          "into requests that fit.");
 ABSL_FLAG(int32_t, max_waiting_calls, 4096,
           "Pulls and push-pulls a server lets wait for their version at once; more get "
           "RESOURCE_EXHAUSTED, which workers retry.");

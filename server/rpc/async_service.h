@@ -96,8 +96,8 @@ class ServerCall {
 };
 
 // A unary call of a method whose request is Req: a grpc::ByteBuffer (a
-// payload the method decodes itself, bounded by the server's message size
-// limit alone), or a protobuf message.
+// payload the method decodes itself, within its method's bound: the job's
+// message limit), or a protobuf message.
 //
 // The call is admitted (its metadata checked: the token) before its request
 // is read. gRPC reads a unary method's request whole before it hands the
@@ -120,8 +120,8 @@ class UnaryCall final : public ServerCall {
   // A method as served: runs a call that arrived (which answers through
   // Finish, now or later), and asks gRPC for the next call of the method.
   struct Served {
-    std::string name;                // the method's own name, for errors
-    int64_t max_request_bytes = 0;   // of a protobuf request
+    std::string name;               // the method's own name, for errors
+    int64_t max_request_bytes = 0;  // of a request, on the wire
     // Whether a call may be run, from its metadata alone (e.g. its token):
     // a call it refuses is answered with its status, its request unread.
     // Null: every call is.
@@ -185,6 +185,14 @@ class UnaryCall final : public ServerCall {
     if constexpr (kProtobufRequest) {
       const grpc::Status parsed = Parse();
       if (!parsed.ok()) return Finish(parsed);
+    } else if (request_.Length() > static_cast<size_t>(method_->max_request_bytes)) {
+      // A payload's bound is the job's message limit, which the transport's
+      // own limit (the largest of all methods' bounds) may exceed.
+      return Finish(
+          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       absl::StrCat(method_->name, ": the request has ", request_.Length(),
+                                    " bytes, over the message limit of ",
+                                    method_->max_request_bytes, " (--max_message_mb)")));
     }
     method_->run(this);
   }
@@ -244,7 +252,7 @@ class UnaryCall final : public ServerCall {
 // queues once the server has started.
 class AsyncService : public grpc::Service {
  public:
-  // A protobuf request's bound unless its method names another.
+  // A request's bound unless its method names another.
   static constexpr int64_t kMaxControlRequestBytes = int64_t{1} << 20;
 
   // Answers every call the service holds open, and every later one at
@@ -264,7 +272,8 @@ class AsyncService : public grpc::Service {
   // Adds the method `name` ("/package.Service/Method"); `run` handles each
   // call of it, on the thread of the queue it arrived on. A protobuf
   // request of more than `max_request_bytes` is refused with
-  // INVALID_ARGUMENT, as is one that does not parse, before `run`; `admit`
+  // INVALID_ARGUMENT, as is one that does not parse, a byte buffer one
+  // (a payload) with RESOURCE_EXHAUSTED, before `run`; `admit`
   // (if set) sees each call's metadata before its request is read
   // (UnaryCall::Served::admit).
   template <typename Req, typename Resp>

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/model/layout.h"
 #include "common/process/listen_error.h"
 #include "common/rpc/channel.h"
 #include "grpcpp/grpcpp.h"
@@ -82,10 +83,10 @@ class GrpcServerImpl final : public GrpcServer {
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     AddConnectionBounds(builder);
-    const int limit = static_cast<int>(
-        std::min<int64_t>(store_->options().max_message_bytes, INT32_MAX));
-    builder.SetMaxReceiveMessageSize(limit);
-    builder.SetMaxSendMessageSize(limit);
+    builder.SetMaxReceiveMessageSize(
+        static_cast<int>(std::min<int64_t>(LargestRequestBytes(store_->options()), INT32_MAX)));
+    builder.SetMaxSendMessageSize(
+        static_cast<int>(std::min<int64_t>(store_->options().max_message_bytes, INT32_MAX)));
     AddRequestMemoryBounds(builder);
     server_ = AsyncServer::Start(builder, {service_.get(), &health_}, rpc_threads_);
     if (server_ == nullptr || port_ == 0) {
@@ -178,8 +179,12 @@ class GrpcServerImpl final : public GrpcServer {
 
 }  // namespace
 
+int64_t LargestRequestBytes(const ShardStoreOptions& store) {
+  return std::max(store.max_message_bytes, kMaxRegisterBytes);
+}
+
 int64_t RequestMemoryBound(const ShardStoreOptions& store) {
-  return store.max_message_bytes * (int64_t{store.num_workers} + 1);
+  return LargestRequestBytes(store) * (int64_t{store.num_workers} + 1);
 }
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(ShardStore* store,

@@ -63,9 +63,15 @@ struct GrpcServerOptions {
   MetricRegistry* metrics = nullptr;
 };
 
+// The largest request a server's transport takes: the message limit
+// (max_message_bytes, of payloads) or a registration's bound
+// (kMaxRegisterBytes), whichever is larger. Each method refuses more than
+// its own bound (ParameterService).
+int64_t LargestRequestBytes(const ShardStoreOptions& store);
+
 // The memory a server lets requests hold, at most: gRPC's memory quota
-// for its transports (docs/security.md). A whole message per worker and one
-// more: max_message_bytes x (num_workers + 1).
+// for its transports (docs/security.md). A whole request per worker and
+// one more: LargestRequestBytes x (num_workers + 1).
 int64_t RequestMemoryBound(const ShardStoreOptions& store);
 
 // Owns the gRPC server and its threads. Thread-safe.

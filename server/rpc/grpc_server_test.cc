@@ -449,13 +449,21 @@ TEST_F(GrpcServerTest, BadNarrowRequestsNameTheChunkAndTheValue) {
   EXPECT_TRUE(status.waiting_for().empty());
 }
 
-TEST_F(GrpcServerTest, OversizedRequestIsRefusedByTheTransport) {
+TEST_F(GrpcServerTest, OversizedPushIsRefusedNamingTheLimit) {
   StartServer(0, 1, /*max_message_bytes=*/2 << 20);
   const uint64_t s0 = Register(0);
   proto::PushRequest push = PushOf(0, s0, 0, 1.0f);
   push.mutable_chunks(0)->set_data(std::string(3 << 20, '\0'));
   proto::PushResponse pushed;
   grpc::Status st = Call(&proto::ParameterServer::Stub::Push, push, &pushed);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_THAT(st.error_message(),
+              HasSubstr(absl::StrCat("Push: the request has ", push.ByteSizeLong(),
+                                     " bytes, over the message limit of 2097152 "
+                                     "(--max_message_mb)")));
+  // The transport's own limit, a registration's bound, refuses more.
+  push.mutable_chunks(0)->set_data(std::string(9 << 20, '\0'));
+  st = Call(&proto::ParameterServer::Stub::Push, push, &pushed);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
   // A PushPull whose answer (as large as its payload) would not fit in the
   // limit with its headroom is refused before its push is applied.

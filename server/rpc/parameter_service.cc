@@ -92,9 +92,11 @@ class ParameterService final : public AsyncService {
                  options.shared_memory, [store] { return store->CurrentLayout(); }) {
     Add<proto::RegisterRequest, proto::RegisterResponse>("Register", &ParameterService::Register,
                                                          kMaxRegisterBytes);
-    Add<grpc::ByteBuffer, grpc::ByteBuffer>("Push", &ParameterService::Push);
+    const int64_t payload_bound = store->options().max_message_bytes;
+    Add<grpc::ByteBuffer, grpc::ByteBuffer>("Push", &ParameterService::Push, payload_bound);
     Add<proto::PullRequest, grpc::ByteBuffer>("Pull", &ParameterService::Pull, kMaxPullBytes);
-    Add<grpc::ByteBuffer, grpc::ByteBuffer>("PushPull", &ParameterService::PushPull);
+    Add<grpc::ByteBuffer, grpc::ByteBuffer>("PushPull", &ParameterService::PushPull,
+                                            payload_bound);
     Add<proto::StatusRequest, proto::StatusResponse>("GetStatus", &ParameterService::GetStatus);
     Add<proto::HeartbeatRequest, proto::HeartbeatResponse>("Heartbeat",
                                                            &ParameterService::Heartbeat);
@@ -112,7 +114,7 @@ class ParameterService final : public AsyncService {
   template <typename Req, typename Resp>
   using WaitingMethod = void (ParameterService::*)(UnaryCall<Req, Resp>*, Reply);
 
-  // `max_request_bytes` bounds a protobuf request (AsyncService::AddUnary).
+  // `max_request_bytes` bounds a request (AsyncService::AddUnary).
   // The two overloads are twins on purpose: the method's type (answers at
   // once, or may wait) chooses how its Reply is called, at compile time.
   template <typename Req, typename Resp>

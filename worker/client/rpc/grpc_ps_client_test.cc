@@ -618,23 +618,28 @@ TEST(GrpcPsClientTest, RequestsFitTheServersMessageLimit) {
 
 // A model of many small tensors registers, though its registration (every
 // tensor's name and shape) is larger than any push-pull: 20,000 one-float
-// tensors with 100-byte names, about 2 MiB of Register against 80 KB of
-// weights.
+// tensors with 120-byte names, about 2.6 MB of Register against 80 KB of
+// weights, also with a server whose message limit (2 MiB, the smallest
+// --max_message_mb) is below it: a registration has its own bound.
 TEST(GrpcPsClientTest, RegistersAModelWhoseRegistrationIsLargerThanItsWeights) {
   std::vector<TensorSpec> tensors;
   for (int i = 0; i < 20000; ++i) {
-    tensors.push_back({absl::StrCat(std::string(94, 'p'), absl::Dec(i, absl::kZeroPad6)), {1}});
+    tensors.push_back({absl::StrCat(std::string(114, 'p'), absl::Dec(i, absl::kZeroPad6)), {1}});
   }
   const Layout layout = *Layout::Create(tensors, 256 << 10, 1, 3);
-  InProcessServer server(0, 1, 1);
-  auto client = Client(layout, {server.address()});
-  ASSERT_EQ(client->Register().status(), absl::OkStatus());
-  std::vector<float> grads(layout.total_elements(), 0.5f), w(grads.size());
-  ASSERT_EQ(client->PushPull(0, 1, grads.data(), w.data()), absl::OkStatus());
-  std::vector<float> expected = InitialWeights(layout);
-  for (float& v : expected) v -= 0.5f;
-  EXPECT_EQ(w, expected);
+  for (int64_t limit : {int64_t{64} << 20, int64_t{2} << 20}) {
+    SCOPED_TRACE(limit);
+    InProcessServer server(0, 1, 1, 0, absl::Seconds(2), 0, limit);
+    auto client = Client(layout, {server.address()});
+    ASSERT_EQ(client->Register().status(), absl::OkStatus());
+    std::vector<float> grads(layout.total_elements(), 0.5f), w(grads.size());
+    ASSERT_EQ(client->PushPull(0, 1, grads.data(), w.data()), absl::OkStatus());
+    std::vector<float> expected = InitialWeights(layout);
+    for (float& v : expected) v -= 0.5f;
+    EXPECT_EQ(w, expected);
+  }
   // One over the servers' bound is refused before it is sent, saying why.
+  InProcessServer server(0, 1, 1);
   for (TensorSpec& t : tensors) t.name += std::string(330, 'q');
   auto over = Client(*Layout::Create(tensors, 256 << 10, 1, 3), {server.address()});
   const absl::Status refused = over->Register().status();

@@ -17,8 +17,8 @@
 namespace psync {
 namespace {
 
-// Streams a connection may open besides its waiting pulls: a worker's push
-// window, at most kMaxRequestsPerServer (64) requests (worker/client/
+// Streams a connection may open besides its waiting pulls: a worker's
+// automatic push window, at most 64 requests (worker/client/
 // request_plan.h), and control calls.
 constexpr int kStreamsBesidesWaiting = 96;
 

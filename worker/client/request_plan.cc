@@ -14,7 +14,7 @@ int64_t WireSize(const Layout& layout, int32_t id, WireDType dtype) {
 }  // namespace
 
 int64_t MaxRequestsPerServer(int num_workers) {
-  return num_workers > 32 ? kMaxRequestsPerServer / 2 : kMaxRequestsPerServer;
+  return std::clamp<int64_t>(2048 / std::max(num_workers, 1), 32, kMaxRequestsPerServer);
 }
 
 ServerPlan PlanServer(const Layout& layout, int server, const RequestSizing& sizing,
@@ -22,18 +22,18 @@ ServerPlan PlanServer(const Layout& layout, int server, const RequestSizing& siz
   ServerPlan plan;
   int64_t& share = plan.share;
   for (int32_t id : layout.ChunksOnServer(server)) share += WireSize(layout, id, sizing.wire_dtype);
-  // About max_request_bytes (shared_request_bytes), smaller where payloads
+  // About max_request_bytes (shared_request_bytes): smaller where payloads
   // cross a network and that would leave the share fewer than
-  // kMinRequestsAcrossNetwork requests, larger where it would cut it into
-  // more than MaxRequestsPerServer, and always within the server's
-  // message limit (a chunk goes whole: the server refuses at Register a
-  // chunk that would not fit).
+  // kMinRequestsAcrossNetwork requests, larger where they do not and it
+  // would cut it into more than kMaxRequestsOnOneHost, larger where it
+  // would cut it into more than MaxRequestsPerServer, and always within
+  // the server's message limit (a chunk goes whole: the server refuses at
+  // Register a chunk that would not fit).
   const bool payloads_cross_network = link.across_network && !link.shared;
   int64_t& request = plan.request;
   request = link.shared ? sizing.shared_request_bytes : sizing.max_request_bytes;
-  if (payloads_cross_network) {
-    request = std::min(request, CeilDiv(share, kMinRequestsAcrossNetwork));
-  }
+  request = payloads_cross_network ? std::min(request, CeilDiv(share, kMinRequestsAcrossNetwork))
+                                   : std::max(request, CeilDiv(share, kMaxRequestsOnOneHost));
   request =
       std::max({request, CeilDiv(share, MaxRequestsPerServer(sizing.num_workers)), int64_t{1}});
   if (link.message_limit > kMessageHeadroomBytes) {

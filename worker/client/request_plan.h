@@ -16,14 +16,17 @@
 namespace psync {
 
 // Requests one push-pull of a whole server's share is cut into, at most
-// (see GrpcPsClientOptions::max_request_bytes): 64, or 32 in a job of more
-// than 32 workers, so that all workers' waiting calls on one server stay
-// within 4096 (--max_waiting_calls' default) up to 128 workers.
-constexpr int64_t kMaxRequestsPerServer = 64;
+// (see GrpcPsClientOptions::max_request_bytes): 2048 / num_workers within
+// 32..256, so that all workers' waiting calls on one server stay within
+// 2048, half of --max_waiting_calls' default of 4096, up to 64 workers,
+// and within 4096 up to 128.
+constexpr int64_t kMaxRequestsPerServer = 256;
 int64_t MaxRequestsPerServer(int num_workers);
-// ... and at least, where payloads cross a network, within that most (see
-// GrpcPsClientOptions::max_request_bytes).
-constexpr int64_t kMinRequestsAcrossNetwork = 64;
+// Within that most: at least kMinRequestsAcrossNetwork where payloads cross
+// a network, and at most kMaxRequestsOnOneHost where they do not (larger
+// requests cost less CPU there, and the cores, not a link, bound the step).
+constexpr int64_t kMinRequestsAcrossNetwork = 256;
+constexpr int64_t kMaxRequestsOnOneHost = 64;
 
 // The client's settings that size requests (GrpcPsClientOptions' fields of
 // the same names).

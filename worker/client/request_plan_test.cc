@@ -31,8 +31,8 @@ TEST(RequestPlanTest, AShareWithinOneRequestGoesWhole) {
   EXPECT_EQ(plan.window, 0);
 }
 
-TEST(RequestPlanTest, AcrossANetworkAShareIsCutIntoAtLeast64Requests) {
-  const Layout layout = OneServer(256, 2);  // 1 KiB
+TEST(RequestPlanTest, AcrossANetworkAShareIsCutIntoAtLeast256Requests) {
+  const Layout layout = OneServer(1024, 2);  // 4 KiB
   ServerLink link;
   link.across_network = true;
   EXPECT_EQ(PlanServer(layout, 0, RequestSizing(), link).request, 16);
@@ -40,15 +40,27 @@ TEST(RequestPlanTest, AcrossANetworkAShareIsCutIntoAtLeast64Requests) {
   EXPECT_EQ(PlanServer(layout, 0, RequestSizing(), link).request, 1 << 20);
 }
 
-TEST(RequestPlanTest, ALargeShareIsCutIntoAtMost64RequestsOr32WithManyWorkers) {
+// At most 2048 / workers requests within 32..256, so that all workers'
+// waiting calls on a server stay within its bound; on one host at most 64.
+TEST(RequestPlanTest, ALargeShareIsCutIntoAtMostMaxRequestsPerServer) {
+  EXPECT_EQ(MaxRequestsPerServer(1), 256);
+  EXPECT_EQ(MaxRequestsPerServer(8), 256);
+  EXPECT_EQ(MaxRequestsPerServer(16), 128);
+  EXPECT_EQ(MaxRequestsPerServer(32), 64);
+  EXPECT_EQ(MaxRequestsPerServer(64), 32);
+  EXPECT_EQ(MaxRequestsPerServer(1000), 32);
   const Layout layout = OneServer(16 << 20, 1 << 16);  // 64 MiB
   RequestSizing sizing;
   sizing.max_request_bytes = 1 << 10;
-  EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).request, 1 << 20);
-  sizing.num_workers = 32;
-  EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).request, 1 << 20);
-  sizing.num_workers = 33;
-  EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).request, 2 << 20);
+  EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).request, 1 << 20);  // 64 on one host
+  ServerLink link;
+  link.across_network = true;
+  sizing.num_workers = 4;
+  EXPECT_EQ(PlanServer(layout, 0, sizing, link).request, 256 << 10);
+  sizing.num_workers = 16;
+  EXPECT_EQ(PlanServer(layout, 0, sizing, link).request, 512 << 10);
+  sizing.num_workers = 64;
+  EXPECT_EQ(PlanServer(layout, 0, sizing, link).request, 2 << 20);
 }
 
 TEST(RequestPlanTest, SharedMemoryTakesItsOwnRequestSize) {
@@ -91,11 +103,11 @@ TEST(RequestPlanTest, AcrossANetworkTheWindowIsARequest) {
   ServerLink link;
   link.across_network = true;
   ServerPlan plan = PlanServer(layout, 0, sizing, link);
-  EXPECT_EQ(plan.request, 1 << 20);
-  EXPECT_EQ(plan.window, 1 << 20);
+  EXPECT_EQ(plan.request, 256 << 10);
+  EXPECT_EQ(plan.window, 256 << 10);
   sizing.num_workers = 1;
-  EXPECT_EQ(PlanServer(layout, 0, sizing, link).window, 2 << 20);
-  // A share of a few chunks: requests of a chunk (share / 64 is less), and
+  EXPECT_EQ(PlanServer(layout, 0, sizing, link).window, 512 << 10);
+  // A share of a few chunks: requests of a chunk (share / 256 is less), and
   // a lone worker keeps two of them in flight.
   const Layout small = OneServer(1 << 18, 1 << 16);  // 1 MiB in 256 KiB chunks
   EXPECT_EQ(PlanServer(small, 0, sizing, link).window, 512 << 10);

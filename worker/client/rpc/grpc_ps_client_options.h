@@ -55,20 +55,22 @@ struct GrpcPsClientOptions {
   // payload bytes (whole chunks; a chunk larger than this goes alone), all
   // in flight at once: the server applies each request's chunks as soon as
   // every worker's copy is in, and answers with their new weights while
-  // later requests still arrive (within push_window_bytes). A server's
-  // share is cut into at most 64 requests (32 with more than 32 workers;
-  // larger ones when it holds more than that many times this), so that a
-  // push-pull's waiting calls stay within the servers' bounds
-  // (--max_waiting_calls). On 2 cores, 16 MiB in 1 MiB requests took about
-  // 0.8 times as long as in one (docs/performance.md). Where payloads cross
-  // a network (a server whose address is not loopback, and no shared
-  // memory with it) a share is cut into at least 64 requests (of a chunk
-  // at least; 32 with more than 32 workers): the link then bounds the
-  // step, and the
-  // pipeline fills and drains a request's worth of every link, so the step
-  // is about 1/64 of the share longer than the link's bound (4 emulated
-  // hosts, 64 MiB, co-located: 16 requests 1.15-1.23x the bound, 64
-  // 1.07-1.09x).
+  // later requests still arrive (within push_window_bytes). On one host
+  // a server's share is cut into at most 64 requests (larger ones when it
+  // holds more than that many times this): on 2 cores, 16 MiB in 1 MiB
+  // requests took about 0.8 times as long as in one, and a 256 MiB share
+  // in 256 requests 1.1-1.3x as long as in 64 (docs/performance.md).
+  // Where payloads cross a network (a server whose address is not
+  // loopback, and no shared memory with it) a share is cut into at least
+  // 256 requests (of a chunk at least): the link then bounds the step, and
+  // the pipeline fills and drains a request's worth of every link, so the
+  // step is about 1/R of the share longer than the link's bound for R
+  // requests (4 emulated hosts, 64 MiB, co-located: 16 requests 1.15-1.23x
+  // the bound, 64 1.07-1.09x; 256 MiB: 64 requests 1.12-1.18x, 256
+  // 1.06-1.07x). Everywhere at most 2048 / num_workers requests within
+  // 32..256 (MaxRequestsPerServer, worker/client/request_plan.h), so that
+  // a push-pull's waiting calls stay within the servers' bounds
+  // (--max_waiting_calls).
   int64_t max_request_bytes = 1 << 20;
   // The same for a server that shares memory with this worker
   // (shared_memory): requests then carry no payload bytes, and fewer,

@@ -573,11 +573,11 @@ TEST(GrpcPsClientTest, AFailedWindowedPushEndsItsPull) {
 }
 
 // A server's share goes as one request of up to max_request_bytes on
-// loopback (the cores bound a step there), and in at least 64 across a
+// loopback (the cores bound a step there), and in at least 256 across a
 // network (the link does, and the pipeline fills and drains a request).
 TEST(GrpcPsClientTest, ASmallShareIsCutIntoMoreRequestsAcrossANetwork) {
   // 8 chunks of 2 floats on one server: 64 bytes. Across a network at
-  // least 64 requests, a chunk at least each: 8 calls.
+  // least 256 requests, a chunk at least each: 8 calls.
   const Layout layout = *Layout::Create({{"w", {16}}}, 8, 1, 3);
   std::vector<float> grads(layout.total_elements(), 0.5f), w(grads.size());
   const std::string other = NonLoopbackIpv4Address();

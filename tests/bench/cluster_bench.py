@@ -22,6 +22,11 @@ Each row also gives the CPU its processes spent per step over the step's
 time, as cores busy: near the machine's core count the cores, not the
 links, bound the run, and the row says so.
 
+At the end, the ratios side by side: psync co-located against gloo on the
+same hosts, and psync with servers on hosts of their own against gloo on
+the workers' hosts alone (the same workers: BytePS' comparison, where
+CPU-only machines are added to carry the servers).
+
 Run through tests/bench/cluster_bench.sh, which builds and checks for root.
 """
 import argparse
@@ -368,6 +373,17 @@ def main():
                       f"{by['colocated']['ms'] / by['gloo']['ms']:.2f}"
                       + (f", separate / gloo {by['separate']['ms'] / by['gloo']['ms']:.2f}"
                          if "separate" in by else ""))
+    # The same workers (BytePS' comparison): servers on hosts of their own
+    # beside them, against gloo on the workers' hosts alone.
+    for n in host_counts:
+        workers = n - max(1, n // 2)
+        for mb in sizes:
+            sep = [r for r in rows if r["hosts"] == n and r["mb"] == mb and r["kind"] == "separate"]
+            ring = [r for r in rows if r["hosts"] == workers and r["mb"] == mb and r["kind"] == "gloo"]
+            if sep and ring:
+                print(f"{workers} workers, {mb:g} MiB: psync with {n - workers} server host(s) "
+                      f"beside them / gloo on their {workers} hosts "
+                      f"{sep[0]['ms'] / ring[0]['ms']:.2f}")
     return 0
 
 

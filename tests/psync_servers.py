@@ -75,11 +75,14 @@ class Servers:
                  "--port_file=" + port_file, f"--metrics_port={self.metrics_ports[rank]}"] +
                 self._job))
         deadline = time.monotonic() + BOUND_S
-        for process, port_file in zip(self._processes, port_files):
+        for rank, (process, port_file) in enumerate(zip(self._processes, port_files)):
             while not os.path.exists(port_file):
-                if process.poll() is not None or time.monotonic() > deadline:
+                if process.poll() is not None:
                     self.__exit__(None, None, None)
                     return process.returncode
+                if time.monotonic() > deadline:
+                    self.__exit__(None, None, None)
+                    raise RuntimeError(f"psync_server {rank} wrote no port file in {BOUND_S} s")
                 time.sleep(0.05)
         return None
 

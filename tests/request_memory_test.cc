@@ -5,7 +5,7 @@
 // leave the server's peak RSS within the bound of unauthenticated requests
 // and a legitimate call's median latency within twice its idle median (and
 // 2 ms). With the token, large pushes hold no more than the server's memory
-// quota and one message.
+// quota and one request.
 #include <algorithm>
 #include <atomic>
 #include <fstream>
@@ -260,8 +260,8 @@ TEST_F(RequestMemoryTest, ClientCertificateWithoutTokenCostsNoMemory) { RunAttac
 TEST_F(RequestMemoryTest, TokenOnlyServerWithoutTokenCostsNoMemory) { RunAttack(false); }
 
 // Admitted calls are read, but what they hold is bounded by the quota,
-// max_message_mb x (num_workers + 1) (RequestMemoryBound), and about one
-// message more, what arrives before gRPC reclaims (measured: 26 to 60 MiB
+// max(max_message_mb, 8) MiB x (num_workers + 1) (RequestMemoryBound), and
+// about one request more, what arrives before gRPC reclaims (measured: 26 to 60 MiB
 // over a 128 MiB quota in 16 runs): 8 x 60 MiB of concurrent pushes with the token, against a 128 MiB quota.
 // Those the quota cancels get RESOURCE_EXHAUSTED, the rest their answer
 // (the job has no worker registered: FAILED_PRECONDITION).

@@ -11,6 +11,24 @@ int64_t WireSize(const Layout& layout, int32_t id, WireDType dtype) {
   return layout.chunks()[id].num_elements * WireBytes(dtype);
 }
 
+// The request size, `request` at least, that cuts `ids` into at most `most`
+// requests. Chunks go whole, so requests sized between one and two chunks
+// would each carry one, up to twice as many as share / request: a size
+// over a chunk that cuts too many is taken in whole chunks (`chunk`, a full
+// one's bytes), then grown while a mix of chunk sizes still cuts too many.
+int64_t WithinMostRequests(const Layout& layout, absl::Span<const int32_t> ids, WireDType dtype,
+                           int64_t request, int64_t chunk, int64_t most) {
+  while (true) {
+    const auto count = static_cast<int64_t>(CutIntoRequests(layout, ids, dtype, request).size());
+    if (count <= most) return request;
+    if (request > chunk && request % chunk != 0) {
+      request = CeilDiv(request, chunk) * chunk;
+    } else {
+      request = std::max(CeilDiv(request * count, most), request + request / 16 + 1);
+    }
+  }
+}
+
 }  // namespace
 
 int64_t MaxRequestsPerServer(int num_workers) {
@@ -28,14 +46,19 @@ ServerPlan PlanServer(const Layout& layout, int server, const RequestSizing& siz
   // would cut it into more than kMaxRequestsOnOneHost, larger where it
   // would cut it into more than MaxRequestsPerServer, and always within
   // the server's message limit (a chunk goes whole: the server refuses at
-  // Register a chunk that would not fit).
+  // Register a chunk that would not fit; a share many times that limit is
+  // cut into as many requests as it takes).
   const bool payloads_cross_network = link.across_network && !link.shared;
+  const int64_t n = sizing.num_workers;
+  const int64_t chunk =
+      layout.chunk_bytes() / int64_t{sizeof(float)} * WireBytes(sizing.wire_dtype);
   int64_t& request = plan.request;
   request = link.shared ? sizing.shared_request_bytes : sizing.max_request_bytes;
   request = payloads_cross_network ? std::min(request, CeilDiv(share, kMinRequestsAcrossNetwork))
                                    : std::max(request, CeilDiv(share, kMaxRequestsOnOneHost));
-  request =
-      std::max({request, CeilDiv(share, MaxRequestsPerServer(sizing.num_workers)), int64_t{1}});
+  const int64_t most = MaxRequestsPerServer(sizing.num_workers);
+  request = WithinMostRequests(layout, layout.ChunksOnServer(server), sizing.wire_dtype,
+                               std::max({request, CeilDiv(share, most), int64_t{1}}), chunk, most);
   if (link.message_limit > kMessageHeadroomBytes) {
     request = std::min(request, link.message_limit - kMessageHeadroomBytes);
   }
@@ -47,9 +70,6 @@ ServerPlan PlanServer(const Layout& layout, int server, const RequestSizing& siz
   // least (two for a lone worker), whatever the share: what a worker has in
   // flight to a server is then what the link's queue holds for it, not a
   // fraction of the model (GrpcPsClientOptions::push_window_bytes).
-  const int64_t n = sizing.num_workers;
-  const int64_t chunk =
-      layout.chunk_bytes() / int64_t{sizeof(float)} * WireBytes(sizing.wire_dtype);
   int64_t limit = sizing.push_window_bytes;
   if (limit == 0) {
     if (share <= chunk) {

@@ -19,7 +19,9 @@ namespace psync {
 // (see GrpcPsClientOptions::max_request_bytes): 2048 / num_workers within
 // 32..256, so that all workers' waiting calls on one server stay within
 // 2048, half of --max_waiting_calls' default of 4096, up to 64 workers,
-// and within 4096 up to 128.
+// and within 4096 up to 128. Counted in whole chunks (a request carries
+// whole ones); more only where the server's message limit cuts a share
+// into more.
 constexpr int64_t kMaxRequestsPerServer = 256;
 int64_t MaxRequestsPerServer(int num_workers);
 // Within that most: at least kMinRequestsAcrossNetwork where payloads cross

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -61,6 +62,43 @@ TEST(RequestPlanTest, ALargeShareIsCutIntoAtMostMaxRequestsPerServer) {
   EXPECT_EQ(PlanServer(layout, 0, sizing, link).request, 512 << 10);
   sizing.num_workers = 64;
   EXPECT_EQ(PlanServer(layout, 0, sizing, link).request, 2 << 20);
+}
+
+// Chunks go whole, so a request of one and a half chunks would carry one:
+// a share is never cut into more requests than the most, whatever the mix
+// of chunk sizes.
+TEST(RequestPlanTest, RequestsStayWithinTheMostInWholeChunks) {
+  // 120 MiB in 256 KiB chunks, 8 workers, across a network: share / 256 is
+  // 480 KiB, which would carry one chunk each, 480 requests; two chunks
+  // each give 240.
+  const Layout layout = OneServer(30 << 20, 1 << 16);
+  RequestSizing sizing;
+  sizing.num_workers = 8;
+  ServerLink link;
+  link.across_network = true;
+  const ServerPlan plan = PlanServer(layout, 0, sizing, link);
+  EXPECT_EQ(plan.request, 512 << 10);
+  EXPECT_EQ(
+      CutIntoRequests(layout, layout.ChunksOnServer(0), WireDType::kFloat32, plan.request).size(),
+      240u);
+  // Tensors of 1.5 chunks (a full chunk and a half one each), and of 2.5.
+  for (int64_t floats : {int64_t{3} << 15, int64_t{5} << 15}) {
+    std::vector<TensorSpec> tensors;
+    for (int i = 0; i < 500; ++i) tensors.push_back({absl::StrCat("t", i), {floats}});
+    const Layout mixed = *Layout::Create(tensors, 256 << 10, 1, 3);
+    for (int workers : {1, 8, 16, 100}) {
+      for (bool across : {false, true}) {
+        sizing.num_workers = workers;
+        link.across_network = across;
+        const int64_t request = PlanServer(mixed, 0, sizing, link).request;
+        EXPECT_LE(static_cast<int64_t>(
+                      CutIntoRequests(mixed, mixed.ChunksOnServer(0), WireDType::kFloat32, request)
+                          .size()),
+                  MaxRequestsPerServer(workers))
+            << floats << " floats a tensor, " << workers << " workers, across " << across;
+      }
+    }
+  }
 }
 
 TEST(RequestPlanTest, SharedMemoryTakesItsOwnRequestSize) {

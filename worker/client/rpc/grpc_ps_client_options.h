@@ -65,9 +65,11 @@ struct GrpcPsClientOptions {
   // 256 requests (of a chunk at least): the link then bounds the step, and
   // the pipeline fills and drains a request's worth of every link, so the
   // step is about 1/R of the share longer than the link's bound for R
-  // requests (4 emulated hosts, 64 MiB, co-located: 16 requests 1.15-1.23x
-  // the bound, 64 1.07-1.09x; 256 MiB: 64 requests 1.12-1.18x, 256
-  // 1.06-1.07x). Everywhere at most 2048 / num_workers requests within
+  // requests, and larger requests from several workers overflow the queue
+  // of a server's link (4 emulated hosts, 64 MiB, co-located: 16 requests
+  // 1.15-1.23x the bound, 64 1.07-1.09x; 256 MiB: 64 requests of 1 MiB,
+  // 3 MiB in flight to a server's 625 KB queue, 1.12-1.18x, 256 of a
+  // chunk 1.06-1.07x). Everywhere at most 2048 / num_workers requests within
   // 32..256 (MaxRequestsPerServer, worker/client/request_plan.h), so that
   // a push-pull's waiting calls stay within the servers' bounds
   // (--max_waiting_calls).

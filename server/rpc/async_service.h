@@ -126,6 +126,9 @@ class UnaryCall final : public ServerCall {
     // a call it refuses is answered with its status, its request unread.
     // Null: every call is.
     std::function<grpc::Status(const grpc::ServerContext&)> admit;
+    // Told of a call refused for its request (over its bound, or not
+    // parsing) before `run`, with the request's bytes. Null: not told.
+    std::function<void(const grpc::Status&, size_t)> refused;
     std::function<void(UnaryCall*)> run;
     std::function<void(UnaryCall*, grpc::ServerCompletionQueue*)> request;
   };
@@ -182,17 +185,22 @@ class UnaryCall final : public ServerCall {
       return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                  absl::StrCat(method_->name, ": the call carried no request")));
     }
+    grpc::Status refused;
+    size_t bytes = 0;
     if constexpr (kProtobufRequest) {
-      const grpc::Status parsed = Parse();
-      if (!parsed.ok()) return Finish(parsed);
-    } else if (request_.Length() > static_cast<size_t>(method_->max_request_bytes)) {
+      bytes = received_.Length();
+      refused = Parse();
+    } else if ((bytes = request_.Length()) > static_cast<size_t>(method_->max_request_bytes)) {
       // A payload's bound is the job's message limit, which the transport's
       // own limit (the largest of all methods' bounds) may exceed.
-      return Finish(
-          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                       absl::StrCat(method_->name, ": the request has ", request_.Length(),
-                                    " bytes, over the message limit of ",
-                                    method_->max_request_bytes, " (--max_message_mb)")));
+      refused = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                             absl::StrCat(method_->name, ": the request has ", bytes,
+                                          " bytes, over the message limit of ",
+                                          method_->max_request_bytes, " (--max_message_mb)"));
+    }
+    if (!refused.ok()) {
+      if (method_->refused) method_->refused(refused, bytes);
+      return Finish(refused);
     }
     method_->run(this);
   }
@@ -273,13 +281,14 @@ class AsyncService : public grpc::Service {
   // call of it, on the thread of the queue it arrived on. A protobuf
   // request of more than `max_request_bytes` is refused with
   // INVALID_ARGUMENT, as is one that does not parse, a byte buffer one
-  // (a payload) with RESOURCE_EXHAUSTED, before `run`; `admit`
-  // (if set) sees each call's metadata before its request is read
-  // (UnaryCall::Served::admit).
+  // (a payload) with RESOURCE_EXHAUSTED, before `run`, and told to
+  // `refused` (if set); `admit` (if set) sees each call's metadata before
+  // its request is read (UnaryCall::Served::admit).
   template <typename Req, typename Resp>
   void AddUnary(std::string name, std::function<void(UnaryCall<Req, Resp>*)> run,
                 int64_t max_request_bytes = kMaxControlRequestBytes,
-                std::function<grpc::Status(const grpc::ServerContext&)> admit = nullptr) {
+                std::function<grpc::Status(const grpc::ServerContext&)> admit = nullptr,
+                std::function<void(const grpc::Status&, size_t)> refused = nullptr) {
     using Call = UnaryCall<Req, Resp>;
     names_.push_back(std::move(name));
     const int index = static_cast<int>(names_.size()) - 1;  // this method's, in order added
@@ -291,6 +300,7 @@ class AsyncService : public grpc::Service {
     method->max_request_bytes = max_request_bytes;
     method->run = std::move(run);
     method->admit = std::move(admit);
+    method->refused = std::move(refused);
     method->request = [this, index](Call* call, grpc::ServerCompletionQueue* cq) {
       RequestAsyncClientStreaming(index, &call->ctx_, &call->reader_, cq, cq, &call->arrived_);
     };

@@ -450,6 +450,8 @@ TEST_F(GrpcServerTest, BadNarrowRequestsNameTheChunkAndTheValue) {
 }
 
 TEST_F(GrpcServerTest, OversizedPushIsRefusedNamingTheLimit) {
+  MetricRegistry metrics;
+  metrics_ = &metrics;
   StartServer(0, 1, /*max_message_bytes=*/2 << 20);
   const uint64_t s0 = Register(0);
   proto::PushRequest push = PushOf(0, s0, 0, 1.0f);
@@ -461,6 +463,12 @@ TEST_F(GrpcServerTest, OversizedPushIsRefusedNamingTheLimit) {
               HasSubstr(absl::StrCat("Push: the request has ", push.ByteSizeLong(),
                                      " bytes, over the message limit of 2097152 "
                                      "(--max_message_mb)")));
+  // Counted, with its bytes, as every call is.
+  const std::string text = metrics.Render();
+  EXPECT_THAT(text, HasSubstr("psync_server_requests_total{method=\"Push\",code=\""
+                              "RESOURCE_EXHAUSTED\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("psync_server_received_bytes_total{method=\"Push\"} ",
+                                           push.ByteSizeLong(), "\n")));
   // The transport's own limit, a registration's bound, refuses more.
   push.mutable_chunks(0)->set_data(std::string(9 << 20, '\0'));
   st = Call(&proto::ParameterServer::Stub::Push, push, &pushed);
@@ -480,6 +488,8 @@ TEST_F(GrpcServerTest, OversizedPushIsRefusedNamingTheLimit) {
   // The server goes on: a valid push is taken.
   std::tie(refused, unused) = RawCall("/psync.proto.ParameterServer/Push", valid);
   EXPECT_TRUE(refused.ok()) << refused.error_message();
+  server_.reset();  // before `metrics`
+  metrics_ = nullptr;
 }
 
 // The methods without a payload have bounds of their own, far below the

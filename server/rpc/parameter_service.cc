@@ -163,6 +163,9 @@ class ParameterService final : public AsyncService {
       const grpc::Status admitted = Admit(name, ctx);
       if (!admitted.ok() && m != nullptr) m->Record(admitted, absl::ZeroDuration(), 0, 0);
       return admitted;
+    }, [m](const grpc::Status& refused, size_t in) {
+      // Refused for its request before `run` (UnaryCall::Served::refused).
+      if (m != nullptr) m->Record(refused, absl::ZeroDuration(), in, 0);
     });
   }
 

@@ -244,9 +244,10 @@ def train_rows(args):
     return 0
 
 
-def row(hosts, mb, kind, ms, cpu, bound):
+def row(hosts, workers, mb, kind, ms, cpu, bound):
     """One figure, printed as it is measured."""
-    r = {"hosts": hosts, "mb": mb, "kind": kind, "ms": ms, "cores": cpu / ms, "bound_ms": bound}
+    r = {"hosts": hosts, "workers": workers, "mb": mb, "kind": kind, "ms": ms, "cores": cpu / ms,
+         "bound_ms": bound}
     what = kind if kind == "gloo" else f"psync {kind}"
     cpu_bound = r["cores"] > 0.9 * os.cpu_count()
     print(f"{hosts:>5} {mb:>6g} {what:<22} {ms:>9.1f} {bound:>9.1f} {ms / bound:>8.2f} "
@@ -355,10 +356,11 @@ def main():
                 model = mb * (1 << 20)
                 for kind, servers_on, workers_on, share in placements(n, kinds):
                     ms, cpu = run_psync(args, cluster, servers_on, workers_on, mb)
-                    rows.append(row(n, mb, kind, ms, cpu, bound_ms(share * model, rate, delay)))
+                    rows.append(row(n, len(workers_on), mb, kind, ms, cpu,
+                                    bound_ms(share * model, rate, delay)))
                 if args.gloo:
                     ms, cpu = run_gloo(args, cluster, mb, 29500 + n)
-                    rows.append(row(n, mb, "gloo", ms, cpu,
+                    rows.append(row(n, n, mb, "gloo", ms, cpu,
                                     bound_ms(2 * (n - 1) / n * model, rate, delay)))
     with open(os.path.join(args.out, "cluster_bench.json"), "w") as f:
         json.dump({"rate": args.rate, "delay": args.delay, "rows": rows}, f, indent=1)
@@ -375,15 +377,13 @@ def main():
                          if "separate" in by else ""))
     # The same workers (BytePS' comparison): servers on hosts of their own
     # beside them, against gloo on the workers' hosts alone.
-    for n in host_counts:
-        workers = n - max(1, n // 2)
-        for mb in sizes:
-            sep = [r for r in rows if r["hosts"] == n and r["mb"] == mb and r["kind"] == "separate"]
-            ring = [r for r in rows if r["hosts"] == workers and r["mb"] == mb and r["kind"] == "gloo"]
-            if sep and ring:
-                print(f"{workers} workers, {mb:g} MiB: psync with {n - workers} server host(s) "
-                      f"beside them / gloo on their {workers} hosts "
-                      f"{sep[0]['ms'] / ring[0]['ms']:.2f}")
+    ring = {(r["hosts"], r["mb"]): r for r in rows if r["kind"] == "gloo"}
+    for sep in (r for r in rows if r["kind"] == "separate"):
+        gloo = ring.get((sep["workers"], sep["mb"]))
+        if gloo is not None:
+            w = sep["workers"]
+            print(f"{w} workers, {sep['mb']:g} MiB: psync with {sep['hosts'] - w} server host(s) "
+                  f"beside them / gloo on their {w} hosts {sep['ms'] / gloo['ms']:.2f}")
     return 0
 
 

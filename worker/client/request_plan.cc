@@ -56,7 +56,7 @@ ServerPlan PlanServer(const Layout& layout, int server, const RequestSizing& siz
   request = link.shared ? sizing.shared_request_bytes : sizing.max_request_bytes;
   request = payloads_cross_network ? std::min(request, CeilDiv(share, kMinRequestsAcrossNetwork))
                                    : std::max(request, CeilDiv(share, kMaxRequestsOnOneHost));
-  const int64_t most = MaxRequestsPerServer(sizing.num_workers);
+  const int64_t most = MaxRequestsPerServer(n);
   request = WithinMostRequests(layout, layout.ChunksOnServer(server), sizing.wire_dtype,
                                std::max({request, CeilDiv(share, most), int64_t{1}}), chunk, most);
   if (link.message_limit > kMessageHeadroomBytes) {
@@ -96,12 +96,12 @@ SlotPlan PlanSlots(const Layout& layout, int server, const RequestSizing& sizing
   SlotPlan slots;
   slots.slot_bytes = std::max(std::min(plan.request, plan.share), largest);
   const int64_t in_flight = plan.window > 0 ? plan.window : plan.share;
-  // Never more than the requests the share is cut into (chunks go whole).
+  // Never more than the requests the share is cut into (chunks go whole;
+  // at most MaxRequestsPerServer of them, PlanServer) and a spare.
   const int64_t requests = static_cast<int64_t>(
       CutIntoRequests(layout, layout.ChunksOnServer(server), sizing.wire_dtype, plan.request)
           .size());
-  slots.slots = std::min<int64_t>({CeilDiv(in_flight, plan.request) + 1, requests + 1,
-                                   MaxRequestsPerServer(sizing.num_workers) + 1});
+  slots.slots = std::min(CeilDiv(in_flight, plan.request) + 1, requests + 1);
   return slots;
 }
 

@@ -18,6 +18,18 @@ Layout OneServer(int64_t floats, int64_t chunk_floats) {
   return *Layout::Create({{"w", {floats}}}, 4 * chunk_floats, 1, 3);
 }
 
+RequestSizing Workers(int n) {
+  RequestSizing sizing;
+  sizing.num_workers = n;
+  return sizing;
+}
+
+ServerLink AcrossNetwork() {
+  ServerLink link;
+  link.across_network = true;
+  return link;
+}
+
 std::vector<std::vector<int32_t>> Ids(const std::vector<absl::Span<const int32_t>>& requests) {
   std::vector<std::vector<int32_t>> ids;
   for (absl::Span<const int32_t> r : requests) ids.emplace_back(r.begin(), r.end());
@@ -34,8 +46,7 @@ TEST(RequestPlanTest, AShareWithinOneRequestGoesWhole) {
 
 TEST(RequestPlanTest, AcrossANetworkAShareIsCutIntoAtLeast256Requests) {
   const Layout layout = OneServer(1024, 2);  // 4 KiB
-  ServerLink link;
-  link.across_network = true;
+  ServerLink link = AcrossNetwork();
   EXPECT_EQ(PlanServer(layout, 0, RequestSizing(), link).request, 16);
   link.across_network = false;
   EXPECT_EQ(PlanServer(layout, 0, RequestSizing(), link).request, 1 << 20);
@@ -54,8 +65,7 @@ TEST(RequestPlanTest, ALargeShareIsCutIntoAtMostMaxRequestsPerServer) {
   RequestSizing sizing;
   sizing.max_request_bytes = 1 << 10;
   EXPECT_EQ(PlanServer(layout, 0, sizing, ServerLink()).request, 1 << 20);  // 64 on one host
-  ServerLink link;
-  link.across_network = true;
+  const ServerLink link = AcrossNetwork();
   sizing.num_workers = 4;
   EXPECT_EQ(PlanServer(layout, 0, sizing, link).request, 256 << 10);
   sizing.num_workers = 16;
@@ -72,10 +82,8 @@ TEST(RequestPlanTest, RequestsStayWithinTheMostInWholeChunks) {
   // 480 KiB, which would carry one chunk each, 480 requests; two chunks
   // each give 240.
   const Layout layout = OneServer(30 << 20, 1 << 16);
-  RequestSizing sizing;
-  sizing.num_workers = 8;
-  ServerLink link;
-  link.across_network = true;
+  RequestSizing sizing = Workers(8);
+  ServerLink link = AcrossNetwork();
   const ServerPlan plan = PlanServer(layout, 0, sizing, link);
   EXPECT_EQ(plan.request, 512 << 10);
   EXPECT_EQ(
@@ -136,10 +144,8 @@ TEST(RequestPlanTest, TheWindowFollowsTheNumberOfWorkers) {
 // this host at a non-loopback address) requests and window are loopback's.
 TEST(RequestPlanTest, AcrossANetworkTheWindowIsARequest) {
   const Layout layout = OneServer(16 << 20, 1 << 16);  // 64 MiB in 256 KiB chunks
-  RequestSizing sizing;
-  sizing.num_workers = 4;
-  ServerLink link;
-  link.across_network = true;
+  RequestSizing sizing = Workers(4);
+  ServerLink link = AcrossNetwork();
   ServerPlan plan = PlanServer(layout, 0, sizing, link);
   EXPECT_EQ(plan.request, 256 << 10);
   EXPECT_EQ(plan.window, 256 << 10);
@@ -162,10 +168,8 @@ TEST(RequestPlanTest, AShareOfOneChunkOrLessIsNotWindowed) {
   // of one request where a share is windowed).
   const Layout layout = *Layout::Create(
       {{"big", {64 << 10}}, {"a", {4 << 10}}, {"b", {4 << 10}}, {"c", {4 << 10}}}, 256 << 10, 2, 3);
-  RequestSizing sizing;
-  sizing.num_workers = 4;
-  ServerLink link;
-  link.across_network = true;
+  RequestSizing sizing = Workers(4);
+  ServerLink link = AcrossNetwork();
   const ServerPlan small = PlanServer(layout, 1, sizing, link);
   EXPECT_EQ(small.share, 48 << 10);
   EXPECT_EQ(small.window, 0);

@@ -165,7 +165,9 @@ def launch(args, cluster, steps, flags):
            "--timeout_s=600"] + flags + args.psync_flags.split()
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=660)
     if run.returncode != 0:
-        raise RuntimeError(f"psync_launch failed ({run.returncode}): {run.stderr[-2000:]}")
+        # The launcher says which process failed, and its last line, on stdout.
+        raise RuntimeError(f"psync_launch failed ({run.returncode}): {run.stdout[-1500:]}"
+                           f"{run.stderr[-2000:]}")
     return run.stdout + run.stderr
 
 

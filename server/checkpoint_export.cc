@@ -1,5 +1,7 @@
 // ListCheckpointFiles and ExportCheckpoint: offline views of checkpoint
 // directories for tools.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -22,6 +24,24 @@ using checkpoint_internal::GroupFiles;
 using checkpoint_internal::Prefixed;
 
 namespace {
+
+// InvalidArgument when `out` is one of the checkpoint files `found`
+// (however it is spelled): exporting over it would destroy the version it
+// belongs to.
+absl::Status CheckNotAnInput(const std::string& out, const std::vector<FoundFile>& found) {
+  struct stat target;
+  if (stat(out.c_str(), &target) != 0) return absl::OkStatus();  // a new file
+  for (const FoundFile& f : found) {
+    struct stat st;
+    if (stat(f.path.c_str(), &st) == 0 && st.st_dev == target.st_dev &&
+        st.st_ino == target.st_ino) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ExportCheckpoint: the output '", out, "' is the checkpoint file ", f.path,
+          " (version ", f.version, "); expected a path outside the checkpoints"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 // One complete set's model, gathered from its server files.
 struct GatheredModel {
@@ -112,6 +132,7 @@ absl::StatusOr<int64_t> ExportCheckpoint(const std::vector<std::string>& dirs, i
     if (!found.ok()) return Prefixed("ExportCheckpoint", found.status());
     all.insert(all.end(), found->begin(), found->end());
   }
+  PSYNC_RETURN_IF_ERROR(CheckNotAnInput(out, all));
   for (const auto& [v, by_count] : GroupFiles(all)) {
     if (version != -1 && v != version) continue;
     for (const auto& [count, by_rank] : by_count) {

@@ -48,10 +48,20 @@ absl::Status CheckWritable(const std::string& dir) {
 // error.
 absl::StatusOr<int> LockRank(const std::string& dir, int rank) {
   const std::string path = absl::StrCat(dir, "/.lock-server-", rank);
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Never through a link, nor into a device or a FIFO: the lock's process
+  // id would be written wherever the link points.
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
   if (fd < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--checkpoint_dir: cannot open ", path, ": ", strerror(errno)));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--checkpoint_dir: cannot open ", path, ": ", strerror(errno),
+        errno == ELOOP ? " (a symbolic link; expected a regular file, or none)" : ""));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--checkpoint_dir: ", path, " is not a regular file; expected the lock file a server "
+        "creates there, or none"));
   }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <future>
@@ -568,6 +569,30 @@ TEST_F(CheckpointTest, ARankOfADirectoryHasOneManagerAtATime) {
   EXPECT_TRUE(CheckpointManager::Open(o).ok());
 }
 
+// The lock file holds the process id: a link planted in its place, or a
+// FIFO, is refused rather than written through.
+TEST_F(CheckpointTest, ALockFileThatIsNotARegularFileIsRefused) {
+  std::filesystem::create_directories(dir_);
+  const std::string victim = root_ + "/victim.txt";
+  std::ofstream(victim) << "important";
+  const std::string lock = dir_ + "/.lock-server-0";
+  std::filesystem::create_symlink(victim, lock);
+  CheckpointManagerOptions o;
+  o.dir = dir_;
+  absl::Status s = CheckpointManager::Open(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr(lock + ": Too many levels of symbolic links (a symbolic "
+                                     "link; expected a regular file, or none)"));
+  std::stringstream kept;
+  kept << std::ifstream(victim).rdbuf();
+  EXPECT_EQ(kept.str(), "important");
+  std::filesystem::remove(lock);
+  ASSERT_EQ(mkfifo(lock.c_str(), 0644), 0);
+  s = CheckpointManager::Open(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr(lock + " is not a regular file"));
+}
+
 TEST_F(CheckpointTest, ExportRefusesASetOfTwoModels) {
   const Layout ours = MakeLayout(2), foreign = MakeLayout(2, {{"other", {40}}});
   Write(dir_, ours, 0, 1, Flat(ours));
@@ -609,6 +634,17 @@ TEST_F(CheckpointTest, ExportGathersTwoServersFromTwoDirectories) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("1 of 2 server files"), std::string::npos)
       << missing.status();
+
+  // Exporting over a checkpoint file, however the path is spelled, would
+  // destroy its version: refused, and the file is kept.
+  const std::string input = FilePath(d0, 1, 0, 2);
+  const std::string spelled = root_ + "/./d0/" + input.substr(d0.size() + 1);
+  auto over_input = ExportCheckpoint({d0, d1}, 2, spelled);
+  EXPECT_EQ(over_input.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(over_input.status().message().find("is the checkpoint file " + input),
+            std::string::npos)
+      << over_input.status();
+  EXPECT_TRUE(checkpoint_internal::ValidateCheckpointFile(input).ok());
 
   auto files = ListCheckpointFiles({d0, d1});
   ASSERT_TRUE(files.ok()) << files.status();

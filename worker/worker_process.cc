@@ -224,7 +224,8 @@ absl::Status WorkerProcess::OpenOutputs() {
     t.options.tracer = t.tracer.get();
   }
   if (rank_ == 0 && !output.metrics_csv().empty()) {
-    PSYNC_RETURN_IF_ERROR(BadConfig(CheckOutputPath("--metrics_csv", output.metrics_csv())));
+    PSYNC_RETURN_IF_ERROR(BadConfig(
+        CheckOutputPath("--metrics_csv", output.metrics_csv(), OutputWrite::kAppended)));
     absl::StatusOr<std::unique_ptr<MetricsCsv>> opened =
         MetricsCsv::Open(output.metrics_csv(), output.metrics_csv_every());
     if (!opened.ok()) return BadConfig(opened.status());

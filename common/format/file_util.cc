@@ -91,6 +91,21 @@ absl::StatusOr<std::vector<std::string>> ListFolder(const std::string& path) {
   return names;
 }
 
+absl::Status CheckReplaceable(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return absl::OkStatus();
+  const char* kind = S_ISLNK(st.st_mode)   ? "a symbolic link"
+                     : S_ISDIR(st.st_mode) ? "a directory"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISCHR(st.st_mode) ? "a character device"
+                     : S_ISBLK(st.st_mode) ? "a block device"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "not a regular file";
+  return absl::FailedPreconditionError(absl::StrCat(
+      "'", path, "' is ", kind, "; expected a regular file or a new path (the file is written "
+      "by replacing it, not through it)"));
+}
+
 absl::Status SyncFolder(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(path, "open folder for fsync");

@@ -32,6 +32,13 @@ std::string Join(const std::string& dir, const std::string& name);
 absl::StatusOr<std::string> ReadSmallFile(const std::string& what, const std::string& path,
                                           int64_t max_bytes);
 
+// OK unless `path` exists and is not a regular file: a file written by
+// replacing it (a temporary file renamed over it) would put a regular file
+// in place of a symbolic link, a device, a FIFO or a socket rather than
+// write through it. FailedPrecondition naming the path, what it is and
+// what was expected.
+absl::Status CheckReplaceable(const std::string& path);
+
 // Names in a folder, sorted, without "." and "..". NotFound when missing.
 absl::StatusOr<std::vector<std::string>> ListFolder(const std::string& path);
 // fsyncs the folder `path`, so that entries created or renamed in it

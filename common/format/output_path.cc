@@ -13,7 +13,8 @@
 
 namespace psync {
 
-absl::Status CheckOutputPath(absl::string_view flag, const std::string& path) {
+absl::Status CheckOutputPath(absl::string_view flag, const std::string& path,
+                             OutputWrite write) {
   if (path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(flag, " is empty, expected a file path"));
   }
@@ -21,6 +22,12 @@ absl::Status CheckOutputPath(absl::string_view flag, const std::string& path) {
   if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, " is '", path, "', a directory; expected a file path"));
+  }
+  if (write == OutputWrite::kReplaced) {
+    const absl::Status replaceable = CheckReplaceable(path);
+    if (!replaceable.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": ", replaceable.message()));
+    }
   }
   const std::string probe = path + ".tmp-check";
   const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -36,6 +43,10 @@ absl::Status CheckOutputPath(absl::string_view flag, const std::string& path) {
 
 absl::Status WriteFileAtomically(absl::string_view flag, const std::string& path,
                                  const std::string& contents) {
+  const absl::Status replaceable = CheckReplaceable(path);
+  if (!replaceable.ok()) {
+    return absl::Status(replaceable.code(), absl::StrCat(flag, ": ", replaceable.message()));
+  }
   const std::string tmp = path + ".tmp";
   // `error`: the errno of the failed `op`.
   auto failed = [&](const char* op, int error) {

@@ -95,5 +95,33 @@ TEST(OutputPathTest, WriteFileAtomicallyFailureNamesTheFlagAndLeavesNoTemporaryF
   ExpectMentions(s, "--out", "No such file or directory");
 }
 
+// A replaced file's target that is not a regular file is refused, named,
+// and left as it is: renaming over a symbolic link, a FIFO or a device
+// would put a regular file in its place. An appended file may be a FIFO.
+TEST(OutputPathTest, TargetsThatAreNotRegularFilesAreLeftAlone) {
+  const std::string dir = TestDir("special");
+  std::ofstream(dir + "/real") << "kept";
+  std::filesystem::create_symlink(dir + "/real", dir + "/link");
+  ASSERT_EQ(mkfifo((dir + "/fifo").c_str(), 0644), 0);
+  for (const auto& [name, kind] : {std::pair<std::string, std::string>{"link", "a symbolic link"},
+                                   {"fifo", "a FIFO"}}) {
+    const std::string path = dir + "/" + name;
+    absl::Status s = CheckOutputPath("--summary", path);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    ExpectMentions(s, "--summary", path);
+    ExpectMentions(s, kind, "expected a regular file or a new path");
+    s = WriteFileAtomically("--summary", path, "new");
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    ExpectMentions(s, "--summary", path);
+    EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  }
+  EXPECT_TRUE(std::filesystem::is_symlink(dir + "/link"));
+  EXPECT_TRUE(std::filesystem::is_fifo(dir + "/fifo"));
+  EXPECT_EQ(Contents(dir + "/real"), "kept");
+  EXPECT_TRUE(CheckOutputPath("--metrics_csv", dir + "/fifo", OutputWrite::kAppended).ok());
+  const absl::Status device = CheckOutputPath("--summary", "/dev/null");
+  ExpectMentions(device, "/dev/null", "a character device");
+}
+
 }  // namespace
 }  // namespace psync

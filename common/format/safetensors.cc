@@ -82,6 +82,7 @@ absl::Status WriteSafetensorsFile(const std::string& path,
   header += *json;
   static std::atomic<uint64_t> counter{0};
   const std::string temp = absl::StrCat(SafetensorsTempPrefix(path), ::getpid(), ".", counter++);
+  PSYNC_RETURN_IF_ERROR(CheckReplaceable(path));
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(temp, "create");
   auto write_and_sync = [&]() -> absl::Status {

@@ -226,7 +226,7 @@ TEST(EquivalenceTest, AShareOverTheMessageLimitTrainsTheSameBits) {
     if (workers == 2) {
       flags.push_back("--chunk_kb=2048");
       const LaunchResult refused = Launch("share_chunk_over_limit", flags);
-      EXPECT_EQ(refused.exit_code, 1);
+      EXPECT_EQ(refused.exit_code, 3);
       EXPECT_TRUE(Contains(refused.output,
                            "exited with code 3: the job cannot continue (never restarted)"))
           << refused.output;

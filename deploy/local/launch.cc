@@ -32,6 +32,7 @@
 #include "common/config/job_flags.h"
 #include "common/config/model_spec.h"
 #include "common/format/output_path.h"
+#include "common/process/exit_code.h"
 #include "common/security/certificate_names.h"
 #include "common/security/security.h"
 #include "common/status_macros.h"
@@ -323,7 +324,9 @@ int main(int argc, char** argv) {
   }
   if (!s.ok()) {
     std::printf("[launch] FAILED: %s\n", std::string(s.message()).c_str());
-    return absl::IsInvalidArgument(s) ? 2 : 1;  // a daemon's bad flags are ours
+    // A daemon's bad flags are ours, and so is a job that cannot go on.
+    if (absl::IsInvalidArgument(s)) return psync::kExitBadConfig;
+    return absl::IsFailedPrecondition(s) ? psync::kExitCannotContinue : 1;
   }
   const int restarts = result.restarts;
   std::printf("[launch] done in %.1f s (%d restart%s)\n",

@@ -289,8 +289,9 @@ class Launcher {
         line = true;
         error = LastLine(output);
       }
-      return absl::Status(status, absl::StrCat(exited, why, error.empty() ? "" : "; its last ",
-                                               line ? "line: " : "error: ", error));
+      const std::string last =
+          error.empty() ? "" : absl::StrCat("; its last ", line ? "line: " : "error: ", error);
+      return absl::Status(status, absl::StrCat(exited, why, last));
     };
     if (d.command && !ShellExitReason(code).empty()) {  // a typo in --worker_cmd
       return fail(absl::StatusCode::kInvalidArgument,
@@ -306,8 +307,9 @@ class Launcher {
     if (code == kExitBadConfig) {  // what only a daemon checks: a missing --data_dir, say
       return fail(absl::StatusCode::kInvalidArgument, ": bad flags (never restarted)");
     }
-    if (code == kExitCannotContinue) {
-      return fail(absl::StatusCode::kAborted, ": the job cannot continue (never restarted)");
+    if (code == kExitCannotContinue) {  // the launcher exits with the same code
+      return fail(absl::StatusCode::kFailedPrecondition,
+                  ": the job cannot continue (never restarted)");
     }
     const int max_restarts = options_.max_restarts;
     if (max_restarts == 0) {

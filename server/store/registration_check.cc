@@ -214,13 +214,17 @@ absl::Status RegistrationCheck::CheckPeakRate(const RegisterArgs& args) const {
   // The policy's largest rate (warmup's end) with this shape's global
   // batch, as the step uses it.
   const LrPolicy& p = options_.lr_policy;
-  const float peak =
-      static_cast<float>(p.RateFor(p.warmup_steps, args.shape, options_.num_workers));
-  if (std::isfinite(peak)) return absl::OkStatus();
+  const double exact = p.RateFor(p.warmup_steps, args.shape, options_.num_workers);
+  const float peak = static_cast<float>(exact);
+  const bool vanishes = exact > 0 && peak == 0.0f;  // no step would change a weight
+  if (std::isfinite(peak) && !vanishes) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "Register: worker ", args.worker_rank, ": with a global batch of ",
       args.shape.GlobalBatch(options_.num_workers), " the learning rate (", p.Describe(),
-      ") reaches ", peak, ", past float32's range; lower --lr or raise --base_batch"));
+      ") reaches ", vanishes ? exact : peak,
+      vanishes ? ", which is 0 in float32: no step would change the weights; raise --lr or "
+                 "lower --base_batch"
+               : ", past float32's range; lower --lr or raise --base_batch"));
 }
 
 absl::Status RegistrationCheck::CheckMemoryFor(int64_t share_bytes) const {

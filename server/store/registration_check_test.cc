@@ -141,6 +141,26 @@ TEST(RegistrationCheckTest, AScaledLearningRatePastFloat32IsRefused) {
   EXPECT_TRUE(RegistrationCheck(o).CheckJob(a, nullptr).ok());
 }
 
+// A rate that float32 rounds to 0 would leave every weight as it is, step
+// after step, and the job would report success.
+TEST(RegistrationCheckTest, AScaledLearningRateThatVanishesInFloat32IsRefused) {
+  ShardStoreOptions o;
+  o.lr_policy.lr = 1e-44;
+  o.lr_policy.scaling = LrScaling::kLinear;
+  o.lr_policy.base_batch = 1000000000;
+  const Layout layout = SmallLayout();
+  RegisterArgs a = Args(layout, 0, 1);
+  a.shape.devices = 1;
+  a.shape.batch_per_device = 64;
+  const absl::Status s = RegistrationCheck(o).CheckJob(a, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), HasSubstr("with a global batch of 64 the learning rate (lr=1e-44 "));
+  EXPECT_THAT(Message(s), HasSubstr(") reaches 6.4e-52, which is 0 in float32: no step would "
+                                    "change the weights; raise --lr or lower --base_batch"));
+  o.lr_policy.base_batch = 64;  // 1e-44 itself: a subnormal float32, but not 0
+  EXPECT_TRUE(RegistrationCheck(o).CheckJob(a, nullptr).ok());
+}
+
 TEST(RegistrationCheckTest, OtherOptimizerSettingsAreRefusedUnlessEitherIsUnsaid) {
   ShardStoreOptions o = TwoWorkers();
   o.update_rule = "optimizer { lr: 0.1 }";

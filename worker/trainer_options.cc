@@ -1,5 +1,7 @@
 // The checks of TrainerOptions (worker/trainer.h).
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/config/worker_set.h"
 #include "worker/trainer.h"
 
 namespace psync {
@@ -20,15 +22,22 @@ absl::Status TrainerOptions::Validate() const {
   if (max_steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--steps is ", max_steps, ", expected >= 0"));
   }
-  // Bounded so that the sharding's products of weights and sample counts
-  // stay finite (1e308 alone passes as finite, and overflows there).
-  constexpr double kMaxDeviceWeight = 1e9;
+  // Bounded as the servers bound a worker's weight, the sum, which also
+  // keeps the sharding's products of weights and sample counts finite
+  // (1e308 alone passes as finite, and overflows there).
+  double worker_weight = 0;
   for (double w : device_weights) {
-    if (!(w > 0.0) || !(w <= kMaxDeviceWeight)) {
+    if (!(w > 0.0) || !(w <= kMaxWorkerWeight)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--device_weights has ", w, ", expected relative speeds > 0 and at most ",
-          kMaxDeviceWeight, " (e.g. 1,3)"));
+          kMaxWorkerWeight, " (e.g. 1,3)"));
     }
+    worker_weight += w;
+  }
+  if (worker_weight > kMaxWorkerWeight) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--device_weights sum to %.10g, expected at most %g: a worker's weight against the "
+        "others' is the sum of its devices' (e.g. 1,3)", worker_weight, kMaxWorkerWeight));
   }
   if (overlap_min_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

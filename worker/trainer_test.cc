@@ -373,13 +373,19 @@ TEST(TrainerTest, BadOptionsAreRefused) {
   EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
   o.device_weights = {-1.0};
   EXPECT_EQ(make(o, 1, 1).code(), absl::StatusCode::kInvalidArgument);
-  for (double huge : {1e308, 1e307, 2e9}) {  // finite, but the sharding's products overflow
+  for (double huge : {1e308, 1e307, 2e6}) {  // finite, but the sharding's products overflow
     o.device_weights = {huge, huge};
     EXPECT_EQ(make(o, 2, 2).message(),
               absl::StrCat("--device_weights has ", huge,
-                           ", expected relative speeds > 0 and at most 1e+09 (e.g. 1,3)"));
+                           ", expected relative speeds > 0 and at most 1e+06 (e.g. 1,3)"));
   }
-  o.device_weights = {1e9, 1e-300};
+  // Each within the bound, their sum (the worker's weight) not: the servers
+  // would refuse the worker at registration.
+  o.device_weights = {1e6, 1};
+  EXPECT_EQ(make(o, 2, 2).message(),
+            "--device_weights sum to 1000001, expected at most 1e+06: a worker's weight against "
+            "the others' is the sum of its devices' (e.g. 1,3)");
+  o.device_weights = {999999, 1};
   EXPECT_TRUE(make(o, 2, 2).ok());
   o = {};
   o.initial_weights = {1.0f, 2.0f};  // not the model's parameter count

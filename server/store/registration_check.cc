@@ -9,6 +9,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "glog/logging.h"
 #include "common/config/worker_set.h"
 #include "common/status_macros.h"
@@ -65,9 +66,9 @@ absl::Status RegistrationCheck::CheckRequest(const RegisterArgs& args) const {
         "Register: worker rank ", rank, " is out of range 0..", options_.num_workers - 1));
   }
   if (!ValidWorkerWeight(args.worker_weight)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Register: worker ", rank, " has weight ", args.worker_weight, ", expected 0..",
-        kMaxWorkerWeight, " (exclusive of 0: the sum of its device weights)"));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Register: worker %d has weight %.10g, expected 0..%g (exclusive of 0: the sum of its "
+        "device weights)", rank, args.worker_weight, kMaxWorkerWeight));
   }
   const Layout& layout = *args.layout;
   if (layout.fingerprint() != args.claimed_fingerprint) {

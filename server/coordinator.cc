@@ -123,6 +123,35 @@ absl::Status Coordinator::CheckReportLocked(const JoinInfo& info) const {
                                  : " (an earlier coordinator's at most)"));
     }
   }
+  // The workers it names: ranks of the job, each once a list, and a joining
+  // worker's weight as a registration's is bounded.
+  const ElasticReport& e = info.elastic;
+  const auto bad_workers = [&](const char* what, const std::vector<int>& ranks) -> std::string {
+    std::set<int> seen;
+    for (int w : ranks) {
+      if (w < 0 || w >= options_.num_workers || !seen.insert(w).second) {
+        return absl::StrCat("Join: server ", info.server_rank, " reports ", what, " worker ", w,
+                            ", expected each of 0..", options_.num_workers - 1, " at most once");
+      }
+    }
+    return "";
+  };
+  std::vector<int> joining;
+  for (const auto& [rank, weight] : e.joins) {
+    if (!ValidWorkerWeight(weight)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Join: server ", info.server_rank, " reports worker ", rank, " joining with weight ",
+          weight, ", expected 0..", kMaxWorkerWeight, " (exclusive of 0)"));
+    }
+    joining.push_back(rank);
+  }
+  for (const auto& [what, ranks] : {std::pair<const char*, const std::vector<int>*>{
+                                        "joining", &joining},
+                                    {"lost", &e.lost},
+                                    {"leaving", &e.leaving}}) {
+    const std::string bad = bad_workers(what, *ranks);
+    if (!bad.empty()) return absl::InvalidArgumentError(bad);
+  }
   if (absl::c_linear_search(retired_incarnations_[info.server_rank], info.incarnation)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Join: server ", info.server_rank, " reports incarnation ", info.incarnation,
@@ -215,9 +244,6 @@ std::map<int, double> Coordinator::JoinsLocked() const {
   for (const auto& m : members_) {
     if (!m.has_value()) continue;
     for (const auto& [rank, weight] : m->elastic.joins) {
-      if (rank < 0 || rank >= options_.num_workers || !ValidWorkerWeight(weight)) {
-        continue;  // a server checked it; never trust it further
-      }
       // A member being dropped may come back (a restarted process).
       if (!workers_.has_value() || !workers_->Has(rank) || drops_.count(rank)) {
         joins.emplace(rank, weight);

@@ -1,5 +1,6 @@
 #include "server/coordinator.h"
 
+#include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -297,6 +298,34 @@ TEST(CoordinatorTest, ABadVersionRangeIsRefused) {
   // The step after the last version must exist.
   const int64_t top = std::numeric_limits<int64_t>::max();
   EXPECT_TRUE(absl::IsInvalidArgument(c.Join(Report(1, 0, top, top)).status()));
+}
+
+// A report names workers of the job, each once, and a joining one with a
+// weight a registration would take; anything else is refused, naming it.
+TEST(CoordinatorTest, ImplausibleWorkersAreRefused) {
+  Coordinator c(Elastic());
+  const struct {
+    JoinInfo info;
+    const char* message;
+  } cases[] = {
+      {Report(1, 0, 0, 0, {4}), "reports joining worker 4, expected each of 0..3 at most once"},
+      {Report(1, 0, 0, 0, {-1}), "reports joining worker -1"},
+      {Report(1, 0, 0, 0, {}, {2, 2}), "reports lost worker 2, expected each of 0..3 at most"},
+      {Report(1, 0, 0, 0, {}, {}, {2147483647}), "reports leaving worker 2147483647"},
+  };
+  for (const auto& k : cases) {
+    const absl::Status s = c.Join(k.info).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_NE(s.message().find(k.message), std::string::npos) << s;
+  }
+  for (double weight : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity(), 2e6}) {
+    JoinInfo info = Report(1, 0, 0, 0, {1});
+    info.elastic.joins[0].second = weight;
+    const absl::Status s = c.Join(info).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << weight;
+    EXPECT_NE(s.message().find("reports worker 1 joining with weight"), std::string::npos) << s;
+  }
+  EXPECT_TRUE(c.Join(Report(1, 0, 0, 0, {1, 3}, {0}, {2})).ok());
 }
 
 TEST(CoordinatorTest, AFixedJobTrainsEveryWorkerFromStepZero) {

@@ -185,6 +185,10 @@ TEST_F(SecurityTest, BadSecurityFilesFailAtStart) {
         "--tls_ca=" + pki_.Path("ca.pem")},
        "is not PEM"},
       {{"--auth_token_file=" + pki_.Path("empty_token")}, "is empty, expected a token"},
+      // Every handshake would fail, and workers would retry for minutes.
+      {pki_.Flags("stranger", "ca", ""),
+       "security.tls_cert " + pki_.Path("stranger.pem") + " is not signed by the CA in "
+       "security.tls_ca " + pki_.Path("ca.pem") + " (unable to get local issuer certificate)"},
   };
   for (const auto& [flags, message] : cases) {
     std::vector<std::string> argv = {Runfile("server/psync_server"), "--port=0"};

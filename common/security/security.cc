@@ -44,6 +44,15 @@ struct X509Free {
 struct KeyFree {
   void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
 };
+struct StoreFree {
+  void operator()(X509_STORE* s) const { X509_STORE_free(s); }
+};
+struct StoreContextFree {
+  void operator()(X509_STORE_CTX* c) const { X509_STORE_CTX_free(c); }
+};
+struct CertsFree {
+  void operator()(STACK_OF(X509) * certs) const { sk_X509_pop_free(certs, X509_free); }
+};
 using Bio = std::unique_ptr<BIO, BioFree>;
 
 Bio ReadOnlyBio(const std::string& pem) {
@@ -155,8 +164,47 @@ absl::StatusOr<PeerSecurity> LoadPeerSecurity(const proto::SecurityConfig& confi
   return s;
 }
 
+absl::Status CheckSignedByCa(const proto::SecurityConfig& config, const PeerSecurity& s) {
+  if (s.cert_pem.empty() || s.ca_pem.empty()) return absl::OkStatus();
+  ERR_clear_error();
+  std::unique_ptr<X509_STORE, StoreFree> store(X509_STORE_new());
+  {
+    Bio bio = ReadOnlyBio(s.ca_pem);
+    while (X509* ca = PEM_read_bio_X509(bio.get(), nullptr, NoPassphrase, nullptr)) {
+      X509_STORE_add_cert(store.get(), ca);  // takes a reference of its own
+      X509_free(ca);
+    }
+  }
+  // The certificate, then any intermediate ones after it in its file.
+  Bio bio = ReadOnlyBio(s.cert_pem);
+  std::unique_ptr<X509, X509Free> cert(
+      PEM_read_bio_X509(bio.get(), nullptr, NoPassphrase, nullptr));
+  std::unique_ptr<STACK_OF(X509), CertsFree> chain(sk_X509_new_null());
+  while (X509* next = PEM_read_bio_X509(bio.get(), nullptr, NoPassphrase, nullptr)) {
+    sk_X509_push(chain.get(), next);
+  }
+  ERR_clear_error();  // reading to the end of the PEM text leaves an error
+  std::unique_ptr<X509_STORE_CTX, StoreContextFree> context(X509_STORE_CTX_new());
+  if (cert == nullptr || store == nullptr || context == nullptr ||
+      X509_STORE_CTX_init(context.get(), store.get(), cert.get(), chain.get()) != 1) {
+    return absl::InternalError(absl::StrCat("cannot check security.tls_cert ", config.tls_cert(),
+                                            " against security.tls_ca: ", OpenSslError()));
+  }
+  // Validity dates are the handshake's business, on each peer's clock.
+  X509_VERIFY_PARAM_set_flags(X509_STORE_CTX_get0_param(context.get()), X509_V_FLAG_NO_CHECK_TIME);
+  if (X509_verify_cert(context.get()) == 1) return absl::OkStatus();
+  const int error = X509_STORE_CTX_get_error(context.get());
+  ERR_clear_error();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "security.tls_cert ", config.tls_cert(), " is not signed by the CA in security.tls_ca ",
+      config.tls_ca(), " (", X509_verify_cert_error_string(error),
+      "); expected a certificate that CA signed: TLS is mutual, and every process of the job "
+      "verifies its peers' certificates with that CA"));
+}
+
 absl::StatusOr<PeerSecurity> LoadServerSecurity(const proto::SecurityConfig& config) {
   PSYNC_ASSIGN_OR_RETURN(PeerSecurity s, LoadPeerSecurity(config));
+  PSYNC_RETURN_IF_ERROR(CheckSignedByCa(config, s));
   PSYNC_ASSIGN_OR_RETURN(s.server_token,
                          ReadToken("server_token_file", config.server_token_file()));
   if (!s.server_token.empty() && TokenMatches(s.token, s.server_token)) {

@@ -33,7 +33,14 @@ struct PeerSecurity {
 // and the path, never the token.
 absl::StatusOr<PeerSecurity> LoadPeerSecurity(const proto::SecurityConfig& config);
 
-// LoadPeerSecurity, and the server role's token (security.server_token_file,
+// InvalidArgument naming both files unless `s`'s certificate (with any
+// intermediate ones after it in its file) chains to a CA of its tls_ca
+// file, when it has both: a job's processes all verify each other with
+// that CA. Validity dates are not checked (each handshake does, on its
+// own host's clock). OK without a certificate or a CA.
+absl::Status CheckSignedByCa(const proto::SecurityConfig& config, const PeerSecurity& s);
+
+// LoadPeerSecurity, CheckSignedByCa, and the server role's token (security.server_token_file,
 // read as the job's token is), which must differ from the job's. For
 // servers only: a worker never reads that file.
 absl::StatusOr<PeerSecurity> LoadServerSecurity(const proto::SecurityConfig& config);

@@ -153,6 +153,7 @@ absl::StatusOr<HostPlan> PlanHosts(const LoadedJobConfig& loaded) {
   const proto::SecurityConfig& security = loaded.config.security();
   if (!security.tls_cert().empty()) {  // refused before anything starts
     PSYNC_ASSIGN_OR_RETURN(const PeerSecurity material, LoadPeerSecurity(security));
+    PSYNC_RETURN_IF_ERROR(CheckSignedByCa(security, material));
     for (const int host : plan.server_hosts) {
       PSYNC_RETURN_IF_ERROR(CheckTlsCertNamesHost(security.tls_cert(), material.cert_pem,
                                                   plan.hosts[host].address,
@@ -229,6 +230,7 @@ absl::Status Validate(const LoadedJobConfig& loaded, bool worker_cmd_given,
   }
   if (here && !security.tls_cert().empty()) {  // refused before anything starts
     PSYNC_ASSIGN_OR_RETURN(const PeerSecurity material, LoadPeerSecurity(security));
+    PSYNC_RETURN_IF_ERROR(CheckSignedByCa(security, material));
     PSYNC_RETURN_IF_ERROR(CheckTlsCertNamesHost(security.tls_cert(), material.cert_pem,
                                                 "127.0.0.1", "where psync_launch runs every server"));
   }

@@ -427,7 +427,7 @@ absl::StatusOr<HeartbeatResult> ShardStore::Heartbeat(int worker_rank, uint64_t 
   result.all_done =
       roster_.ReportDone(worker_rank, done_version,
                          found ? std::optional<int64_t>(result.version) : std::nullopt,
-                         members->ranks);
+                         members->ranks, (*caller)->shape.total_steps);
   return result;
 }
 

@@ -54,25 +54,40 @@ int Finish(Subprocess& launch, std::string* output) {
   return code.value_or(-1);
 }
 
-// Kills worker 1 with SIGKILL once the output has `line` (by default once
-// it has registered: it is then training); returns the pid it killed.
-std::optional<pid_t> KillWorker1WhenTraining(Subprocess& launch, const std::string& pid_dir,
-                                             const std::string& line = "worker 1 registered") {
+// Kills the processes `names` ("worker-1", "server-0": their --pid_dir
+// files) with SIGKILL once the output has `line`; returns the pids it
+// killed, or nullopt (a failure added) if it could not kill them all.
+std::optional<std::vector<pid_t>> KillWhen(Subprocess& launch, const std::string& pid_dir,
+                                           const std::string& line,
+                                           const std::vector<std::string>& names) {
   if (!WaitForOutput(launch, line, absl::Now() + absl::Seconds(60))) {
     ADD_FAILURE() << "no '" << line << "' in the output:\n" << launch.output();
     return std::nullopt;
   }
-  const std::optional<pid_t> pid = ReadPid(pid_dir + "/worker-1.pid");
-  if (!pid.has_value()) {
-    ADD_FAILURE() << "no pid in " << pid_dir << "/worker-1.pid";
-    return std::nullopt;
+  std::vector<pid_t> killed;
+  for (const std::string& name : names) {
+    const std::optional<pid_t> pid = ReadPid(pid_dir + "/" + name + ".pid");
+    if (!pid.has_value()) {
+      ADD_FAILURE() << "no pid in " << pid_dir << "/" << name << ".pid";
+      return std::nullopt;
+    }
+    if (kill(*pid, SIGKILL) != 0) {
+      ADD_FAILURE() << "kill(" << *pid << ", SIGKILL): " << std::strerror(errno) << " (did "
+                    << name << " end already?)";
+      return std::nullopt;
+    }
+    killed.push_back(*pid);
   }
-  if (kill(*pid, SIGKILL) != 0) {
-    ADD_FAILURE() << "kill(" << *pid << ", SIGKILL): " << std::strerror(errno)
-                  << " (did worker 1 finish already?)";
-    return std::nullopt;
-  }
-  return pid;
+  return killed;
+}
+
+// Kills worker 1 with SIGKILL once the output has `line` (by default once
+// it has registered: it is then training); returns the pid it killed.
+std::optional<pid_t> KillWorker1WhenTraining(Subprocess& launch, const std::string& pid_dir,
+                                             const std::string& line = "worker 1 registered") {
+  const std::optional<std::vector<pid_t>> killed = KillWhen(launch, pid_dir, line, {"worker-1"});
+  if (!killed.has_value()) return std::nullopt;
+  return killed->front();
 }
 
 TEST(LaunchRestartTest, KilledWorkerFailsTheJobWhenRestartsAreOff) {
@@ -149,6 +164,39 @@ TEST(LaunchRestartTest, AKilledWorkersRankIsFreeAtOnce) {
         << output;
   }
   EXPECT_TRUE(Contains(output, "(1 restart)")) << output;
+}
+
+// Killed just as the job ends, a server restarts from the last version's
+// checkpoint and never hears from the workers that finished and left: the
+// workers left must not wait for them in Finish, nor the servers fail the
+// job naming them; the job ends with the weights it trained.
+TEST(LaunchRestartTest, ProcessesKilledAtTheJobsEndLeaveItFinished) {
+  const std::string pid_dir = FreshDir("end_pids");
+  const std::string checkpoints = absl::StrCat(TempDir(), "/end_checkpoints");
+  std::filesystem::remove_all(checkpoints);
+  const std::string summary = absl::StrCat(TempDir(), "/end_summary.json");
+  std::remove(summary.c_str());
+  auto launch = StartLaunch(
+      "end", {"--num_servers=3", "--num_workers=4", "--max_restarts=3", "--pid_dir=" + pid_dir,
+              "--checkpoint_dir=" + checkpoints, "--checkpoint_every=10", "--peer_timeout_s=15",
+              "--rpc_timeout_s=15", "--summary=" + summary});
+  ASSERT_NE(launch, nullptr);
+  const auto killed =
+      KillWhen(*launch, pid_dir, "the job finished at version 300", {"server-1"});
+  // A worker too, unless it has finished and left already (the servers
+  // stay up until stopped).
+  if (const std::optional<pid_t> worker = ReadPid(pid_dir + "/worker-2.pid")) {
+    kill(*worker, SIGKILL);
+  }
+  std::string output;
+  const int code = Finish(*launch, &output);
+  ASSERT_TRUE(killed.has_value());
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_FALSE(Contains(output, "waits for other workers to finish")) << output;
+  EXPECT_FALSE(Contains(output, "has not been heard from")) << output;
+  std::stringstream json;
+  json << std::ifstream(summary).rdbuf();
+  EXPECT_TRUE(std::regex_search(json.str(), std::regex("\"steps\": 300\\b"))) << json.str();
 }
 
 TEST(LaunchRestartTest, BadSupervisionFlagsFailAtStart) {

@@ -147,13 +147,20 @@ std::vector<int> WorkerRoster::Lost(const std::vector<int>& members) const {
 
 bool WorkerRoster::ReportDone(int rank, int64_t done_version,
                               std::optional<int64_t> lowest_version,
-                              const std::vector<int>& members) {
+                              const std::vector<int>& members, int64_t last_version) {
   absl::MutexLock lock(&mu_);
   if (done_version > 0) done_[rank] = done_version;
   const bool found = lowest_version.has_value();
   bool all_done = true;
   for (int w : members) {
     if (done_[w] == 0 || (found && done_[w] != *lowest_version)) all_done = false;
+  }
+  // No chunk reaches the job's last version before every worker has pushed
+  // every step: a worker done there needs no one else's report (a server
+  // restarted after the end never hears from those that finished and left).
+  if (found && last_version > 0 && done_version == *lowest_version &&
+      done_version >= last_version) {
+    all_done = true;
   }
   if (all_done && found) finished_version_ = *lowest_version;
   // The job's end, said before a change of the members forgot the reports
@@ -183,6 +190,11 @@ void WorkerRoster::CheckpointDone(int64_t version) {
 
 absl::Status WorkerRoster::CheckPeers() const {
   absl::ReaderMutexLock lock(&mu_);
+  // The job ended: the workers that left wait for nothing, nor does anyone
+  // wait for them.
+  if (finished_version_ > 0 && (!checkpoints_ || checkpoint_done_ >= finished_version_)) {
+    return absl::OkStatus();
+  }
   const absl::Time now = now_();
   int missing = -1;
   absl::Duration longest, freshest = absl::InfiniteDuration();

@@ -103,11 +103,12 @@ class WorkerRoster {
   // Records that `rank` trained every step at `done_version` (0: not
   // said). Returns whether every worker has said so at `lowest_version`,
   // the lowest version over this server's chunks (nullopt: it owns none),
-  // and, with checkpoints, that version's checkpoint is written; sets the
-  // job's end then.
+  // or `rank` has and that version is the job's `last_version` (0: not
+  // known); and, with checkpoints, that version's checkpoint is written.
+  // Sets the job's end then.
   // Only `members` (the workers that train the last steps) count.
   bool ReportDone(int rank, int64_t done_version, std::optional<int64_t> lowest_version,
-                  const std::vector<int>& members);
+                  const std::vector<int>& members, int64_t last_version = 0);
   // Whether `done_version` is the job's end: a worker that reports it is
   // done even from a session a later rollback ended.
   bool FinishedAt(int64_t done_version) const;
@@ -119,7 +120,7 @@ class WorkerRoster {
 
   // DEADLINE_EXCEEDED naming the worker that has not finished and has been
   // silent longest past options.peer_timeout, while another is live (heard
-  // from within the lease); else OK.
+  // from within the lease); else OK, and always once the job has ended.
   absl::Status CheckPeers() const;
   RosterStatus Status() const;
 

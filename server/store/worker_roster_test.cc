@@ -185,6 +185,36 @@ TEST(WorkerRosterTest, AWorkerDoneAtTheEndAfterAChangeForgotTheReportsIsDone) {
   EXPECT_TRUE(roster.ReportDone(0, 600, 600, {1}));
 }
 
+// A server restarted after the job's end (its last version restored from
+// the final checkpoint) never hears from the workers that finished and
+// left: a worker done at the job's last version is done, and nobody is
+// missing any more.
+TEST(WorkerRosterTest, AWorkerDoneAtTheJobsLastVersionNeedsNoOtherReport) {
+  FakeClock clock;
+  ShardStoreOptions o = Options(3, absl::Seconds(1));
+  o.checkpoint_every = 10;
+  o.peer_timeout = absl::Seconds(5);
+  WorkerRoster roster(o, clock.Fn());
+  roster.StartGeneration(200);  // restored from the last version's checkpoint
+  roster.StartSession(1, 11, "");
+  clock.Advance(absl::Seconds(6));
+  roster.Touch(1);
+  EXPECT_EQ(roster.CheckPeers().code(), StatusCode::kDeadlineExceeded);  // 0 and 2 silent
+  EXPECT_FALSE(roster.ReportDone(1, 0, 200, {0, 1, 2}, 200));    // not said yet
+  EXPECT_FALSE(roster.ReportDone(1, 190, 200, {0, 1, 2}, 200));  // not at the held version
+  EXPECT_FALSE(roster.ReportDone(1, 150, 150, {0, 1, 2}, 200));  // not the last one
+  EXPECT_FALSE(roster.ReportDone(1, 200, 200, {0, 1, 2}, 0));    // the last one unknown
+  EXPECT_TRUE(roster.ReportDone(1, 200, 200, {0, 1, 2}, 200));
+  EXPECT_EQ(roster.FinishedVersion(), 200);
+  // Another rollback (a second server restarted) forgets the reports, not
+  // the end: a live worker not yet done again waits for nobody missing.
+  roster.StartGeneration(200);
+  roster.StartSession(2, 12, "");
+  clock.Advance(absl::Seconds(6));
+  roster.Touch(2);
+  EXPECT_TRUE(roster.CheckPeers().ok());
+}
+
 TEST(WorkerRosterTest, WithCheckpointsTheJobEndsOnceTheLastOneIsWritten) {
   ShardStoreOptions o = Options(1);
   o.checkpoint_every = 5;

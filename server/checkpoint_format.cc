@@ -1,6 +1,8 @@
 #include "server/checkpoint_format.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <unordered_map>
 
 #include "absl/strings/match.h"
@@ -248,6 +250,52 @@ void CheckpointDigest::AddU64(uint64_t v) {
 
 namespace {
 
+// The first float32 that is not finite in a data section read in pieces of
+// any size (a value may straddle two): every state a checkpoint holds is
+// float32, and the entries tile the section from offset 0.
+class FirstNonFinite {
+ public:
+  void Add(const char* p, size_t n) {
+    while (n > 0 && !found_) {
+      if (carried_ > 0 || n < sizeof(float)) {
+        const size_t take = std::min(n, sizeof(float) - carried_);
+        std::memcpy(carry_ + carried_, p, take);
+        carried_ += take;
+        p += take;
+        n -= take;
+        if (carried_ == sizeof(float)) {
+          Check(carry_);
+          carried_ = 0;
+        }
+        continue;
+      }
+      const size_t whole = n / sizeof(float) * sizeof(float);
+      for (size_t k = 0; k < whole && !found_; k += sizeof(float)) Check(p + k);
+      p += whole;
+      n -= whole;
+    }
+  }
+  bool found() const { return found_; }
+  uint64_t offset() const { return offset_; }  // of the value found, in the section
+  float value() const { return value_; }
+
+ private:
+  void Check(const char* bytes) {
+    std::memcpy(&value_, bytes, sizeof(float));
+    if (!std::isfinite(value_)) {
+      found_ = true;
+      return;
+    }
+    offset_ += sizeof(float);
+  }
+
+  bool found_ = false;
+  uint64_t offset_ = 0;
+  float value_ = 0;
+  char carry_[sizeof(float)] = {};
+  size_t carried_ = 0;
+};
+
 // The role of each of `entries` (a file of server `rank` of `layout`), or
 // what is wrong with them.
 absl::StatusOr<std::vector<EntryRole>> EntryRoles(
@@ -286,6 +334,10 @@ absl::StatusOr<std::vector<EntryRole>> EntryRoles(
     }
     if (it == chunk_of.end()) {
       return bad(absl::StrCat("tensor '", e.name, "' is not a chunk of this server"));
+    }
+    if (e.dtype != SafetensorsDtype::kF32) {  // every state is float32
+      return bad(absl::StrCat("tensor '", e.name, "' is ", SafetensorsDtypeName(e.dtype),
+                              ", expected F32"));
     }
     role.chunk_id = it->second;
     const int64_t n = layout.chunks()[role.chunk_id].num_elements;
@@ -347,8 +399,11 @@ absl::StatusOr<CheckpointFile> OpenCheckpointFile(const std::string& path) {
 
 absl::Status ReadCheckpointData(const CheckpointFile& file, absl::Span<char* const> dest) {
   CheckpointDigest digest(file.reader.metadata(), file.reader.entries());
-  PSYNC_RETURN_IF_ERROR(
-      file.reader.ReadEntries(dest, [&](const char* p, size_t n) { digest.AddData(p, n); }));
+  FirstNonFinite check;
+  PSYNC_RETURN_IF_ERROR(file.reader.ReadEntries(dest, [&](const char* p, size_t n) {
+    digest.AddData(p, n);
+    check.Add(p, n);
+  }));
   const std::string actual = digest.HexDigest();
   const std::string& recorded = file.reader.metadata().at("sha256");
   if (actual != recorded) {
@@ -356,7 +411,16 @@ absl::Status ReadCheckpointData(const CheckpointFile& file, absl::Span<char* con
                                             ": checksum mismatch: metadata sha256 is ", recorded,
                                             ", the file hashes to ", actual, " (corrupt)"));
   }
-  return absl::OkStatus();
+  if (!check.found()) return absl::OkStatus();
+  for (const SafetensorsEntryInfo& e : file.reader.entries()) {
+    if (check.offset() < e.begin || check.offset() >= e.end) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        file.reader.path(), ": entry ", e.name, " holds ", check.value(), " at element ",
+        (check.offset() - e.begin) / sizeof(float),
+        "; expected finite values (a job whose weights stop being finite stops before it "
+        "writes them)"));
+  }
+  return absl::OkStatus();  // unreachable: the entries tile the data section
 }
 
 absl::StatusOr<CheckpointFile> ValidateCheckpointFile(const std::string& path) {

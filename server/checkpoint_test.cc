@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <future>
 #include <set>
 #include <sstream>
@@ -358,6 +360,29 @@ TEST_F(CheckpointTest, FallsBackToNextNewestWhenNewestIsCorrupt) {
   ASSERT_EQ(scan.candidates.size(), 1u);
   EXPECT_EQ(scan.candidates[0].version, 1);
   EXPECT_EQ(scan.refused.size(), 1u);
+}
+
+// A diverged job stops before it writes a non-finite weight, so a file
+// holding one (its checksum intact) was not written by psync as it is:
+// refused by the entry and element, and the scan falls back.
+TEST_F(CheckpointTest, NonFiniteValuesAreRefused) {
+  const Layout layout = MakeLayout(1);
+  WriteAll(dir_, layout, 1, Flat(layout), /*momentum=*/false);
+  std::vector<float> bad = Flat(layout, 2.0f);
+  bad[40] = std::numeric_limits<float>::infinity();  // fc2.weight element 4: chunk @0
+  WriteAll(dir_, layout, 2, bad, /*momentum=*/false);
+  const std::string path = FilePath(dir_, 2, 0, 1);
+  CheckpointScan scan = Scan(0, 1);
+  ASSERT_EQ(scan.candidates.size(), 1u);
+  EXPECT_EQ(scan.candidates[0].version, 1);
+  ASSERT_EQ(scan.refused.size(), 1u);
+  EXPECT_THAT(scan.refused[0], HasSubstr(path + ": entry weights/fc2.weight@0 holds inf at "
+                                         "element 4; expected finite values"));
+  bad[40] = std::nanf("");
+  WriteAll(dir_, layout, 2, bad, /*momentum=*/true);  // the momentum holds one too
+  scan = Scan(0, 1);
+  ASSERT_EQ(scan.refused.size(), 1u);
+  EXPECT_THAT(scan.refused[0], HasSubstr("fc2.weight@0 holds nan at element 4"));
 }
 
 TEST_F(CheckpointTest, LoadRevalidatesTheFiles) {

@@ -205,6 +205,11 @@ class Launcher {
                   config.cluster().servers().c_str(), server_list.c_str());
     }
     config.mutable_cluster()->set_servers(server_list);
+    // One --port or --host for all: the servers of a host would clash.
+    if (config.server().port() != 0 || config.server().host() != "127.0.0.1") {
+      std::printf("[launch] --port and --host are one server's, not used: each server here "
+                  "gets its own, listed once they are up\n");
+    }
     config.mutable_server()->set_host("127.0.0.1");  // on hosts, each server's by flag
     config.mutable_server()->set_port(0);            // each server's comes by flag
     if (config.server().health_port() != 0) {  // one port for all: servers of a host would clash

@@ -250,52 +250,6 @@ void CheckpointDigest::AddU64(uint64_t v) {
 
 namespace {
 
-// The first float32 that is not finite in a data section read in pieces of
-// any size (a value may straddle two): every state a checkpoint holds is
-// float32, and the entries tile the section from offset 0.
-class FirstNonFinite {
- public:
-  void Add(const char* p, size_t n) {
-    while (n > 0 && !found_) {
-      if (carried_ > 0 || n < sizeof(float)) {
-        const size_t take = std::min(n, sizeof(float) - carried_);
-        std::memcpy(carry_ + carried_, p, take);
-        carried_ += take;
-        p += take;
-        n -= take;
-        if (carried_ == sizeof(float)) {
-          Check(carry_);
-          carried_ = 0;
-        }
-        continue;
-      }
-      const size_t whole = n / sizeof(float) * sizeof(float);
-      for (size_t k = 0; k < whole && !found_; k += sizeof(float)) Check(p + k);
-      p += whole;
-      n -= whole;
-    }
-  }
-  bool found() const { return found_; }
-  uint64_t offset() const { return offset_; }  // of the value found, in the section
-  float value() const { return value_; }
-
- private:
-  void Check(const char* bytes) {
-    std::memcpy(&value_, bytes, sizeof(float));
-    if (!std::isfinite(value_)) {
-      found_ = true;
-      return;
-    }
-    offset_ += sizeof(float);
-  }
-
-  bool found_ = false;
-  uint64_t offset_ = 0;
-  float value_ = 0;
-  char carry_[sizeof(float)] = {};
-  size_t carried_ = 0;
-};
-
 // The role of each of `entries` (a file of server `rank` of `layout`), or
 // what is wrong with them.
 absl::StatusOr<std::vector<EntryRole>> EntryRoles(
@@ -397,9 +351,51 @@ absl::StatusOr<CheckpointFile> OpenCheckpointFile(const std::string& path) {
   return file;
 }
 
+FirstNonFinite::FirstNonFinite(std::vector<const SafetensorsEntryInfo*> checked)
+    : checked_(std::move(checked)) {}
+
+void FirstNonFinite::Add(const char* p, size_t n) {
+  while (n > 0 && found_ == nullptr) {
+    if (carried_ > 0 || n < sizeof(float)) {  // a value split between pieces
+      const size_t take = std::min(n, sizeof(float) - carried_);
+      std::memcpy(carry_ + carried_, p, take);
+      carried_ += take;
+      p += take;
+      n -= take;
+      if (carried_ == sizeof(float)) {
+        Check(carry_);
+        carried_ = 0;
+      }
+      continue;
+    }
+    const size_t whole = n / sizeof(float) * sizeof(float);
+    for (size_t k = 0; k < whole && found_ == nullptr; k += sizeof(float)) Check(p + k);
+    p += whole;
+    n -= whole;
+  }
+}
+
+void FirstNonFinite::Check(const char* bytes) {
+  while (next_ < checked_.size() && checked_[next_]->end <= offset_) ++next_;
+  if (next_ < checked_.size() && offset_ >= checked_[next_]->begin) {
+    std::memcpy(&value_, bytes, sizeof(float));
+    if (!std::isfinite(value_)) {
+      found_ = checked_[next_];
+      return;
+    }
+  }
+  offset_ += sizeof(float);
+}
+
 absl::Status ReadCheckpointData(const CheckpointFile& file, absl::Span<char* const> dest) {
   CheckpointDigest digest(file.reader.metadata(), file.reader.entries());
-  FirstNonFinite check;
+  // The weights only: Adam's second moment may overflow to inf on a finite
+  // step, and the weights stay finite.
+  std::vector<const SafetensorsEntryInfo*> weights;
+  for (size_t i = 0; i < file.roles.size(); ++i) {
+    if (file.roles[i].slot == kWeightsSlot) weights.push_back(&file.reader.entries()[i]);
+  }
+  FirstNonFinite check(std::move(weights));
   PSYNC_RETURN_IF_ERROR(file.reader.ReadEntries(dest, [&](const char* p, size_t n) {
     digest.AddData(p, n);
     check.Add(p, n);
@@ -411,16 +407,12 @@ absl::Status ReadCheckpointData(const CheckpointFile& file, absl::Span<char* con
                                             ": checksum mismatch: metadata sha256 is ", recorded,
                                             ", the file hashes to ", actual, " (corrupt)"));
   }
-  if (!check.found()) return absl::OkStatus();
-  for (const SafetensorsEntryInfo& e : file.reader.entries()) {
-    if (check.offset() < e.begin || check.offset() >= e.end) continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        file.reader.path(), ": entry ", e.name, " holds ", check.value(), " at element ",
-        (check.offset() - e.begin) / sizeof(float),
-        "; expected finite values (a job whose weights stop being finite stops before it "
-        "writes them)"));
-  }
-  return absl::OkStatus();  // unreachable: the entries tile the data section
+  if (check.found() == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      file.reader.path(), ": entry ", check.found()->name, " holds ", check.value(),
+      " at element ", check.element(),
+      "; expected finite weights (a job whose weights stop being finite stops before it writes "
+      "them)"));
 }
 
 absl::StatusOr<CheckpointFile> ValidateCheckpointFile(const std::string& path) {

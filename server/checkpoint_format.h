@@ -99,9 +99,34 @@ struct CheckpointFile {
 // Errors say "<path>: <what is wrong>".
 absl::StatusOr<CheckpointFile> OpenCheckpointFile(const std::string& path);
 
+// The first value of the `checked` entries (float32, in data order) that is
+// not finite, found while the data section is fed to Add in pieces of any
+// size from its start.
+class FirstNonFinite {
+ public:
+  explicit FirstNonFinite(std::vector<const SafetensorsEntryInfo*> checked);
+  void Add(const char* p, size_t n);
+  // The entry holding it (null: none found), the value and its element.
+  const SafetensorsEntryInfo* found() const { return found_; }
+  float value() const { return value_; }
+  uint64_t element() const { return (offset_ - found_->begin) / sizeof(float); }
+
+ private:
+  void Check(const char* bytes);
+
+  const std::vector<const SafetensorsEntryInfo*> checked_;
+  size_t next_ = 0;      // the first of checked_ not wholly before offset_
+  uint64_t offset_ = 0;  // of the value Check takes next, in the section
+  const SafetensorsEntryInfo* found_ = nullptr;
+  float value_ = 0;
+  char carry_[sizeof(float)] = {};
+  size_t carried_ = 0;
+};
+
 // Reads the whole data section, copying entry i to dest[i] when that is not
 // null (dest has one slot per entry), and checks the sha256: DataLoss on a
-// mismatch.
+// mismatch. InvalidArgument naming the entry and element where a weight is
+// not finite.
 absl::Status ReadCheckpointData(const CheckpointFile& file, absl::Span<char* const> dest);
 
 // OpenCheckpointFile, then ReadCheckpointData copying nothing.

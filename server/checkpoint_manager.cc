@@ -49,14 +49,19 @@ absl::Status CheckWritable(const std::string& dir) {
 absl::StatusOr<int> LockRank(const std::string& dir, int rank) {
   const std::string path = absl::StrCat(dir, "/.lock-server-", rank);
   // Never through a link, nor into a device or a FIFO: the lock's process
-  // id would be written wherever the link points.
+  // id would be written wherever the link points. (lstat first: opening a
+  // device may do something; fstat below: the path may change between.)
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--checkpoint_dir: ", path, " is not a regular file; expected the lock file a server "
+        "creates there, or none"));
+  }
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
   if (fd < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--checkpoint_dir: cannot open ", path, ": ", strerror(errno),
-        errno == ELOOP ? " (a symbolic link; expected a regular file, or none)" : ""));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--checkpoint_dir: cannot open ", path, ": ", strerror(errno)));
   }
-  struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
     return absl::FailedPreconditionError(absl::StrCat(

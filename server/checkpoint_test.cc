@@ -365,7 +365,7 @@ TEST_F(CheckpointTest, FallsBackToNextNewestWhenNewestIsCorrupt) {
 // A diverged job stops before it writes a non-finite weight, so a file
 // holding one (its checksum intact) was not written by psync as it is:
 // refused by the entry and element, and the scan falls back.
-TEST_F(CheckpointTest, NonFiniteValuesAreRefused) {
+TEST_F(CheckpointTest, NonFiniteWeightsAreRefused) {
   const Layout layout = MakeLayout(1);
   WriteAll(dir_, layout, 1, Flat(layout), /*momentum=*/false);
   std::vector<float> bad = Flat(layout, 2.0f);
@@ -377,12 +377,45 @@ TEST_F(CheckpointTest, NonFiniteValuesAreRefused) {
   EXPECT_EQ(scan.candidates[0].version, 1);
   ASSERT_EQ(scan.refused.size(), 1u);
   EXPECT_THAT(scan.refused[0], HasSubstr(path + ": entry weights/fc2.weight@0 holds inf at "
-                                         "element 4; expected finite values"));
+                                         "element 4; expected finite weights"));
   bad[40] = std::nanf("");
   WriteAll(dir_, layout, 2, bad, /*momentum=*/true);  // the momentum holds one too
   scan = Scan(0, 1);
   ASSERT_EQ(scan.refused.size(), 1u);
-  EXPECT_THAT(scan.refused[0], HasSubstr("fc2.weight@0 holds nan at element 4"));
+  EXPECT_THAT(scan.refused[0], HasSubstr(": entry weights/fc2.weight@0 holds nan at element 4"));
+  // Optimizer state may overflow on a finite step (Adam's second moment to
+  // inf) while the weights stay finite: such a file is the job's own.
+  std::vector<CheckpointChunk> chunks = ChunksOf(layout, 0, Flat(layout, 3.0f), true);
+  auto state = std::make_shared<ChunkState>(*chunks[0].state);
+  state->momentum[0] = std::numeric_limits<float>::infinity();
+  chunks[0].state = state;
+  ASSERT_TRUE(WriteCheckpoint(dir_, layout, Header(layout, 0, 3), chunks).ok());
+  scan = Scan(0, 1);
+  ASSERT_FALSE(scan.candidates.empty());
+  EXPECT_EQ(scan.candidates[0].version, 3);
+}
+
+// A value may straddle two pieces of the data section as it is read.
+TEST(FirstNonFiniteTest, FindsTheFirstNonFiniteValueOfTheCheckedEntriesInAnyPieces) {
+  const std::vector<float> values = {1, 2, std::nanf(""), 4, 5, -INFINITY, 7, 8};
+  SafetensorsEntryInfo first{"a", {3}, 0, 12}, second{"b", {5}, 12, 32};
+  std::string bytes(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  for (size_t piece : {1, 3, 4, 5, 32}) {
+    SCOPED_TRACE(piece);
+    checkpoint_internal::FirstNonFinite both({&first, &second}), only_b({&second});
+    for (size_t at = 0; at < bytes.size(); at += piece) {
+      both.Add(bytes.data() + at, std::min(piece, bytes.size() - at));
+      only_b.Add(bytes.data() + at, std::min(piece, bytes.size() - at));
+    }
+    ASSERT_EQ(both.found(), &first);
+    EXPECT_EQ(both.element(), 2u);
+    ASSERT_EQ(only_b.found(), &second);
+    EXPECT_EQ(only_b.element(), 2u);
+    EXPECT_EQ(only_b.value(), -INFINITY);
+  }
+  checkpoint_internal::FirstNonFinite none({&first});
+  none.Add(bytes.data(), 8);
+  EXPECT_EQ(none.found(), nullptr);
 }
 
 TEST_F(CheckpointTest, LoadRevalidatesTheFiles) {
@@ -606,8 +639,8 @@ TEST_F(CheckpointTest, ALockFileThatIsNotARegularFileIsRefused) {
   o.dir = dir_;
   absl::Status s = CheckpointManager::Open(o).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(s.message(), HasSubstr(lock + ": Too many levels of symbolic links (a symbolic "
-                                     "link; expected a regular file, or none)"));
+  EXPECT_THAT(s.message(), HasSubstr(lock + " is not a regular file; expected the lock file a "
+                                     "server creates there, or none"));
   std::stringstream kept;
   kept << std::ifstream(victim).rdbuf();
   EXPECT_EQ(kept.str(), "important");

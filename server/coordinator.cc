@@ -11,6 +11,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -139,9 +140,9 @@ absl::Status Coordinator::CheckReportLocked(const JoinInfo& info) const {
   std::vector<int> joining;
   for (const auto& [rank, weight] : e.joins) {
     if (!ValidWorkerWeight(weight)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Join: server ", info.server_rank, " reports worker ", rank, " joining with weight ",
-          weight, ", expected 0..", kMaxWorkerWeight, " (exclusive of 0)"));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "Join: server %d reports worker %d joining with weight %.10g, expected 0..%g "
+          "(exclusive of 0)", info.server_rank, rank, weight, kMaxWorkerWeight));
     }
     joining.push_back(rank);
   }

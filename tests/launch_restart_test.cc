@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -184,9 +185,12 @@ TEST(LaunchRestartTest, ProcessesKilledAtTheJobsEndLeaveItFinished) {
   const auto killed =
       KillWhen(*launch, pid_dir, "the job finished at version 300", {"server-1"});
   // A worker too, unless it has finished and left already (the servers
-  // stay up until stopped).
+  // stay up until stopped): its pid is checked to be a worker's still.
   if (const std::optional<pid_t> worker = ReadPid(pid_dir + "/worker-2.pid")) {
-    kill(*worker, SIGKILL);
+    std::ifstream cmdline(absl::StrCat("/proc/", *worker, "/cmdline"));
+    const std::string argv((std::istreambuf_iterator<char>(cmdline)),
+                           std::istreambuf_iterator<char>());
+    if (argv.find("psync_worker") != std::string::npos) kill(*worker, SIGKILL);
   }
   std::string output;
   const int code = Finish(*launch, &output);

@@ -328,7 +328,7 @@ int main(int argc, char** argv) {
     std::printf("[launch] FAILED: %s\n", std::string(s.message()).c_str());
     // A daemon's bad flags are ours, and so is a job that cannot go on.
     if (absl::IsInvalidArgument(s)) return psync::kExitBadConfig;
-    return absl::IsFailedPrecondition(s) ? psync::kExitCannotContinue : 1;
+    return result.cannot_continue ? psync::kExitCannotContinue : 1;
   }
   const int restarts = result.restarts;
   std::printf("[launch] done in %.1f s (%d restart%s)\n",

@@ -118,6 +118,8 @@ class Launcher {
   }
 
   int restarts() const { return restarts_; }
+  // Valid after Run: the job ended because it cannot go on.
+  bool cannot_continue() const { return cannot_continue_; }
   // Absolute; empty without --checkpoint_dir. Valid after Run.
   const std::string& checkpoint_dir() const { return checkpoint_dir_; }
 
@@ -312,9 +314,9 @@ class Launcher {
     if (code == kExitBadConfig) {  // what only a daemon checks: a missing --data_dir, say
       return fail(absl::StatusCode::kInvalidArgument, ": bad flags (never restarted)");
     }
-    if (code == kExitCannotContinue) {  // the launcher exits with the same code
-      return fail(absl::StatusCode::kFailedPrecondition,
-                  ": the job cannot continue (never restarted)");
+    if (code == kExitCannotContinue) {
+      cannot_continue_ = true;
+      return fail(absl::StatusCode::kAborted, ": the job cannot continue (never restarted)");
     }
     const int max_restarts = options_.max_restarts;
     if (max_restarts == 0) {
@@ -455,6 +457,7 @@ class Launcher {
   // fails it meanwhile as for any missing worker); without, nothing can.
   absl::Status NoWorkerTrains(bool& told) {
     if (control_ == nullptr) {
+      cannot_continue_ = true;
       return absl::FailedPreconditionError(
           "every worker left the job before its training finished, and without "
           "--control_file nothing can start one again");
@@ -579,6 +582,7 @@ class Launcher {
   absl::Time deadline_;
   absl::Duration worker_stop_grace_;  // --stop_grace_s
   int restarts_ = 0;
+  bool cannot_continue_ = false;  // see cannot_continue()
   bool elastic_ = false;  // min_workers > 0
   int min_workers_ = 0;
   std::unique_ptr<ControlFile> control_;  // --control_file; null: none
@@ -591,6 +595,7 @@ LaunchResult RunLauncher(proto::JobConfig config, LaunchOptions options) {
   Launcher launcher(std::move(options));
   LaunchResult result;
   result.status = launcher.Run(std::move(config));
+  result.cannot_continue = launcher.cannot_continue();
   result.restarts = launcher.restarts();
   result.checkpoint_dir = launcher.checkpoint_dir();
   return result;

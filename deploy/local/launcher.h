@@ -47,6 +47,9 @@ struct LaunchOptions {
 
 struct LaunchResult {
   absl::Status status;  // Cancelled after a stop signal, InvalidArgument for bad flags
+  // The job cannot go on (a daemon exited 3, or every worker left): the
+  // launcher exits 3 too.
+  bool cannot_continue = false;
   int restarts = 0;
   std::string checkpoint_dir;  // absolute; empty without one
 };

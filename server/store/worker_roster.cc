@@ -115,6 +115,7 @@ void WorkerRoster::StartGeneration(int64_t checkpointed_version) {
   absl::MutexLock lock(&mu_);
   EndSessionsLocked();
   checkpoint_done_ = checkpointed_version;
+  restored_version_ = checkpointed_version;
   const int64_t now_ms = UnixMs(now_());
   for (int w = 0; w < num_workers_; ++w) {
     last_seen_ms_[w] = std::max(last_seen_ms_[w].load(), now_ms);
@@ -155,12 +156,12 @@ bool WorkerRoster::ReportDone(int rank, int64_t done_version,
   for (int w : members) {
     if (done_[w] == 0 || (found && done_[w] != *lowest_version)) all_done = false;
   }
-  // No chunk reaches the job's last version before every worker has pushed
-  // every step: a worker done there needs no one else's report (a server
-  // restarted after the end never hears from those that finished and left).
-  if (found && last_version > 0 && done_version == *lowest_version &&
-      done_version >= last_version) {
+  const bool restored_at_end = last_version > 0 && restored_version_ == last_version &&
+                               done_version == last_version &&
+                               (!found || *lowest_version == last_version);
+  if (restored_at_end) {
     all_done = true;
+    finished_version_ = last_version;
   }
   if (all_done && found) finished_version_ = *lowest_version;
   // The job's end, said before a change of the members forgot the reports
@@ -190,9 +191,8 @@ void WorkerRoster::CheckpointDone(int64_t version) {
 
 absl::Status WorkerRoster::CheckPeers() const {
   absl::ReaderMutexLock lock(&mu_);
-  // The job ended: the workers that left wait for nothing, nor does anyone
-  // wait for them.
-  if (finished_version_ > 0 && (!checkpoints_ || checkpoint_done_ >= finished_version_)) {
+  // The job's end is checkpointed: the workers that left are not missing.
+  if (finished_version_ > 0 && checkpoints_ && checkpoint_done_ >= finished_version_) {
     return absl::OkStatus();
   }
   const absl::Time now = now_();

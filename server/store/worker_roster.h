@@ -103,9 +103,12 @@ class WorkerRoster {
   // Records that `rank` trained every step at `done_version` (0: not
   // said). Returns whether every worker has said so at `lowest_version`,
   // the lowest version over this server's chunks (nullopt: it owns none),
-  // or `rank` has and that version is the job's `last_version` (0: not
-  // known); and, with checkpoints, that version's checkpoint is written.
-  // Sets the job's end then.
+  // or, in a generation restored from the checkpoint of the job's
+  // `last_version` (0: not known), `rank` has said so there; and, with
+  // checkpoints, that version's checkpoint is written. Sets the job's end
+  // then. (A server restarted after the end never hears from the workers
+  // that finished and left, and that checkpoint exists only if every worker
+  // pushed every step.)
   // Only `members` (the workers that train the last steps) count.
   bool ReportDone(int rank, int64_t done_version, std::optional<int64_t> lowest_version,
                   const std::vector<int>& members, int64_t last_version = 0);
@@ -120,7 +123,8 @@ class WorkerRoster {
 
   // DEADLINE_EXCEEDED naming the worker that has not finished and has been
   // silent longest past options.peer_timeout, while another is live (heard
-  // from within the lease); else OK, and always once the job has ended.
+  // from within the lease); else OK, and always once the job's end is
+  // checkpointed (the workers that left are not missing).
   absl::Status CheckPeers() const;
   RosterStatus Status() const;
 
@@ -150,6 +154,8 @@ class WorkerRoster {
   // rollbacks: the job's end, whatever the servers hold since.
   int64_t finished_version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t checkpoint_done_ ABSL_GUARDED_BY(mu_) = -1;  // newest version
+  // The version the current generation was restored from (-1: none).
+  int64_t restored_version_ ABSL_GUARDED_BY(mu_) = -1;
   // Each rank's session the last new generation ended, until the rank
   // registers again or the session is released (0: none).
   std::vector<uint64_t> ended_sessions_ ABSL_GUARDED_BY(mu_);

@@ -187,13 +187,23 @@ TEST(WorkerRosterTest, AWorkerDoneAtTheEndAfterAChangeForgotTheReportsIsDone) {
 
 // A server restarted after the job's end (its last version restored from
 // the final checkpoint) never hears from the workers that finished and
-// left: a worker done at the job's last version is done, and nobody is
-// missing any more.
-TEST(WorkerRosterTest, AWorkerDoneAtTheJobsLastVersionNeedsNoOtherReport) {
+// left: there a worker done at the job's last version is done, and nobody
+// is missing any more. Anywhere else every worker still says so itself.
+TEST(WorkerRosterTest, RestoredAtTheJobsLastVersionAWorkerDoneThereNeedsNoOtherReport) {
   FakeClock clock;
   ShardStoreOptions o = Options(3, absl::Seconds(1));
   o.checkpoint_every = 10;
   o.peer_timeout = absl::Seconds(5);
+  {
+    WorkerRoster fresh(o, clock.Fn());  // never restored: the job's own end
+    fresh.CheckpointDone(200);
+    EXPECT_FALSE(fresh.ReportDone(1, 200, 200, {0, 1, 2}, 200));
+    fresh.StartGeneration(150);  // restored from an earlier version
+    EXPECT_FALSE(fresh.ReportDone(1, 200, 200, {0, 1, 2}, 200));
+    WorkerRoster chunkless(o, clock.Fn());
+    chunkless.StartGeneration(200);
+    EXPECT_TRUE(chunkless.ReportDone(1, 200, std::nullopt, {0, 1, 2}, 200));
+  }
   WorkerRoster roster(o, clock.Fn());
   roster.StartGeneration(200);  // restored from the last version's checkpoint
   roster.StartSession(1, 11, "");

@@ -254,6 +254,21 @@ void CheckOptimizer(const proto::OptimizerConfig& o, Checker& check) {
                "a finite number >= 0");
   check.Expect("lr_final", !is(schedule, LrSchedule::kCosine) || o.lr_final() <= o.lr(),
                "at most optimizer.lr (cosine decays from lr to lr_final)");
+  // A value given for what this optimizer or schedule does not use would be
+  // silently ignored: refused, as milestones without a step schedule are.
+  const bool sgd = is(kind, OptimizerKind::kSgd);
+  check.Expect("momentum", !o.has_momentum() || o.momentum() == 0 || !kind.ok() || sgd,
+               "0 unless optimizer is sgd (adam and adamw keep beta1 instead)");
+  for (const char* f : {"beta1", "beta2", "epsilon"}) {
+    check.Expect(f, !o.GetReflection()->HasField(o, FindField(f)->field) || !kind.ok() || !sgd,
+                 "unset unless optimizer is adam or adamw");
+  }
+  check.Expect("lr_final", !o.has_lr_final() || is(schedule, LrSchedule::kCosine),
+               "unset unless lr_schedule is cosine");
+  check.Expect("lr_decay_factor", !o.has_lr_decay_factor() || is(schedule, LrSchedule::kStep),
+               "unset unless lr_schedule is step");
+  check.Expect("base_batch", !o.has_base_batch() || !is(scaling, LrScaling::kNone),
+               "unset unless lr_scaling is linear or sqrt");
 }
 
 // checkpoint.* and timeouts.*.

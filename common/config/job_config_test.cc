@@ -159,6 +159,24 @@ TEST(JobConfigTest, SecurityAndPortsAreCheckedTogether) {
   EXPECT_THAT(Load("optimizer { lr_schedule: \"step\" }").status().message(),
               HasSubstr("--lr_decay_steps (not set) is \"\", expected milestones in exactly one "
                         "of lr_decay_steps and lr_decay_epochs"));
+  // A value for what the optimizer or schedule does not use would be ignored.
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"optimizer { optimizer: \"adam\" momentum: 0.5 }",
+            "optimizer.momentum is 0.5, expected 0 unless optimizer is sgd"},
+           {"optimizer { beta2: 0.99 }",
+            "optimizer.beta2 is 0.99, expected unset unless optimizer is adam or adamw"},
+           {"optimizer { lr_final: 0.01 }",
+            "optimizer.lr_final is 0.01, expected unset unless lr_schedule is cosine"},
+           {"optimizer { lr_decay_factor: 0.5 lr_schedule: \"cosine\" }",
+            "optimizer.lr_decay_factor is 0.5, expected unset unless lr_schedule is step"},
+           {"optimizer { base_batch: 64 }",
+            "optimizer.base_batch is 64, expected unset unless lr_scaling is linear or sqrt"},
+       }) {
+    EXPECT_THAT(Load(text).status().message(), HasSubstr(message)) << text;
+  }
+  EXPECT_TRUE(Load("optimizer { optimizer: \"adamw\" beta1: 0.8 epsilon: 1e-6 momentum: 0 "
+                   "lr_schedule: \"cosine\" lr_final: 0.001 }")
+                  .ok());
   EXPECT_THAT(Load("training { model: \"mlp:784-0-10\" }").status().message(),
               HasSubstr("job.pbtxt:1: training.model is \"mlp:784-0-10\", expected mlp, "));
   EXPECT_THAT(Load("training { model: \"mlp:784-0-10\" }").status().message(),

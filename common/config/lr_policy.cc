@@ -55,10 +55,13 @@ absl::string_view LrScheduleName(LrSchedule schedule) { return EnumNameOf(kSched
 absl::StatusOr<std::vector<int64_t>> ParseMilestones(const std::string& flag,
                                                      const std::string& text) {
   std::vector<int64_t> out;
-  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+  if (absl::StripAsciiWhitespace(text).empty()) return out;
+  for (absl::string_view piece : absl::StrSplit(text, ',')) {
+    // Digits only: an empty item ("5,,7", "5,") or a sign is a typo.
+    piece = absl::StripAsciiWhitespace(piece);
     int64_t v;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(piece), &v) || v <= 0 ||
-        (!out.empty() && v <= out.back())) {
+    if (piece.empty() || piece.find_first_not_of("0123456789") != absl::string_view::npos ||
+        !absl::SimpleAtoi(piece, &v) || v <= 0 || (!out.empty() && v <= out.back())) {
       return absl::InvalidArgumentError(absl::StrCat(
           flag, " is '", text, "', expected ascending whole numbers > 0, e.g. 30,60"));
     }

@@ -168,6 +168,10 @@ TEST(LrPolicyTest, BadSettingsNameTheFlagAndTheValue) {
   EXPECT_THAT(error(p), HasSubstr("are for --lr_schedule=step, not constant"));
   EXPECT_EQ(ParseMilestones("--lr_decay_steps", "30, 60").value(),
             (std::vector<int64_t>{30, 60}));
+  for (const char* typo : {"5,,7", "5,", ",5", "+5", "5, -7", "0x10"}) {
+    EXPECT_FALSE(ParseMilestones("--lr_decay_steps", typo).ok()) << typo;
+  }
+  EXPECT_TRUE(ParseMilestones("--lr_decay_steps", " ").value().empty());
   EXPECT_EQ(ParseMilestones("--lr_decay_steps", "60,30").status().message(),
             "--lr_decay_steps is '60,30', expected ascending whole numbers > 0, e.g. 30,60");
   EXPECT_FALSE(ParseMilestones("--lr_decay_epochs", "x").ok());

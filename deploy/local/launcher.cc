@@ -118,8 +118,7 @@ class Launcher {
   }
 
   int restarts() const { return restarts_; }
-  // Valid after Run: the job ended because it cannot go on.
-  bool cannot_continue() const { return cannot_continue_; }
+  bool cannot_continue() const { return cannot_continue_; }  // valid after Run
   // Absolute; empty without --checkpoint_dir. Valid after Run.
   const std::string& checkpoint_dir() const { return checkpoint_dir_; }
 
@@ -207,18 +206,15 @@ class Launcher {
                   config.cluster().servers().c_str(), server_list.c_str());
     }
     config.mutable_cluster()->set_servers(server_list);
-    // One --port or --host for all: the servers of a host would clash.
-    if (config.server().port() != 0 || config.server().host() != "127.0.0.1") {
-      std::printf("[launch] --port and --host are one server's, not used: each server here "
-                  "gets its own, listed once they are up\n");
+    // One address or health port for all: the servers of a host would clash.
+    const proto::ServerConfig& one = config.server();
+    if (one.port() != 0 || one.host() != "127.0.0.1" || one.health_port() != 0) {
+      std::printf("[launch] --port, --host and --health_port (for Kubernetes' probes) are one "
+                  "server's, not used: each server here listens on its own port, listed once "
+                  "they are up, and answers the health check there\n");
     }
     config.mutable_server()->set_host("127.0.0.1");  // on hosts, each server's by flag
     config.mutable_server()->set_port(0);            // each server's comes by flag
-    if (config.server().health_port() != 0) {  // one port for all: servers of a host would clash
-      std::printf("[launch] --health_port=%d is for Kubernetes' probes, one per pod; the "
-                  "servers here answer the health check on their own ports\n",
-                  config.server().health_port());
-    }
     config.mutable_server()->set_health_port(0);
     return ports;
   }
@@ -582,7 +578,7 @@ class Launcher {
   absl::Time deadline_;
   absl::Duration worker_stop_grace_;  // --stop_grace_s
   int restarts_ = 0;
-  bool cannot_continue_ = false;  // see cannot_continue()
+  bool cannot_continue_ = false;  // a daemon exited 3, or every worker left
   bool elastic_ = false;  // min_workers > 0
   int min_workers_ = 0;
   std::unique_ptr<ControlFile> control_;  // --control_file; null: none

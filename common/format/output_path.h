@@ -14,7 +14,7 @@ namespace psync {
 // How a flag's file is written.
 enum class OutputWrite {
   kReplaced,  // whole, by WriteFileAtomically (or a writer like it)
-  kAppended,  // line by line, so a FIFO or /dev/stdout serves too
+  kAppended,  // line by line: not refused for being a FIFO or a device
 };
 
 // OK if a file can later be written at `path`: it is not a directory (nor,

@@ -1,7 +1,7 @@
 // The checks of TrainerOptions (worker/trainer.h).
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/config/worker_set.h"
+#include "common/status_macros.h"
 #include "worker/trainer.h"
 
 namespace psync {
@@ -22,23 +22,7 @@ absl::Status TrainerOptions::Validate() const {
   if (max_steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--steps is ", max_steps, ", expected >= 0"));
   }
-  // Bounded as the servers bound a worker's weight, the sum, which also
-  // keeps the sharding's products of weights and sample counts finite
-  // (1e308 alone passes as finite, and overflows there).
-  double worker_weight = 0;
-  for (double w : device_weights) {
-    if (!(w > 0.0) || !(w <= kMaxWorkerWeight)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--device_weights has ", w, ", expected relative speeds > 0 and at most ",
-          kMaxWorkerWeight, " (e.g. 1,3)"));
-    }
-    worker_weight += w;
-  }
-  if (worker_weight > kMaxWorkerWeight) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--device_weights sum to %.10g, expected at most %g: a worker's weight against the "
-        "others' is the sum of its devices' (e.g. 1,3)", worker_weight, kMaxWorkerWeight));
-  }
+  PSYNC_RETURN_IF_ERROR(CheckDeviceWeights(device_weights));
   if (overlap_min_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--overlap_min_kb is ", overlap_min_bytes >> 10, ", expected >= 0"));

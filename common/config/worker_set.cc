@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace psync {
@@ -15,6 +16,24 @@ WorkerSet WorkerSet::All(int num_workers) {
     all.weights.push_back(1.0);
   }
   return all;
+}
+
+absl::Status CheckDeviceWeights(const std::vector<double>& weights) {
+  double sum = 0;
+  for (double w : weights) {
+    if (!(w > 0.0) || !(w <= kMaxWorkerWeight)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--device_weights has ", w, ", expected relative speeds > 0 and at most ",
+          kMaxWorkerWeight, " (e.g. 1,3)"));
+    }
+    sum += w;
+  }
+  if (sum > kMaxWorkerWeight) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--device_weights sum to %.10g, expected at most %g: a worker's weight against the "
+        "others' is the sum of its devices' (e.g. 1,3)", sum, kMaxWorkerWeight));
+  }
+  return absl::OkStatus();
 }
 
 bool WorkerSet::Has(int rank) const { return std::binary_search(ranks.begin(), ranks.end(), rank); }

@@ -26,6 +26,13 @@ inline bool ValidWorkerWeight(double weight) {
   return weight > 0 && weight <= kMaxWorkerWeight;  // false for NaN
 }
 
+// InvalidArgument naming --device_weights unless each weight is > 0 and
+// their sum, the worker's weight, is ValidWorkerWeight: what the servers
+// take, checked by a worker at start. Bounded, this also keeps the
+// sharding's products of weights and sample counts finite (1e308 alone is
+// finite, and overflows there).
+absl::Status CheckDeviceWeights(const std::vector<double>& weights);
+
 struct WorkerSet {
   // 0 for a fixed job's one set; each change of an elastic job adds 1.
   int64_t id = 0;

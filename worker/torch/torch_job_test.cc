@@ -59,6 +59,9 @@ TEST(TorchJobTest, BadArgumentsAreNamed) {
   EXPECT_THAT(ErrorOf({"--servers=a:1", "--worker_rank=1"}), HasSubstr("--worker_rank"));
   EXPECT_THAT(ErrorOf({"--servers=a:1", "--bogus=1"}), HasSubstr("--bogus: no such job flag"));
   EXPECT_THAT(ErrorOf({"--servers=a:1"}, -1), HasSubstr("train_samples is -1, expected 0 or more"));
+  // At start, as psync_worker: the servers would refuse it at registration.
+  EXPECT_THAT(ErrorOf({"--servers=a:1", "--devices=2", "--device_weights=1000000,1"}),
+              HasSubstr("--device_weights sum to 1000001, expected at most 1e+06"));
 }
 
 }  // namespace

@@ -51,12 +51,11 @@ absl::StatusOr<int> LockRank(const std::string& dir, int rank) {
   // Never through a link, nor into a device or a FIFO: the lock's process
   // id would be written wherever the link points. (lstat first: opening a
   // device may do something; fstat below: the path may change between.)
+  const absl::Status not_regular = absl::FailedPreconditionError(absl::StrCat(
+      "--checkpoint_dir: ", path, " is not a regular file; expected the lock file a server "
+      "creates there, or none"));
   struct stat st;
-  if (lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--checkpoint_dir: ", path, " is not a regular file; expected the lock file a server "
-        "creates there, or none"));
-  }
+  if (lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return not_regular;
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
   if (fd < 0) {
     return absl::FailedPreconditionError(
@@ -64,9 +63,7 @@ absl::StatusOr<int> LockRank(const std::string& dir, int rank) {
   }
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--checkpoint_dir: ", path, " is not a regular file; expected the lock file a server "
-        "creates there, or none"));
+    return not_regular;
   }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;

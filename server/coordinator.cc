@@ -127,15 +127,16 @@ absl::Status Coordinator::CheckReportLocked(const JoinInfo& info) const {
   // The workers it names: ranks of the job, each once a list, and a joining
   // worker's weight as a registration's is bounded.
   const ElasticReport& e = info.elastic;
-  const auto bad_workers = [&](const char* what, const std::vector<int>& ranks) -> std::string {
+  const auto check_workers = [&](const char* what, const std::vector<int>& ranks) {
     std::set<int> seen;
     for (int w : ranks) {
       if (w < 0 || w >= options_.num_workers || !seen.insert(w).second) {
-        return absl::StrCat("Join: server ", info.server_rank, " reports ", what, " worker ", w,
-                            ", expected each of 0..", options_.num_workers - 1, " at most once");
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Join: server ", info.server_rank, " reports ", what, " worker ", w,
+            ", expected each of 0..", options_.num_workers - 1, " at most once"));
       }
     }
-    return "";
+    return absl::OkStatus();
   };
   std::vector<int> joining;
   for (const auto& [rank, weight] : e.joins) {
@@ -146,13 +147,9 @@ absl::Status Coordinator::CheckReportLocked(const JoinInfo& info) const {
     }
     joining.push_back(rank);
   }
-  for (const auto& [what, ranks] : {std::pair<const char*, const std::vector<int>*>{
-                                        "joining", &joining},
-                                    {"lost", &e.lost},
-                                    {"leaving", &e.leaving}}) {
-    const std::string bad = bad_workers(what, *ranks);
-    if (!bad.empty()) return absl::InvalidArgumentError(bad);
-  }
+  PSYNC_RETURN_IF_ERROR(check_workers("joining", joining));
+  PSYNC_RETURN_IF_ERROR(check_workers("lost", e.lost));
+  PSYNC_RETURN_IF_ERROR(check_workers("leaving", e.leaving));
   if (absl::c_linear_search(retired_incarnations_[info.server_rank], info.incarnation)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Join: server ", info.server_rank, " reports incarnation ", info.incarnation,

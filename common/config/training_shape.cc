@@ -8,6 +8,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/config/worker_set.h"
+#include "common/status_macros.h"
 
 namespace psync {
 namespace {
@@ -101,6 +103,7 @@ absl::StatusOr<std::vector<double>> ParseDeviceWeights(absl::string_view what,
     }
     out.push_back(weight);
   }
+  PSYNC_RETURN_IF_ERROR(CheckDeviceWeights(out));
   return out;
 }
 

@@ -48,7 +48,8 @@ struct TrainingShape {
 
 // Device weights as text ("1,3"; empty: none) -> numbers. InvalidArgument
 // naming `what` and the first entry that is not a number (an empty one
-// included); their range is the caller's.
+// included), or naming --device_weights where they are out of the range
+// every worker and server takes (CheckDeviceWeights).
 absl::StatusOr<std::vector<double>> ParseDeviceWeights(absl::string_view what,
                                                        absl::string_view text);
 

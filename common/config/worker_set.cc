@@ -21,7 +21,7 @@ WorkerSet WorkerSet::All(int num_workers) {
 absl::Status CheckDeviceWeights(const std::vector<double>& weights) {
   double sum = 0;
   for (double w : weights) {
-    if (!(w > 0.0) || !(w <= kMaxWorkerWeight)) {
+    if (!ValidWorkerWeight(w)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--device_weights has ", w, ", expected relative speeds > 0 and at most ",
           kMaxWorkerWeight, " (e.g. 1,3)"));

@@ -190,13 +190,16 @@ class UnaryCall final : public ServerCall {
     if constexpr (kProtobufRequest) {
       bytes = received_.Length();
       refused = Parse();
-    } else if ((bytes = request_.Length()) > static_cast<size_t>(method_->max_request_bytes)) {
+    } else {
+      bytes = request_.Length();
       // A payload's bound is the job's message limit, which the transport's
       // own limit (the largest of all methods' bounds) may exceed.
-      refused = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                             absl::StrCat(method_->name, ": the request has ", bytes,
-                                          " bytes, over the message limit of ",
-                                          method_->max_request_bytes, " (--max_message_mb)"));
+      if (bytes > static_cast<size_t>(method_->max_request_bytes)) {
+        refused = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                               absl::StrCat(method_->name, ": the request has ", bytes,
+                                            " bytes, over the message limit of ",
+                                            method_->max_request_bytes, " (--max_message_mb)"));
+      }
     }
     if (!refused.ok()) {
       if (method_->refused) method_->refused(refused, bytes);

@@ -123,15 +123,27 @@ TEST(RegistrationCheckTest, TheTrainingShapeMustBeValidAndTheJobs) {
   EXPECT_THAT(Message(s), HasSubstr("Register: worker 1: "));
 }
 
-TEST(RegistrationCheckTest, AScaledLearningRatePastFloat32IsRefused) {
+// A server whose rate `lr` is scaled linearly from `base_batch`.
+ShardStoreOptions LinearlyScaled(double lr, int64_t base_batch) {
   ShardStoreOptions o;
-  o.lr_policy.lr = 3e38;
+  o.lr_policy.lr = lr;
   o.lr_policy.scaling = LrScaling::kLinear;
-  o.lr_policy.base_batch = 1;
-  const Layout layout = SmallLayout();
+  o.lr_policy.base_batch = base_batch;
+  return o;
+}
+
+// The lone worker's registration, one device of `batch` samples.
+RegisterArgs OneDevice(const Layout& layout, int64_t batch) {
   RegisterArgs a = Args(layout, 0, 1);
   a.shape.devices = 1;
-  a.shape.batch_per_device = 2;
+  a.shape.batch_per_device = batch;
+  return a;
+}
+
+TEST(RegistrationCheckTest, AScaledLearningRatePastFloat32IsRefused) {
+  ShardStoreOptions o = LinearlyScaled(3e38, 1);
+  const Layout layout = SmallLayout();
+  RegisterArgs a = OneDevice(layout, 2);
   const absl::Status s = RegistrationCheck(o).CheckJob(a, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(s), HasSubstr("with a global batch of 2 the learning rate (lr=3e+38 "
@@ -144,14 +156,9 @@ TEST(RegistrationCheckTest, AScaledLearningRatePastFloat32IsRefused) {
 // A rate that float32 rounds to 0 would leave every weight as it is, step
 // after step, and the job would report success.
 TEST(RegistrationCheckTest, AScaledLearningRateThatVanishesInFloat32IsRefused) {
-  ShardStoreOptions o;
-  o.lr_policy.lr = 1e-44;
-  o.lr_policy.scaling = LrScaling::kLinear;
-  o.lr_policy.base_batch = 1000000000;
+  ShardStoreOptions o = LinearlyScaled(1e-44, 1000000000);
   const Layout layout = SmallLayout();
-  RegisterArgs a = Args(layout, 0, 1);
-  a.shape.devices = 1;
-  a.shape.batch_per_device = 64;
+  const RegisterArgs a = OneDevice(layout, 64);
   const absl::Status s = RegistrationCheck(o).CheckJob(a, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(s), HasSubstr("with a global batch of 64 the learning rate (lr=1e-44 "));

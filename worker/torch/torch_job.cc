@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/config/job_args.h"
 #include "common/config/job_config.h"
-#include "common/config/worker_set.h"
 #include "common/status_macros.h"
 #include "worker/client/rpc/grpc_ps_client_config.h"
 
@@ -33,7 +32,6 @@ absl::StatusOr<TorchJob> ReadTorchJob(const std::vector<std::string>& args,
   job.min_workers = job.config.cluster().min_workers();
   PSYNC_ASSIGN_OR_RETURN(const std::vector<double> weights,
                          ParseDeviceWeights("--device_weights", job.shape.device_weights));
-  PSYNC_RETURN_IF_ERROR(CheckDeviceWeights(weights));  // as psync_worker does at start
   job.worker_weight = weights.empty() ? job.shape.devices
                                       : std::accumulate(weights.begin(), weights.end(), 0.0);
   return job;

@@ -303,6 +303,8 @@ GrpcServerOptions ServerProcess::ServerOptions(const PeerSecurity& security,
   o.max_waiting_calls = config.server().max_waiting_calls();
   o.max_waiting_per_connection = config.server().max_waiting_per_connection();
   o.shared_memory = config.cluster().shared_memory();
+  o.payload_lane = config.cluster().payload_lane();
+  o.payload_port = config.server().payload_port();
   o.rpc_threads = config.server().rpc_threads();
   o.coordinator = coordinator_.get();
   o.security = security;
@@ -335,6 +337,9 @@ void ServerProcess::LogListening(const PeerSecurity& security) const {
             << (security.server_token.empty() ? "" : ", Join by the servers' token")
             << (server_->health_port() > 0
                     ? absl::StrCat(", health service also on :", server_->health_port())
+                    : std::string())
+            << (server_->payload_port() > 0
+                    ? absl::StrCat(", payload lane on :", server_->payload_port())
                     : std::string())
             << ")";
 }

@@ -35,11 +35,11 @@ rm -f "$log.nocuda"
 # Deployment: each script prints "PASS name" / "FAIL name" per check; a
 # script that dies without printing a result counts as one failure.
 extra=("nocuda build" "$nocuda")
-deployment_check() {  # SCRIPT (.sh run by bash, .py by Debian's python3)
-  echo "== $1"
+deployment_check() {  # SCRIPT [ARG...] (.sh run by bash, .py by Debian's python3)
+  echo "== $*"
   local run=bash
   [[ "$1" == *.py ]] && run=/usr/bin/python3
-  "$run" "$1" 2>&1 | tee "$log.deploy"
+  "$run" "$@" 2>&1 | tee "$log.deploy"
   local rc=${PIPESTATUS[0]} before=${#extra[@]}
   while read -r verdict name; do
     [[ "$verdict" == PASS ]] && extra+=("$name" PASSED)
@@ -57,6 +57,8 @@ deployment_check tests/code_limits.py
 # /run/netns, read-only in Bazel's sandbox; so a check here, on the
 # binaries `bazel test //...` built.
 deployment_check tests/hosts/launch_hosts_test.sh
+# The same with payloads on the servers' payload lanes.
+deployment_check tests/hosts/launch_hosts_test.sh --payload_lane
 # The torch package built without Bazel from the kit a GPU machine gets
 # (tests/gpu/make_torch_kit.sh), against Debian's torch here.
 deployment_check tests/gpu/torch_kit_test.sh

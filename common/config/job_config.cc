@@ -337,6 +337,10 @@ void CheckServing(const proto::JobConfig& c, Checker& check) {
                    s.max_waiting_per_connection() <= s.max_waiting_calls(),
                "1..server.max_waiting_calls");
   check.Expect("rpc_threads", s.rpc_threads() >= 1 && s.rpc_threads() <= 64, "1..64");
+  check.Expect("payload_port", s.payload_port() >= 0 && s.payload_port() <= 65535,
+               "0..65535 (0: a free one)");
+  check.Expect("payload_port", s.payload_port() == 0 || s.payload_port() != s.port(),
+               "another port than server.port");
   check.Expect("health_port", s.health_port() >= 0 && s.health_port() <= 65535,
                "0..65535 (0: none)");
   check.Expect("health_port", s.health_port() == 0 || s.health_port() != s.port(),

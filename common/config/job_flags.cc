@@ -36,6 +36,9 @@ ABSL_FLAG(std::string, tcp_congestion, "auto",
 ABSL_FLAG(bool, shared_memory, true,
           "Share memory between a worker and a server on the same host, so that payloads skip "
           "the sockets (either side's false: payloads travel in the messages).");
+ABSL_FLAG(bool, payload_lane, false,
+          "Servers open the payload lane: workers that share no memory with a server send "
+          "their pushes and pulls over plain TCP frames instead of HTTP/2 (not with TLS).");
 ABSL_FLAG(std::string, model, "mlp",
           "Model: mlp, mlp:<widths> (e.g. mlp:784-512-512-10), cnn or cnn:<c1>-<c2>-<hidden>.");
 ABSL_FLAG(int32_t, devices, 1, "Devices per worker (one thread and model replica each).");
@@ -135,6 +138,8 @@ ABSL_FLAG(int32_t, max_waiting_per_connection, 1024,
 ABSL_FLAG(int32_t, rpc_threads, 1,
           "Threads a server receives, runs and answers calls on; a connection's calls all run "
           "on one. Raise it for many workers on a server with cores to spare.");
+ABSL_FLAG(int32_t, payload_port, 0,
+          "The port of a server's payload lane (--payload_lane); 0: a free one.");
 ABSL_FLAG(int32_t, health_port, 0,
           "A plaintext port serving only the gRPC health service (for Kubernetes probes, which "
           "speak no TLS); 0: none.");

@@ -184,8 +184,8 @@ class Launcher {
   // Every port is chosen up front and written into `config`: each server
   // needs all the addresses, and a restarted server comes back on its own.
   // Here: free ports of 127.0.0.1, held by `reserved` until the servers
-  // start. On hosts: --base_port on, since no port of another host can be
-  // held from here (a busy one fails its server, naming it).
+  // start. On hosts, which hold no port for us: --base_port on (a busy one
+  // fails its server, naming it).
   absl::StatusOr<std::vector<int>> ChooseAddresses(proto::JobConfig& config,
                                                    PortReservation& reserved) {
     const bool here = options_.plan.hosts.empty();
@@ -206,16 +206,16 @@ class Launcher {
                   config.cluster().servers().c_str(), server_list.c_str());
     }
     config.mutable_cluster()->set_servers(server_list);
-    // One address or health port for all: the servers of a host would clash.
+    // One address or port for all: the servers of a host would clash.
     const proto::ServerConfig& one = config.server();
-    if (one.port() != 0 || one.host() != "127.0.0.1" || one.health_port() != 0) {
-      std::printf("[launch] --port, --host and --health_port (for Kubernetes' probes) are one "
-                  "server's, not used: each server here listens on its own port, listed once "
-                  "they are up, and answers the health check there\n");
+    if (one.port() || one.health_port() || one.payload_port() || one.host() != "127.0.0.1") {
+      std::printf("[launch] --port, --host, --health_port and --payload_port are one server's, "
+                  "not used: each server here listens on free ports, listed once they are up\n");
     }
     config.mutable_server()->set_host("127.0.0.1");  // on hosts, each server's by flag
     config.mutable_server()->set_port(0);            // each server's comes by flag
     config.mutable_server()->set_health_port(0);
+    config.mutable_server()->set_payload_port(0);
     return ports;
   }
 

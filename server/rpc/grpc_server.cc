@@ -8,6 +8,8 @@
 #include "common/model/layout.h"
 #include "common/process/listen_error.h"
 #include "common/rpc/channel.h"
+#include "common/security/certificate_names.h"
+#include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/resource_quota.h"
 #include "proto/health.pb.h"
@@ -51,9 +53,11 @@ class HealthService final : public AsyncService {
 
 class GrpcServerImpl final : public GrpcServer {
  public:
-  GrpcServerImpl(ShardStore* store, const GrpcServerOptions& options)
+  GrpcServerImpl(ShardStore* store, const GrpcServerOptions& options,
+                 std::unique_ptr<LaneServer> lane)
       : store_(store),
-        service_(NewParameterService(store, options)),
+        service_(NewParameterService(store, options, lane != nullptr ? lane->port() : 0)),
+        lane_(std::move(lane)),
         security_(options.security),
         tcp_congestion_(options.tcp_congestion),
         health_address_(options.health_address),
@@ -108,10 +112,14 @@ class GrpcServerImpl final : public GrpcServer {
         return ListenError(health_address_, "health port");
       }
     }
+    if (lane_ != nullptr) {
+      lane_->Serve([service = service_.get()](LaneCall* call) { service->RunLaneCall(call); });
+    }
     return absl::OkStatus();
   }
 
   int port() const override { return port_; }
+  int payload_port() const override { return lane_ != nullptr ? lane_->port() : 0; }
   int health_port() const override { return health_port_; }
 
   void SetServing(bool serving) override { serving_.store(serving); }
@@ -122,6 +130,7 @@ class GrpcServerImpl final : public GrpcServer {
     stopped_ = true;
     store_->Close();  // answers every waiting pull, and refuses new calls
     service_->Close();  // answers every Hold
+    if (lane_ != nullptr) lane_->Shutdown();
     if (health_server_ != nullptr) health_server_->Shutdown(deadline);
     server_->Shutdown(deadline);
   }
@@ -158,7 +167,9 @@ class GrpcServerImpl final : public GrpcServer {
   }
 
   ShardStore* const store_;
-  const std::unique_ptr<AsyncService> service_;  // the ParameterServer methods
+  const std::unique_ptr<ParameterServerService> service_;  // the ParameterServer methods
+  // The payload lane, or null; its calls run the service's methods.
+  const std::unique_ptr<LaneServer> lane_;
   std::atomic<bool> serving_{true};  // what both health services answer
   HealthService health_{&serving_};
   HealthService health_port_service_{&serving_};
@@ -176,6 +187,24 @@ class GrpcServerImpl final : public GrpcServer {
   absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+// The payload lane beside the gRPC port: the same host, the same token and
+// the same bounds on requests.
+LaneServerOptions LaneOptions(const ShardStore& store, const GrpcServerOptions& options) {
+  LaneServerOptions o;
+  o.host = HostOfAddress(options.address);
+  o.port = options.payload_port;
+  o.token = options.security.token;
+  o.max_payload_bytes = store.options().max_message_bytes;
+  o.max_pull_bytes = kMaxPullBytes;
+  o.memory_bound = RequestMemoryBound(store.options());
+  // A connection per worker, and as many again while restarted workers'
+  // old ones close.
+  o.max_connections = 2 * store.options().num_workers + 16;
+  o.hello_timeout = options.handshake_timeout;
+  o.tcp_congestion = options.tcp_congestion;
+  return o;
+}
 
 }  // namespace
 
@@ -199,7 +228,18 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(ShardStore* store,
         " and max_waiting_per_connection ", options.max_waiting_per_connection,
         ", expected both >= 1"));
   }
-  auto server = std::make_unique<GrpcServerImpl>(store, options);
+  std::unique_ptr<LaneServer> lane;
+  if (options.payload_lane && options.security.cert_pem.empty()) {
+    absl::StatusOr<std::unique_ptr<LaneServer>> listening =
+        LaneServer::Listen(LaneOptions(*store, options));
+    if (!listening.ok()) return listening.status();
+    lane = *std::move(listening);
+  } else if (options.payload_lane) {
+    LOG(INFO) << "server " << store->options().server_rank
+              << ": no payload lane: this server speaks TLS, and the lane is plaintext; "
+                 "payloads travel in gRPC's TLS connections";
+  }
+  auto server = std::make_unique<GrpcServerImpl>(store, options, std::move(lane));
   absl::Status s = server->Start(options.address);
   if (!s.ok()) return s;
   return std::unique_ptr<GrpcServer>(std::move(server));

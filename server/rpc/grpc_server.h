@@ -58,6 +58,12 @@ struct GrpcServerOptions {
   // that its pushes and pulls carry no payload bytes (proto::
   // SharedMemoryOffer); off: payloads always travel in the messages.
   bool shared_memory = true;
+  // Open the payload lane (common/rpc/payload_lane.h) on the address's
+  // host at payload_port (0: a free one), which registrations tell the
+  // workers. Not with TLS: the lane is plaintext, and payloads then stay in
+  // gRPC's TLS connections.
+  bool payload_lane = false;
+  int payload_port = 0;
   // If set, every call is counted there (psync_server_requests_total by
   // method and code, bytes, latency, pulls waiting). Must outlive the server.
   MetricRegistry* metrics = nullptr;
@@ -83,6 +89,8 @@ class GrpcServer {
   virtual ~GrpcServer() = default;
 
   virtual int port() const = 0;
+  // The payload lane's port; 0 without one.
+  virtual int payload_port() const = 0;
   // The health listener's port (options.health_address); 0 without one.
   virtual int health_port() const = 0;
   // What the standard health service answers (SERVING from the start):

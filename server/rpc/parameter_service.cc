@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -30,6 +31,7 @@
 #include "server/rpc/async_service.h"
 #include "server/rpc/held_calls.h"
 #include "server/rpc/method_metrics.h"
+#include "server/rpc/request_proto.h"
 #include "server/rpc/waiting_calls.h"
 #include "server/rpc/worker_regions.h"
 
@@ -39,13 +41,13 @@ namespace {
 // The calls only servers make (to server 0): with a server token in the
 // job, they need it (ParameterService::Admit).
 constexpr absl::string_view kServerOnlyMethods[] = {"Join"};
+// The methods the payload lane carries too.
+constexpr absl::string_view kLaneMethods[] = {"Push", "Pull", "PushPull"};
 
 // Bounds on the requests that carry no payload beyond the others' 1 MiB
-// (AsyncService::kMaxControlRequestBytes). Register: kMaxRegisterBytes
+// (AsyncService::kMaxControlRequestBytes): Register's is kMaxRegisterBytes
 // (common/model/layout.h; parsed, a hostile one of 2-byte empty tensors
-// takes some 35 times its bytes). Pull: as many chunk ids as a layout may
-// have, each at most 4 bytes.
-constexpr int64_t kMaxPullBytes = 4 * Layout::kMaxChunks + 4096;
+// takes some 35 times its bytes), Pull's kMaxPullBytes.
 
 size_t WireSize(const grpc::ByteBuffer& b) { return b.Length(); }
 size_t WireSize(const grpc::protobuf::MessageLite& m) { return m.ByteSizeLong(); }
@@ -66,10 +68,11 @@ using Reply = std::function<void(const absl::Status&)>;
 // from the thread that applies the step it waits for. Waiting calls are
 // bounded in total and per connection, and one its client cancels gives
 // its place back when the store's timer next looks (ShardStore::PullAsync).
-class ParameterService final : public AsyncService {
+class ParameterService final : public ParameterServerService {
  public:
-  ParameterService(ShardStore* store, const GrpcServerOptions& options)
+  ParameterService(ShardStore* store, const GrpcServerOptions& options, int lane_port)
       : store_(store),
+        lane_port_(lane_port),
         max_pull_wait_(options.max_pull_wait),
         coordinator_(options.coordinator),
         incarnation_(options.incarnation),
@@ -105,6 +108,39 @@ class ParameterService final : public AsyncService {
   }
 
   void Close() override { held_.Close(); }
+
+  void RunLaneCall(LaneCall* call) override {
+    const absl::string_view name = LaneMethodName(static_cast<uint32_t>(call->method()));
+    const auto found = lane_metrics_.find(name);
+    MethodMetrics* m = found != lane_metrics_.end() ? found->second : nullptr;
+    const absl::Time start = absl::Now();
+    const size_t in = call->request().Length();
+    Reply reply = [call, m, start, in](const absl::Status& s) {
+      if (m != nullptr) {
+        m->Record(ToGrpcStatus(s), absl::Now() - start, in,
+                  s.ok() ? call->response()->Length() : 0);
+      }
+      call->Finish(s);
+    };
+    switch (call->method()) {
+      case LaneMethod::kPush:
+        return reply(Push(&call->request(), call->response()));
+      case LaneMethod::kPushPull:
+        return PushPullOn(call, std::move(reply));
+      case LaneMethod::kPull: {
+        proto::PullRequest req;
+        grpc::ByteBuffer bytes = *call->mutable_request();
+        if (!grpc::SerializationTraits<proto::PullRequest>::Deserialize(&bytes, &req).ok()) {
+          return reply(absl::InvalidArgumentError(absl::StrCat(
+              "Pull: the request (", in, " bytes) is not a valid psync.proto.PullRequest")));
+        }
+        return PullOn(req, call, std::move(reply));
+      }
+      case LaneMethod::kHello:
+        break;
+    }
+    reply(absl::InternalError("payload lane: a hello reached the service"));
+  }
 
  private:
   // A method that answers at once.
@@ -145,6 +181,10 @@ class ParameterService final : public AsyncService {
     // neither a latency nor an error rate to show.
     if (metrics_ != nullptr && absl::string_view(name) != "Hold") {
       m = &method_metrics_.emplace_back(metrics_, name);
+      // The payload lane's calls of the method count as "lane/<method>".
+      if (lane_port_ != 0 && absl::c_linear_search(kLaneMethods, name)) {
+        lane_metrics_[name] = &method_metrics_.emplace_back(metrics_, absl::StrCat("lane/", name));
+      }
     }
     AddUnary<Req, Resp>(absl::StrCat("/psync.proto.ParameterServer/", name),
                         [this, run, m](UnaryCall<Req, Resp>* call) {
@@ -212,26 +252,8 @@ class ParameterService final : public AsyncService {
           "Register: worker ", req->worker_rank(), ": ", layout.status().message()));
     }
     RegisterArgs args;
-    args.worker_rank = req->worker_rank();
-    args.num_workers = req->num_workers();
+    PSYNC_RETURN_IF_ERROR(RegisterArgsFromProto(*req, &args));
     args.layout = &*layout;
-    args.claimed_fingerprint = req->layout_fingerprint();
-    args.incarnation = req->worker_incarnation();
-    args.shape = TrainingShapeFromProto(req->shape());
-    args.update_rule = req->update_rule();
-    args.blas_kernels = req->blas_kernels();
-    args.worker_weight = req->worker_weight() == 0 ? 1 : req->worker_weight();
-    if (req->wire_dtype() != proto::DTYPE_UNSPECIFIED) {
-      PSYNC_ASSIGN_OR_RETURN(args.wire_dtype, WireDTypeFromProto(req->wire_dtype()));
-    }
-    if (req->has_frozen()) {
-      args.frozen.emplace();
-      for (const proto::TensorDigest& t : req->frozen().tensors()) {
-        args.frozen->push_back({t.name(), t.sha256()});
-      }
-    }
-    if (req->init_from() == proto::INIT_SOURCE_SEED) args.init_from = InitSource::kSeed;
-    if (req->init_from() == proto::INIT_SOURCE_WORKER) args.init_from = InitSource::kWorker;
     args.peer = peer;
     auto result = store_->Register(args);
     if (!result.ok()) return result.status();
@@ -253,6 +275,7 @@ class ParameterService final : public AsyncService {
     resp->set_generation(result->generation);
     resp->set_has_chunks(result->has_chunks);
     resp->set_max_message_bytes(store_->options().max_message_bytes);
+    resp->set_payload_port(lane_port_);
     for (int32_t id : result->chunk_ids) resp->add_chunk_ids(id);
     WorkerSetToProto(result->members, resp->mutable_members());
     regions_.Take(*req, result->session, peer, resp);
@@ -267,7 +290,17 @@ class ParameterService final : public AsyncService {
   }
 
   void Pull(UnaryCall<proto::PullRequest, grpc::ByteBuffer>* call, Reply reply) {
-    const proto::PullRequest* req = &call->request();
+    PullOn(call->request(), call, std::move(reply));
+  }
+  void PushPull(UnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>* call, Reply reply) {
+    PushPullOn(call, std::move(reply));
+  }
+
+  // Pull and PushPull for a call of gRPC (UnaryCall) or of the lane
+  // (LaneCall), which have the same accessors.
+  template <typename Call>
+  void PullOn(const proto::PullRequest& request, Call* call, Reply reply) {
+    const proto::PullRequest* req = &request;
     WireDType dtype = WireDType::kFloat32;
     if (req->dtype() != proto::DTYPE_UNSPECIFIED) {
       absl::StatusOr<WireDType> asked = WireDTypeFromProto(req->dtype());
@@ -289,7 +322,8 @@ class ParameterService final : public AsyncService {
            std::move(reply));
   }
 
-  void PushPull(UnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>* call, Reply reply) {
+  template <typename Call>
+  void PushPullOn(Call* call, Reply reply) {
     const grpc::ByteBuffer* req = &call->request();
     // Admitted before the push, so that a refusal changes nothing.
     std::string peer = call->peer();
@@ -398,45 +432,6 @@ class ParameterService final : public AsyncService {
     return absl::OkStatus();
   }
 
-  // The chunks of a decoded push as the store takes them, and their bytes
-  // on the wire, checked: known dtypes, one dtype for all where the push
-  // needs it (`pull`: a PushPull answers in one; a push through shared
-  // memory), and no data in the message for a push through shared memory.
-  static absl::Status PayloadsOf(const char* op, const WireMessage& push, bool pull,
-                                 std::vector<ChunkPayload>* payloads, int64_t* bytes) {
-    const uint64_t shared_slot = push.scalars[kWireSharedSlot];
-    const bool in_model = push.scalars[kWireInSharedModel] != 0;
-    const bool one_dtype = pull || shared_slot != 0 || in_model;
-    payloads->resize(push.chunks.size());
-    for (size_t i = 0; i < payloads->size(); ++i) {
-      const WireChunk& c = push.chunks[i];
-      ChunkPayload& first = (*payloads)[0];
-      *bytes += c.data_size;
-      absl::StatusOr<WireDType> dtype = WireDTypeFromProto(c.dtype);
-      if (!dtype.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(op, ": chunk ", c.id, " has ", dtype.status().message()));
-      }
-      if (one_dtype && i > 0 && *dtype != first.dtype) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            op, ": chunk ", c.id, " is ", WireDTypeName(*dtype), " but chunk ", first.chunk_id,
-            " is ", WireDTypeName(first.dtype),
-            "; expected one dtype for all chunks of a push-pull, which answers in it, "
-            "and of a push through shared memory"));
-      }
-      if ((shared_slot != 0 || in_model) && c.data_size > 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            op, ": chunk ", c.id, " carries ", c.data_size, " bytes of data but the push names ",
-            in_model ? "the shared model" : absl::StrCat("shared slot ", shared_slot),
-            "; expected its values in shared memory only"));
-      }
-      (*payloads)[i].chunk_id = c.id;
-      (*payloads)[i].dtype = *dtype;
-      (*payloads)[i].pieces = c.data;
-    }
-    return absl::OkStatus();
-  }
-
   // Decodes a PushRequest into `push` (whose slices back the payload views,
   // or which names the shared memory that holds the payloads) and hands it
   // to the store. With `pull_dtype` (a PushPull, which answers in one dtype)
@@ -516,7 +511,8 @@ class ParameterService final : public AsyncService {
   // With shared memory the weights go there instead (in a slot over the
   // gradients, which the store has taken by now), and the answer's chunks
   // carry no data.
-  void DoPull(std::string peer, const ServerCall* call, uint64_t session, int worker_rank,
+  template <typename Call>
+  void DoPull(std::string peer, const Call* call, uint64_t session, int worker_rank,
               uint64_t fingerprint, int64_t version, std::vector<int32_t> ids, WireDType dtype,
               std::optional<SharedUse> shared, grpc::ByteBuffer* resp, Reply reply) {
     const absl::Time deadline = std::min(call->deadline(), absl::Now() + max_pull_wait_);
@@ -570,6 +566,7 @@ class ParameterService final : public AsyncService {
   }
 
   ShardStore* const store_;
+  const int lane_port_;  // 0: no payload lane
   const absl::Duration max_pull_wait_;
   Coordinator* const coordinator_;  // server 0 only
   const uint64_t incarnation_;
@@ -579,6 +576,7 @@ class ParameterService final : public AsyncService {
   const std::string server_auth_value_;
   MetricRegistry* const metrics_;  // null: no metrics
   std::deque<MethodMetrics> method_metrics_;  // handlers keep pointers
+  absl::flat_hash_map<std::string, MethodMetrics*> lane_metrics_;  // by method name
   WaitingCalls waiting_;
   WorkerRegions regions_;  // workers' shared memory, by session
   HeldCalls held_{store_->options().num_workers, [store = store_](int rank, uint64_t session) {
@@ -588,9 +586,10 @@ class ParameterService final : public AsyncService {
 
 }  // namespace
 
-std::unique_ptr<AsyncService> NewParameterService(ShardStore* store,
-                                                  const GrpcServerOptions& options) {
-  return std::make_unique<ParameterService>(store, options);
+std::unique_ptr<ParameterServerService> NewParameterService(ShardStore* store,
+                                                            const GrpcServerOptions& options,
+                                                            int lane_port) {
+  return std::make_unique<ParameterService>(store, options, lane_port);
 }
 
 }  // namespace psync

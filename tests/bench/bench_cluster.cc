@@ -93,7 +93,8 @@ std::vector<std::string> BenchCluster::ServerArgv(const std::string& server_bin,
                                    "--servers=" + absl::StrJoin(addresses_, ","),
                                    "--tcp_congestion=" + o.tcp_congestion,
                                    "--wire_dtype=" + o.wire_dtype,
-                                   absl::StrCat("--shared_memory=", o.shared_memory)};
+                                   absl::StrCat("--shared_memory=", o.shared_memory),
+                                   absl::StrCat("--payload_lane=", o.payload_lane)};
   if (o.checkpoints) argv.push_back("--checkpoint_dir=" + dir_ + "/checkpoints");
   if (!tls_dir_.empty()) {
     const proto::SecurityConfig s = ThrowawayPkiIn(tls_dir_);

@@ -34,6 +34,8 @@ struct BenchOptions {
   std::string wire_dtype = "float32";
   std::string tcp_congestion = "auto";
   bool shared_memory = true;
+  // The servers open their payload lanes (--payload_lane).
+  bool payload_lane = false;
   bool shared_model = true;
   std::string server_host = "127.0.0.1";
   std::string server_netns;

@@ -55,6 +55,9 @@ ABSL_FLAG(std::string, tcp_congestion, "auto",
 ABSL_FLAG(bool, shared_memory, true,
           "Workers and servers share memory for payloads where they can (the same host: "
           "--shared_memory of psync_worker and psync_server); false: payloads travel over TCP.");
+ABSL_FLAG(bool, payload_lane, false,
+          "--payload_lane of psync_server: payloads that travel over TCP do so on the "
+          "servers' payload lanes rather than in gRPC's messages.");
 ABSL_FLAG(bool, shared_model, true,
           "Clients push gradients from and pull weights into the memory they share with the "
           "servers (PsClient::shared_model, as the CPU trainer does), which servers on this host "
@@ -113,6 +116,7 @@ BenchOptions OptionsFromFlags() {
   o.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
   o.tcp_congestion = absl::GetFlag(FLAGS_tcp_congestion);
   o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  o.payload_lane = absl::GetFlag(FLAGS_payload_lane);
   o.shared_model = absl::GetFlag(FLAGS_shared_model);
   o.server_host = absl::GetFlag(FLAGS_server_host);
   o.server_netns = absl::GetFlag(FLAGS_server_netns);

@@ -17,6 +17,8 @@
 #   5. host 3's link cut for good: its worker is missing, and once
 #      --peer_timeout_s has passed the servers fail the job naming it
 #      (docs/failures.md), and the launcher says so.
+# Arguments are more flags for every job (e.g. --payload_lane), named in
+# each check's name.
 # Prints "PASS name" / "FAIL name" per check; exits non-zero if one failed.
 # Needs root and iproute2; the hosts are removed on exit, whatever
 # happened. The binaries come from `bazel build //deploy/local:psync_launch`.
@@ -28,6 +30,7 @@ name=psl$$  # namespaces psl<pid>-h0.., psl<pid>-sw
 hosts=4
 work=$(mktemp -d /tmp/psync_launch_hosts.XXXXXX)
 source tests/check_results.sh
+checks="launch hosts${*:+ ($*)}"  # each check's name starts so
 
 cluster_down() { bash tests/cluster/cluster.sh down --name="$name" >/dev/null 2>&1; return 0; }
 cluster_up() { bash tests/cluster/cluster.sh up --name="$name" --hosts="$hosts"; }
@@ -53,19 +56,19 @@ cleanup() {
 trap cleanup EXIT
 
 if [[ $(id -u) != 0 ]] || ! command -v ip >/dev/null; then
-  result "launch hosts: root and iproute2" 0 "needs root and iproute2 (ip)"; exit 1
+  result "$checks: root and iproute2" 0 "needs root and iproute2 (ip)"; exit 1
 fi
 if [[ ! -x "$launch" ]]; then
-  result "launch hosts: binaries" 0 "no $launch: run bazel build //deploy/local:psync_launch"
+  result "$checks: binaries" 0 "no $launch: run bazel build //deploy/local:psync_launch"
   exit 1
 fi
-cluster_up >"$work/hosts" || { result "launch hosts: namespaces" 0 "could not create them"; exit 1; }
+cluster_up >"$work/hosts" || { result "$checks: namespaces" 0 "could not create them"; exit 1; }
 host_list=$(awk '{printf "%s%s=%s", (NR > 1 ? "," : ""), $1, $2}' "$work/hosts")
 mapfile -t address < <(awk '{print $2}' "$work/hosts")
 on_hosts=(--hosts="$host_list" --host_cmd='ip netns exec {host} sh -c'
           --server_hosts=0,1 --worker_hosts=0,1,2,3 --base_port=7070)
 job=(--num_servers=2 --num_workers=4 --devices=1 --synthetic_samples=2000 --steps=300
-     --batch_per_device=8 --deterministic --seed=3 --timeout_s=120)
+     --batch_per_device=8 --deterministic --seed=3 --timeout_s=120 "$@")
 
 # 1. The same job on one host, then across the four.
 timeout 180 "$launch" "${job[@]}" --summary="$work/one.json" >"$work/one.log" 2>&1
@@ -80,9 +83,9 @@ for line in "servers started at ${address[0]}:7070,${address[1]}:7070" "[worker 
   grep -qF -- "$line" "$work/hosts.log" || placed=0
 done
 if [[ -n "$one" && "$one" == "$across" && $placed == 1 && -z "$(left_in_namespaces)" ]]; then
-  result "launch hosts: 4 hosts give the weights of one host" 1
+  result "$checks: 4 hosts give the weights of one host" 1
 else
-  result "launch hosts: 4 hosts give the weights of one host" 0 \
+  result "$checks: 4 hosts give the weights of one host" 0 \
     "one host: '$one', 4 hosts: '$across', placed as asked: $placed, left: $(left_in_namespaces)
 $(tail -30 "$work/hosts.log")"
 fi
@@ -106,9 +109,9 @@ restarted="worker 1@$name-h1 exited with code 137 (killed by SIGKILL); restartin
 if [[ -n "$killed" && $rc == 0 && "$(sha_of "$work/kill.json")" == "$one" ]] &&
    grep -qF "$restarted" "$work/kill.log" &&
    [[ "$(cat "$work/pids/worker-1.pid")" != "$killed" ]]; then
-  result "launch hosts: a worker killed on its host is restarted there" 1
+  result "$checks: a worker killed on its host is restarted there" 1
 else
-  result "launch hosts: a worker killed on its host is restarted there" 0 \
+  result "$checks: a worker killed on its host is restarted there" 0 \
     "killed pid '$killed', launcher exit $rc, weights '$(sha_of "$work/kill.json")' vs '$one'
 $(tail -30 "$work/kill.log")"
 fi
@@ -125,9 +128,9 @@ kill -TERM $launcher
 finish $launcher 60
 if [[ $running -ge 5 && $rc == 1 && -z "$(left_in_namespaces)" ]] &&
    grep -q "interrupted: received SIGTERM" "$work/stop.log"; then
-  result "launch hosts: stopping the launcher stops every host's processes" 1
+  result "$checks: stopping the launcher stops every host's processes" 1
 else
-  result "launch hosts: stopping the launcher stops every host's processes" 0 \
+  result "$checks: stopping the launcher stops every host's processes" 0 \
     "$running processes before, launcher exit $rc, left: $(left_in_namespaces)
 $(tail -20 "$work/stop.log")"
 fi
@@ -156,9 +159,9 @@ finish $launcher 240
 timeout 240 "$launch" "${job[@]}" --steps=1500 --summary="$work/one1500.json" >"$work/one1500.log" 2>&1
 if [[ $cut == 1 && $rc == 0 && -n "$(sha_of "$work/cut.json")" &&
       "$(sha_of "$work/cut.json")" == "$(sha_of "$work/one1500.json")" ]]; then
-  result "launch hosts: a host cut off for 3 s rejoins and the weights are the same" 1
+  result "$checks: a host cut off for 3 s rejoins and the weights are the same" 1
 else
-  result "launch hosts: a host cut off for 3 s rejoins and the weights are the same" 0 \
+  result "$checks: a host cut off for 3 s rejoins and the weights are the same" 0 \
     "cut: $cut, launcher exit $rc, weights '$(sha_of "$work/cut.json")' vs one host's '$(sha_of "$work/one1500.json")'
 $(tail -30 "$work/cut.log")"
 fi
@@ -175,9 +178,9 @@ named="worker 3 has not been heard from for"
 if [[ $cut == 1 && $rc != 0 && $rc != 137 ]] && grep -qF "$named" "$work/gone.log" &&
    grep -q "^\[launch\] FAILED: server [01]@$name-h[01] exited with code 3" "$work/gone.log" &&
    [[ -z "$(left_in_namespaces)" ]]; then
-  result "launch hosts: a host gone for good fails the job, naming its worker" 1
+  result "$checks: a host gone for good fails the job, naming its worker" 1
 else
-  result "launch hosts: a host gone for good fails the job, naming its worker" 0 \
+  result "$checks: a host gone for good fails the job, naming its worker" 0 \
     "cut: $cut, launcher exit $rc, left: $(left_in_namespaces)
 $(grep -E "FAILED|heard from" "$work/gone.log" | tail -5)
 $(tail -20 "$work/gone.log")"

@@ -78,8 +78,10 @@ struct ChunkCall {
   bool abandoned = false;  // by the thread that drives the queue
 
   // Per attempt. `ctx` is replaced under the ChunkCallEngine's lock, which
-  // Cancel() holds to reach it from another thread.
+  // Cancel() holds to reach it from another thread; null for an attempt on
+  // the server's payload lane, whose call id is `lane_call` (0: none yet).
   std::unique_ptr<grpc::ClientContext> ctx;
+  uint64_t lane_call = 0;
   std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> reader;
   grpc::ByteBuffer response;
   grpc::Status status;
@@ -93,6 +95,7 @@ struct ChunkCall {
   };
   Tag done_tag{this, false}, issue_tag{this, true};
   grpc::Alarm issue_alarm;
+  grpc::Alarm lane_alarm;  // posts the end of an attempt on the lane
 };
 
 }  // namespace psync

@@ -3,8 +3,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/layout.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
+#include "common/security/certificate_names.h"
 #include "glog/logging.h"
 #include "worker/client/rpc/server_call_status.h"
 
@@ -34,6 +36,20 @@ ChunkCallEngine::ChunkCallEngine(const GrpcPsClientOptions& options,
   for (const auto& channel : channels) {
     stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
   }
+  for (size_t s = 0; s < channels.size(); ++s) {
+    lanes_.push_back(std::make_unique<LaneClient>(
+        HostOfAddress(options_.server_addresses[s]), options_.security.token,
+        options_.tcp_congestion, absl::StrCat("worker ", options_.worker_rank, " to server ", s)));
+  }
+}
+
+void ChunkCallEngine::UseLanes(const std::vector<proto::RegisterResponse>& responses) {
+  for (size_t s = 0; s < responses.size() && s < lanes_.size(); ++s) {
+    const proto::RegisterResponse& r = responses[s];
+    const bool shares_memory = r.shared_memory() || r.shared_model();
+    lanes_[s]->SetPort(shares_memory ? 0 : r.payload_port(),
+                       r.max_message_bytes() + kMessageHeadroomBytes);
+  }
 }
 
 ChunkCallEngine::~ChunkCallEngine() {
@@ -55,9 +71,12 @@ ChunkCallEngine::~ChunkCallEngine() {
 void ChunkCallEngine::Cancel() {
   cancelled_.store(true);
   absl::MutexLock lock(&mu_);
-  for (const auto& call : calls_) {
-    if (call->ctx != nullptr) call->ctx->TryCancel();
-  }
+  for (const auto& call : calls_) CancelAttempt(*call);
+}
+
+void ChunkCallEngine::CancelAttempt(ChunkCall& call) {
+  if (call.ctx != nullptr) call.ctx->TryCancel();
+  if (call.lane_call != 0) lanes_[call.server]->Cancel(call.lane_call);
 }
 
 absl::Status ChunkCallEngine::Wait() {
@@ -156,7 +175,7 @@ void ChunkCallEngine::Abandon(ChunkCall& pull, bool issued) {
     PostNow(pull.issue_alarm, pull.cq, &pull.issue_tag);  // Issue ends it at once
     return;
   }
-  if (pull.ctx != nullptr) pull.ctx->TryCancel();
+  CancelAttempt(pull);
   // Waiting for a retry: issued now, it ends at once (see Issue).
   pull.issue_alarm.Cancel();
 }
@@ -204,8 +223,12 @@ void ChunkCallEngine::LeaveWindow(ChunkCall& call) {
 // Cancel() it starts no RPC: the call finishes with CANCELLED through its
 // queue, like any other.
 void ChunkCallEngine::Issue(ChunkCall& call) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(absl::ToChronoTime(call.deadline));
+  LaneClient* lane = lanes_[call.server]->open() ? lanes_[call.server].get() : nullptr;
+  std::unique_ptr<grpc::ClientContext> ctx;
+  if (lane == nullptr) {
+    ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(absl::ToChronoTime(call.deadline));
+  }
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_.load() || call.abandoned) {
@@ -215,17 +238,45 @@ void ChunkCallEngine::Issue(ChunkCall& call) {
     }
     // A Cancel() after this point cancels `ctx` (even before it starts).
     std::swap(call.ctx, ctx);
+    call.lane_call = 0;
   }
   if (call.grads != nullptr && !BuildPush(call)) return;
   call.response.Clear();
-  call.reader =
-      stubs_[call.server]->PrepareUnaryCall(call.ctx.get(), call.method, call.request, call.cq);
-  call.reader->StartCall();
-  call.reader->Finish(&call.response, &call.status, &call.done_tag);
+  if (lane != nullptr) {
+    IssueOnLane(call, *lane);
+  } else {
+    call.reader =
+        stubs_[call.server]->PrepareUnaryCall(call.ctx.get(), call.method, call.request, call.cq);
+    call.reader->StartCall();
+    call.reader->Finish(&call.response, &call.status, &call.done_tag);
+  }
   if (call.pull != nullptr && !call.pull_issued) {
     call.pull_issued = true;
     Issue(*call.pull);
   }
+}
+
+void ChunkCallEngine::IssueOnLane(ChunkCall& call, LaneClient& lane) {
+  const LaneMethod method = call.method == kPushMethod   ? LaneMethod::kPush
+                            : call.method == kPullMethod ? LaneMethod::kPull
+                                                         : LaneMethod::kPushPull;
+  uint64_t id;
+  {
+    // Started under the lock, so that a Cancel() either sees the attempt or
+    // comes before it, and then ends it here.
+    absl::MutexLock lock(&mu_);
+    if (cancelled_.load() || call.abandoned) {
+      call.lane_call = 0;
+      call.status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      PostNow(call.lane_alarm, call.cq, &call.done_tag);
+      return;
+    }
+    id = call.lane_call = lane.Start(method, call.request, call.deadline,
+                                     {&call.response, &call.status, [&call] {
+                                        PostNow(call.lane_alarm, call.cq, &call.done_tag);
+                                      }});
+  }
+  lane.Send(id);  // may connect first: not under the lock
 }
 
 bool ChunkCallEngine::BuildPush(ChunkCall& call) {

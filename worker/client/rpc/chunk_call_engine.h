@@ -23,7 +23,9 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/client/rpc/chunk_call.h"
+#include "proto/psync.pb.h"
 #include "worker/client/rpc/grpc_ps_client_options.h"
+#include "worker/client/rpc/lane_client.h"
 #include "worker/client/rpc/payload_coder.h"
 #include "worker/client/rpc/shared_payload_memory.h"
 
@@ -64,6 +66,11 @@ class ChunkCallEngine {
   // Thread-safe: calls in flight and later ones fail with Cancelled.
   void Cancel();
 
+  // From a registration's answers: each server's payload lane, used where
+  // the server offered one and shares no memory with this worker (whose
+  // calls then carry no payload). No call may be in flight.
+  void UseLanes(const std::vector<proto::RegisterResponse>& responses);
+
  private:
   // By server: the push payload bytes this worker has in flight to it, when
   // its share is larger than its window (see GrpcPsClientOptions::
@@ -78,6 +85,10 @@ class ChunkCallEngine {
   void Abandon(ChunkCall& pull, bool issued);
   void LeaveWindow(ChunkCall& call);
   void Issue(ChunkCall& call);
+  // Issue's start of an attempt on the server's payload lane.
+  void IssueOnLane(ChunkCall& call, LaneClient& lane);
+  // Ends the attempt in flight of `call` with CANCELLED.
+  void CancelAttempt(ChunkCall& call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds the push of `call` from its grads, in a free shared slot when
   // there is one; false (the call failed locally) if it cannot.
   bool BuildPush(ChunkCall& call);
@@ -97,6 +108,7 @@ class ChunkCallEngine {
   const SessionOf session_of_;
   std::atomic<bool> cancelled_{false};
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;  // by server
+  std::vector<std::unique_ptr<LaneClient>> lanes_;          // by server
   grpc::CompletionQueue inline_cq_;  // driven by Wait()
   int inline_outstanding_ = 0;       // caller's thread only
   grpc::CompletionQueue cq_;         // driven by the poller

@@ -162,6 +162,7 @@ class GrpcPsClient final : public PsClient {
                            ResumeVersion(responses, options_.server_addresses));
     // No call is in flight while the caller registers.
     shared_.Accept(responses, std::move(offered));
+    engine_.UseLanes(responses);
     std::vector<int64_t> limits;
     for (const proto::RegisterResponse& r : responses) limits.push_back(r.max_message_bytes());
     Plan(limits);

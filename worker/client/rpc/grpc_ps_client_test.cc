@@ -47,13 +47,18 @@ std::vector<float> InitialWeights(const Layout& layout) {
   return w;
 }
 
-// Every test runs twice: in this binary's grpc_ps_client_test target with
-// payloads in shared memory (where servers and clients are, in one process),
-// and in grpc_ps_client_tcp_test (PSYNC_TEST_SHARED_MEMORY=0) in the
-// messages.
+// Every test runs three times: in this binary's grpc_ps_client_test target
+// with payloads in shared memory (where servers and clients are, in one
+// process), in grpc_ps_client_tcp_test (PSYNC_TEST_SHARED_MEMORY=0) in the
+// gRPC messages, and in grpc_ps_client_lane_test (also
+// PSYNC_TEST_PAYLOAD_LANE=1) on the servers' payload lanes.
 bool SharedMemoryOn() {
   const char* on = std::getenv("PSYNC_TEST_SHARED_MEMORY");
   return on == nullptr || std::string(on) != "0";
+}
+bool PayloadLaneOn() {
+  const char* on = std::getenv("PSYNC_TEST_PAYLOAD_LANE");
+  return on != nullptr && std::string(on) == "1";
 }
 
 // A psync server in this process: the real store and gRPC adapter, SGD with
@@ -81,6 +86,7 @@ struct InProcessServer {
     GrpcServerOptions so;
     so.address = absl::StrCat("127.0.0.1:", port);
     so.shared_memory = SharedMemoryOn();
+    so.payload_lane = PayloadLaneOn();
     so.metrics = metrics;
     auto started = GrpcServer::Start(store.get(), so);
     EXPECT_TRUE(started.ok()) << started.status();
@@ -369,6 +375,7 @@ TEST(GrpcPsClientTest, TrainsStepsAgainstTwoServers) {
 
 // With shared memory, payloads skip the messages (and the sockets): a
 // push-pull's request and answer hold only the chunks' ids and versions.
+// Without, they travel on the server's payload lane where it has one.
 TEST(GrpcPsClientTest, PayloadsTravelInSharedMemoryWhereBothSidesAllowIt) {
   const Layout layout = *Layout::Create({{"w", {512, 256}}, {"b", {256}}}, 64 << 10, 1, 3);
   MetricRegistry metrics;
@@ -383,15 +390,21 @@ TEST(GrpcPsClientTest, PayloadsTravelInSharedMemoryWhereBothSidesAllowIt) {
   const std::vector<float> w0 = InitialWeights(layout);
   for (size_t i = 0; i < w.size(); ++i) EXPECT_FLOAT_EQ(w[i], w0[i] - 3.0f) << i;
   const std::string text = metrics.Render();
-  const std::string key = "psync_server_received_bytes_total{method=\"PushPull\"} ";
-  const size_t at = text.find(key);
-  ASSERT_NE(at, std::string::npos) << text;
-  const double received = std::stod(text.substr(at + key.size()));
+  // Bytes the method received, or -1 if it has no calls.
+  auto received = [&text](absl::string_view method) {
+    const std::string key =
+        absl::StrCat("psync_server_received_bytes_total{method=\"", method, "\"} ");
+    const size_t at = text.find(key);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + key.size()));
+  };
   const double payload = 3.0 * layout.total_elements() * sizeof(float);
   if (SharedMemoryOn()) {
-    EXPECT_LT(received, payload / 10);
+    EXPECT_LT(received("PushPull"), payload / 10) << text;
+  } else if (PayloadLaneOn()) {
+    EXPECT_GE(received("lane/PushPull"), payload) << text;
+    EXPECT_LE(received("PushPull"), 0) << text;
   } else {
-    EXPECT_GE(received, payload);
+    EXPECT_GE(received("PushPull"), payload) << text;
   }
 }
 

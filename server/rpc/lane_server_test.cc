@@ -1,0 +1,324 @@
+#include "server/rpc/lane_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/rpc/payload_lane.h"
+#include "worker/client/rpc/lane_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace psync {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Text(const grpc::ByteBuffer &b) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (b.Length() > 0 && b.Dump(&slices).ok()) {
+    for (const grpc::Slice &s : slices)
+      out.append(reinterpret_cast<const char *>(s.begin()), s.size());
+  }
+  return out;
+}
+
+grpc::ByteBuffer Bytes(const std::string &text) {
+  grpc::Slice s(text);
+  return grpc::ByteBuffer(&s, 1);
+}
+
+// A lane server whose calls answer with their request reversed, or, for a
+// request "fail", with FAILED_PRECONDITION; "hold" is kept unanswered until
+// the test answers it.
+class LaneServerTest : public ::testing::Test {
+protected:
+  void Start(LaneServerOptions o = {}) {
+    o.host = "127.0.0.1";
+    if (o.token.empty())
+      o.token = "secret";
+    o.max_payload_bytes = 1 << 20;
+    auto listening = LaneServer::Listen(o);
+    ASSERT_TRUE(listening.ok()) << listening.status();
+    server_ = *std::move(listening);
+    server_->Serve([this](LaneCall *call) {
+      const std::string request = Text(call->request());
+      ++calls_;
+      if (request == "hold") {
+        held_ = call;
+        held_in_.Notify();
+        return;
+      }
+      if (request == "fail")
+        return call->Finish(absl::FailedPreconditionError("told to fail"));
+      *call->response() = Bytes(std::string(request.rbegin(), request.rend()));
+      call->Finish(absl::OkStatus());
+    });
+  }
+  void TearDown() override {
+    if (held_ != nullptr)
+      held_->Finish(absl::CancelledError("test over"));
+    server_.reset();
+  }
+
+  // A raw connection to the server.
+  int Connect() const {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+    timeval timeout{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    return fd;
+  }
+  static void Send(int fd, uint32_t kind, uint64_t id, const std::string &body,
+                   uint32_t timeout_ms = 10000) {
+    LaneHeader h;
+    h.kind = kind;
+    h.call_id = id;
+    h.body_bytes = body.size();
+    h.aux = timeout_ms;
+    LaneFrame frame(h, "", Bytes(body));
+    ASSERT_TRUE(WriteLaneFrame(fd, frame, /*wait=*/true).ok());
+  }
+  static void Hello(int fd, const std::string &token = "secret") {
+    Send(fd, static_cast<uint32_t>(LaneMethod::kHello), 0, token, 0);
+  }
+  struct Answer {
+    uint64_t id = 0;
+    absl::StatusCode code = absl::StatusCode::kUnknown;
+    std::string message, body;
+  };
+  static Answer Receive(int fd) {
+    char head[LaneHeader::kBytes];
+    Answer a;
+    if (!ReadFully(fd, head, sizeof head, "test").ok()) {
+      a.message = "connection closed";
+      return a;
+    }
+    const absl::StatusOr<LaneHeader> h = DecodeLaneHeader(head);
+    EXPECT_TRUE(h.ok()) << h.status();
+    a.id = h->call_id;
+    a.code = static_cast<absl::StatusCode>(h->kind);
+    a.message.resize(h->aux);
+    a.body.resize(h->body_bytes);
+    EXPECT_TRUE(ReadFully(fd, a.message.data(), a.message.size(), "test").ok());
+    EXPECT_TRUE(ReadFully(fd, a.body.data(), a.body.size(), "test").ok());
+    return a;
+  }
+  static bool Closed(int fd) {
+    char c;
+    return recv(fd, &c, 1, 0) <= 0;
+  }
+
+  std::unique_ptr<LaneServer> server_;
+  std::atomic<int> calls_{0};
+  LaneCall *held_ = nullptr;
+  absl::Notification held_in_;
+};
+
+TEST_F(LaneServerTest, AnswersEachCallByItsIdInAnyOrder) {
+  Start();
+  const int fd = Connect();
+  Hello(fd);
+  Send(fd, static_cast<uint32_t>(LaneMethod::kPushPull), 7, "hold");
+  held_in_.WaitForNotification();
+  Send(fd, static_cast<uint32_t>(LaneMethod::kPush), 8, "abc");
+  Send(fd, static_cast<uint32_t>(LaneMethod::kPull), 9, "fail");
+  Answer a = Receive(fd);
+  EXPECT_EQ(a.id, 8u);
+  EXPECT_EQ(a.code, absl::StatusCode::kOk);
+  EXPECT_EQ(a.body, "cba");
+  a = Receive(fd);
+  EXPECT_EQ(a.id, 9u);
+  EXPECT_EQ(a.code, absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a.message, "told to fail");
+  EXPECT_EQ(a.body, "");
+  EXPECT_FALSE(held_->over());
+  *held_->response() = Bytes("late");
+  std::exchange(held_, nullptr)->Finish(absl::OkStatus());
+  a = Receive(fd);
+  EXPECT_EQ(a.id, 7u);
+  EXPECT_EQ(a.body, "late");
+  close(fd);
+}
+
+TEST_F(LaneServerTest, AWrongTokenIsRefusedAndTheConnectionClosed) {
+  Start();
+  const int fd = Connect();
+  Hello(fd, "guess");
+  Send(fd, static_cast<uint32_t>(LaneMethod::kPush), 1, "abc");
+  const Answer a = Receive(fd);
+  EXPECT_EQ(a.id, 0u);
+  EXPECT_EQ(a.code, absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(a.message, HasSubstr("missing or wrong token"));
+  EXPECT_TRUE(Closed(fd));
+  EXPECT_EQ(calls_.load(), 0);
+  close(fd);
+}
+
+TEST_F(LaneServerTest, MalformedFramesCloseTheirConnectionOnly) {
+  Start();
+  struct Case {
+    std::string what;
+    std::function<void(int)> send;
+    absl::StatusCode code;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"no hello first",
+       [](int fd) {
+         Send(fd, static_cast<uint32_t>(LaneMethod::kPush), 1, "x");
+       },
+       absl::StatusCode::kInvalidArgument, "expected a hello"},
+      {"garbage",
+       [](int fd) {
+         const std::string http =
+             "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(32, '.');
+         ASSERT_EQ(write(fd, http.data(), http.size()),
+                   static_cast<ssize_t>(http.size()));
+       },
+       absl::StatusCode::kInvalidArgument, "is this a psync payload lane?"},
+      {"an unknown method",
+       [](int fd) {
+         Hello(fd);
+         Send(fd, 77, 3, "x");
+       },
+       absl::StatusCode::kInvalidArgument, "method 77 is not one of"},
+      {"a second hello",
+       [](int fd) {
+         Hello(fd);
+         Hello(fd);
+       },
+       absl::StatusCode::kInvalidArgument, "method 1 is not one of"},
+      {"a body over the message limit",
+       [](int fd) {
+         Hello(fd);
+         LaneHeader h;
+         h.kind = static_cast<uint32_t>(LaneMethod::kPushPull);
+         h.call_id = 4;
+         h.body_bytes = uint64_t{1} << 40;
+         h.aux = 1000;
+         LaneFrame frame(h, "", grpc::ByteBuffer());
+         ASSERT_TRUE(WriteLaneFrame(fd, frame, /*wait=*/true).ok());
+       },
+       absl::StatusCode::kResourceExhausted,
+       "over the message limit of 1048576"},
+      {"a call without a deadline",
+       [](int fd) {
+         Hello(fd);
+         Send(fd, static_cast<uint32_t>(LaneMethod::kPull), 5, "x", 0);
+       },
+       absl::StatusCode::kInvalidArgument, "no deadline"},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.what);
+    const int fd = Connect();
+    c.send(fd);
+    const Answer a = Receive(fd);
+    EXPECT_EQ(a.code, c.code);
+    EXPECT_THAT(a.message, HasSubstr(c.says));
+    EXPECT_TRUE(Closed(fd));
+    close(fd);
+  }
+  EXPECT_EQ(calls_.load(), 0);
+  // The server still serves.
+  const int fd = Connect();
+  Hello(fd);
+  Send(fd, static_cast<uint32_t>(LaneMethod::kPush), 6, "ok");
+  EXPECT_EQ(Receive(fd).body, "ko");
+  close(fd);
+}
+
+TEST_F(LaneServerTest, ASilentConnectionIsClosedAfterTheHelloTimeout) {
+  LaneServerOptions o;
+  o.hello_timeout = absl::Milliseconds(200);
+  Start(o);
+  const int fd = Connect();
+  EXPECT_TRUE(Closed(fd));
+  close(fd);
+}
+
+TEST_F(LaneServerTest, ConnectionsPastTheMostAreClosedAtOnce) {
+  LaneServerOptions o;
+  o.max_connections = 2;
+  Start(o);
+  std::vector<int> fds = {Connect(), Connect()};
+  for (int fd : fds)
+    Hello(fd);
+  const int extra = Connect();
+  EXPECT_TRUE(Closed(extra));
+  close(extra);
+  for (int fd : fds) {
+    Send(fd, static_cast<uint32_t>(LaneMethod::kPush), 1, "ab");
+    EXPECT_EQ(Receive(fd).body, "ba");
+    close(fd);
+  }
+}
+
+TEST_F(LaneServerTest, AHeldCallIsOverOnceItsConnectionCloses) {
+  Start();
+  const int fd = Connect();
+  Hello(fd);
+  Send(fd, static_cast<uint32_t>(LaneMethod::kPushPull), 1, "hold");
+  held_in_.WaitForNotification();
+  EXPECT_FALSE(held_->over());
+  close(fd);
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!held_->over() && absl::Now() < give_up)
+    absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE(held_->over());
+}
+
+// The worker's end: calls go through, a wrong token ends them with the
+// server's refusal, and a cancelled call ends at once.
+TEST_F(LaneServerTest, ALaneClientsCallsEndOnceEach) {
+  Start();
+  struct End {
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    absl::Notification done;
+  };
+  auto start = [](LaneClient &client, const std::string &request, End *end) {
+    const uint64_t id = client.Start(
+        LaneMethod::kPushPull, Bytes(request), absl::Now() + absl::Seconds(10),
+        {&end->response, &end->status, [end] { end->done.Notify(); }});
+    client.Send(id);
+    return id;
+  };
+  {
+    LaneClient client("127.0.0.1", "secret", {}, "test");
+    client.SetPort(server_->port(), 1 << 20);
+    End ok, held;
+    start(client, "hello", &ok);
+    ok.done.WaitForNotification();
+    EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
+    EXPECT_EQ(Text(ok.response), "olleh");
+    const uint64_t id = start(client, "hold", &held);
+    held_in_.WaitForNotification();
+    client.Cancel(id);
+    held.done.WaitForNotification();
+    EXPECT_EQ(held.status.error_code(), grpc::StatusCode::CANCELLED);
+  }
+  LaneClient wrong("127.0.0.1", "guess", {}, "test");
+  wrong.SetPort(server_->port(), 1 << 20);
+  End refused;
+  start(wrong, "hello", &refused);
+  refused.done.WaitForNotification();
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(refused.status.error_message(),
+              HasSubstr("missing or wrong token"));
+}
+
+} // namespace
+} // namespace psync

@@ -1,0 +1,315 @@
+#include "worker/client/rpc/lane_client.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc/same_host.h"
+#include "common/status_macros.h"
+
+namespace psync {
+namespace {
+
+// How long a connection attempt may take, and how often a connection's
+// reader looks at the deadlines of its calls.
+constexpr absl::Duration kConnectTimeout = absl::Seconds(3);
+constexpr int kDeadlineCheckMs = 100;
+// An answer's error message, at most.
+constexpr uint32_t kMaxMessage = 1 << 16;
+
+grpc::Status GrpcStatus(absl::StatusCode code, absl::string_view message) {
+  return grpc::Status(static_cast<grpc::StatusCode>(code),
+                      std::string(message));
+}
+
+} // namespace
+
+LaneClient::LaneClient(std::string host, std::string token,
+                       TcpCongestion tcp_congestion, std::string who)
+    : host_(std::move(host)), token_(std::move(token)),
+      tcp_congestion_(std::move(tcp_congestion)), who_(std::move(who)) {}
+
+LaneClient::Connection::Connection(int fd, uint64_t number)
+    : fd(fd), number(number),
+      writer(std::make_unique<LaneWriter>(fd, [fd](const absl::Status &) {
+        shutdown(fd, SHUT_RDWR); // the reader then ends the connection's calls
+      })) {}
+
+LaneClient::Connection::~Connection() {
+  shutdown(fd, SHUT_RDWR);
+  writer.reset();
+  close(fd);
+}
+
+LaneClient::~LaneClient() {
+  std::vector<std::shared_ptr<Connection>> open;
+  {
+    absl::MutexLock connecting(&connect_mu_);
+    open.swap(retired_);
+    absl::MutexLock lock(&mu_);
+    if (connection_ != nullptr)
+      open.push_back(std::move(connection_));
+  }
+  for (const auto &c : open) {
+    shutdown(c->fd, SHUT_RDWR);
+    if (c->reader.joinable())
+      c->reader.join();
+  }
+  open.clear();
+  std::vector<uint64_t> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto &[id, p] : pending_)
+      ids.push_back(id);
+  }
+  for (uint64_t id : ids)
+    End(id, GrpcStatus(absl::StatusCode::kCancelled, "cancelled"));
+}
+
+void LaneClient::SetPort(int port, int64_t max_reply_bytes) {
+  absl::MutexLock lock(&mu_);
+  max_reply_bytes_ = max_reply_bytes;
+  if (port == port_)
+    return;
+  port_ = port;
+  if (connection_ != nullptr) {
+    shutdown(connection_->fd, SHUT_RDWR);
+    broken_ = true;
+  }
+}
+
+bool LaneClient::open() const {
+  absl::MutexLock lock(&mu_);
+  return port_ != 0;
+}
+
+uint64_t LaneClient::Start(LaneMethod method, const grpc::ByteBuffer &request,
+                           absl::Time deadline, Ending ending) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_id_++;
+  pending_[id] = Pending{std::move(ending), method, request, deadline};
+  return id;
+}
+
+void LaneClient::Send(uint64_t id) {
+  absl::Status why;
+  const std::shared_ptr<Connection> c = Current(&why);
+  if (c == nullptr) {
+    End(id, GrpcStatus(absl::StatusCode::kUnavailable, why.message()));
+    return;
+  }
+  LaneHeader h;
+  grpc::ByteBuffer request;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end())
+      return; // cancelled meanwhile
+    Pending &p = it->second;
+    p.connection = c->number;
+    h.kind = static_cast<uint32_t>(p.method);
+    h.call_id = id;
+    h.body_bytes = p.request.Length();
+    const int64_t ms = absl::ToInt64Milliseconds(p.deadline - absl::Now());
+    h.aux = static_cast<uint32_t>(
+        std::clamp<int64_t>(ms, 1, std::numeric_limits<uint32_t>::max()));
+    request = p.request;
+  }
+  c->writer->Send(h, "", request);
+}
+
+std::shared_ptr<LaneClient::Connection> LaneClient::Current(absl::Status *why) {
+  absl::MutexLock connecting(&connect_mu_);
+  int port;
+  {
+    absl::MutexLock lock(&mu_);
+    if (connection_ != nullptr && !broken_)
+      return connection_;
+    if (connection_ != nullptr)
+      retired_.push_back(std::move(connection_));
+    broken_ = false;
+    port = port_;
+  }
+  for (const auto &c : retired_) {
+    shutdown(c->fd, SHUT_RDWR);
+    if (c->reader.joinable())
+      c->reader.join(); // it ended that connection's calls
+  }
+  retired_.clear();
+  const int fd = Connect(port, why);
+  if (fd < 0)
+    return nullptr;
+  absl::MutexLock lock(&mu_);
+  connection_ = std::make_shared<Connection>(fd, ++connections_);
+  connection_->reader = std::thread(
+      [this, fd, number = connection_->number] { Read(fd, number); });
+  return connection_;
+}
+
+void LaneClient::Cancel(uint64_t id) {
+  End(id, GrpcStatus(absl::StatusCode::kCancelled, "cancelled"));
+}
+
+bool LaneClient::End(uint64_t id, const grpc::Status &status,
+                     grpc::ByteBuffer *response) {
+  Ending ending;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end())
+      return false;
+    ending = std::move(it->second.ending);
+    pending_.erase(it);
+  }
+  if (response != nullptr && status.ok())
+    *ending.response = std::move(*response);
+  *ending.status = status;
+  ending.done();
+  return true;
+}
+
+void LaneClient::EndAll(uint64_t connection, const grpc::Status &status) {
+  std::vector<uint64_t> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto &[id, p] : pending_) {
+      if (p.connection == connection)
+        ids.push_back(id);
+    }
+  }
+  for (uint64_t id : ids)
+    End(id, status);
+}
+
+void LaneClient::ExpireDeadlines() {
+  std::vector<uint64_t> ids;
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto &[id, p] : pending_) {
+      if (p.deadline <= now)
+        ids.push_back(id);
+    }
+  }
+  for (uint64_t id : ids) {
+    End(id, GrpcStatus(absl::StatusCode::kDeadlineExceeded,
+                       "payload lane: deadline exceeded"));
+  }
+}
+
+int LaneClient::Connect(int port, absl::Status *why) {
+  const std::string where = absl::StrCat(host_, ":", port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo *found = nullptr;
+  const std::string service = absl::StrCat(port);
+  if (const int err =
+          getaddrinfo(host_.c_str(), service.c_str(), &hints, &found);
+      err != 0) {
+    *why = absl::UnavailableError(absl::StrCat("payload lane of ", who_,
+                                               ": cannot resolve ", host_, ": ",
+                                               gai_strerror(err)));
+    return -1;
+  }
+  int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval timeout = absl::ToTimeval(kConnectTimeout);
+  if (fd >= 0)
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  const bool connected =
+      fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0;
+  const int err = errno;
+  freeaddrinfo(found);
+  if (!connected) {
+    if (fd >= 0)
+      close(fd);
+    *why = absl::UnavailableError(absl::StrCat("payload lane of ", who_,
+                                               ": cannot connect to ", where,
+                                               ": ", strerror(err)));
+    return -1;
+  }
+  timeout = timeval{};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  TuneLaneSocket(fd);
+  ApplyTcpCongestion(fd, tcp_congestion_, IsLoopbackHost(host_));
+  LaneHeader hello;
+  hello.kind = static_cast<uint32_t>(LaneMethod::kHello);
+  hello.body_bytes = token_.size();
+  grpc::Slice token(token_);
+  LaneFrame frame(hello, "", grpc::ByteBuffer(&token, 1));
+  if (absl::Status s = WriteLaneFrame(fd, frame, /*wait=*/true); !s.ok()) {
+    close(fd);
+    *why = absl::UnavailableError(absl::StrCat("payload lane of ", who_, " at ",
+                                               where, ": ", s.message()));
+    return -1;
+  }
+  return fd;
+}
+
+void LaneClient::Read(int fd, uint64_t connection) {
+  absl::Status ended;
+  while (ended.ok()) {
+    pollfd p{fd, POLLIN, 0};
+    const int ready = poll(&p, 1, kDeadlineCheckMs);
+    ExpireDeadlines();
+    if (ready > 0)
+      ended = ReadAnswer(fd);
+    if (ready < 0 && errno != EINTR)
+      ended = absl::UnavailableError(strerror(errno));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (connection_ != nullptr && connection_->number == connection)
+      broken_ = true;
+  }
+  const absl::StatusCode code = absl::IsInvalidArgument(ended)
+                                    ? absl::StatusCode::kUnavailable
+                                    : ended.code();
+  EndAll(connection, GrpcStatus(code, absl::StrCat("payload lane of ", who_,
+                                                   ": ", ended.message())));
+}
+
+// Reads one answer and ends its call. Not OK ends the connection: it broke,
+// the server refused it (an answer to call 0, e.g. a wrong token), or what
+// came is not an answer.
+absl::Status LaneClient::ReadAnswer(int fd) {
+  char head[LaneHeader::kBytes];
+  PSYNC_RETURN_IF_ERROR(ReadFully(fd, head, sizeof head, "reading an answer"));
+  absl::StatusOr<LaneHeader> h = DecodeLaneHeader(head);
+  if (!h.ok())
+    return h.status();
+  int64_t max_body;
+  {
+    absl::MutexLock lock(&mu_);
+    max_body = max_reply_bytes_;
+  }
+  if (h->aux > kMaxMessage || h->body_bytes > static_cast<uint64_t>(max_body) ||
+      h->kind > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an answer with code ", h->kind, ", ", h->aux, " bytes of message and ",
+        h->body_bytes, " of body, expected a code up to 16, at most ",
+        kMaxMessage, " and ", max_body));
+  }
+  std::string message(h->aux, '\0');
+  PSYNC_RETURN_IF_ERROR(
+      ReadFully(fd, message.data(), message.size(), "reading an answer"));
+  absl::StatusOr<grpc::ByteBuffer> body = ReadLaneBody(fd, h->body_bytes);
+  if (!body.ok())
+    return body.status();
+  const auto code = static_cast<absl::StatusCode>(h->kind);
+  if (h->call_id == 0)
+    return absl::Status(code, message); // the server refused the connection
+  End(h->call_id, GrpcStatus(code, message), &*body);
+  return absl::OkStatus();
+}
+
+} // namespace psync

@@ -30,58 +30,61 @@
 
 namespace psync {
 
-enum class LaneMethod : uint32_t {
-  kHello = 1,
-  kPush = 2,
-  kPull = 3,
-  kPushPull = 4
-};
+enum class LaneMethod : uint32_t { kHello = 1, kPush = 2, kPull = 3, kPushPull = 4 };
 
 // The method's name, as its gRPC method and errors say it; "" for none.
 absl::string_view LaneMethodName(uint32_t method);
 
 struct LaneHeader {
-  static constexpr uint32_t kMagic = 0x4c535950; // "PYSL" read little-endian
+  static constexpr uint32_t kMagic = 0x4c535950;  // "PYSL" read little-endian
   static constexpr size_t kBytes = 32;
   uint32_t magic = kMagic;
-  uint32_t kind = 0; // a request's LaneMethod, a reply's absl::StatusCode
+  uint32_t kind = 0;  // a request's LaneMethod, a reply's absl::StatusCode
   uint64_t call_id = 0;
   uint64_t body_bytes = 0;
-  uint32_t aux = 0; // a request's timeout in ms, a reply's message bytes
+  uint32_t aux = 0;  // a request's timeout in ms, a reply's message bytes
   uint32_t reserved = 0;
 };
 
-void EncodeLaneHeader(const LaneHeader &h, char out[LaneHeader::kBytes]);
+void EncodeLaneHeader(const LaneHeader& h, char out[LaneHeader::kBytes]);
 // InvalidArgument naming what is wrong if `in` is not a lane header.
 absl::StatusOr<LaneHeader> DecodeLaneHeader(const char in[LaneHeader::kBytes]);
 
+// Runs while a read waits, every kLaneTickMs: a read ends with its error.
+using LaneTick = std::function<absl::Status()>;
+inline constexpr int kLaneTickMs = 100;
+
 // Reads exactly `n` bytes; Unavailable (naming `what`) if the connection
-// ends or fails first.
-absl::Status ReadFully(int fd, void *buf, size_t n, absl::string_view what);
+// ends or fails first. With `tick`, waits in steps of kLaneTickMs and runs
+// it between them (e.g. to end calls past their deadline).
+absl::Status ReadFully(int fd, void* buf, size_t n, absl::string_view what,
+                       const LaneTick& tick = nullptr);
 
 // Reads a body of `n` bytes into one buffer of its own, returned as a byte
 // buffer of one slice. `release`, if set, runs when the buffer is freed
 // (with `n`), wherever the slice last goes.
-absl::StatusOr<grpc::ByteBuffer>
-ReadLaneBody(int fd, size_t n, std::function<void(size_t)> release = nullptr);
+absl::StatusOr<grpc::ByteBuffer> ReadLaneBody(int fd, size_t n,
+                                              std::function<void(size_t)> release = nullptr,
+                                              const LaneTick& tick = nullptr);
 
 // One frame on its way out: its pieces, and how much of them has gone.
 struct LaneFrame {
-  LaneFrame(const LaneHeader &header, std::string message,
-            const grpc::ByteBuffer &body);
+  LaneFrame(const LaneHeader& header, std::string message, const grpc::ByteBuffer& body);
   size_t size() const;
 
   char head[LaneHeader::kBytes];
   std::string message;
-  std::vector<grpc::Slice> body; // references to the body's slices
+  std::vector<grpc::Slice> body;  // references to the body's slices
   size_t sent = 0;
 };
 
 // Writes what is left of `frame`: all of it (`wait`), or what the socket
 // takes without blocking. Unavailable if the connection fails.
-absl::Status WriteLaneFrame(int fd, LaneFrame &frame, bool wait);
+absl::Status WriteLaneFrame(int fd, LaneFrame& frame, bool wait);
 
-// Sets what every lane socket has: no Nagle delay.
+// Sets what every lane socket has: no Nagle delay, and keepalive probes
+// and a bound on unacknowledged data that find a vanished peer (as gRPC's
+// keepalive pings do): a read or write on its connection then fails.
 void TuneLaneSocket(int fd);
 
 // Frames going out on one connection, in order. A frame sent while none
@@ -91,34 +94,37 @@ void TuneLaneSocket(int fd);
 // the writer's, so that a sender never waits for the socket. After a write
 // fails, `failed` is told once and later frames are dropped.
 class LaneWriter {
-public:
-  LaneWriter(int fd, std::function<void(const absl::Status &)> failed);
+ public:
+  LaneWriter(int fd, std::function<void(const absl::Status&)> failed);
   // Writes what is queued, then stops.
   ~LaneWriter();
 
-  LaneWriter(const LaneWriter &) = delete;
-  LaneWriter &operator=(const LaneWriter &) = delete;
+  LaneWriter(const LaneWriter&) = delete;
+  LaneWriter& operator=(const LaneWriter&) = delete;
 
-  void Send(const LaneHeader &header, std::string message,
-            const grpc::ByteBuffer &body);
+  void Send(const LaneHeader& header, std::string message, const grpc::ByteBuffer& body);
   // Drops what is queued and stops writing (the connection is going).
   void Drop();
+  // Waits while more than `bytes` are queued, up to `timeout`; whether
+  // they are within it now.
+  bool AwaitQueuedWithin(size_t bytes, absl::Duration timeout);
 
-private:
+ private:
   void Run();
   // A write of a frame ended with `s`: on failure drops the rest and tells.
-  void Wrote(const absl::Status &s);
+  void Wrote(const absl::Status& s);
 
   const int fd_;
-  const std::function<void(const absl::Status &)> failed_;
+  const std::function<void(const absl::Status&)> failed_;
   absl::Mutex mu_;
   std::deque<LaneFrame> queue_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false; // a thread is writing a frame
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a thread is writing a frame
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool dropped_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_{[this] { Run(); }};
 };
 
-} // namespace psync
+}  // namespace psync
 
-#endif // PSYNC_COMMON_RPC_PAYLOAD_LANE_H_
+#endif  // PSYNC_COMMON_RPC_PAYLOAD_LANE_H_

@@ -30,28 +30,29 @@ class LaneConnection;
 // service answers it once, through Finish, from any thread; it is gone
 // then.
 class LaneCall {
-public:
+ public:
   LaneMethod method() const { return method_; }
-  const grpc::ByteBuffer &request() const { return request_; }
-  grpc::ByteBuffer *mutable_request() {
-    return &request_;
-  } // e.g. to free its bytes early
-  grpc::ByteBuffer *response() { return &response_; }
+  const grpc::ByteBuffer& request() const { return request_; }
+  grpc::ByteBuffer* mutable_request() { return &request_; }  // e.g. to free its bytes early
+  grpc::ByteBuffer* response() { return &response_; }
   // "lane:" and the connection's peer address and port.
-  const std::string &peer() const;
+  const std::string& peer() const;
   absl::Time deadline() const { return deadline_; }
   // Whether the call can no longer be answered: its connection closed or
   // its deadline passed.
   bool over() const;
   // Sends `status` (the response, if OK) and deletes the call.
-  void Finish(const absl::Status &status);
+  void Finish(const absl::Status& status);
 
-private:
+ private:
   friend class LaneConnection;
-  LaneCall(std::shared_ptr<LaneConnection> connection, LaneMethod method,
-           uint64_t id, absl::Time deadline, grpc::ByteBuffer request)
-      : connection_(std::move(connection)), method_(method), id_(id),
-        deadline_(deadline), request_(std::move(request)) {}
+  LaneCall(std::shared_ptr<LaneConnection> connection, LaneMethod method, uint64_t id,
+           absl::Time deadline, grpc::ByteBuffer request)
+      : connection_(std::move(connection)),
+        method_(method),
+        id_(id),
+        deadline_(deadline),
+        request_(std::move(request)) {}
 
   const std::shared_ptr<LaneConnection> connection_;
   const LaneMethod method_;
@@ -74,7 +75,9 @@ struct LaneServerOptions {
   // What the request bodies being read or held may take together: a
   // connection waits for room before reading a body.
   int64_t memory_bound = int64_t{1} << 30;
-  // Connections at once; more are closed at once.
+  // Connections that said hello, at most: a hello past them is refused
+  // (RESOURCE_EXHAUSTED). 64 more may wait for their hello; more are
+  // closed at once.
   int max_connections = 64;
   // A connection whose hello has not come by then is closed.
   absl::Duration hello_timeout = absl::Seconds(10);
@@ -82,14 +85,13 @@ struct LaneServerOptions {
 };
 
 class LaneServer {
-public:
+ public:
   // Runs a call (on its connection's reading thread); it answers through
   // LaneCall::Finish, now or later.
-  using Handler = std::function<void(LaneCall *)>;
+  using Handler = std::function<void(LaneCall*)>;
 
   // Binds and listens, but takes no connection before Serve.
-  static absl::StatusOr<std::unique_ptr<LaneServer>>
-  Listen(const LaneServerOptions &options);
+  static absl::StatusOr<std::unique_ptr<LaneServer>> Listen(const LaneServerOptions& options);
   // Closes every connection and waits for their threads; calls still
   // unanswered must be answered (their answers go nowhere).
   ~LaneServer();
@@ -100,8 +102,8 @@ public:
   // Stops taking connections and closes those open. Idempotent.
   void Shutdown();
 
-private:
-  LaneServer(const LaneServerOptions &options, int fd, int port);
+ private:
+  LaneServer(const LaneServerOptions& options, int fd, int port);
   void Accept();
   void Take(int fd, std::string peer);
 
@@ -110,6 +112,7 @@ private:
   const int port_;
   Handler handler_;
   std::atomic<bool> stopping_{false};
+  std::atomic<int> authenticated_{0};  // connections that said hello
   std::thread acceptor_;
   // The budget for request bodies (LaneServerOptions::memory_bound).
   std::shared_ptr<class LaneBudget> budget_;
@@ -117,6 +120,6 @@ private:
   std::list<std::shared_ptr<LaneConnection>> connections_ ABSL_GUARDED_BY(mu_);
 };
 
-} // namespace psync
+}  // namespace psync
 
-#endif // PSYNC_SERVER_RPC_LANE_SERVER_H_
+#endif  // PSYNC_SERVER_RPC_LANE_SERVER_H_

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,26 +13,26 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/rpc/payload_lane.h"
-#include "worker/client/rpc/lane_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/client/rpc/lane_client.h"
 
 namespace psync {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string Text(const grpc::ByteBuffer &b) {
+std::string Text(const grpc::ByteBuffer& b) {
   std::vector<grpc::Slice> slices;
   std::string out;
   if (b.Length() > 0 && b.Dump(&slices).ok()) {
-    for (const grpc::Slice &s : slices)
-      out.append(reinterpret_cast<const char *>(s.begin()), s.size());
+    for (const grpc::Slice& s : slices)
+      out.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   return out;
 }
 
-grpc::ByteBuffer Bytes(const std::string &text) {
+grpc::ByteBuffer Bytes(const std::string& text) {
   grpc::Slice s(text);
   return grpc::ByteBuffer(&s, 1);
 }
@@ -40,16 +41,15 @@ grpc::ByteBuffer Bytes(const std::string &text) {
 // request "fail", with FAILED_PRECONDITION; "hold" is kept unanswered until
 // the test answers it.
 class LaneServerTest : public ::testing::Test {
-protected:
+ protected:
   void Start(LaneServerOptions o = {}) {
     o.host = "127.0.0.1";
-    if (o.token.empty())
-      o.token = "secret";
+    if (o.token.empty()) o.token = "secret";
     o.max_payload_bytes = 1 << 20;
     auto listening = LaneServer::Listen(o);
     ASSERT_TRUE(listening.ok()) << listening.status();
     server_ = *std::move(listening);
-    server_->Serve([this](LaneCall *call) {
+    server_->Serve([this](LaneCall* call) {
       const std::string request = Text(call->request());
       ++calls_;
       if (request == "hold") {
@@ -57,15 +57,13 @@ protected:
         held_in_.Notify();
         return;
       }
-      if (request == "fail")
-        return call->Finish(absl::FailedPreconditionError("told to fail"));
+      if (request == "fail") return call->Finish(absl::FailedPreconditionError("told to fail"));
       *call->response() = Bytes(std::string(request.rbegin(), request.rend()));
       call->Finish(absl::OkStatus());
     });
   }
   void TearDown() override {
-    if (held_ != nullptr)
-      held_->Finish(absl::CancelledError("test over"));
+    if (held_ != nullptr) held_->Finish(absl::CancelledError("test over"));
     server_.reset();
   }
 
@@ -76,12 +74,12 @@ protected:
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(server_->port()));
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
     timeval timeout{10, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
     return fd;
   }
-  static void Send(int fd, uint32_t kind, uint64_t id, const std::string &body,
+  static void Send(int fd, uint32_t kind, uint64_t id, const std::string& body,
                    uint32_t timeout_ms = 10000) {
     LaneHeader h;
     h.kind = kind;
@@ -91,7 +89,7 @@ protected:
     LaneFrame frame(h, "", Bytes(body));
     ASSERT_TRUE(WriteLaneFrame(fd, frame, /*wait=*/true).ok());
   }
-  static void Hello(int fd, const std::string &token = "secret") {
+  static void Hello(int fd, const std::string& token = "secret") {
     Send(fd, static_cast<uint32_t>(LaneMethod::kHello), 0, token, 0);
   }
   struct Answer {
@@ -123,7 +121,7 @@ protected:
 
   std::unique_ptr<LaneServer> server_;
   std::atomic<int> calls_{0};
-  LaneCall *held_ = nullptr;
+  LaneCall* held_ = nullptr;
   absl::Notification held_in_;
 };
 
@@ -176,17 +174,12 @@ TEST_F(LaneServerTest, MalformedFramesCloseTheirConnectionOnly) {
     std::string says;
   };
   const std::vector<Case> cases = {
-      {"no hello first",
-       [](int fd) {
-         Send(fd, static_cast<uint32_t>(LaneMethod::kPush), 1, "x");
-       },
+      {"no hello first", [](int fd) { Send(fd, static_cast<uint32_t>(LaneMethod::kPush), 1, "x"); },
        absl::StatusCode::kInvalidArgument, "expected a hello"},
       {"garbage",
        [](int fd) {
-         const std::string http =
-             "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(32, '.');
-         ASSERT_EQ(write(fd, http.data(), http.size()),
-                   static_cast<ssize_t>(http.size()));
+         const std::string http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(32, '.');
+         ASSERT_EQ(write(fd, http.data(), http.size()), static_cast<ssize_t>(http.size()));
        },
        absl::StatusCode::kInvalidArgument, "is this a psync payload lane?"},
       {"an unknown method",
@@ -212,8 +205,7 @@ TEST_F(LaneServerTest, MalformedFramesCloseTheirConnectionOnly) {
          LaneFrame frame(h, "", grpc::ByteBuffer());
          ASSERT_TRUE(WriteLaneFrame(fd, frame, /*wait=*/true).ok());
        },
-       absl::StatusCode::kResourceExhausted,
-       "over the message limit of 1048576"},
+       absl::StatusCode::kResourceExhausted, "over the message limit of 1048576"},
       {"a call without a deadline",
        [](int fd) {
          Hello(fd);
@@ -221,7 +213,7 @@ TEST_F(LaneServerTest, MalformedFramesCloseTheirConnectionOnly) {
        },
        absl::StatusCode::kInvalidArgument, "no deadline"},
   };
-  for (const Case &c : cases) {
+  for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     const int fd = Connect();
     c.send(fd);
@@ -249,21 +241,54 @@ TEST_F(LaneServerTest, ASilentConnectionIsClosedAfterTheHelloTimeout) {
   close(fd);
 }
 
-TEST_F(LaneServerTest, ConnectionsPastTheMostAreClosedAtOnce) {
+TEST_F(LaneServerTest, AHelloPastTheMostConnectionsIsRefused) {
   LaneServerOptions o;
   o.max_connections = 2;
   Start(o);
   std::vector<int> fds = {Connect(), Connect()};
-  for (int fd : fds)
-    Hello(fd);
-  const int extra = Connect();
-  EXPECT_TRUE(Closed(extra));
-  close(extra);
+  for (int fd : fds) Hello(fd);
   for (int fd : fds) {
     Send(fd, static_cast<uint32_t>(LaneMethod::kPush), 1, "ab");
     EXPECT_EQ(Receive(fd).body, "ba");
+  }
+  const int extra = Connect();
+  Hello(extra);
+  const Answer a = Receive(extra);
+  EXPECT_EQ(a.code, absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(a.message, HasSubstr("2 connections are open"));
+  EXPECT_TRUE(Closed(extra));
+  close(extra);
+  close(fds[0]);
+  // Its place is free again once the server has seen it close.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  Answer again;
+  while (again.code != absl::StatusCode::kOk && absl::Now() < give_up) {
+    const int fd = Connect();
+    Hello(fd);
+    Send(fd, static_cast<uint32_t>(LaneMethod::kPush), 2, "cd");
+    again = Receive(fd);
     close(fd);
   }
+  EXPECT_EQ(again.body, "dc");
+  close(fds[1]);
+}
+
+TEST_F(LaneServerTest, AHelloDribbledPastTheTimeoutIsClosed) {
+  LaneServerOptions o;
+  o.hello_timeout = absl::Milliseconds(300);
+  Start(o);
+  const int fd = Connect();
+  const absl::Time start = absl::Now();
+  bool closed = false;
+  for (int i = 0; i < 20 && !closed; ++i) {  // a byte every 50 ms: each read in time
+    closed = send(fd, "P", 1, MSG_NOSIGNAL) != 1;
+    absl::SleepFor(absl::Milliseconds(50));
+    pollfd p{fd, POLLIN, 0};
+    closed = closed || (poll(&p, 1, 0) > 0 && Closed(fd));
+  }
+  EXPECT_TRUE(closed);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  close(fd);
 }
 
 TEST_F(LaneServerTest, AHeldCallIsOverOnceItsConnectionCloses) {
@@ -275,8 +300,7 @@ TEST_F(LaneServerTest, AHeldCallIsOverOnceItsConnectionCloses) {
   EXPECT_FALSE(held_->over());
   close(fd);
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (!held_->over() && absl::Now() < give_up)
-    absl::SleepFor(absl::Milliseconds(5));
+  while (!held_->over() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
   EXPECT_TRUE(held_->over());
 }
 
@@ -289,10 +313,10 @@ TEST_F(LaneServerTest, ALaneClientsCallsEndOnceEach) {
     grpc::Status status;
     absl::Notification done;
   };
-  auto start = [](LaneClient &client, const std::string &request, End *end) {
-    const uint64_t id = client.Start(
-        LaneMethod::kPushPull, Bytes(request), absl::Now() + absl::Seconds(10),
-        {&end->response, &end->status, [end] { end->done.Notify(); }});
+  auto start = [](LaneClient& client, const std::string& request, End* end) {
+    const uint64_t id =
+        client.Start(LaneMethod::kPushPull, Bytes(request), absl::Now() + absl::Seconds(10),
+                     {&end->response, &end->status, [end] { end->done.Notify(); }});
     client.Send(id);
     return id;
   };
@@ -310,15 +334,56 @@ TEST_F(LaneServerTest, ALaneClientsCallsEndOnceEach) {
     held.done.WaitForNotification();
     EXPECT_EQ(held.status.error_code(), grpc::StatusCode::CANCELLED);
   }
+  // Cancelled once sent, a call closes its connection: the rest of its
+  // request is never read from the caller's buffers, and the server's
+  // call is over.
+  {
+    LaneClient client("127.0.0.1", "secret", {}, "test");
+    client.SetPort(server_->port(), 1 << 20);
+    End held;
+    const uint64_t id = start(client, "hold", &held);
+    held_in_.WaitForNotification();
+    client.Cancel(id);
+    held.done.WaitForNotification();
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (!held_->over() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+    EXPECT_TRUE(held_->over());
+  }
   LaneClient wrong("127.0.0.1", "guess", {}, "test");
   wrong.SetPort(server_->port(), 1 << 20);
   End refused;
   start(wrong, "hello", &refused);
   refused.done.WaitForNotification();
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_THAT(refused.status.error_message(),
-              HasSubstr("missing or wrong token"));
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("missing or wrong token"));
 }
 
-} // namespace
-} // namespace psync
+// A lane that cannot be reached ends its calls UNAVAILABLE (which callers
+// retry) and closes for a while, so that the retries go through gRPC.
+TEST(LaneClientTest, AnUnreachableLaneClosesForAWhile) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  close(fd);  // nobody listens there now
+  LaneClient client("127.0.0.1", "", {}, "worker 0 to server 0");
+  client.SetPort(port, 1 << 20);
+  EXPECT_TRUE(client.open());
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  absl::Notification done;
+  client.Send(client.Start(LaneMethod::kPush, Bytes("x"), absl::Now() + absl::Seconds(10),
+                           {&response, &status, [&done] { done.Notify(); }}));
+  done.WaitForNotification();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(status.error_message(), HasSubstr("payload lane of worker 0 to server 0: cannot "
+                                                "connect to 127.0.0.1:"));
+  EXPECT_FALSE(client.open());
+}
+
+}  // namespace
+}  // namespace psync

@@ -14,17 +14,16 @@ namespace psync {
 
 // A registration's fields but its layout (which the caller parses and
 // owns) and its peer; InvalidArgument for an unknown wire dtype.
-absl::Status RegisterArgsFromProto(const proto::RegisterRequest &req,
-                                   RegisterArgs *args);
+absl::Status RegisterArgsFromProto(const proto::RegisterRequest& req, RegisterArgs* args);
 
 // The chunks of a decoded push as the store takes them, and their bytes
 // on the wire, checked: known dtypes, one dtype for all where the push
 // needs it (`pull`: a PushPull answers in one; a push through shared
 // memory), and no data in the message for a push through shared memory.
 // `op` names the method in errors.
-absl::Status PayloadsOf(const char *op, const WireMessage &push, bool pull,
-                        std::vector<ChunkPayload> *payloads, int64_t *bytes);
+absl::Status PayloadsOf(const char* op, const WireMessage& push, bool pull,
+                        std::vector<ChunkPayload>* payloads, int64_t* bytes);
 
-} // namespace psync
+}  // namespace psync
 
-#endif // PSYNC_SERVER_RPC_REQUEST_PROTO_H_
+#endif  // PSYNC_SERVER_RPC_REQUEST_PROTO_H_

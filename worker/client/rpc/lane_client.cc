@@ -14,33 +14,29 @@
 #include "absl/strings/str_cat.h"
 #include "common/rpc/same_host.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace psync {
 namespace {
 
-// How long a connection attempt may take, and how often a connection's
-// reader looks at the deadlines of its calls.
+// How long a connection attempt may take, and how long after a failed one
+// the lane stays closed (its calls go through gRPC meanwhile).
 constexpr absl::Duration kConnectTimeout = absl::Seconds(3);
-constexpr int kDeadlineCheckMs = 100;
+constexpr absl::Duration kLaneClosedAfterFailure = absl::Seconds(5);
 // An answer's error message, at most.
 constexpr uint32_t kMaxMessage = 1 << 16;
 
 grpc::Status GrpcStatus(absl::StatusCode code, absl::string_view message) {
-  return grpc::Status(static_cast<grpc::StatusCode>(code),
-                      std::string(message));
+  return grpc::Status(static_cast<grpc::StatusCode>(code), std::string(message));
 }
 
-} // namespace
+grpc::Status Cancelled() { return GrpcStatus(absl::StatusCode::kCancelled, "cancelled"); }
 
-LaneClient::LaneClient(std::string host, std::string token,
-                       TcpCongestion tcp_congestion, std::string who)
-    : host_(std::move(host)), token_(std::move(token)),
-      tcp_congestion_(std::move(tcp_congestion)), who_(std::move(who)) {}
+}  // namespace
 
 LaneClient::Connection::Connection(int fd, uint64_t number)
-    : fd(fd), number(number),
-      writer(std::make_unique<LaneWriter>(fd, [fd](const absl::Status &) {
-        shutdown(fd, SHUT_RDWR); // the reader then ends the connection's calls
+    : fd(fd), number(number), writer(std::make_unique<LaneWriter>(fd, [fd](const absl::Status&) {
+        shutdown(fd, SHUT_RDWR);  // the reader then ends the connection's calls
       })) {}
 
 LaneClient::Connection::~Connection() {
@@ -49,50 +45,56 @@ LaneClient::Connection::~Connection() {
   close(fd);
 }
 
+LaneClient::LaneClient(std::string host, std::string token, TcpCongestion tcp_congestion,
+                       std::string who)
+    : host_(std::move(host)),
+      token_(std::move(token)),
+      tcp_congestion_(std::move(tcp_congestion)),
+      who_(std::move(who)) {}
+
 LaneClient::~LaneClient() {
-  std::vector<std::shared_ptr<Connection>> open;
+  std::shared_ptr<Connection> open;
   {
-    absl::MutexLock connecting(&connect_mu_);
-    open.swap(retired_);
     absl::MutexLock lock(&mu_);
-    if (connection_ != nullptr)
-      open.push_back(std::move(connection_));
+    stopping_ = true;
+    if (connection_ != nullptr) shutdown(connection_->fd, SHUT_RDWR);
   }
-  for (const auto &c : open) {
+  connector_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    open = std::move(connection_);
+  }
+  if (open != nullptr) retired_.push_back(std::move(open));
+  for (const auto& c : retired_) {
     shutdown(c->fd, SHUT_RDWR);
-    if (c->reader.joinable())
-      c->reader.join();
+    if (c->reader.joinable()) c->reader.join();
   }
-  open.clear();
+  retired_.clear();
   std::vector<uint64_t> ids;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto &[id, p] : pending_)
-      ids.push_back(id);
+    for (const auto& [id, p] : pending_) ids.push_back(id);
   }
-  for (uint64_t id : ids)
-    End(id, GrpcStatus(absl::StatusCode::kCancelled, "cancelled"));
+  for (uint64_t id : ids) End(id, Cancelled());
 }
 
 void LaneClient::SetPort(int port, int64_t max_reply_bytes) {
   absl::MutexLock lock(&mu_);
   max_reply_bytes_ = max_reply_bytes;
-  if (port == port_)
-    return;
+  if (port == port_) return;
   port_ = port;
-  if (connection_ != nullptr) {
-    shutdown(connection_->fd, SHUT_RDWR);
-    broken_ = true;
-  }
+  closed_until_ = absl::InfinitePast();
+  // Its reader ends it; the next call connects to the new port.
+  if (connection_ != nullptr) shutdown(connection_->fd, SHUT_RDWR);
 }
 
 bool LaneClient::open() const {
   absl::MutexLock lock(&mu_);
-  return port_ != 0;
+  return port_ != 0 && absl::Now() >= closed_until_;
 }
 
-uint64_t LaneClient::Start(LaneMethod method, const grpc::ByteBuffer &request,
-                           absl::Time deadline, Ending ending) {
+uint64_t LaneClient::Start(LaneMethod method, const grpc::ByteBuffer& request, absl::Time deadline,
+                           Ending ending) {
   absl::MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
   pending_[id] = Pending{std::move(ending), method, request, deadline};
@@ -100,141 +102,125 @@ uint64_t LaneClient::Start(LaneMethod method, const grpc::ByteBuffer &request,
 }
 
 void LaneClient::Send(uint64_t id) {
-  absl::Status why;
-  const std::shared_ptr<Connection> c = Current(&why);
-  if (c == nullptr) {
-    End(id, GrpcStatus(absl::StatusCode::kUnavailable, why.message()));
-    return;
+  std::shared_ptr<Connection> c;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!pending_.contains(id)) return;
+    c = connection_;
+    if (c == nullptr || c->ended) {
+      waiting_.push_back(id);  // wakes the connecting thread
+      return;
+    }
   }
+  if (!SendOn(c, id)) {
+    absl::MutexLock lock(&mu_);
+    waiting_.push_back(id);
+  }
+}
+
+bool LaneClient::SendOn(const std::shared_ptr<Connection>& c, uint64_t id) {
   LaneHeader h;
   grpc::ByteBuffer request;
   {
     absl::MutexLock lock(&mu_);
+    // Its calls have been ended: one sent on it now would never be.
+    if (c->ended) return false;
     auto it = pending_.find(id);
-    if (it == pending_.end())
-      return; // cancelled meanwhile
-    Pending &p = it->second;
+    if (it == pending_.end()) return true;  // ended meanwhile
+    Pending& p = it->second;
     p.connection = c->number;
     h.kind = static_cast<uint32_t>(p.method);
     h.call_id = id;
     h.body_bytes = p.request.Length();
     const int64_t ms = absl::ToInt64Milliseconds(p.deadline - absl::Now());
-    h.aux = static_cast<uint32_t>(
-        std::clamp<int64_t>(ms, 1, std::numeric_limits<uint32_t>::max()));
+    h.aux = static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, std::numeric_limits<uint32_t>::max()));
     request = p.request;
   }
   c->writer->Send(h, "", request);
-}
-
-std::shared_ptr<LaneClient::Connection> LaneClient::Current(absl::Status *why) {
-  absl::MutexLock connecting(&connect_mu_);
-  int port;
-  {
-    absl::MutexLock lock(&mu_);
-    if (connection_ != nullptr && !broken_)
-      return connection_;
-    if (connection_ != nullptr)
-      retired_.push_back(std::move(connection_));
-    broken_ = false;
-    port = port_;
-  }
-  for (const auto &c : retired_) {
-    shutdown(c->fd, SHUT_RDWR);
-    if (c->reader.joinable())
-      c->reader.join(); // it ended that connection's calls
-  }
-  retired_.clear();
-  const int fd = Connect(port, why);
-  if (fd < 0)
-    return nullptr;
-  absl::MutexLock lock(&mu_);
-  connection_ = std::make_shared<Connection>(fd, ++connections_);
-  connection_->reader = std::thread(
-      [this, fd, number = connection_->number] { Read(fd, number); });
-  return connection_;
-}
-
-void LaneClient::Cancel(uint64_t id) {
-  End(id, GrpcStatus(absl::StatusCode::kCancelled, "cancelled"));
-}
-
-bool LaneClient::End(uint64_t id, const grpc::Status &status,
-                     grpc::ByteBuffer *response) {
-  Ending ending;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = pending_.find(id);
-    if (it == pending_.end())
-      return false;
-    ending = std::move(it->second.ending);
-    pending_.erase(it);
-  }
-  if (response != nullptr && status.ok())
-    *ending.response = std::move(*response);
-  *ending.status = status;
-  ending.done();
   return true;
 }
 
-void LaneClient::EndAll(uint64_t connection, const grpc::Status &status) {
-  std::vector<uint64_t> ids;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto &[id, p] : pending_) {
-      if (p.connection == connection)
-        ids.push_back(id);
+void LaneClient::Connect() {
+  bool warned = false;  // of failed attempts, since the last connection
+  while (true) {
+    std::vector<uint64_t> ids;
+    std::shared_ptr<Connection> c;
+    int port = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      auto work = [this]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !waiting_.empty(); };
+      mu_.Await(absl::Condition(&work));
+      if (stopping_) return;
+      if (connection_ != nullptr && !connection_->ended) {
+        c = connection_;  // another call's connection came first
+        ids.swap(waiting_);
+      } else {
+        if (connection_ != nullptr) retired_.push_back(std::move(connection_));
+        port = port_;
+      }
+    }
+    if (c == nullptr) {
+      for (const auto& r : retired_) {
+        shutdown(r->fd, SHUT_RDWR);
+        if (r->reader.joinable()) r->reader.join();  // it ended that connection's calls
+      }
+      retired_.clear();
+      absl::Status why;
+      const int fd = Open(port, &why);
+      {
+        absl::MutexLock lock(&mu_);
+        if (fd >= 0) {
+          connection_ = c = std::make_shared<Connection>(fd, ++connections_);
+          c->reader = std::thread([this, raw = c.get()] { Read(raw); });
+        } else {
+          closed_until_ = absl::Now() + kLaneClosedAfterFailure;
+        }
+        ids.swap(waiting_);
+      }
+      if (fd < 0) {
+        if (!warned) {
+          LOG(WARNING) << why.message() << "; its calls go through gRPC for "
+                       << absl::FormatDuration(kLaneClosedAfterFailure) << ", then it tries again";
+        }
+        warned = true;
+        for (uint64_t id : ids) End(id, GrpcStatus(absl::StatusCode::kUnavailable, why.message()));
+        continue;
+      }
+      warned = false;
+    }
+    for (uint64_t id : ids) {
+      if (!SendOn(c, id)) {
+        absl::MutexLock lock(&mu_);
+        waiting_.push_back(id);
+      }
     }
   }
-  for (uint64_t id : ids)
-    End(id, status);
 }
 
-void LaneClient::ExpireDeadlines() {
-  std::vector<uint64_t> ids;
-  const absl::Time now = absl::Now();
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto &[id, p] : pending_) {
-      if (p.deadline <= now)
-        ids.push_back(id);
-    }
-  }
-  for (uint64_t id : ids) {
-    End(id, GrpcStatus(absl::StatusCode::kDeadlineExceeded,
-                       "payload lane: deadline exceeded"));
-  }
-}
-
-int LaneClient::Connect(int port, absl::Status *why) {
+int LaneClient::Open(int port, absl::Status* why) {
   const std::string where = absl::StrCat(host_, ":", port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
-  addrinfo *found = nullptr;
+  addrinfo* found = nullptr;
   const std::string service = absl::StrCat(port);
-  if (const int err =
-          getaddrinfo(host_.c_str(), service.c_str(), &hints, &found);
-      err != 0) {
-    *why = absl::UnavailableError(absl::StrCat("payload lane of ", who_,
-                                               ": cannot resolve ", host_, ": ",
-                                               gai_strerror(err)));
+  if (const int err = getaddrinfo(host_.c_str(), service.c_str(), &hints, &found); err != 0) {
+    *why = absl::UnavailableError(absl::StrCat("payload lane of ", who_, ": cannot resolve ", host_,
+                                               ": ", gai_strerror(err)));
     return -1;
   }
   int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   timeval timeout = absl::ToTimeval(kConnectTimeout);
-  if (fd >= 0)
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
-  const bool connected =
-      fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  const bool connected = fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0;
   const int err = errno;
   freeaddrinfo(found);
   if (!connected) {
-    if (fd >= 0)
-      close(fd);
-    *why = absl::UnavailableError(absl::StrCat("payload lane of ", who_,
-                                               ": cannot connect to ", where,
-                                               ": ", strerror(err)));
+    if (fd >= 0) close(fd);
+    *why = absl::UnavailableError(
+        absl::StrCat("payload lane of ", who_, ": cannot connect to ", where, ": ", strerror(err)));
     return -1;
   }
   timeout = timeval{};
@@ -248,45 +234,96 @@ int LaneClient::Connect(int port, absl::Status *why) {
   LaneFrame frame(hello, "", grpc::ByteBuffer(&token, 1));
   if (absl::Status s = WriteLaneFrame(fd, frame, /*wait=*/true); !s.ok()) {
     close(fd);
-    *why = absl::UnavailableError(absl::StrCat("payload lane of ", who_, " at ",
-                                               where, ": ", s.message()));
+    *why = absl::UnavailableError(
+        absl::StrCat("payload lane of ", who_, " at ", where, ": ", s.message()));
     return -1;
   }
   return fd;
 }
 
-void LaneClient::Read(int fd, uint64_t connection) {
+void LaneClient::Read(Connection* c) {
   absl::Status ended;
+  bool refused = false;
   while (ended.ok()) {
-    pollfd p{fd, POLLIN, 0};
-    const int ready = poll(&p, 1, kDeadlineCheckMs);
+    pollfd p{c->fd, POLLIN, 0};
+    const int ready = poll(&p, 1, kLaneTickMs);
     ExpireDeadlines();
-    if (ready > 0)
-      ended = ReadAnswer(fd);
-    if (ready < 0 && errno != EINTR)
-      ended = absl::UnavailableError(strerror(errno));
+    if (ready > 0) ended = ReadAnswer(c->fd, &refused);
+    if (ready < 0 && errno != EINTR) ended = absl::UnavailableError(strerror(errno));
   }
+  shutdown(c->fd, SHUT_RDWR);  // the writer stops too
   {
     absl::MutexLock lock(&mu_);
-    if (connection_ != nullptr && connection_->number == connection)
-      broken_ = true;
+    c->ended = true;
+    // Refused (too many connections, or a wrong token, which gRPC's calls
+    // then meet as well): the calls go through gRPC for a while.
+    if (refused) closed_until_ = absl::Now() + kLaneClosedAfterFailure;
   }
-  const absl::StatusCode code = absl::IsInvalidArgument(ended)
-                                    ? absl::StatusCode::kUnavailable
-                                    : ended.code();
-  EndAll(connection, GrpcStatus(code, absl::StrCat("payload lane of ", who_,
-                                                   ": ", ended.message())));
+  const absl::StatusCode code =
+      absl::IsInvalidArgument(ended) ? absl::StatusCode::kUnavailable : ended.code();
+  EndAll(c->number,
+         GrpcStatus(code, absl::StrCat("payload lane of ", who_, ": ", ended.message())));
 }
 
-// Reads one answer and ends its call. Not OK ends the connection: it broke,
-// the server refused it (an answer to call 0, e.g. a wrong token), or what
-// came is not an answer.
-absl::Status LaneClient::ReadAnswer(int fd) {
+void LaneClient::Cancel(uint64_t id) { End(id, Cancelled()); }
+
+bool LaneClient::End(uint64_t id, const grpc::Status& status, grpc::ByteBuffer* response) {
+  Ending ending;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return false;
+    const uint64_t sent_on = it->second.connection;
+    if (response == nullptr && sent_on != 0 && connection_ != nullptr &&
+        connection_->number == sent_on) {
+      // Its frame may still be going out, from the caller's buffers.
+      shutdown(connection_->fd, SHUT_RDWR);
+    }
+    ending = std::move(it->second.ending);
+    pending_.erase(it);
+  }
+  if (response != nullptr && status.ok()) *ending.response = std::move(*response);
+  *ending.status = status;
+  ending.done();
+  return true;
+}
+
+void LaneClient::EndAll(uint64_t connection, const grpc::Status& status) {
+  std::vector<uint64_t> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, p] : pending_) {
+      if (p.connection == connection) ids.push_back(id);
+    }
+  }
+  for (uint64_t id : ids) End(id, status);
+}
+
+void LaneClient::ExpireDeadlines() {
+  std::vector<uint64_t> ids;
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, p] : pending_) {
+      if (p.deadline <= now) ids.push_back(id);
+    }
+  }
+  for (uint64_t id : ids) {
+    End(id, GrpcStatus(absl::StatusCode::kDeadlineExceeded, "payload lane: deadline exceeded"));
+  }
+}
+
+absl::Status LaneClient::ReadAnswer(int fd, bool* refused) {
+  // A server that stops inside an answer does not keep the deadlines from
+  // ending calls.
+  const LaneTick tick = [this] {
+    ExpireDeadlines();
+    return absl::OkStatus();
+  };
   char head[LaneHeader::kBytes];
-  PSYNC_RETURN_IF_ERROR(ReadFully(fd, head, sizeof head, "reading an answer"));
+  PSYNC_RETURN_IF_ERROR(ReadFully(fd, head, sizeof head, "reading an answer", tick));
   absl::StatusOr<LaneHeader> h = DecodeLaneHeader(head);
-  if (!h.ok())
-    return h.status();
+  if (!h.ok()) return h.status();
   int64_t max_body;
   {
     absl::MutexLock lock(&mu_);
@@ -295,21 +332,20 @@ absl::Status LaneClient::ReadAnswer(int fd) {
   if (h->aux > kMaxMessage || h->body_bytes > static_cast<uint64_t>(max_body) ||
       h->kind > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "an answer with code ", h->kind, ", ", h->aux, " bytes of message and ",
-        h->body_bytes, " of body, expected a code up to 16, at most ",
-        kMaxMessage, " and ", max_body));
+        "an answer with code ", h->kind, ", ", h->aux, " bytes of message and ", h->body_bytes,
+        " of body, expected a code up to 16, at most ", kMaxMessage, " and ", max_body));
   }
   std::string message(h->aux, '\0');
-  PSYNC_RETURN_IF_ERROR(
-      ReadFully(fd, message.data(), message.size(), "reading an answer"));
-  absl::StatusOr<grpc::ByteBuffer> body = ReadLaneBody(fd, h->body_bytes);
-  if (!body.ok())
-    return body.status();
+  PSYNC_RETURN_IF_ERROR(ReadFully(fd, message.data(), message.size(), "reading an answer", tick));
+  absl::StatusOr<grpc::ByteBuffer> body = ReadLaneBody(fd, h->body_bytes, nullptr, tick);
+  if (!body.ok()) return body.status();
   const auto code = static_cast<absl::StatusCode>(h->kind);
-  if (h->call_id == 0)
-    return absl::Status(code, message); // the server refused the connection
+  if (h->call_id == 0) {  // the server refused the connection
+    *refused = true;
+    return absl::Status(code, message);
+  }
   End(h->call_id, GrpcStatus(code, message), &*body);
   return absl::OkStatus();
 }
 
-} // namespace psync
+}  // namespace psync

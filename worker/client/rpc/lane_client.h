@@ -1,13 +1,17 @@
 // A worker's end of the payload lane to one server (common/rpc/
 // payload_lane.h): starts calls, each answered through its Ending, on one
-// connection that it opens when a call needs it and opens again after it
-// fails. A call is written at once on the thread that sends it, as far as
-// the socket takes it (LaneWriter); a thread of the connection's reads the
-// answers.
+// connection, which a thread of its own opens when a call needs it (again
+// after one failed). A call is written at once on the thread that sends it,
+// as far as the socket takes it (LaneWriter); a thread of the connection's
+// reads the answers and ends the calls past their deadline.
 //
 // Every started call ends exactly once: answered, cancelled, past its
-// deadline, or UNAVAILABLE when the connection fails before its answer
-// (the caller retries, as for gRPC: every psync call is idempotent).
+// deadline, or UNAVAILABLE when its connection fails first (the caller
+// retries, as for gRPC: every psync call is idempotent). A call that ends
+// unanswered once sent closes its connection, so that no rest of its
+// request is read from the caller's buffers after it ended, and the server
+// drops what it had of it. After a failed connection attempt the lane is
+// closed for a while (open() false): calls then go through gRPC.
 #ifndef PSYNC_WORKER_CLIENT_RPC_LANE_CLIENT_H_
 #define PSYNC_WORKER_CLIENT_RPC_LANE_CLIENT_H_
 
@@ -29,47 +33,48 @@
 namespace psync {
 
 class LaneClient {
-public:
+ public:
   // Where a call's end goes: `response` and `status` are set, then `done`
   // runs, on a thread of the lane's (or the caller's of Cancel).
   struct Ending {
-    grpc::ByteBuffer *response;
-    grpc::Status *status;
+    grpc::ByteBuffer* response;
+    grpc::Status* status;
     std::function<void()> done;
   };
 
   // `host`: the server's, as the worker reaches its gRPC port; `who`
   // names the two ends in errors ("worker 1 to server 0").
-  LaneClient(std::string host, std::string token, TcpCongestion tcp_congestion,
-             std::string who);
+  LaneClient(std::string host, std::string token, TcpCongestion tcp_congestion, std::string who);
   // Ends the calls in flight (CANCELLED) and closes the connection.
   ~LaneClient();
 
-  LaneClient(const LaneClient &) = delete;
-  LaneClient &operator=(const LaneClient &) = delete;
+  LaneClient(const LaneClient&) = delete;
+  LaneClient& operator=(const LaneClient&) = delete;
 
   // The server's lane port (0: it has none), and the largest answer it may
   // send; a connection to another port closes. No call may be in flight.
   void SetPort(int port, int64_t max_reply_bytes);
+  // Whether calls may go on the lane: it has a port, and no connection
+  // attempt has failed in the last kLaneClosedAfterFailure.
   bool open() const;
 
   // Starts a call of `method` with `request` (whose slices stay valid until
   // it ends); returns its id. Cheap: Send(id) then sends it.
-  uint64_t Start(LaneMethod method, const grpc::ByteBuffer &request,
-                 absl::Time deadline, Ending ending);
-  // Sends call `id`, unless it has ended: connects first if there is no
-  // connection (ending it UNAVAILABLE if that fails).
+  uint64_t Start(LaneMethod method, const grpc::ByteBuffer& request, absl::Time deadline,
+                 Ending ending);
+  // Sends call `id`, unless it has ended; without a connection, hands it
+  // to the connecting thread (which ends it UNAVAILABLE if it cannot).
   void Send(uint64_t id);
   // Ends call `id` with CANCELLED, unless it has ended.
   void Cancel(uint64_t id);
 
-private:
+ private:
   struct Pending {
     Ending ending;
     LaneMethod method;
     grpc::ByteBuffer request;
     absl::Time deadline;
-    uint64_t connection = 0; // the connection it went out on; 0: not yet
+    uint64_t connection = 0;  // the connection it went out on; 0: not yet
   };
   // An open connection: its socket, its writer and its reading thread.
   struct Connection {
@@ -80,21 +85,29 @@ private:
     const uint64_t number;
     std::unique_ptr<LaneWriter> writer;
     std::thread reader;
+    bool ended = false;  // under the client's mu_: its calls were ended
   };
 
-  // The open connection; opens one if there is none or it broke.
-  std::shared_ptr<Connection> Current(absl::Status *why);
+  // The connecting thread: opens a connection for the calls waiting for
+  // one, and sends them on it.
+  void Connect();
   // Connects and says hello; -1 and the reason on failure.
-  int Connect(int port, absl::Status *why);
+  int Open(int port, absl::Status* why);
+  // Writes call `id` on `c`; false if `c` has ended (the call waits for
+  // the next connection then).
+  bool SendOn(const std::shared_ptr<Connection>& c, uint64_t id);
   // The connection's reading thread: answers, deadlines, and the end.
-  void Read(int fd, uint64_t connection);
-  absl::Status ReadAnswer(int fd);
-  // Takes call `id` out of pending_ and ends it with `status`; false if it
-  // had ended.
-  bool End(uint64_t id, const grpc::Status &status,
-           grpc::ByteBuffer *response = nullptr);
+  void Read(Connection* c);
+  // Reads one answer and ends its call. Not OK ends the connection: it
+  // broke, the server refused it (`refused`: an answer to call 0), or what
+  // came is not an answer.
+  absl::Status ReadAnswer(int fd, bool* refused);
+  // Takes call `id` out of pending_ and ends it with `status` (and the
+  // answer's body); false if it had ended. A call ended unanswered after it
+  // went out closes its connection first.
+  bool End(uint64_t id, const grpc::Status& status, grpc::ByteBuffer* response = nullptr);
   // Ends every call that went out on `connection` with `status`.
-  void EndAll(uint64_t connection, const grpc::Status &status);
+  void EndAll(uint64_t connection, const grpc::Status& status);
   void ExpireDeadlines();
 
   const std::string host_;
@@ -102,20 +115,21 @@ private:
   const TcpCongestion tcp_congestion_;
   const std::string who_;
 
-  absl::Mutex connect_mu_; // one Current() at a time
-  std::vector<std::shared_ptr<Connection>>
-      retired_ ABSL_GUARDED_BY(connect_mu_);
   mutable absl::Mutex mu_;
   int port_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t max_reply_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<Connection> connection_ ABSL_GUARDED_BY(mu_);
-  // The connection failed, or its port changed: the next Current() replaces it.
-  bool broken_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t connections_ ABSL_GUARDED_BY(mu_) = 0; // opened so far
+  // Calls waiting for a connection, in the order they were sent.
+  std::vector<uint64_t> waiting_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Connection> connection_ ABSL_GUARDED_BY(mu_);  // null: none
+  uint64_t connections_ ABSL_GUARDED_BY(mu_) = 0;                // opened so far
+  absl::Time closed_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::shared_ptr<Connection>> retired_;  // the connecting thread's
+  std::thread connector_{[this] { Connect(); }};      // last: uses every member
 };
 
-} // namespace psync
+}  // namespace psync
 
-#endif // PSYNC_WORKER_CLIENT_RPC_LANE_CLIENT_H_
+#endif  // PSYNC_WORKER_CLIENT_RPC_LANE_CLIENT_H_

@@ -344,10 +344,10 @@ void LaneServer::Take(int fd, std::string peer) {
     (*it)->Join();
     it = connections_.erase(it);
   }
-  // Connections that have not said hello yet take the rest.
-  if (static_cast<int>(connections_.size()) >= options_.max_connections + kMaxWithoutHello) {
-    LOG(WARNING) << "payload lane: refusing " << peer << ": " << connections_.size()
-                 << " connections are open, the most " << options_.max_connections;
+  // Those that said hello are bounded at their hello; the others here.
+  if (static_cast<int>(connections_.size()) - authenticated_.load() >= kMaxWithoutHello) {
+    LOG_EVERY_N(WARNING, 100) << "payload lane: refusing " << peer << ": " << kMaxWithoutHello
+                              << " connections wait for their hello, the most";
     close(fd);
     return;
   }

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -382,6 +383,35 @@ TEST(LaneClientTest, AnUnreachableLaneClosesForAWhile) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(status.error_message(), HasSubstr("payload lane of worker 0 to server 0: cannot "
                                                 "connect to 127.0.0.1:"));
+  EXPECT_FALSE(client.open());
+}
+
+// A connection closed before it answered anything (a server out of
+// places) closes the lane for a while too.
+TEST(LaneClientTest, AConnectionClosedBeforeAnyAnswerClosesTheLane) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  socklen_t len = sizeof a;
+  getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  std::thread closer([listener] {
+    const int fd = accept(listener, nullptr, nullptr);
+    if (fd >= 0) close(fd);
+  });
+  LaneClient client("127.0.0.1", "", {}, "worker 0 to server 0");
+  client.SetPort(ntohs(a.sin_port), 1 << 20);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  absl::Notification done;
+  client.Send(client.Start(LaneMethod::kPush, Bytes("x"), absl::Now() + absl::Seconds(10),
+                           {&response, &status, [&done] { done.Notify(); }}));
+  done.WaitForNotification();
+  closer.join();
+  close(listener);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_FALSE(client.open());
 }
 

@@ -108,10 +108,12 @@ class ChunkCallEngine {
   const SessionOf session_of_;
   std::atomic<bool> cancelled_{false};
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;  // by server
-  std::vector<std::unique_ptr<LaneClient>> lanes_;          // by server
   grpc::CompletionQueue inline_cq_;  // driven by Wait()
   int inline_outstanding_ = 0;       // caller's thread only
   grpc::CompletionQueue cq_;         // driven by the poller
+  // By server. After the queues, so destroyed before them: a lane's call
+  // ends by posting to its queue (none is left by then: see ~ChunkCallEngine).
+  std::vector<std::unique_ptr<LaneClient>> lanes_;
 
   absl::Mutex mu_;
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;    // deferred calls in flight

@@ -152,13 +152,22 @@ void LaneClient::Connect() {
                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !waiting_.empty(); };
       mu_.Await(absl::Condition(&work));
       if (stopping_) return;
-      if (connection_ != nullptr && !connection_->ended) {
+      if (absl::Now() < closed_until_) {
+        ids.swap(waiting_);  // the lane is closed: they go through gRPC
+      } else if (connection_ != nullptr && !connection_->ended) {
         c = connection_;  // another call's connection came first
         ids.swap(waiting_);
       } else {
         if (connection_ != nullptr) retired_.push_back(std::move(connection_));
         port = port_;
       }
+    }
+    if (c == nullptr && !ids.empty()) {
+      for (uint64_t id : ids) {
+        End(id, GrpcStatus(absl::StatusCode::kUnavailable,
+                           absl::StrCat("payload lane of ", who_, ": closed for now")));
+      }
+      continue;
     }
     if (c == nullptr) {
       for (const auto& r : retired_) {
@@ -243,21 +252,28 @@ int LaneClient::Open(int port, absl::Status* why) {
 
 void LaneClient::Read(Connection* c) {
   absl::Status ended;
-  bool refused = false;
+  bool refused = false, answered = false;
   while (ended.ok()) {
     pollfd p{c->fd, POLLIN, 0};
     const int ready = poll(&p, 1, kLaneTickMs);
+    const int err = errno;
     ExpireDeadlines();
-    if (ready > 0) ended = ReadAnswer(c->fd, &refused);
-    if (ready < 0 && errno != EINTR) ended = absl::UnavailableError(strerror(errno));
+    if (ready > 0) {
+      ended = ReadAnswer(c->fd, &refused);
+      answered = answered || ended.ok();
+    }
+    if (ready < 0 && err != EINTR) ended = absl::UnavailableError(strerror(err));
   }
   shutdown(c->fd, SHUT_RDWR);  // the writer stops too
   {
     absl::MutexLock lock(&mu_);
     c->ended = true;
     // Refused (too many connections, or a wrong token, which gRPC's calls
-    // then meet as well): the calls go through gRPC for a while.
-    if (refused) closed_until_ = absl::Now() + kLaneClosedAfterFailure;
+    // then meet as well), or closed before it answered anything: the calls
+    // go through gRPC for a while.
+    if (refused || (!answered && !stopping_)) {
+      closed_until_ = absl::Now() + kLaneClosedAfterFailure;
+    }
   }
   const absl::StatusCode code =
       absl::IsInvalidArgument(ended) ? absl::StatusCode::kUnavailable : ended.code();
@@ -274,9 +290,10 @@ bool LaneClient::End(uint64_t id, const grpc::Status& status, grpc::ByteBuffer* 
     auto it = pending_.find(id);
     if (it == pending_.end()) return false;
     const uint64_t sent_on = it->second.connection;
-    if (response == nullptr && sent_on != 0 && connection_ != nullptr &&
+    // Unanswered, or refused (maybe before the server read its body), its
+    // frame may still be going out from the caller's buffers.
+    if ((response == nullptr || !status.ok()) && sent_on != 0 && connection_ != nullptr &&
         connection_->number == sent_on) {
-      // Its frame may still be going out, from the caller's buffers.
       shutdown(connection_->fd, SHUT_RDWR);
     }
     ending = std::move(it->second.ending);

@@ -4,8 +4,9 @@
 # the StatefulSet, the Indexed Job, the headless Service's names, the
 # ConfigMap) and checks that
 #   1. the job completes with the weights_sha256 of a native psync_launch run
-#      of the same configuration, and psync_ctl in a server pod then finds
-#      every server healthy;
+#      of the same configuration (its pushes and pulls on the servers'
+#      payload lanes, which the servers log), and psync_ctl in a server pod
+#      then finds every server healthy;
 #   2. with server 1 killed (SIGKILL) once it has written a checkpoint, and
 #      restarted as its StatefulSet would, the job still completes, with the
 #      same weights;
@@ -14,8 +15,9 @@
 #      the job completes with the same weights;
 #   4. the secure-demo overlay (mutual TLS and the token, from a Secret made
 #      by deploy/k8s/tools/make_security_secret.sh) completes with the same
-#      weights, and psync_ctl in a server pod is answered with the token and
-#      refused without it;
+#      weights (the servers logging that TLS keeps the payload lane off),
+#      and psync_ctl in a server pod is answered with the token and refused
+#      without it;
 #   5. the torch image (build_cpu_image.sh --torch) imports psync.torch as
 #      the pods run it, and the torch overlay, shortened to 300 steps, runs
 #      the torch example as the workers: the Job completes, every server
@@ -95,6 +97,10 @@ play() {
   if ! grep -q "\"blas_core\": \"$core\"" "$dir/pvc/psync-output/summary.json" 2>/dev/null; then
     rc="$rc, kernels not $core"
   fi
+  # The payload lane: open on job.pbtxt's port in plaintext, off with TLS.
+  if ! grep -q "$lane_line" "$dir/logs/psync-server-0.log" 2>/dev/null; then
+    rc="$rc, server 0 did not log '$lane_line'"
+  fi
   if [[ $rc != 0 || "$sha" != "$native" ]]; then
     tail -5 "$dir"/logs/psync-worker-*.log "$dir"/logs/psync-server-*.log 2>/dev/null
     result "k8s play: $name" 0 "exit $rc, weights_sha256 '${sha}', native $native"
@@ -104,6 +110,7 @@ play() {
 }
 checkpointed='pvc/checkpoints-psync-server-1/ckpt-*/server-1-of-*.safetensors'
 sec=/etc/psync-security
+lane_line="payload lane on :7072"
 # psync_ctl's default 5 s per server is a health probe's; on a loaded CI
 # machine one connection once took longer, so these checks wait 30 s.
 play "StatefulSet + Indexed Job, weights equal the native run's, psync_ctl healthy" \
@@ -114,6 +121,7 @@ play "server 1 killed and restarted, same weights" "$work/rendered.yaml" \
 play "worker 1 evicted (SIGTERM) and replaced, same weights" "$work/rendered.yaml" \
   --kill psync-worker-1-0 --signal TERM --when "$checkpointed"
 tls="--tls_cert=$sec/tls.crt --tls_key=$sec/tls.key --tls_ca=$sec/ca.crt"
+lane_line="no payload lane: this server speaks TLS"
 play "mutual TLS and token from a Secret, same weights; psync_ctl refused without the token" \
   "$work/secure.yaml" --exec-after psync-server-0 \
   "sh -c 'psync_ctl status --config=/etc/psync/job.pbtxt $tls --auth_token_file=$sec/token \

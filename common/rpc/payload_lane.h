@@ -9,8 +9,9 @@
 // A frame is a 32-byte LaneHeader, then `aux` bytes of error message (a
 // reply's), then `body_bytes` of body. A connection opens with a kHello
 // request whose body is the job's token (empty without one); the server
-// answers only a refusal, then closes. Requests are answered in any order,
-// each by the call id it carried. Integers are little-endian.
+// answers it as call 0: OK (a welcome: calls may come) or a refusal, after
+// which it closes. Requests are answered in any order, each by the call id
+// it carried. Integers are little-endian.
 #ifndef PSYNC_COMMON_RPC_PAYLOAD_LANE_H_
 #define PSYNC_COMMON_RPC_PAYLOAD_LANE_H_
 

@@ -152,6 +152,7 @@ class LaneConnection : public std::enable_shared_from_this<LaneConnection> {
                                         " connections are open, the most this server keeps")));
     }
     counted_ = true;
+    Answer(0, absl::OkStatus(), grpc::ByteBuffer());  // welcome: calls may come
     return absl::OkStatus();
   }
 

@@ -193,7 +193,7 @@ void LaneClient::Connect() {
                        << absl::FormatDuration(kLaneClosedAfterFailure) << ", then it tries again";
         }
         warned = true;
-        for (uint64_t id : ids) End(id, GrpcStatus(absl::StatusCode::kUnavailable, why.message()));
+        for (uint64_t id : ids) End(id, GrpcStatus(why.code(), why.message()));
         continue;
       }
       warned = false;
@@ -241,9 +241,33 @@ int LaneClient::Open(int port, absl::Status* why) {
   hello.body_bytes = token_.size();
   grpc::Slice token(token_);
   LaneFrame frame(hello, "", grpc::ByteBuffer(&token, 1));
-  if (absl::Status s = WriteLaneFrame(fd, frame, /*wait=*/true); !s.ok()) {
+  absl::Status s = WriteLaneFrame(fd, frame, /*wait=*/true);
+  // The server's welcome (an OK answer to call 0), in time: a server that
+  // cannot take the connection (out of descriptors, its backlog holding
+  // it) or refuses it closes the lane rather than leave calls unanswered.
+  const absl::Time until = absl::Now() + kConnectTimeout;
+  const LaneTick in_time = [until] {
+    return absl::Now() < until ? absl::OkStatus()
+                               : absl::UnavailableError("no welcome from the server in time");
+  };
+  char head[LaneHeader::kBytes];
+  if (s.ok()) s = ReadFully(fd, head, sizeof head, "waiting for the welcome", in_time);
+  absl::StatusOr<LaneHeader> welcome = DecodeLaneHeader(head);
+  if (s.ok() && !welcome.ok()) s = welcome.status();
+  if (s.ok() && (welcome->call_id != 0 || welcome->body_bytes != 0 ||
+                 welcome->kind > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated) ||
+                 welcome->aux > kMaxMessage)) {
+    s = absl::UnavailableError("the server's first frame is not a welcome");
+  }
+  if (s.ok() && welcome->kind != 0) {  // a refusal, and its message
+    std::string message(welcome->aux, '\0');
+    s = ReadFully(fd, message.data(), message.size(), "reading a refusal", in_time);
+    if (s.ok()) s = absl::Status(static_cast<absl::StatusCode>(welcome->kind), message);
+  }
+  if (!s.ok()) {
     close(fd);
-    *why = absl::UnavailableError(
+    *why = absl::Status(
+        s.code() == absl::StatusCode::kUnauthenticated ? s.code() : absl::StatusCode::kUnavailable,
         absl::StrCat("payload lane of ", who_, " at ", where, ": ", s.message()));
     return -1;
   }

@@ -143,16 +143,10 @@ absl::StatusOr<grpc::ByteBuffer> ReadLaneBody(int fd, size_t n, std::function<vo
   return buffer;
 }
 
-LaneFrame::LaneFrame(const LaneHeader& header, std::string msg, const grpc::ByteBuffer& bytes)
-    : message(std::move(msg)) {
+LaneFrame::LaneFrame(const LaneHeader& header, std::string msg, const grpc::ByteBuffer& payload)
+    : message(std::move(msg)), bytes(sizeof head + message.size() + payload.Length()) {
   EncodeLaneHeader(header, head);
-  if (bytes.Length() > 0) bytes.Dump(&body).IgnoreError();  // references, no copy
-}
-
-size_t LaneFrame::size() const {
-  size_t n = sizeof head + message.size();
-  for (const grpc::Slice& s : body) n += s.size();
-  return n;
+  if (payload.Length() > 0) payload.Dump(&body).IgnoreError();  // references, no copy
 }
 
 absl::Status WriteLaneFrame(int fd, LaneFrame& frame, bool wait) {

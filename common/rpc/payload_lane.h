@@ -71,11 +71,12 @@ absl::StatusOr<grpc::ByteBuffer> ReadLaneBody(int fd, size_t n,
 // One frame on its way out: its pieces, and how much of them has gone.
 struct LaneFrame {
   LaneFrame(const LaneHeader& header, std::string message, const grpc::ByteBuffer& body);
-  size_t size() const;
+  size_t size() const { return bytes; }
 
   char head[LaneHeader::kBytes];
   std::string message;
   std::vector<grpc::Slice> body;  // references to the body's slices
+  size_t bytes;                   // of the whole frame
   size_t sent = 0;
 };
 

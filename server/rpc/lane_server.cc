@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/process/listen_error.h"
 #include "common/security/security.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -237,27 +238,25 @@ void LaneCall::Finish(const absl::Status& status) {
 }
 
 absl::StatusOr<std::unique_ptr<LaneServer>> LaneServer::Listen(const LaneServerOptions& options) {
+  const std::string address = absl::StrCat(options.host, ":", options.port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
   const std::string port = absl::StrCat(options.port);
-  if (const int err = getaddrinfo(options.host.c_str(), port.c_str(), &hints, &found); err != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("payload lane: cannot resolve host '",
-                                                   options.host, "': ", gai_strerror(err)));
+  if (getaddrinfo(options.host.c_str(), port.c_str(), &hints, &found) != 0) {
+    return ListenError(address, "--payload_port");
   }
   int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const int one = 1;
   if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   const bool ok =
       fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0 && listen(fd, 128) == 0;
-  const int err = errno;
   freeaddrinfo(found);
   if (!ok) {
     if (fd >= 0) close(fd);
-    return absl::UnavailableError(absl::StrCat("payload lane: cannot listen on ", options.host, ":",
-                                               options.port, ": ", strerror(err)));
+    return ListenError(address, "--payload_port");  // says why, and what to do
   }
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;

@@ -2,6 +2,7 @@
 #include "common/wire/worker_set_proto.h"
 #include "server/rpc/parameter_service.h"
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -10,7 +11,6 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -41,8 +41,6 @@ namespace {
 // The calls only servers make (to server 0): with a server token in the
 // job, they need it (ParameterService::Admit).
 constexpr absl::string_view kServerOnlyMethods[] = {"Join"};
-// The methods the payload lane carries too.
-constexpr absl::string_view kLaneMethods[] = {"Push", "Pull", "PushPull"};
 
 // Bounds on the requests that carry no payload beyond the others' 1 MiB
 // (AsyncService::kMaxControlRequestBytes): Register's is kMaxRegisterBytes
@@ -110,18 +108,7 @@ class ParameterService final : public ParameterServerService {
   void Close() override { held_.Close(); }
 
   void RunLaneCall(LaneCall* call) override {
-    const absl::string_view name = LaneMethodName(static_cast<uint32_t>(call->method()));
-    const auto found = lane_metrics_.find(name);
-    MethodMetrics* m = found != lane_metrics_.end() ? found->second : nullptr;
-    const absl::Time start = absl::Now();
-    const size_t in = call->request().Length();
-    Reply reply = [call, m, start, in](const absl::Status& s) {
-      if (m != nullptr) {
-        m->Record(ToGrpcStatus(s), absl::Now() - start, in,
-                  s.ok() ? call->response()->Length() : 0);
-      }
-      call->Finish(s);
-    };
+    Reply reply = Recorded(call, lane_metrics_[static_cast<size_t>(call->method())]);
     switch (call->method()) {
       case LaneMethod::kPush:
         return reply(Push(&call->request(), call->response()));
@@ -129,10 +116,12 @@ class ParameterService final : public ParameterServerService {
         return PushPullOn(call, std::move(reply));
       case LaneMethod::kPull: {
         proto::PullRequest req;
-        grpc::ByteBuffer bytes = *call->mutable_request();
-        if (!grpc::SerializationTraits<proto::PullRequest>::Deserialize(&bytes, &req).ok()) {
+        const size_t bytes = call->request().Length();
+        if (!grpc::SerializationTraits<proto::PullRequest>::Deserialize(call->mutable_request(),
+                                                                        &req)
+                 .ok()) {
           return reply(absl::InvalidArgumentError(absl::StrCat(
-              "Pull: the request (", in, " bytes) is not a valid psync.proto.PullRequest")));
+              "Pull: the request (", bytes, " bytes) is not a valid psync.proto.PullRequest")));
         }
         return PullOn(req, call, std::move(reply));
       }
@@ -182,22 +171,15 @@ class ParameterService final : public ParameterServerService {
     if (metrics_ != nullptr && absl::string_view(name) != "Hold") {
       m = &method_metrics_.emplace_back(metrics_, name);
       // The payload lane's calls of the method count as "lane/<method>".
-      if (lane_port_ != 0 && absl::c_linear_search(kLaneMethods, name)) {
-        lane_metrics_[name] = &method_metrics_.emplace_back(metrics_, absl::StrCat("lane/", name));
+      for (uint32_t lane = 0; lane_port_ != 0 && lane < lane_metrics_.size(); ++lane) {
+        if (LaneMethodName(lane) == name && lane != static_cast<uint32_t>(LaneMethod::kHello)) {
+          lane_metrics_[lane] = &method_metrics_.emplace_back(metrics_, absl::StrCat("lane/", name));
+        }
       }
     }
     AddUnary<Req, Resp>(absl::StrCat("/psync.proto.ParameterServer/", name),
                         [this, run, m](UnaryCall<Req, Resp>* call) {
-      const absl::Time start = absl::Now();
-      const size_t in = m != nullptr ? WireSize(call->request()) : 0;
-      Reply reply = [call, m, start, in](const absl::Status& s) {
-        const grpc::Status status = ToGrpcStatus(s);
-        if (m != nullptr) {
-          m->Record(status, absl::Now() - start, in, status.ok() ? WireSize(*call->response()) : 0);
-        }
-        call->Finish(status);
-      };
-      run(this, call, std::move(reply));
+      run(this, call, Recorded(call, m));
     }, max_request_bytes, [this, m, name](const grpc::ServerContext& ctx) {
       // Before the request is read (UnaryCall::Served::admit).
       const grpc::Status admitted = Admit(name, ctx);
@@ -208,6 +190,26 @@ class ParameterService final : public ParameterServerService {
       if (m != nullptr) m->Record(refused, absl::ZeroDuration(), in, 0);
     });
   }
+
+  // The end of `call`, of gRPC or of the lane: recorded in `m` (if set),
+  // then answered.
+  template <typename Call>
+  static Reply Recorded(Call* call, MethodMetrics* m) {
+    const absl::Time start = absl::Now();
+    const size_t in = m != nullptr ? WireSize(call->request()) : 0;
+    return [call, m, start, in](const absl::Status& s) {
+      if (m != nullptr) {
+        m->Record(ToGrpcStatus(s), absl::Now() - start, in,
+                  s.ok() ? WireSize(*call->response()) : 0);
+      }
+      Answer(call, s);
+    };
+  }
+  template <typename Req, typename Resp>
+  static void Answer(UnaryCall<Req, Resp>* call, const absl::Status& s) {
+    call->Finish(ToGrpcStatus(s));
+  }
+  static void Answer(LaneCall* call, const absl::Status& s) { call->Finish(s); }
 
   // Whether a call of method `name` may run, from its headers alone: every
   // call carries the job's token (when there is one); a server-only call
@@ -576,7 +578,8 @@ class ParameterService final : public ParameterServerService {
   const std::string server_auth_value_;
   MetricRegistry* const metrics_;  // null: no metrics
   std::deque<MethodMetrics> method_metrics_;  // handlers keep pointers
-  absl::flat_hash_map<std::string, MethodMetrics*> lane_metrics_;  // by method name
+  // By LaneMethod, the lane's calls' (null: none, or no metrics).
+  std::array<MethodMetrics*, static_cast<size_t>(LaneMethod::kPushPull) + 1> lane_metrics_{};
   WaitingCalls waiting_;
   WorkerRegions regions_;  // workers' shared memory, by session
   HeldCalls held_{store_->options().num_workers, [store = store_](int rank, uint64_t session) {

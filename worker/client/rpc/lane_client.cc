@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/grpc_status.h"
 #include "common/rpc/same_host.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -27,7 +28,7 @@ constexpr absl::Duration kLaneClosedAfterFailure = absl::Seconds(5);
 constexpr uint32_t kMaxMessage = 1 << 16;
 
 grpc::Status GrpcStatus(absl::StatusCode code, absl::string_view message) {
-  return grpc::Status(static_cast<grpc::StatusCode>(code), std::string(message));
+  return ToGrpcStatus(absl::Status(code, message));
 }
 
 grpc::Status Cancelled() { return GrpcStatus(absl::StatusCode::kCancelled, "cancelled"); }
@@ -277,11 +278,17 @@ int LaneClient::Open(int port, absl::Status* why) {
 void LaneClient::Read(Connection* c) {
   absl::Status ended;
   bool refused = false, answered = false;
+  // Deadlines are looked at every kLaneTickMs, not at every answer: the
+  // look walks every call in flight.
+  absl::Time next_look = absl::InfinitePast();
   while (ended.ok()) {
     pollfd p{c->fd, POLLIN, 0};
     const int ready = poll(&p, 1, kLaneTickMs);
     const int err = errno;
-    ExpireDeadlines();
+    if (const absl::Time now = absl::Now(); now >= next_look) {
+      ExpireDeadlines();
+      next_look = now + absl::Milliseconds(kLaneTickMs);
+    }
     if (ready > 0) {
       ended = ReadAnswer(c->fd, &refused);
       answered = answered || ended.ok();

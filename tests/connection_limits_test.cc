@@ -26,6 +26,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "common/process/free_ports.h"
+#include "common/rpc/byte_buffer_bytes.h"
 #include "common/process/subprocess.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -198,11 +199,7 @@ std::string HealthCheck(int port) {
   absl::MutexLock lock(&mu);
   mu.Await(absl::Condition(&done));
   if (!status.ok()) return absl::StrCat("failed: ", status.error_message());
-  std::vector<grpc::Slice> slices;
-  std::string bytes;
-  if (reply.Dump(&slices).ok()) {
-    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
+  const std::string bytes = BufferBytes(reply);
   // HealthCheckResponse {status: SERVING (1) or NOT_SERVING (2)}.
   return bytes == std::string("\x08\x01", 2)   ? "SERVING"
          : bytes == std::string("\x08\x02", 2) ? "NOT_SERVING"

@@ -184,7 +184,8 @@ grpc::ByteBuffer WireMessageBuilder::Build() {
     AppendVarint(&head, value);
   }
   for (Pending& c : chunks_) {
-    // The chunk's own fields, in field order as protobuf writes them.
+    // The chunk's own fields: its data last, so that a reader knows which
+    // chunk it is before the data comes (common/rpc/placed_body.h).
     size_t fields = 0;
     if (c.id != 0) fields += 1 + VarintSize(static_cast<uint64_t>(int64_t{c.id}));
     if (c.dtype != 0) fields += 1 + VarintSize(static_cast<uint64_t>(int64_t{c.dtype}));
@@ -200,6 +201,10 @@ grpc::ByteBuffer WireMessageBuilder::Build() {
       AppendVarint(&head, 2 << 3 | kWireVarint);
       AppendVarint(&head, static_cast<uint64_t>(int64_t{c.dtype}));
     }
+    if (c.version != 0) {
+      AppendVarint(&head, 4 << 3 | kWireVarint);
+      AppendVarint(&head, static_cast<uint64_t>(c.version));
+    }
     if (c.bytes > 0) {
       AppendVarint(&head, 3 << 3 | kWireLength);
       AppendVarint(&head, c.bytes);
@@ -212,10 +217,6 @@ grpc::ByteBuffer WireMessageBuilder::Build() {
         slices.emplace_back(data, c.bytes, &DropOwner,
                             new std::shared_ptr<const void>(std::move(c.owner)));
       }
-    }
-    if (c.version != 0) {
-      AppendVarint(&head, 4 << 3 | kWireVarint);
-      AppendVarint(&head, static_cast<uint64_t>(c.version));
     }
   }
   if (!head.empty()) slices.emplace_back(head);

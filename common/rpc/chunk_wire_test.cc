@@ -2,19 +2,12 @@
 
 #include <random>
 
+#include "common/rpc/byte_buffer_bytes.h"
 #include "gtest/gtest.h"
 #include "proto/psync.pb.h"
 
 namespace psync {
 namespace {
-
-std::string Flatten(const grpc::ByteBuffer& b) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(b.Dump(&slices).ok());
-  std::string out;
-  for (auto& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return out;
-}
 
 // `bytes` cut into pieces at random places, as gRPC may deliver it.
 grpc::ByteBuffer Split(const std::string& bytes, std::mt19937& rng) {
@@ -44,7 +37,7 @@ TEST(ChunkWireTest, BuilderOutputIsTheProtobufMessage) {
   builder.AddChunk(0, 1, 0, a.data(), a.size() * 4);
   auto owner = std::make_shared<std::vector<float>>(b);
   builder.AddChunk(17, 1, 9, owner->data(), owner->size() * 4, owner);
-  const std::string bytes = Flatten(builder.Build());
+  const std::string bytes = BufferBytes(builder.Build());
 
   proto::PushRequest push;
   ASSERT_TRUE(push.ParseFromString(bytes));

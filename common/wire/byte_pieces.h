@@ -20,11 +20,12 @@ inline int64_t PiecesSize(const BytePieces& pieces) {
   return n;
 }
 
-// Copies the pieces, in order, to `dest`.
+// Copies the pieces, in order, to `dest`. A piece already where it goes (an
+// answer read into place, common/rpc/placed_body.h) is left as it is.
 inline void CopyPieces(const BytePieces& pieces, void* dest) {
   char* out = static_cast<char*>(dest);
   for (absl::string_view p : pieces) {
-    std::memcpy(out, p.data(), p.size());
+    if (p.data() != out) std::memcpy(out, p.data(), p.size());
     out += p.size();
   }
 }

@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/rpc/byte_buffer_bytes.h"
+#include "common/rpc/chunk_wire.h"
 #include "common/rpc/payload_lane.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -22,16 +24,6 @@ namespace psync {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string Text(const grpc::ByteBuffer& b) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (b.Length() > 0 && b.Dump(&slices).ok()) {
-    for (const grpc::Slice& s : slices)
-      out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
-}
 
 grpc::ByteBuffer Bytes(const std::string& text) {
   grpc::Slice s(text);
@@ -51,7 +43,7 @@ class LaneServerTest : public ::testing::Test {
     ASSERT_TRUE(listening.ok()) << listening.status();
     server_ = *std::move(listening);
     server_->Serve([this](LaneCall* call) {
-      const std::string request = Text(call->request());
+      const std::string request = BufferBytes(call->request());
       ++calls_;
       if (request == "hold") {
         held_ = call;
@@ -339,7 +331,7 @@ TEST_F(LaneServerTest, ALaneClientsCallsEndOnceEach) {
     start(client, "hello", &ok);
     ok.done.WaitForNotification();
     EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
-    EXPECT_EQ(Text(ok.response), "olleh");
+    EXPECT_EQ(BufferBytes(ok.response), "olleh");
     const uint64_t id = start(client, "hold", &held);
     held_in_.WaitForNotification();
     client.Cancel(id);
@@ -426,6 +418,86 @@ TEST(LaneClientTest, AConnectionClosedBeforeAnyAnswerClosesTheLane) {
   close(listener);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_FALSE(client.open());
+}
+
+// A lane server of the test's own on `listener`: welcomes one connection,
+// reads its first call, and answers it with `answer`: the first `first`
+// bytes at once, the rest once `more` is notified.
+void AnswerInTwoParts(int listener, const std::string& answer, size_t first,
+                      absl::Notification* more) {
+  const int fd = accept(listener, nullptr, nullptr);
+  char head[LaneHeader::kBytes];
+  ASSERT_EQ(recv(fd, head, sizeof head, MSG_WAITALL), sizeof head);  // the hello, no token
+  EncodeLaneHeader(LaneHeader(), head);                              // the welcome
+  ASSERT_EQ(send(fd, head, sizeof head, MSG_NOSIGNAL), sizeof head);
+  ASSERT_EQ(recv(fd, head, sizeof head, MSG_WAITALL), sizeof head);
+  const absl::StatusOr<LaneHeader> call = DecodeLaneHeader(head);
+  ASSERT_TRUE(call.ok()) << call.status();
+  std::string request(call->body_bytes, '\0');
+  recv(fd, request.data(), request.size(), MSG_WAITALL);
+  LaneHeader reply;
+  reply.call_id = call->call_id;
+  reply.body_bytes = answer.size();
+  EncodeLaneHeader(reply, head);
+  const std::string frame = std::string(head, sizeof head) + answer;
+  const size_t at = sizeof head + first;
+  send(fd, frame.data(), at, MSG_NOSIGNAL);
+  more->WaitForNotification();
+  send(fd, frame.data() + at, frame.size() - at, MSG_NOSIGNAL);  // fails if it closed
+  close(fd);
+}
+
+// A call whose answer is being read into the caller's memory ends only once
+// that read has stopped, cancelled or past its deadline: the memory is then
+// the caller's again, and no more of the answer is written there, not even
+// what had reached this host's socket (all of it but its last 1000 bytes).
+TEST(LaneClientTest, ACallEndsOnlyOnceItsAnswerIsNoLongerReadIntoPlace) {
+  std::vector<float> weights(1 << 20);
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<float>(i);
+  WireMessageBuilder builder;
+  builder.AddChunk(3, /*DTYPE_FLOAT32*/ 1, 7, weights.data(), 4 << 20);
+  const std::string answer = BufferBytes(builder.Build());
+  for (const bool cancel : {true, false}) {
+    SCOPED_TRACE(cancel ? "cancelled" : "past its deadline");
+    int port;
+    const int listener = BoundLoopbackSocket(&port);
+    ASSERT_EQ(listen(listener, 4), 0);
+    absl::Notification more;
+    std::thread server(AnswerInTwoParts, listener, answer, answer.size() - 1000, &more);
+    std::vector<float> to(weights.size(), -1.0f);
+    LaneClient client("127.0.0.1", "", {}, "worker 0 to server 0");
+    client.SetPort(port, 8 << 20);
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    std::atomic<int> ends{0};
+    absl::Notification done;
+    const absl::Time deadline = absl::Now() + (cancel ? absl::Minutes(1) : absl::Seconds(2));
+    const uint64_t id = client.Start(LaneMethod::kPull, Bytes("x"), deadline,
+                                     {&response, &status, [&] {
+                                        ++ends;
+                                        done.Notify();
+                                      }},
+                                     {{3, 7, reinterpret_cast<char*>(to.data()), 4 << 20}});
+    client.Send(id);
+    // The first part of the answer has reached its place.
+    while (to[5000] != 5000.0f && !done.HasBeenNotified()) absl::SleepFor(absl::Milliseconds(1));
+    if (cancel) client.Cancel(id);
+    done.WaitForNotification();
+    std::fill(to.begin(), to.end(), -2.0f);  // the caller's again
+    more.Notify();
+    server.join();
+    close(listener);
+    absl::SleepFor(absl::Milliseconds(50));  // for a read that went on, to show
+    EXPECT_EQ(to, std::vector<float>(weights.size(), -2.0f));
+    EXPECT_EQ(ends.load(), 1);
+    if (cancel) {
+      // Cancelled, or ended by the read's own end, which comes as close.
+      EXPECT_THAT(status.error_code(), ::testing::AnyOf(grpc::StatusCode::CANCELLED,
+                                                        grpc::StatusCode::UNAVAILABLE));
+    } else {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    }
+  }
 }
 
 }  // namespace

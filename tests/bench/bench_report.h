@@ -33,7 +33,7 @@ class BenchReport {
   void PrintPsync();
   void PrintMemory();
   void PrintBaselines(const std::optional<PassTimes>& pass);
-  void PrintFloor(const PassTimes& pass);
+  void PrintFloor(const PassTimes& pass, bool copy_out);
   void PrintOverlap();
   // One table row: median and p90 time, throughput, CPU time and the cores
   // it kept busy on average. Returns the median.

@@ -260,6 +260,9 @@ void ChunkCallEngine::IssueOnLane(ChunkCall& call, LaneClient& lane) {
   const LaneMethod method = call.method == kPushMethod   ? LaneMethod::kPush
                             : call.method == kPullMethod ? LaneMethod::kPull
                                                          : LaneMethod::kPushPull;
+  // The answer's weights go from the socket straight into call.weights.
+  std::vector<AnswerPlace> places;
+  if (method != LaneMethod::kPush) places = coder_.AnswerPlaces(call);
   uint64_t id;
   {
     // Started under the lock, so that a Cancel() either sees the attempt or
@@ -274,7 +277,8 @@ void ChunkCallEngine::IssueOnLane(ChunkCall& call, LaneClient& lane) {
     id = call.lane_call = lane.Start(method, call.request, call.deadline,
                                      {&call.response, &call.status, [&call] {
                                         PostNow(call.lane_alarm, call.cq, &call.done_tag);
-                                      }});
+                                      }},
+                                     std::move(places));
   }
   lane.Send(id);  // may connect first: not under the lock
 }

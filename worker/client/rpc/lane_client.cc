@@ -95,10 +95,10 @@ bool LaneClient::open() const {
 }
 
 uint64_t LaneClient::Start(LaneMethod method, const grpc::ByteBuffer& request, absl::Time deadline,
-                           Ending ending) {
+                           Ending ending, std::vector<AnswerPlace> places) {
   absl::MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
-  pending_[id] = Pending{std::move(ending), method, request, deadline};
+  pending_[id] = Pending{std::move(ending), method, request, deadline, std::move(places)};
   return id;
 }
 
@@ -318,6 +318,13 @@ bool LaneClient::End(uint64_t id, const grpc::Status& status, grpc::ByteBuffer* 
   Ending ending;
   {
     absl::MutexLock lock(&mu_);
+    if (placing_ == id && std::this_thread::get_id() != placing_thread_) {
+      // Its answer is being read into the caller's memory: the read ends
+      // first (the reader's own end of the call stops it at its next look).
+      shutdown(placing_fd_, SHUT_RDWR);
+      auto read_ended = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return placing_ != id; };
+      mu_.Await(absl::Condition(&read_ended));
+    }
     auto it = pending_.find(id);
     if (it == pending_.end()) return false;
     const uint64_t sent_on = it->second.connection;
@@ -385,15 +392,49 @@ absl::Status LaneClient::ReadAnswer(int fd, bool* refused) {
   }
   std::string message(h->aux, '\0');
   PSYNC_RETURN_IF_ERROR(ReadFully(fd, message.data(), message.size(), "reading an answer", tick));
-  absl::StatusOr<grpc::ByteBuffer> body = ReadLaneBody(fd, h->body_bytes, nullptr, tick);
-  if (!body.ok()) return body.status();
   const auto code = static_cast<absl::StatusCode>(h->kind);
+  absl::StatusOr<grpc::ByteBuffer> body =
+      code == absl::StatusCode::kOk && h->call_id != 0
+          ? ReadBody(fd, h->call_id, h->body_bytes, tick)
+          : ReadLaneBody(fd, h->body_bytes, nullptr, tick);
+  if (!body.ok()) return body.status();
   if (h->call_id == 0) {  // the server refused the connection
     *refused = true;
     return absl::Status(code, message);
   }
   End(h->call_id, GrpcStatus(code, message), &*body);
   return absl::OkStatus();
+}
+
+absl::StatusOr<grpc::ByteBuffer> LaneClient::ReadBody(int fd, uint64_t id, size_t n,
+                                                      const LaneTick& tick) {
+  std::vector<AnswerPlace> places;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end() || it->second.places.empty()) {
+      return ReadLaneBody(fd, n, nullptr, tick);  // ended, or nothing to place
+    }
+    places = it->second.places;
+    placing_ = id;
+    placing_thread_ = std::this_thread::get_id();
+    placing_fd_ = fd;
+  }
+  // The read stops once the call has ended (past its deadline, ended by
+  // `tick` on this thread): its memory is the caller's again. The
+  // connection's other calls are then retried, as after any lost one.
+  const LaneTick placing_tick = [this, id, &tick]() -> absl::Status {
+    PSYNC_RETURN_IF_ERROR(tick());
+    absl::MutexLock lock(&mu_);
+    return pending_.contains(id)
+               ? absl::OkStatus()
+               : absl::UnavailableError("a call ended while its answer was read into place");
+  };
+  absl::StatusOr<grpc::ByteBuffer> body = ReadPlacedBody(fd, n, places, placing_tick);
+  absl::MutexLock lock(&mu_);
+  placing_ = 0;
+  placing_fd_ = -1;
+  return body;
 }
 
 }  // namespace psync

@@ -12,6 +12,12 @@
 // request is read from the caller's buffers after it ended, and the server
 // drops what it had of it. After a failed connection attempt the lane is
 // closed for a while (open() false): calls then go through gRPC.
+//
+// A call may say where its answer's weights go (common/rpc/placed_body.h):
+// they are then read from the socket straight into place. Such a call ends
+// only once its answer is no longer being read: a Cancel() waits for that
+// read to stop (it closes the connection), so the memory is the caller's
+// again when the call has ended.
 #ifndef PSYNC_WORKER_CLIENT_RPC_LANE_CLIENT_H_
 #define PSYNC_WORKER_CLIENT_RPC_LANE_CLIENT_H_
 
@@ -27,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/rpc/payload_lane.h"
+#include "common/rpc/placed_body.h"
 #include "common/rpc/tcp_congestion.h"
 #include "grpcpp/grpcpp.h"
 
@@ -59,9 +66,11 @@ class LaneClient {
   bool open() const;
 
   // Starts a call of `method` with `request` (whose slices stay valid until
-  // it ends); returns its id. Cheap: Send(id) then sends it.
+  // it ends); returns its id. Cheap: Send(id) then sends it. The answer's
+  // chunks that match `places` are read into them (their memory is written
+  // until the call ends).
   uint64_t Start(LaneMethod method, const grpc::ByteBuffer& request, absl::Time deadline,
-                 Ending ending);
+                 Ending ending, std::vector<AnswerPlace> places = {});
   // Sends call `id`, unless it has ended; without a connection, hands it
   // to the connecting thread (which ends it UNAVAILABLE if it cannot).
   void Send(uint64_t id);
@@ -74,6 +83,7 @@ class LaneClient {
     LaneMethod method;
     grpc::ByteBuffer request;
     absl::Time deadline;
+    std::vector<AnswerPlace> places;
     uint64_t connection = 0;  // the connection it went out on; 0: not yet
   };
   // An open connection: its socket, its writer and its reading thread.
@@ -102,6 +112,9 @@ class LaneClient {
   // broke, the server refused it (`refused`: an answer to call 0), or what
   // came is not an answer.
   absl::Status ReadAnswer(int fd, bool* refused);
+  // Reads the body of call `id`'s answer into its places, if it has any
+  // (`tick` as ReadAnswer's); a plain body otherwise.
+  absl::StatusOr<grpc::ByteBuffer> ReadBody(int fd, uint64_t id, size_t n, const LaneTick& tick);
   // Takes call `id` out of pending_ and ends it with `status` (and the
   // answer's body); false if it had ended. A call ended unanswered after it
   // went out closes its connection first.
@@ -126,6 +139,11 @@ class LaneClient {
   uint64_t connections_ ABSL_GUARDED_BY(mu_) = 0;                // opened so far
   absl::Time closed_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The call whose answer a reader is reading into place (0: none), the
+  // reader's thread and its socket.
+  uint64_t placing_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread::id placing_thread_ ABSL_GUARDED_BY(mu_);
+  int placing_fd_ ABSL_GUARDED_BY(mu_) = -1;
   std::vector<std::shared_ptr<Connection>> retired_;  // the connecting thread's
   std::thread connector_{[this] { Connect(); }};      // last: uses every member
 };

@@ -115,6 +115,17 @@ absl::Status PayloadCoder::DecodeWeights(const ChunkCall& call,
   return absl::OkStatus();
 }
 
+std::vector<AnswerPlace> PayloadCoder::AnswerPlaces(const ChunkCall& call) const {
+  std::vector<AnswerPlace> places;
+  if (call.weights == nullptr || call.in_model || call.slot != 0) return places;
+  for (int32_t id : call.chunk_ids) {
+    const ChunkInfo& info = layout_.chunks()[id];
+    places.push_back({id, call.version, reinterpret_cast<char*>(call.weights + info.flat_offset),
+                      info.bytes()});
+  }
+  return places;
+}
+
 absl::Status PayloadCoder::CheckAnswer(const ChunkCall& call,
                                        const WireMessage& response) const {
   const uint64_t in_slot = response.scalars[kWireSharedSlot];

@@ -14,6 +14,7 @@
 #include "absl/types/span.h"
 #include "common/model/layout.h"
 #include "common/rpc/chunk_wire.h"
+#include "common/rpc/placed_body.h"
 #include "common/wire/wire_dtype.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "worker/client/rpc/chunk_call.h"
@@ -47,6 +48,12 @@ class PayloadCoder {
   // dtype the wire knows (a server that predates narrow pulls answers
   // float32), its size checked against that dtype.
   absl::Status DecodeWeights(const ChunkCall& call, absl::Span<const char> slot) const;
+
+  // Where each chunk of `call`'s answer goes in call.weights, as float32,
+  // for a payload lane to read it there (common/rpc/placed_body.h); none
+  // where the weights come another way (in the shared model or a slot) or
+  // the call has none. DecodeWeights then copies nothing.
+  std::vector<AnswerPlace> AnswerPlaces(const ChunkCall& call) const;
 
  private:
   // Bytes of chunk `id` on the wire in the client's dtype.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/rpc/byte_buffer_bytes.h"
 #include "common/wire/wire_dtype_proto.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -19,14 +20,6 @@ using ::testing::HasSubstr;
 
 // Three chunks of 2 floats (w: 0, 1; b: 2) on one server.
 Layout TestLayout() { return *Layout::Create({{"w", {2, 2}}, {"b", {2}}}, 8, 1, 3); }
-
-std::string Bytes(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(buffer.Dump(&slices).ok());
-  std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return bytes;
-}
 
 // A push-pull of chunks `ids` for step 4.
 ChunkCall PushPull(std::vector<int32_t> ids) {
@@ -73,7 +66,7 @@ TEST(PayloadCoderTest, PullRequestNamesTheChunksAndANarrowDType) {
   const PayloadCoder coder(layout, 1, WireDType::kFloat32);
   proto::PullRequest req;
   ASSERT_TRUE(req.ParseFromString(
-      Bytes(coder.PullRequest(77, 5, {0, 2}, WireDType::kFloat32, 3, false))));
+      BufferBytes(coder.PullRequest(77, 5, {0, 2}, WireDType::kFloat32, 3, false))));
   EXPECT_EQ(req.worker_rank(), 1);
   EXPECT_EQ(req.session(), 77u);
   EXPECT_EQ(req.version(), 5);
@@ -82,7 +75,7 @@ TEST(PayloadCoderTest, PullRequestNamesTheChunksAndANarrowDType) {
   EXPECT_THAT(req.chunk_ids(), ElementsAre(0, 2));
   EXPECT_EQ(req.dtype(), 0);  // unset: the bytes of a float32 pull as before the field
   ASSERT_TRUE(req.ParseFromString(
-      Bytes(coder.PullRequest(77, 5, {0}, WireDType::kBf16, 0, false))));
+      BufferBytes(coder.PullRequest(77, 5, {0}, WireDType::kBf16, 0, false))));
   EXPECT_EQ(req.dtype(), WireDTypeToProto(WireDType::kBf16));
 }
 
@@ -139,6 +132,32 @@ TEST_F(PayloadAnswerTest, AnAnswerInTheMessageFillsTheWeights) {
   call.response = Answer({0, 2}, 5, {1, 2, 5, 6});
   ASSERT_TRUE(coder_.DecodeWeights(call, {}).ok());
   EXPECT_THAT(weights_, ElementsAre(1, 2, 0, 0, 5, 6));
+}
+
+// A lane reads each float32 chunk of the answer into its place in the
+// weights; decoding then copies nothing, and the weights are right.
+TEST_F(PayloadAnswerTest, AnswerPlacesAreTheChunksInTheWeights) {
+  ChunkCall call = Into({0, 2});
+  const std::vector<AnswerPlace> places = coder_.AnswerPlaces(call);
+  ASSERT_EQ(places.size(), 2u);
+  EXPECT_EQ(places[1].chunk_id, 2);
+  EXPECT_EQ(places[1].version, 5);
+  EXPECT_EQ(places[1].to, reinterpret_cast<char*>(weights_.data() + 4));
+  EXPECT_EQ(places[1].bytes, 8);
+  weights_ = {1, 2, 0, 0, 5, 6};  // as the lane left them
+  WireMessageBuilder answer;
+  answer.AddChunk(0, WireDTypeToProto(WireDType::kFloat32), 5, weights_.data(), 8);
+  answer.AddChunk(2, WireDTypeToProto(WireDType::kFloat32), 5, weights_.data() + 4, 8);
+  call.response = answer.Build();
+  ASSERT_TRUE(coder_.DecodeWeights(call, {}).ok());
+  EXPECT_THAT(weights_, ElementsAre(1, 2, 0, 0, 5, 6));
+  // None where the weights come another way, or there are none.
+  call.slot = 2;
+  EXPECT_TRUE(coder_.AnswerPlaces(call).empty());
+  call.slot = 0;
+  call.in_model = true;
+  EXPECT_TRUE(coder_.AnswerPlaces(call).empty());
+  EXPECT_TRUE(coder_.AnswerPlaces(PushPull({0})).empty());
 }
 
 TEST_F(PayloadAnswerTest, AnAnswerInASlotFillsTheWeights) {

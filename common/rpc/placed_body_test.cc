@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <thread>
@@ -10,6 +11,7 @@
 
 #include "common/rpc/byte_buffer_bytes.h"
 #include "common/rpc/chunk_wire.h"
+#include "common/wire/byte_pieces.h"
 #include "gtest/gtest.h"
 #include "proto/psync.pb.h"
 
@@ -141,12 +143,23 @@ TEST(PlacedBodyTest, MalformedBodiesAreReadAsTheyAreForTheDecoderToJudge) {
     for (int k = 0; k < 3; ++k) bad[rng() % bad.size()] = static_cast<char>(rng());
     bodies.push_back(bad);
   }
-  std::vector<float> to(a.size());
+  std::string to(400, '\xa5');
   for (const std::string& body : bodies) {
-    absl::StatusOr<grpc::ByteBuffer> read =
-        Deliver(body, {{3, 7, reinterpret_cast<char*>(to.data()), 400}}, 3, body.size());
+    std::fill(to.begin(), to.end(), '\xa5');
+    absl::StatusOr<grpc::ByteBuffer> read = Deliver(body, {{3, 7, to.data(), 400}}, 3, body.size());
     ASSERT_TRUE(read.ok()) << read.status();
     EXPECT_EQ(BufferBytes(*read), body);
+    // What was placed is what the decoder finds as that chunk's data, unless
+    // it refuses the message.
+    WireMessage m;
+    if (to == std::string(400, '\xa5') || !DecodeWireMessage(*read, 3, &m).ok()) continue;
+    ASSERT_FALSE(m.chunks.empty());
+    EXPECT_EQ(m.chunks[0].id, 3);
+    EXPECT_EQ(m.chunks[0].version, 7);
+    ASSERT_EQ(m.chunks[0].data_size, 400);
+    std::string decoded(400, '\0');
+    CopyPieces(m.chunks[0].data, decoded.data());
+    EXPECT_EQ(decoded, to);
   }
 }
 

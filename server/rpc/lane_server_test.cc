@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -449,8 +450,8 @@ void AnswerInTwoParts(int listener, const std::string& answer, size_t first,
 
 // A call whose answer is being read into the caller's memory ends only once
 // that read has stopped, cancelled or past its deadline: the memory is then
-// the caller's again, and no more of the answer is written there, not even
-// what had reached this host's socket (all of it but its last 1000 bytes).
+// the caller's again, and no more of the answer is written there, though
+// all of it but its last 1000 bytes had been sent when it ended.
 TEST(LaneClientTest, ACallEndsOnlyOnceItsAnswerIsNoLongerReadIntoPlace) {
   std::vector<float> weights(1 << 20);
   for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<float>(i);
@@ -471,7 +472,7 @@ TEST(LaneClientTest, ACallEndsOnlyOnceItsAnswerIsNoLongerReadIntoPlace) {
     grpc::Status status;
     std::atomic<int> ends{0};
     absl::Notification done;
-    const absl::Time deadline = absl::Now() + (cancel ? absl::Minutes(1) : absl::Seconds(2));
+    const absl::Time deadline = absl::Now() + (cancel ? absl::Seconds(20) : absl::Seconds(2));
     const uint64_t id = client.Start(LaneMethod::kPull, Bytes("x"), deadline,
                                      {&response, &status, [&] {
                                         ++ends;
@@ -479,8 +480,15 @@ TEST(LaneClientTest, ACallEndsOnlyOnceItsAnswerIsNoLongerReadIntoPlace) {
                                       }},
                                      {{3, 7, reinterpret_cast<char*>(to.data()), 4 << 20}});
     client.Send(id);
-    // The first part of the answer has reached its place.
-    while (to[5000] != 5000.0f && !done.HasBeenNotified()) absl::SleepFor(absl::Milliseconds(1));
+    // The first part of the answer has reached its place (read as the
+    // reader writes it).
+    const float expected = 5000.0f;
+    uint32_t written, placed;
+    std::memcpy(&placed, &expected, sizeof placed);
+    do {
+      absl::SleepFor(absl::Milliseconds(1));
+      written = __atomic_load_n(reinterpret_cast<uint32_t*>(&to[5000]), __ATOMIC_ACQUIRE);
+    } while (written != placed && !done.HasBeenNotified());
     if (cancel) client.Cancel(id);
     done.WaitForNotification();
     std::fill(to.begin(), to.end(), -2.0f);  // the caller's again
@@ -491,13 +499,41 @@ TEST(LaneClientTest, ACallEndsOnlyOnceItsAnswerIsNoLongerReadIntoPlace) {
     EXPECT_EQ(to, std::vector<float>(weights.size(), -2.0f));
     EXPECT_EQ(ends.load(), 1);
     if (cancel) {
-      // Cancelled, or ended by the read's own end, which comes as close.
+      // Cancelled, or ended by the read's own end, which comes as close (a
+      // call that its deadline ended is not either: placing never began).
       EXPECT_THAT(status.error_code(), ::testing::AnyOf(grpc::StatusCode::CANCELLED,
                                                         grpc::StatusCode::UNAVAILABLE));
     } else {
       EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
     }
   }
+}
+
+// An answer whose body stalls for longer than a reader's look at the
+// deadlines (a lost segment, a busy host) still comes whole, and the lane's
+// other calls go on meanwhile.
+TEST(LaneClientTest, AnAnswerThatStallsMidBodyStillComes) {
+  int port;
+  const int listener = BoundLoopbackSocket(&port);
+  ASSERT_EQ(listen(listener, 4), 0);
+  const std::string answer(100000, 'a');
+  absl::Notification more;
+  std::thread server(AnswerInTwoParts, listener, answer, 10, &more);
+  LaneClient client("127.0.0.1", "", {}, "worker 0 to server 0");
+  client.SetPort(port, 1 << 20);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  absl::Notification done;
+  client.Send(client.Start(LaneMethod::kPush, Bytes("x"), absl::Now() + absl::Seconds(20),
+                           {&response, &status, [&done] { done.Notify(); }}));
+  absl::SleepFor(3 * absl::Milliseconds(kLaneTickMs));  // the body stalls
+  EXPECT_TRUE(client.open());                           // the lane's lock is free
+  more.Notify();
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(15)));
+  server.join();
+  close(listener);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(BufferBytes(response), answer);
 }
 
 }  // namespace

@@ -64,7 +64,9 @@ class PsClient {
                                      int end_tensor, const float* grads, float* weights) = 0;
 
   // Waits for every started PushPull; their weights are in place when it
-  // returns OK. Returns the first error.
+  // returns OK. Returns the first error; `weights` may then hold some chunks
+  // of the new version, whole or in part (answers that came, or were being
+  // read into place, before the error): pull before using them.
   virtual absl::Status Wait() = 0;
 
   virtual int num_tensors() const = 0;

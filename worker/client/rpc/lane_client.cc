@@ -408,18 +408,20 @@ absl::Status LaneClient::ReadAnswer(int fd, bool* refused) {
 
 absl::StatusOr<grpc::ByteBuffer> LaneClient::ReadBody(int fd, uint64_t id, size_t n,
                                                       const LaneTick& tick) {
+  // A copy: the call may end, and its Pending go, while its answer is read.
   std::vector<AnswerPlace> places;
   {
     absl::MutexLock lock(&mu_);
     auto it = pending_.find(id);
-    if (it == pending_.end() || it->second.places.empty()) {
-      return ReadLaneBody(fd, n, nullptr, tick);  // ended, or nothing to place
+    if (it != pending_.end() && !it->second.places.empty()) {
+      places = it->second.places;
+      placing_ = id;
+      placing_thread_ = std::this_thread::get_id();
+      placing_fd_ = fd;
     }
-    places = it->second.places;
-    placing_ = id;
-    placing_thread_ = std::this_thread::get_id();
-    placing_fd_ = fd;
   }
+  // Ended, or nothing to place. Not under mu_: `tick` takes it.
+  if (places.empty()) return ReadLaneBody(fd, n, nullptr, tick);
   // The read stops once the call has ended (past its deadline, ended by
   // `tick` on this thread): its memory is the caller's again. The
   // connection's other calls are then retried, as after any lost one.

@@ -117,7 +117,11 @@ absl::Status PayloadCoder::DecodeWeights(const ChunkCall& call,
 
 std::vector<AnswerPlace> PayloadCoder::AnswerPlaces(const ChunkCall& call) const {
   std::vector<AnswerPlace> places;
-  if (call.weights == nullptr || call.in_model || call.slot != 0) return places;
+  // Answers come in the wire dtype: a narrow one is widened as it is decoded.
+  if (call.weights == nullptr || call.in_model || call.slot != 0 ||
+      wire_dtype_ != WireDType::kFloat32) {
+    return places;
+  }
   for (int32_t id : call.chunk_ids) {
     const ChunkInfo& info = layout_.chunks()[id];
     places.push_back({id, call.version, reinterpret_cast<char*>(call.weights + info.flat_offset),

@@ -51,8 +51,9 @@ class PayloadCoder {
 
   // Where each chunk of `call`'s answer goes in call.weights, as float32,
   // for a payload lane to read it there (common/rpc/placed_body.h); none
-  // where the weights come another way (in the shared model or a slot) or
-  // the call has none. DecodeWeights then copies nothing.
+  // where the weights come another way (in the shared model or a slot),
+  // in a narrow wire dtype, or the call has none. DecodeWeights then copies
+  // nothing.
   std::vector<AnswerPlace> AnswerPlaces(const ChunkCall& call) const;
 
  private:

@@ -135,7 +135,7 @@ TEST_F(PayloadAnswerTest, AnAnswerInTheMessageFillsTheWeights) {
 }
 
 // A lane reads each float32 chunk of the answer into its place in the
-// weights; decoding then copies nothing, and the weights are right.
+// weights; decoding an answer whose data is already there leaves them right.
 TEST_F(PayloadAnswerTest, AnswerPlacesAreTheChunksInTheWeights) {
   ChunkCall call = Into({0, 2});
   const std::vector<AnswerPlace> places = coder_.AnswerPlaces(call);
@@ -158,6 +158,9 @@ TEST_F(PayloadAnswerTest, AnswerPlacesAreTheChunksInTheWeights) {
   call.in_model = true;
   EXPECT_TRUE(coder_.AnswerPlaces(call).empty());
   EXPECT_TRUE(coder_.AnswerPlaces(PushPull({0})).empty());
+  // Nor where answers come in a narrow dtype.
+  const PayloadCoder narrow(layout_, 1, WireDType::kBf16);
+  EXPECT_TRUE(narrow.AnswerPlaces(Into({0})).empty());
 }
 
 TEST_F(PayloadAnswerTest, AnAnswerInASlotFillsTheWeights) {

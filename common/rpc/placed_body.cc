@@ -23,8 +23,9 @@ constexpr size_t kReadAhead = 4096;
 void DeleteString(void* s) { delete static_cast<std::string*>(s); }
 
 // Reads a body from the socket while parsing it as a message, one field at
-// a time. An I/O error ends it (error()); a body that is not a well-formed
-// message ends the parsing (malformed()), and the rest is read as it is.
+// a time. An I/O error ends the read (Finish() returns it); a body that is
+// not a well-formed message ends the parsing (parsing() is false), and the
+// rest is read as it is.
 class BodyReader {
  public:
   BodyReader(int fd, size_t n, const LaneTick& tick) : fd_(fd), n_(n), tick_(tick) {}

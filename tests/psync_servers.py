@@ -9,6 +9,7 @@ cure (1, as a port taken is) is started again, with all the job's servers, on
 fresh ports."""
 
 import os
+import random
 import socket
 import subprocess
 import time
@@ -22,12 +23,44 @@ EXIT_FAILED = 1  # psync's exit code of a failure a restart may cure
 _handed_out = set()  # every port free_port returned in this process
 
 
+def _ports_the_kernel_keeps() -> List[range]:
+    """Ports from 10000 outside the kernel's ephemeral range, which it hands
+    out by itself to every connect and every bind to port 0: one of these,
+    once closed, is taken only by a process that names it, where a port of
+    that range may go to any process's next connection before the server
+    (or gloo group) that was to have it binds it."""
+    lo, hi = 32768, 60999  # Linux's default
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(v) for v in f.read().split())
+    except (OSError, ValueError):
+        pass
+    return [r for r in (range(10000, lo), range(max(hi + 1, 10000), 65536)) if len(r) > 0]
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
 def free_port() -> int:
-    """A port nothing listens on now (bound, then closed), never one this
-    process was given before: the kernel may pick a port it just freed again,
-    and two servers of one job, or a server's port and its metrics port, would
-    then be the same (a bad configuration)."""
-    while True:
+    """A port nothing listens on now (bound, then closed), outside the
+    kernel's ephemeral range where it can be, never one this process was
+    given before: two servers of one job, or a server's port and its metrics
+    port, would then be the same (a bad configuration)."""
+    ranges = _ports_the_kernel_keeps()
+    pick = random.SystemRandom()
+    for _ in range(64 if ranges else 0):
+        r = pick.choices(ranges, weights=[len(x) for x in ranges])[0]
+        port = pick.choice(r)
+        if port not in _handed_out and _bindable(port):
+            _handed_out.add(port)
+            return port
+    while True:  # none free there: one the kernel picks
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]

@@ -10,7 +10,10 @@
 namespace psync {
 
 // Free TCP ports on 127.0.0.1, each held by a bound (not listening) socket
-// until Release(), so that no port is picked twice. Not thread-safe.
+// until Release(), so that no port is picked twice. They are picked outside
+// the kernel's ephemeral range where it can, so that no other process's
+// connection takes one between its release and its server's bind. Not
+// thread-safe.
 class PortReservation {
  public:
   PortReservation() = default;

@@ -7,7 +7,6 @@
 namespace psync {
 namespace {
 
-constexpr int kWireVarint = 0, kWireFixed64 = 1, kWireLength = 2, kWireFixed32 = 5;
 constexpr uint64_t kMaxFieldNumber = (uint64_t{1} << 29) - 1;
 
 // Reads across a list of segments; `pos` is the offset from the start.
@@ -88,17 +87,18 @@ absl::Status DecodeChunk(SegmentReader& r, size_t end, WireChunk* c) {
       return Malformed(r, absl::StrCat("field number ", tag >> 3, " in a chunk"));
     }
     const int field = static_cast<int>(tag >> 3), type = static_cast<int>(tag & 7);
-    if (field == 3 && type == kWireLength) {
+    if (field == kChunkData && type == kWireLength) {
       if (!c->data.empty()) return Malformed(r, "a chunk's data appears twice");
       if (!r.ReadVarint(&v) || v > end - std::min(end, r.pos()) || !r.Take(v, &c->data)) {
         return Malformed(r, "chunk data runs past the end of its chunk");
       }
       c->data_size += static_cast<int64_t>(v);
-    } else if ((field == 1 || field == 2 || field == 4) && type == kWireVarint) {
+    } else if ((field == kChunkId || field == kChunkDType || field == kChunkVersion) &&
+               type == kWireVarint) {
       if (!r.ReadVarint(&v)) return Malformed(r, "truncated varint in a chunk");
-      if (field == 1) c->id = static_cast<int32_t>(v);
-      if (field == 2) c->dtype = static_cast<int32_t>(v);
-      if (field == 4) c->version = static_cast<int64_t>(v);
+      if (field == kChunkId) c->id = static_cast<int32_t>(v);
+      if (field == kChunkDType) c->dtype = static_cast<int32_t>(v);
+      if (field == kChunkVersion) c->version = static_cast<int64_t>(v);
     } else if (!SkipField(r, type)) {
       return Malformed(r, absl::StrCat("bad field ", field, " of wire type ", type, " in a chunk"));
     }
@@ -194,19 +194,19 @@ grpc::ByteBuffer WireMessageBuilder::Build() {
     AppendVarint(&head, kWireChunks << 3 | kWireLength);
     AppendVarint(&head, fields);
     if (c.id != 0) {
-      AppendVarint(&head, 1 << 3 | kWireVarint);
+      AppendVarint(&head, kChunkId << 3 | kWireVarint);
       AppendVarint(&head, static_cast<uint64_t>(int64_t{c.id}));
     }
     if (c.dtype != 0) {
-      AppendVarint(&head, 2 << 3 | kWireVarint);
+      AppendVarint(&head, kChunkDType << 3 | kWireVarint);
       AppendVarint(&head, static_cast<uint64_t>(int64_t{c.dtype}));
     }
     if (c.version != 0) {
-      AppendVarint(&head, 4 << 3 | kWireVarint);
+      AppendVarint(&head, kChunkVersion << 3 | kWireVarint);
       AppendVarint(&head, static_cast<uint64_t>(c.version));
     }
     if (c.bytes > 0) {
-      AppendVarint(&head, 3 << 3 | kWireLength);
+      AppendVarint(&head, kChunkData << 3 | kWireLength);
       AppendVarint(&head, c.bytes);
       slices.emplace_back(head);
       head.clear();

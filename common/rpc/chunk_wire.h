@@ -32,6 +32,10 @@ enum WireField : int {
   kWireInSharedModel = 8,
 };
 
+// Field numbers of proto::Chunk.
+enum ChunkField : int { kChunkId = 1, kChunkDType = 2, kChunkData = 3, kChunkVersion = 4 };
+// Protobuf's wire types of the fields these messages use.
+enum WireType : int { kWireVarint = 0, kWireFixed64 = 1, kWireLength = 2, kWireFixed32 = 5 };
 
 struct WireChunk {
   int32_t id = 0;

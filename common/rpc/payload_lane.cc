@@ -144,9 +144,11 @@ absl::StatusOr<grpc::ByteBuffer> ReadLaneBody(int fd, size_t n, std::function<vo
 }
 
 LaneFrame::LaneFrame(const LaneHeader& header, std::string msg, const grpc::ByteBuffer& payload)
-    : message(std::move(msg)), bytes(sizeof head + message.size() + payload.Length()) {
+    : message(std::move(msg)) {
   EncodeLaneHeader(header, head);
   if (payload.Length() > 0) payload.Dump(&body).IgnoreError();  // references, no copy
+  bytes = sizeof head + message.size();  // what goes, whatever the dump gave
+  for (const grpc::Slice& s : body) bytes += s.size();
 }
 
 absl::Status WriteLaneFrame(int fd, LaneFrame& frame, bool wait) {

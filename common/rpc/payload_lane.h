@@ -32,6 +32,9 @@
 namespace psync {
 
 enum class LaneMethod : uint32_t { kHello = 1, kPush = 2, kPull = 3, kPushPull = 4 };
+// The calls a lane carries: its methods but the hello.
+inline constexpr LaneMethod kLaneCalls[] = {LaneMethod::kPush, LaneMethod::kPull,
+                                            LaneMethod::kPushPull};
 
 // The method's name, as its gRPC method and errors say it; "" for none.
 absl::string_view LaneMethodName(uint32_t method);
@@ -76,7 +79,7 @@ struct LaneFrame {
   char head[LaneHeader::kBytes];
   std::string message;
   std::vector<grpc::Slice> body;  // references to the body's slices
-  size_t bytes;                   // of the whole frame
+  size_t bytes = 0;               // of the whole frame
   size_t sent = 0;
 };
 

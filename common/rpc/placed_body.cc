@@ -5,15 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "common/rpc/chunk_wire.h"
 #include "grpcpp/support/slice.h"
 
 namespace psync {
 namespace {
 
-constexpr int kVarint = 0, kFixed64 = 1, kLength = 2, kFixed32 = 5;
-constexpr uint64_t kChunksField = 5;  // PullResponse.chunks
-constexpr uint64_t kChunkIdField = 1, kChunkDTypeField = 2, kChunkDataField = 3,
-                   kChunkVersionField = 4;
 constexpr uint64_t kFloat32 = 1;  // proto::DTYPE_FLOAT32
 // Bytes read at a time ahead of what parsing needs: a chunk's head fits in
 // it, and at most this much of a placed chunk's data is copied to its place
@@ -62,16 +59,16 @@ class BodyReader {
   void SkipField(int type) {
     uint64_t v;
     switch (type) {
-      case kVarint:
+      case kWireVarint:
         ReadVarint(&v);
         return;
-      case kFixed64:
+      case kWireFixed64:
         Skip(8);
         return;
-      case kLength:
+      case kWireLength:
         if (ReadVarint(&v)) Skip(v);
         return;
-      case kFixed32:
+      case kWireFixed32:
         Skip(4);
         return;
       default:
@@ -155,7 +152,7 @@ void ReadChunk(BodyReader& r, uint64_t len, const AnswerPlace* place) {
     if (!r.ReadVarint(&tag)) return;
     const uint64_t field = tag >> 3;
     const int type = static_cast<int>(tag & 7);
-    if (field == kChunkDataField && type == kLength) {
+    if (field == kChunkData && type == kWireLength) {
       if (!r.ReadVarint(&v)) return;
       const bool fits = v <= end - std::min(end, r.pos());
       if (fits && !placed && place != nullptr && static_cast<int32_t>(id) == place->chunk_id &&
@@ -166,11 +163,11 @@ void ReadChunk(BodyReader& r, uint64_t len, const AnswerPlace* place) {
       } else {
         r.Skip(v);
       }
-    } else if (type == kVarint) {
+    } else if (type == kWireVarint) {
       if (!r.ReadVarint(&v)) return;
-      if (field == kChunkIdField) id = v;
-      if (field == kChunkDTypeField) dtype = v;
-      if (field == kChunkVersionField) version = v;
+      if (field == kChunkId) id = v;
+      if (field == kChunkDType) dtype = v;
+      if (field == kChunkVersion) version = v;
     } else {
       r.SkipField(type);
     }
@@ -187,7 +184,7 @@ absl::StatusOr<grpc::ByteBuffer> ReadPlacedBody(int fd, size_t n,
   while (r.parsing() && r.pos() < n) {
     uint64_t tag, len;
     if (!r.ReadVarint(&tag)) break;
-    if (tag >> 3 == kChunksField && (tag & 7) == kLength) {
+    if (tag >> 3 == kWireChunks && (tag & 7) == kWireLength) {
       if (!r.ReadVarint(&len)) break;
       if (len > n - r.pos()) break;  // malformed: the decoder says so
       ReadChunk(r, len, chunk < places.size() ? &places[chunk] : nullptr);

@@ -402,8 +402,8 @@ TEST(LaneClientTest, AnUnreachableLaneClosesForAWhile) {
   EXPECT_FALSE(client.open());
 }
 
-// A connection closed before it answered anything (a server out of
-// places) closes the lane for a while too.
+// A connection closed before it answered anything, its welcome first (a
+// server out of places), closes the lane for a while too.
 TEST(LaneClientTest, AConnectionClosedBeforeAnyAnswerClosesTheLane) {
   int port;
   const int listener = BoundLoopbackSocket(&port);
@@ -423,9 +423,10 @@ TEST(LaneClientTest, AConnectionClosedBeforeAnyAnswerClosesTheLane) {
 
 // A lane server of the test's own on `listener`: welcomes one connection,
 // reads its first call, and answers it with `answer`: the first `first`
-// bytes at once, the rest once `more` is notified.
+// bytes at once (then notifies `sent`, if given), the rest once `more` is
+// notified.
 void AnswerInTwoParts(int listener, const std::string& answer, size_t first,
-                      absl::Notification* more) {
+                      absl::Notification* more, absl::Notification* sent = nullptr) {
   const int fd = accept(listener, nullptr, nullptr);
   char head[LaneHeader::kBytes];
   ASSERT_EQ(recv(fd, head, sizeof head, MSG_WAITALL), sizeof head);  // the hello, no token
@@ -443,6 +444,7 @@ void AnswerInTwoParts(int listener, const std::string& answer, size_t first,
   const std::string frame = std::string(head, sizeof head) + answer;
   const size_t at = sizeof head + first;
   send(fd, frame.data(), at, MSG_NOSIGNAL);
+  if (sent != nullptr) sent->Notify();
   more->WaitForNotification();
   send(fd, frame.data() + at, frame.size() - at, MSG_NOSIGNAL);  // fails if it closed
   close(fd);
@@ -464,7 +466,8 @@ TEST(LaneClientTest, ACallEndsOnlyOnceItsAnswerIsNoLongerReadIntoPlace) {
     const int listener = BoundLoopbackSocket(&port);
     ASSERT_EQ(listen(listener, 4), 0);
     absl::Notification more;
-    std::thread server(AnswerInTwoParts, listener, answer, answer.size() - 1000, &more);
+    std::thread server(AnswerInTwoParts, listener, answer, answer.size() - 1000, &more,
+                       nullptr);
     std::vector<float> to(weights.size(), -1.0f);
     LaneClient client("127.0.0.1", "", {}, "worker 0 to server 0");
     client.SetPort(port, 8 << 20);
@@ -511,14 +514,14 @@ TEST(LaneClientTest, ACallEndsOnlyOnceItsAnswerIsNoLongerReadIntoPlace) {
 
 // An answer whose body stalls for longer than a reader's look at the
 // deadlines (a lost segment, a busy host) still comes whole, and the lane's
-// other calls go on meanwhile.
+// lock stays free meanwhile.
 TEST(LaneClientTest, AnAnswerThatStallsMidBodyStillComes) {
   int port;
   const int listener = BoundLoopbackSocket(&port);
   ASSERT_EQ(listen(listener, 4), 0);
   const std::string answer(100000, 'a');
-  absl::Notification more;
-  std::thread server(AnswerInTwoParts, listener, answer, 10, &more);
+  absl::Notification more, sent;
+  std::thread server(AnswerInTwoParts, listener, answer, 10, &more, &sent);
   LaneClient client("127.0.0.1", "", {}, "worker 0 to server 0");
   client.SetPort(port, 1 << 20);
   grpc::ByteBuffer response;
@@ -526,7 +529,8 @@ TEST(LaneClientTest, AnAnswerThatStallsMidBodyStillComes) {
   absl::Notification done;
   client.Send(client.Start(LaneMethod::kPush, Bytes("x"), absl::Now() + absl::Seconds(20),
                            {&response, &status, [&done] { done.Notify(); }}));
-  absl::SleepFor(3 * absl::Milliseconds(kLaneTickMs));  // the body stalls
+  sent.WaitForNotification();                           // the body has begun,
+  absl::SleepFor(3 * absl::Milliseconds(kLaneTickMs));  // and stalls
   EXPECT_TRUE(client.open());                           // the lane's lock is free
   more.Notify();
   EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(15)));

@@ -171,9 +171,10 @@ class ParameterService final : public ParameterServerService {
     if (metrics_ != nullptr && absl::string_view(name) != "Hold") {
       m = &method_metrics_.emplace_back(metrics_, name);
       // The payload lane's calls of the method count as "lane/<method>".
-      for (uint32_t lane = 0; lane_port_ != 0 && lane < lane_metrics_.size(); ++lane) {
-        if (LaneMethodName(lane) == name && lane != static_cast<uint32_t>(LaneMethod::kHello)) {
-          lane_metrics_[lane] = &method_metrics_.emplace_back(metrics_, absl::StrCat("lane/", name));
+      for (const LaneMethod lane : kLaneCalls) {
+        const auto i = static_cast<uint32_t>(lane);
+        if (lane_port_ != 0 && LaneMethodName(i) == name) {
+          lane_metrics_[i] = &method_metrics_.emplace_back(metrics_, absl::StrCat("lane/", name));
         }
       }
     }

@@ -251,7 +251,7 @@ int LaneClient::Open(int port, absl::Status* why) {
     return absl::Now() < until ? absl::OkStatus()
                                : absl::UnavailableError("no welcome from the server in time");
   };
-  char head[LaneHeader::kBytes];
+  char head[LaneHeader::kBytes] = {};
   if (s.ok()) s = ReadFully(fd, head, sizeof head, "waiting for the welcome", in_time);
   absl::StatusOr<LaneHeader> welcome = DecodeLaneHeader(head);
   if (s.ok() && !welcome.ok()) s = welcome.status();
@@ -277,7 +277,7 @@ int LaneClient::Open(int port, absl::Status* why) {
 
 void LaneClient::Read(Connection* c) {
   absl::Status ended;
-  bool refused = false, answered = false;
+  bool refused = false;
   // Deadlines are looked at every kLaneTickMs, not at every answer: the
   // look walks every call in flight.
   absl::Time next_look = absl::InfinitePast();
@@ -289,22 +289,17 @@ void LaneClient::Read(Connection* c) {
       ExpireDeadlines();
       next_look = now + absl::Milliseconds(kLaneTickMs);
     }
-    if (ready > 0) {
-      ended = ReadAnswer(c->fd, &refused);
-      answered = answered || ended.ok();
-    }
+    if (ready > 0) ended = ReadAnswer(c->fd, &refused);
     if (ready < 0 && err != EINTR) ended = absl::UnavailableError(strerror(err));
   }
   shutdown(c->fd, SHUT_RDWR);  // the writer stops too
   {
     absl::MutexLock lock(&mu_);
     c->ended = true;
-    // Refused (too many connections, or a wrong token, which gRPC's calls
-    // then meet as well), or closed before it answered anything: the calls
-    // go through gRPC for a while.
-    if (refused || (!answered && !stopping_)) {
-      closed_until_ = absl::Now() + kLaneClosedAfterFailure;
-    }
+    // Refused (a frame of this worker's it could not read): the calls go
+    // through gRPC for a while. A server that cannot take a connection
+    // says so before its welcome (Open).
+    if (refused) closed_until_ = absl::Now() + kLaneClosedAfterFailure;
   }
   const absl::StatusCode code =
       absl::IsInvalidArgument(ended) ? absl::StatusCode::kUnavailable : ended.code();
@@ -318,21 +313,24 @@ bool LaneClient::End(uint64_t id, const grpc::Status& status, grpc::ByteBuffer* 
   Ending ending;
   {
     absl::MutexLock lock(&mu_);
-    if (placing_ == id && std::this_thread::get_id() != placing_thread_) {
-      // Its answer is being read into the caller's memory: the read ends
-      // first (the reader's own end of the call stops it at its next look).
-      shutdown(placing_fd_, SHUT_RDWR);
-      auto read_ended = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return placing_ != id; };
-      mu_.Await(absl::Condition(&read_ended));
-    }
     auto it = pending_.find(id);
     if (it == pending_.end()) return false;
     const uint64_t sent_on = it->second.connection;
+    // Its answer is being read into the caller's memory on another thread
+    // (the reader's own end of the call stops that read at its next look).
+    const bool placing_elsewhere = placing_ == id && std::this_thread::get_id() != placing_thread_;
     // Unanswered, or refused (maybe before the server read its body), its
-    // frame may still be going out from the caller's buffers.
-    if ((response == nullptr || !status.ok()) && sent_on != 0 && connection_ != nullptr &&
-        connection_->number == sent_on) {
+    // frame may still be going out from the caller's buffers; placing, its
+    // answer is still coming in.
+    if ((response == nullptr || !status.ok() || placing_elsewhere) && sent_on != 0 &&
+        connection_ != nullptr && connection_->number == sent_on) {
       shutdown(connection_->fd, SHUT_RDWR);
+    }
+    if (placing_elsewhere) {  // the call ends once that read has stopped
+      auto read_ended = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return placing_ != id; };
+      mu_.Await(absl::Condition(&read_ended));
+      it = pending_.find(id);
+      if (it == pending_.end()) return false;  // the reader ended it meanwhile
     }
     ending = std::move(it->second.ending);
     pending_.erase(it);
@@ -408,16 +406,16 @@ absl::Status LaneClient::ReadAnswer(int fd, bool* refused) {
 
 absl::StatusOr<grpc::ByteBuffer> LaneClient::ReadBody(int fd, uint64_t id, size_t n,
                                                       const LaneTick& tick) {
-  // A copy: the call may end, and its Pending go, while its answer is read.
+  // Taken out: the call may end, and its Pending go, while its answer is
+  // read (a retry starts the call again, with places of its own).
   std::vector<AnswerPlace> places;
   {
     absl::MutexLock lock(&mu_);
     auto it = pending_.find(id);
     if (it != pending_.end() && !it->second.places.empty()) {
-      places = it->second.places;
+      places = std::move(it->second.places);
       placing_ = id;
       placing_thread_ = std::this_thread::get_id();
-      placing_fd_ = fd;
     }
   }
   // Ended, or nothing to place. Not under mu_: `tick` takes it.
@@ -435,7 +433,6 @@ absl::StatusOr<grpc::ByteBuffer> LaneClient::ReadBody(int fd, uint64_t id, size_
   absl::StatusOr<grpc::ByteBuffer> body = ReadPlacedBody(fd, n, places, placing_tick);
   absl::MutexLock lock(&mu_);
   placing_ = 0;
-  placing_fd_ = -1;
   return body;
 }
 

@@ -139,11 +139,10 @@ class LaneClient {
   uint64_t connections_ ABSL_GUARDED_BY(mu_) = 0;                // opened so far
   absl::Time closed_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // The call whose answer a reader is reading into place (0: none), the
-  // reader's thread and its socket.
+  // The call whose answer a reader is reading into place (0: none), and
+  // the reader's thread.
   uint64_t placing_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread::id placing_thread_ ABSL_GUARDED_BY(mu_);
-  int placing_fd_ ABSL_GUARDED_BY(mu_) = -1;
   std::vector<std::shared_ptr<Connection>> retired_;  // the connecting thread's
   std::thread connector_{[this] { Connect(); }};      // last: uses every member
 };

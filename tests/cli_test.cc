@@ -1,8 +1,6 @@
 // Bad command lines given to the real binaries: --help lists each binary's
 // flags, and bad values fail at start, before any server is contacted or
 // any training is done. Every run is bounded by a deadline.
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/process/free_ports.h"
 #include "common/process/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -42,18 +41,6 @@ std::vector<std::string> Launch(std::vector<std::string> flags) {
                                    "--synthetic_samples=64", "--steps=1", "--timeout_s=30"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   return argv;
-}
-
-// Whether this process may bind 127.0.0.1:`port`.
-bool CanBind(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return bound;
 }
 
 TEST(CliTest, HelpListsEachBinarysOwnFlags) {
@@ -212,7 +199,7 @@ TEST(CliTest, APrivilegedPortSaysPermissionDenied) {
     if (!std::filesystem::exists("/usr/bin/setpriv")) GTEST_SKIP() << "root, and no setpriv";
     argv.insert(argv.begin(), {"/usr/bin/setpriv", "--inh-caps=-net_bind_service",
                                "--bounding-set=-net_bind_service", "--"});
-  } else if (CanBind(port)) {
+  } else if (CanBindLoopback(port)) {
     GTEST_SKIP() << "this user may bind port " << port << " (CAP_NET_BIND_SERVICE?)";
   }
   const Ended run = RunToEnd(argv);

@@ -46,6 +46,14 @@ std::vector<std::pair<int, int>> PortsTheKernelKeeps() {
 
 }  // namespace
 
+bool CanBindLoopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool bound = BindLoopback(fd, port);
+  close(fd);
+  return bound;
+}
+
 absl::StatusOr<int> PortReservation::Add() {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));

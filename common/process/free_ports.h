@@ -31,6 +31,10 @@ class PortReservation {
   std::vector<int> fds_;
 };
 
+// Whether this process may bind 127.0.0.1:`port` now (a socket bound, then
+// closed): the port is free, and not privileged for this process.
+bool CanBindLoopback(int port);
+
 }  // namespace psync
 
 #endif  // PSYNC_COMMON_PROCESS_FREE_PORTS_H_

@@ -1,10 +1,5 @@
 #include "common/process/free_ports.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <fstream>
 #include <set>
 
@@ -12,17 +7,6 @@
 
 namespace psync {
 namespace {
-
-bool Bindable(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return bound;
-}
 
 // Ports held are distinct and taken; released, they are free again; and
 // they lie outside the range the kernel hands out to connections by
@@ -37,14 +21,14 @@ TEST(PortReservationTest, PortsAreDistinctHeldAndOutsideTheEphemeralRange) {
     absl::StatusOr<int> port = reserved.Add();
     ASSERT_TRUE(port.ok()) << port.status();
     EXPECT_TRUE(ports.insert(*port).second) << *port << " twice";
-    EXPECT_FALSE(Bindable(*port)) << *port << " is not held";
+    EXPECT_FALSE(CanBindLoopback(*port)) << *port << " is not held";
     if (outside_exists) {
       EXPECT_TRUE(*port < lo || *port > hi)
           << *port << " is in the kernel's range " << lo << "-" << hi;
     }
   }
   reserved.Release();
-  for (int port : ports) EXPECT_TRUE(Bindable(port)) << port << " is still held";
+  for (int port : ports) EXPECT_TRUE(CanBindLoopback(port)) << port << " is still held";
 }
 
 }  // namespace

@@ -43,13 +43,15 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from typing import Dict, List, Optional, Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from psync_servers import free_port  # noqa: E402  (tests/: ports the kernel does not hand out)
 
 MODELS = ("mlp", "cnn")
 WORKERS = 2  # the psync, DDP and C++ configurations' worker processes
@@ -158,12 +160,6 @@ def run_worker(a: argparse.Namespace, job_args: List[str]) -> None:
 
 # ---------------------------------------------------------------------------
 # Driver side: servers and workers as process groups of their own.
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 class Processes:
     """Every process the driver started, each the leader of a process group of its

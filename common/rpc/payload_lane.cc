@@ -76,7 +76,7 @@ void EncodeLaneHeader(const LaneHeader& h, char out[LaneHeader::kBytes]) {
   Put(p, h.call_id);
   Put(p, h.body_bytes);
   Put(p, h.aux);
-  Put(p, h.reserved);
+  Put(p, h.version);
 }
 
 absl::StatusOr<LaneHeader> DecodeLaneHeader(const char in[LaneHeader::kBytes]) {
@@ -87,7 +87,7 @@ absl::StatusOr<LaneHeader> DecodeLaneHeader(const char in[LaneHeader::kBytes]) {
   h.call_id = Get<uint64_t>(p);
   h.body_bytes = Get<uint64_t>(p);
   h.aux = Get<uint32_t>(p);
-  h.reserved = Get<uint32_t>(p);
+  h.version = Get<uint32_t>(p);
   if (h.magic != LaneHeader::kMagic) {
     return absl::InvalidArgumentError(
         absl::StrCat("payload lane: a frame starts with 0x", absl::Hex(h.magic), ", expected 0x",

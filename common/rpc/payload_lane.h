@@ -10,7 +10,10 @@
 // reply's), then `body_bytes` of body. A connection opens with a kHello
 // request whose body is the job's token (empty without one); the server
 // answers it as call 0: OK (a welcome: calls may come) or a refusal, after
-// which it closes. Requests are answered in any order, each by the call id
+// which it closes. The hello and its answer carry the lane version each
+// end speaks; a server refuses a hello of another, and a worker closes the
+// lane on a welcome of another (its calls go through gRPC, which every
+// build speaks). Requests are answered in any order, each by the call id
 // it carried. Integers are little-endian.
 #ifndef PSYNC_COMMON_RPC_PAYLOAD_LANE_H_
 #define PSYNC_COMMON_RPC_PAYLOAD_LANE_H_
@@ -47,8 +50,15 @@ struct LaneHeader {
   uint64_t call_id = 0;
   uint64_t body_bytes = 0;
   uint32_t aux = 0;  // a request's timeout in ms, a reply's message bytes
-  uint32_t reserved = 0;
+  // The hello's and its answer's: the lane version the sender speaks
+  // (kLaneVersion); 0 on other frames, and on every frame of the builds
+  // before versions.
+  uint32_t version = 0;
 };
+// The version of the frames above and of the bodies they carry (the
+// methods' messages, chunk fields in the order chunk_wire.h writes them).
+// Raised by any change an earlier build would misread.
+inline constexpr uint32_t kLaneVersion = 1;
 
 void EncodeLaneHeader(const LaneHeader& h, char out[LaneHeader::kBytes]);
 // InvalidArgument naming what is wrong if `in` is not a lane header.

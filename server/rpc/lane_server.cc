@@ -97,6 +97,7 @@ class LaneConnection : public std::enable_shared_from_this<LaneConnection> {
     LaneHeader h;
     h.kind = static_cast<uint32_t>(status.code());
     h.call_id = id;
+    if (id == 0) h.version = kLaneVersion;  // the hello's answer
     std::string message(status.message().substr(0, kMaxMessage));
     h.aux = static_cast<uint32_t>(message.size());
     if (status.ok()) {
@@ -138,6 +139,13 @@ class LaneConnection : public std::enable_shared_from_this<LaneConnection> {
                     absl::InvalidArgumentError(absl::StrCat(
                         "payload lane: the first frame is method ", h->kind, " of ", h->body_bytes,
                         " bytes, expected a hello (method 1) of at most ", kMaxToken)));
+    }
+    if (h->version != kLaneVersion) {
+      return Refuse(0, absl::FailedPreconditionError(absl::StrCat(
+                           "payload lane: the worker speaks lane version ", h->version,
+                           h->version == 0 ? " (a build before versions)" : "",
+                           ", this server ", kLaneVersion,
+                           ": run one psync build on the job's workers and servers")));
     }
     std::string token(h->body_bytes, '\0');
     PSYNC_RETURN_IF_ERROR(ReadFully(fd_, token.data(), token.size(), "reading the hello", in_time));

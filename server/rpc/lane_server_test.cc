@@ -74,12 +74,13 @@ class LaneServerTest : public ::testing::Test {
     return fd;
   }
   static void Send(int fd, uint32_t kind, uint64_t id, const std::string& body,
-                   uint32_t timeout_ms = 10000) {
+                   uint32_t timeout_ms = 10000, uint32_t version = 0) {
     LaneHeader h;
     h.kind = kind;
     h.call_id = id;
     h.body_bytes = body.size();
     h.aux = timeout_ms;
+    h.version = version;
     LaneFrame frame(h, "", Bytes(body));
     ASSERT_TRUE(WriteLaneFrame(fd, frame, /*wait=*/true).ok());
   }
@@ -89,12 +90,14 @@ class LaneServerTest : public ::testing::Test {
     const Answer welcome = Receive(fd);
     EXPECT_EQ(welcome.id, 0u);
     EXPECT_EQ(welcome.code, absl::StatusCode::kOk) << welcome.message;
+    EXPECT_EQ(welcome.version, kLaneVersion);
   }
-  static void SendHello(int fd, const std::string& token) {
-    Send(fd, static_cast<uint32_t>(LaneMethod::kHello), 0, token, 0);
+  static void SendHello(int fd, const std::string& token, uint32_t version = kLaneVersion) {
+    Send(fd, static_cast<uint32_t>(LaneMethod::kHello), 0, token, 0, version);
   }
   struct Answer {
     uint64_t id = 0;
+    uint32_t version = 0;
     absl::StatusCode code = absl::StatusCode::kUnknown;
     std::string message, body;
   };
@@ -108,6 +111,7 @@ class LaneServerTest : public ::testing::Test {
     const absl::StatusOr<LaneHeader> h = DecodeLaneHeader(head);
     EXPECT_TRUE(h.ok()) << h.status();
     a.id = h->call_id;
+    a.version = h->version;
     a.code = static_cast<absl::StatusCode>(h->kind);
     a.message.resize(h->aux);
     a.body.resize(h->body_bytes);
@@ -189,6 +193,16 @@ TEST_F(LaneServerTest, MalformedFramesCloseTheirConnectionOnly) {
          ASSERT_EQ(write(fd, http.data(), http.size()), static_cast<ssize_t>(http.size()));
        },
        absl::StatusCode::kInvalidArgument, "is this a psync payload lane?"},
+      {"a hello of a build before lane versions",
+       [](int fd) { SendHello(fd, "secret", 0); },
+       absl::StatusCode::kFailedPrecondition,
+       "the worker speaks lane version 0 (a build before versions), this server 1: run one psync "
+       "build"},
+      {"a hello of a later lane version",
+       [](int fd) { SendHello(fd, "secret", kLaneVersion + 1); },
+       absl::StatusCode::kFailedPrecondition,
+       absl::StrCat("the worker speaks lane version ", kLaneVersion + 1, ", this server ",
+                    kLaneVersion)},
       {"an unknown method",
        [](int fd) {
          Hello(fd);
@@ -421,6 +435,40 @@ TEST(LaneClientTest, AConnectionClosedBeforeAnyAnswerClosesTheLane) {
   EXPECT_FALSE(client.open());
 }
 
+// A welcome of another lane version (a server of another build) closes the
+// lane for a while, saying which versions met: the calls go through gRPC.
+TEST(LaneClientTest, AWelcomeOfAnotherVersionClosesTheLane) {
+  for (const uint32_t version : {0u, kLaneVersion + 1}) {
+    SCOPED_TRACE(absl::StrCat("the server's version ", version));
+    int port;
+    const int listener = BoundLoopbackSocket(&port);
+    ASSERT_EQ(listen(listener, 4), 0);
+    std::thread server([listener, version] {
+      const int fd = accept(listener, nullptr, nullptr);
+      char head[LaneHeader::kBytes];
+      ASSERT_EQ(recv(fd, head, sizeof head, MSG_WAITALL), sizeof head);  // the hello
+      const absl::StatusOr<LaneHeader> hello = DecodeLaneHeader(head);
+      EXPECT_TRUE(hello.ok() && hello->version == kLaneVersion);
+      LaneHeader welcome;
+      welcome.version = version;
+      EncodeLaneHeader(welcome, head);
+      ASSERT_EQ(send(fd, head, sizeof head, MSG_NOSIGNAL), sizeof head);
+      recv(fd, head, 1, MSG_WAITALL);  // until the worker closes
+      close(fd);
+    });
+    LaneClient client("127.0.0.1", "", {}, "worker 0 to server 0");
+    client.SetPort(port, 1 << 20);
+    const grpc::Status status = PushOnce(client);
+    server.join();
+    close(listener);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(status.error_message(),
+                HasSubstr(absl::StrCat("the server speaks lane version ", version)));
+    EXPECT_THAT(status.error_message(), HasSubstr(absl::StrCat(", this worker ", kLaneVersion)));
+    EXPECT_FALSE(client.open());
+  }
+}
+
 // A lane server of the test's own on `listener`: welcomes one connection,
 // reads its first call, and answers it with `answer`: the first `first`
 // bytes at once (then notifies `sent`, if given), the rest once `more` is
@@ -430,7 +478,9 @@ void AnswerInTwoParts(int listener, const std::string& answer, size_t first,
   const int fd = accept(listener, nullptr, nullptr);
   char head[LaneHeader::kBytes];
   ASSERT_EQ(recv(fd, head, sizeof head, MSG_WAITALL), sizeof head);  // the hello, no token
-  EncodeLaneHeader(LaneHeader(), head);                              // the welcome
+  LaneHeader welcome;
+  welcome.version = kLaneVersion;
+  EncodeLaneHeader(welcome, head);
   ASSERT_EQ(send(fd, head, sizeof head, MSG_NOSIGNAL), sizeof head);
   ASSERT_EQ(recv(fd, head, sizeof head, MSG_WAITALL), sizeof head);
   const absl::StatusOr<LaneHeader> call = DecodeLaneHeader(head);

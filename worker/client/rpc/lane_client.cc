@@ -240,6 +240,7 @@ int LaneClient::Open(int port, absl::Status* why) {
   LaneHeader hello;
   hello.kind = static_cast<uint32_t>(LaneMethod::kHello);
   hello.body_bytes = token_.size();
+  hello.version = kLaneVersion;
   grpc::Slice token(token_);
   LaneFrame frame(hello, "", grpc::ByteBuffer(&token, 1));
   absl::Status s = WriteLaneFrame(fd, frame, /*wait=*/true);
@@ -264,6 +265,12 @@ int LaneClient::Open(int port, absl::Status* why) {
     std::string message(welcome->aux, '\0');
     s = ReadFully(fd, message.data(), message.size(), "reading a refusal", in_time);
     if (s.ok()) s = absl::Status(static_cast<absl::StatusCode>(welcome->kind), message);
+  }
+  if (s.ok() && welcome->version != kLaneVersion) {
+    s = absl::FailedPreconditionError(absl::StrCat(
+        "the server speaks lane version ", welcome->version,
+        welcome->version == 0 ? " (a build before versions)" : "", ", this worker ", kLaneVersion,
+        ": run one psync build on the job's workers and servers"));
   }
   if (!s.ok()) {
     close(fd);

@@ -14,6 +14,7 @@
 #      of the hosts;
 #   4. host 3's link cut for 3 s mid-run (`ip link set eth0 down`) and
 #      restored: the job waits, goes on and ends with the same weights;
+#      the same for host 1, whose server the other hosts' workers lose;
 #   5. host 3's link cut for good: its worker is missing, and once
 #      --peer_timeout_s has passed the servers fail the job naming it
 #      (docs/failures.md), and the launcher says so.
@@ -146,25 +147,30 @@ wait_for_training() {  # LOG LAUNCHER_PID
   return 1
 }
 
-# 4. Host 3's link down for 3 s mid-run, then up again.
-"$launch" "${job[@]}" "${on_hosts[@]}" --steps=1500 --summary="$work/cut.json" >"$work/cut.log" 2>&1 &
-launcher=$!
-cut=0
-if wait_for_training "$work/cut.log" $launcher; then
-  ip -n "$name-h3" link set eth0 down && cut=1
-  sleep 3
-  ip -n "$name-h3" link set eth0 up
-fi
-finish $launcher 240
+# 4. A host's link down for 3 s mid-run, then up again: host 3 (a worker
+# only), then host 1 (server 1 and worker 1).
 timeout 240 "$launch" "${job[@]}" --steps=1500 --summary="$work/one1500.json" >"$work/one1500.log" 2>&1
-if [[ $cut == 1 && $rc == 0 && -n "$(sha_of "$work/cut.json")" &&
-      "$(sha_of "$work/cut.json")" == "$(sha_of "$work/one1500.json")" ]]; then
-  result "$checks: a host cut off for 3 s rejoins and the weights are the same" 1
-else
-  result "$checks: a host cut off for 3 s rejoins and the weights are the same" 0 \
-    "cut: $cut, launcher exit $rc, weights '$(sha_of "$work/cut.json")' vs one host's '$(sha_of "$work/one1500.json")'
-$(tail -30 "$work/cut.log")"
-fi
+cut_and_rejoin() {  # HOST WHAT
+  local log="$work/cut$1.log" summary="$work/cut$1.json" cut=0
+  "$launch" "${job[@]}" "${on_hosts[@]}" --steps=1500 --summary="$summary" >"$log" 2>&1 &
+  launcher=$!
+  if wait_for_training "$log" $launcher; then
+    ip -n "$name-h$1" link set eth0 down && cut=1
+    sleep 3
+    ip -n "$name-h$1" link set eth0 up
+  fi
+  finish $launcher 240
+  if [[ $cut == 1 && $rc == 0 && -n "$(sha_of "$summary")" &&
+        "$(sha_of "$summary")" == "$(sha_of "$work/one1500.json")" ]]; then
+    result "$checks: $2 cut off for 3 s rejoins and the weights are the same" 1
+  else
+    result "$checks: $2 cut off for 3 s rejoins and the weights are the same" 0 \
+      "cut: $cut, launcher exit $rc, weights '$(sha_of "$summary")' vs one host's '$(sha_of "$work/one1500.json")'
+$(tail -30 "$log")"
+  fi
+}
+cut_and_rejoin 3 "a host"
+cut_and_rejoin 1 "a server's host"
 
 # 5. Host 3's link down for good: its worker is missing past the peer timeout.
 "$launch" "${job[@]}" "${on_hosts[@]}" --steps=100000 --peer_timeout_s=5 >"$work/gone.log" 2>&1 &

@@ -32,7 +32,8 @@ ChunkCallEngine::ChunkCallEngine(const GrpcPsClientOptions& options,
       coder_(coder),
       shared_(shared),
       session_of_(std::move(session_of)),
-      windows_(channels.size()) {
+      windows_(channels.size()),
+      server_lost_(channels.size()) {
   for (const auto& channel : channels) {
     stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
   }
@@ -351,7 +352,7 @@ std::optional<absl::Status> ChunkCallEngine::Ended(ChunkCall& call) {
     }
   }
   if (call.status.ok()) {
-    if (call.unavailable_logged) {
+    if (call.unavailable_logged && server_lost_[call.server].exchange(false)) {
       LOG(INFO) << "worker " << options_.worker_rank << ": " << call.op << " to server "
                 << call.server << " went through after all";
     }
@@ -380,15 +381,20 @@ absl::Status ChunkCallEngine::Succeeded(ChunkCall& call) {
 
 void ChunkCallEngine::ScheduleRetry(ChunkCall& call) {
   // A lost connection is retried silently otherwise, and a server that
-  // stopped (frozen, its host gone) holds the job until the deadline.
+  // stopped (frozen, its host gone) holds the job until the deadline. Said
+  // once per server until a call to it goes through: a push-pull has up to
+  // hundreds of calls to each server in flight, and all of them retry.
   if (call.status.error_code() == grpc::StatusCode::UNAVAILABLE && !call.unavailable_logged) {
     call.unavailable_logged = true;
-    LOG(WARNING) << "worker " << options_.worker_rank << ": " << call.op << " to server "
-                 << call.server << ": " << ConnectionErrorMessage(call.status, options_.security)
-                 << "; retrying until its deadline, "
-                 << absl::FormatDuration(absl::Trunc(call.deadline - absl::Now(),
-                                                     absl::Seconds(1)))
-                 << " from now (--rpc_timeout_s)";
+    if (!server_lost_[call.server].exchange(true)) {
+      LOG(WARNING) << "worker " << options_.worker_rank << ": " << call.op << " to server "
+                   << call.server << ": " << ConnectionErrorMessage(call.status, options_.security)
+                   << "; retrying until its deadline, "
+                   << absl::FormatDuration(absl::Trunc(call.deadline - absl::Now(),
+                                                       absl::Seconds(1)))
+                   << " from now (--rpc_timeout_s), as its other calls to server " << call.server
+                   << " do";
+    }
   }
   call.issue_alarm.Set(call.cq, absl::ToChronoTime(absl::Now() + kRetryBackoff),
                        &call.issue_tag);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/model/init.h"
 #include "common/monitoring/metrics.h"
@@ -22,6 +23,7 @@
 #include "common/wire/wire_dtype.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
+#include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "proto/psync.grpc.pb.h"
 #include "server/rpc/grpc_server.h"
@@ -767,6 +769,53 @@ TEST(GrpcPsClientTest, RetriesUnavailableUntilTheServerAnswers) {
     absl::MutexLock lock(&fake.service.mu);
     EXPECT_EQ(fake.service.push_pull_calls, 3 + (one_at_a_time ? 3 : 1));  // + a call a chunk
   }
+}
+
+// Counts the log lines holding `text` while it lives.
+class LogLines : public google::LogSink {
+ public:
+  explicit LogLines(std::string text) : text_(std::move(text)) { google::AddLogSink(this); }
+  ~LogLines() override { google::RemoveLogSink(this); }
+  void send(google::LogSeverity, const char*, const char*, int, const google::LogMessageTime&,
+            const char* message, size_t length) override {
+    if (absl::string_view(message, length).find(text_) != absl::string_view::npos) ++count_;
+  }
+  int count() const { return count_.load(); }
+
+ private:
+  const std::string text_;
+  std::atomic<int> count_{0};
+};
+
+// Every call to a server that lost its connection retries; the worker says
+// so once for the server, not once a call, and once that one went through.
+TEST(GrpcPsClientTest, ALostServerIsSaidOnceForAllItsCalls) {
+  const Layout layout = TestLayout(1);  // 3 chunks: 3 requests, all in flight
+  FakeServer fake;
+  {
+    absl::MutexLock lock(&fake.service.mu);
+    fake.service.failures = 1 << 30;
+  }
+  LogLines lost("retrying until its deadline"), back("went through after all");
+  auto client = Client(layout, {fake.address()}, 0, 1, absl::Seconds(10), absl::Seconds(20),
+                       WireDType::kFloat32, /*push_window_bytes=*/1 << 20);
+  ASSERT_TRUE(client->Register().ok());
+  Async push_pull([&] {
+    ExpectPushPullEchoed(layout, *client);
+    return absl::OkStatus();
+  });
+  {
+    // Each request has failed twice before the server comes back.
+    absl::MutexLock lock(&fake.service.mu);
+    auto tried = [&fake]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fake.service.mu) {
+      return fake.service.push_pull_calls >= 6;
+    };
+    ASSERT_TRUE(fake.service.mu.AwaitWithTimeout(absl::Condition(&tried), absl::Seconds(20)));
+    fake.service.failures = 0;
+  }
+  EXPECT_TRUE(push_pull.Get().ok());
+  EXPECT_EQ(lost.count(), 1);
+  EXPECT_EQ(back.count(), 1);
 }
 
 TEST(GrpcPsClientTest, OtherErrorsAreNotRetriedAndNameTheServer) {

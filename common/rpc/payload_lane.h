@@ -50,9 +50,9 @@ struct LaneHeader {
   uint64_t call_id = 0;
   uint64_t body_bytes = 0;
   uint32_t aux = 0;  // a request's timeout in ms, a reply's message bytes
-  // The hello's and its answer's: the lane version the sender speaks
-  // (kLaneVersion); 0 on other frames, and on every frame of the builds
-  // before versions.
+  // The hello's and the answers to call 0 (the welcome, a refusal): the
+  // lane version the sender speaks (kLaneVersion); 0 on other frames, and
+  // on every frame of the builds before versions.
   uint32_t version = 0;
 };
 // The version of the frames above and of the bodies they carry (the

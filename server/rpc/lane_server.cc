@@ -97,7 +97,7 @@ class LaneConnection : public std::enable_shared_from_this<LaneConnection> {
     LaneHeader h;
     h.kind = static_cast<uint32_t>(status.code());
     h.call_id = id;
-    if (id == 0) h.version = kLaneVersion;  // the hello's answer
+    if (id == 0) h.version = kLaneVersion;  // answers to call 0: the hello's
     std::string message(status.message().substr(0, kMaxMessage));
     h.aux = static_cast<uint32_t>(message.size());
     if (status.ok()) {
@@ -112,7 +112,12 @@ class LaneConnection : public std::enable_shared_from_this<LaneConnection> {
   void Read() {
     absl::Status s = Hello();
     while (s.ok()) s = ReadCall();
-    if (!closed_.load() && !stopping_.load() && !absl::IsUnavailable(s)) {
+    if (absl::IsFailedPrecondition(s)) {
+      // A worker of another build, refused again each time it retries.
+      LOG_FIRST_N(WARNING, 1) << "payload lane: closing the connection of " << peer_ << ": "
+                              << s.message() << " (said once; such workers' calls go "
+                              << "through gRPC)";
+    } else if (!closed_.load() && !stopping_.load() && !absl::IsUnavailable(s)) {
       LOG(WARNING) << "payload lane: closing the connection of " << peer_ << ": " << s.message();
     }
     Close();
@@ -140,6 +145,8 @@ class LaneConnection : public std::enable_shared_from_this<LaneConnection> {
                         "payload lane: the first frame is method ", h->kind, " of ", h->body_bytes,
                         " bytes, expected a hello (method 1) of at most ", kMaxToken)));
     }
+    std::string token(h->body_bytes, '\0');
+    PSYNC_RETURN_IF_ERROR(ReadFully(fd_, token.data(), token.size(), "reading the hello", in_time));
     if (h->version != kLaneVersion) {
       return Refuse(0, absl::FailedPreconditionError(absl::StrCat(
                            "payload lane: the worker speaks lane version ", h->version,
@@ -147,8 +154,6 @@ class LaneConnection : public std::enable_shared_from_this<LaneConnection> {
                            ", this server ", kLaneVersion,
                            ": run one psync build on the job's workers and servers")));
     }
-    std::string token(h->body_bytes, '\0');
-    PSYNC_RETURN_IF_ERROR(ReadFully(fd_, token.data(), token.size(), "reading the hello", in_time));
     if (!options_.token.empty() && !TokenMatches(options_.token, token)) {
       return Refuse(0, absl::UnauthenticatedError(
                            "payload lane: missing or wrong token: the job's servers require "

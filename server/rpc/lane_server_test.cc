@@ -196,8 +196,8 @@ TEST_F(LaneServerTest, MalformedFramesCloseTheirConnectionOnly) {
       {"a hello of a build before lane versions",
        [](int fd) { SendHello(fd, "secret", 0); },
        absl::StatusCode::kFailedPrecondition,
-       "the worker speaks lane version 0 (a build before versions), this server 1: run one psync "
-       "build"},
+       absl::StrCat("the worker speaks lane version 0 (a build before versions), this server ",
+                    kLaneVersion, ": run one psync build")},
       {"a hello of a later lane version",
        [](int fd) { SendHello(fd, "secret", kLaneVersion + 1); },
        absl::StatusCode::kFailedPrecondition,

@@ -38,9 +38,6 @@ struct ChunkCall {
   absl::Time deadline;
   absl::Time launched;  // for the trace
   bool push_pull = false;  // records into the trace
-  // Whether a lost connection to the server reached this call (the engine
-  // says so once per server, for the first such call).
-  bool unavailable_logged = false;
   grpc::CompletionQueue* cq = nullptr;  // whose thread drives this call
   // Built once; for a push its payload slices point at the caller's
   // gradients, which stay valid until Wait() returns. A push to a server

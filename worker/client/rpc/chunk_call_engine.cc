@@ -338,6 +338,12 @@ std::optional<absl::Status> ChunkCallEngine::Ended(ChunkCall& call) {
   // could end the call without it leaving its window, and the calls queued
   // behind it, which have no deadline of their own, would wait for ever.
   const bool retry = !call.status.ok() && RetryLater(call);
+  // A call that has ended, done or failed for good, ends its server's loss
+  // (a later one is said again), and says so if it went through.
+  if (!retry && server_lost_[call.server].exchange(false) && call.status.ok()) {
+    LOG(INFO) << "worker " << options_.worker_rank << ": " << call.op << " to server "
+              << call.server << " went through after all";
+  }
   if (call.window_bytes > 0 && !retry) {
     LeaveWindow(call);
     if (call.status.ok() && call.then_pull) {
@@ -352,10 +358,6 @@ std::optional<absl::Status> ChunkCallEngine::Ended(ChunkCall& call) {
     }
   }
   if (call.status.ok()) {
-    if (call.unavailable_logged && server_lost_[call.server].exchange(false)) {
-      LOG(INFO) << "worker " << options_.worker_rank << ": " << call.op << " to server "
-                << call.server << " went through after all";
-    }
     // A Push whose Pull is a call of its own brings no weights.
     return call.pull != nullptr ? absl::OkStatus() : Succeeded(call);
   }
@@ -380,21 +382,25 @@ absl::Status ChunkCallEngine::Succeeded(ChunkCall& call) {
 }
 
 void ChunkCallEngine::ScheduleRetry(ChunkCall& call) {
+  // An attempt on the payload lane that closed it (no connection, or the
+  // server refused it; the lane said why, once) goes through gRPC at once.
+  if (call.lane_call != 0 && !lanes_[call.server]->open()) {
+    PostNow(call.issue_alarm, call.cq, &call.issue_tag);
+    return;
+  }
   // A lost connection is retried silently otherwise, and a server that
   // stopped (frozen, its host gone) holds the job until the deadline. Said
-  // once per server until a call to it goes through: a push-pull has up to
+  // once per server until a call to it ends: a push-pull has up to
   // hundreds of calls to each server in flight, and all of them retry.
-  if (call.status.error_code() == grpc::StatusCode::UNAVAILABLE && !call.unavailable_logged) {
-    call.unavailable_logged = true;
-    if (!server_lost_[call.server].exchange(true)) {
-      LOG(WARNING) << "worker " << options_.worker_rank << ": " << call.op << " to server "
-                   << call.server << ": " << ConnectionErrorMessage(call.status, options_.security)
-                   << "; retrying until its deadline, "
-                   << absl::FormatDuration(absl::Trunc(call.deadline - absl::Now(),
-                                                       absl::Seconds(1)))
-                   << " from now (--rpc_timeout_s), as its other calls to server " << call.server
-                   << " do";
-    }
+  if (call.status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      !server_lost_[call.server].exchange(true)) {
+    LOG(WARNING) << "worker " << options_.worker_rank << ": " << call.op << " to server "
+                 << call.server << ": " << ConnectionErrorMessage(call.status, options_.security)
+                 << "; retrying until its deadline, "
+                 << absl::FormatDuration(absl::Trunc(call.deadline - absl::Now(),
+                                                     absl::Seconds(1)))
+                 << " from now (--rpc_timeout_s; its other calls to server " << call.server
+                 << " retry unlogged)";
   }
   call.issue_alarm.Set(call.cq, absl::ToChronoTime(absl::Now() + kRetryBackoff),
                        &call.issue_tag);

@@ -98,8 +98,9 @@ class ChunkCallEngine {
   // The call's RPC went through: traces it and takes its weights.
   absl::Status Succeeded(ChunkCall& call);
   bool RetryLater(const ChunkCall& call) const;
-  // Logs a lost connection (once per server until a call goes through), and
-  // retries after a backoff.
+  // Logs a lost connection (once per server until a call to it ends), and
+  // retries after a backoff; at once, through gRPC, after a lane that
+  // closed.
   void ScheduleRetry(ChunkCall& call);
   void Poll();
 
@@ -123,8 +124,8 @@ class ChunkCallEngine {
   // In flight since the last Wait(); owned here, touched by the poller.
   std::vector<std::unique_ptr<ChunkCall>> calls_ ABSL_GUARDED_BY(mu_);
   std::vector<Window> windows_ ABSL_GUARDED_BY(mu_);
-  // By server: a call to it was lost with its connection and said so, and
-  // none has gone through since (the others retry unlogged meanwhile).
+  // By server: a call to it lost its connection and said so, and no call to
+  // it has ended since (the others retry unlogged meanwhile).
   std::vector<std::atomic<bool>> server_lost_;
   // Last: the thread starts once every member it uses is constructed.
   std::thread poller_{[this] { Poll(); }};

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -21,9 +22,9 @@
 #include "common/process/free_ports.h"
 #include "common/rpc/host_addresses.h"
 #include "common/wire/wire_dtype.h"
+#include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
-#include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "proto/psync.grpc.pb.h"
 #include "server/rpc/grpc_server.h"
@@ -130,8 +131,10 @@ class FakeService final : public proto::ParameterServer::Service {
   std::vector<int64_t> generations ABSL_GUARDED_BY(mu) = {1};
   int register_calls ABSL_GUARDED_BY(mu) = 0;
   int push_pull_calls ABSL_GUARDED_BY(mu) = 0;
-  // The first `failures` push-pulls fail with `failure`.
+  // The first `failures` push-pulls fail with `failure`; the first chunks
+  // of those that did.
   int failures ABSL_GUARDED_BY(mu) = 0;
+  std::set<int32_t> failed_chunks ABSL_GUARDED_BY(mu);
   grpc::Status failure ABSL_GUARDED_BY(mu){grpc::StatusCode::UNAVAILABLE, "restarting"};
   int64_t version_skew ABSL_GUARDED_BY(mu) = 0;  // added to answered versions
   bool drop_last_chunk ABSL_GUARDED_BY(mu) = false;
@@ -187,7 +190,10 @@ class FakeService final : public proto::ParameterServer::Service {
   grpc::Status PushPull(grpc::ServerContext*, const proto::PushRequest* req,
                         proto::PullResponse* resp) override {
     absl::MutexLock lock(&mu);
-    if (push_pull_calls++ < failures) return failure;
+    if (push_pull_calls++ < failures) {
+      if (req->chunks_size() > 0) failed_chunks.insert(req->chunks(0).chunk_id());
+      return failure;
+    }
     for (const proto::Chunk& c : req->chunks()) {
       proto::Chunk* out = resp->add_chunks();
       *out = c;
@@ -776,6 +782,7 @@ class LogLines : public google::LogSink {
  public:
   explicit LogLines(std::string text) : text_(std::move(text)) { google::AddLogSink(this); }
   ~LogLines() override { google::RemoveLogSink(this); }
+  using google::LogSink::send;
   void send(google::LogSeverity, const char*, const char*, int, const google::LogMessageTime&,
             const char* message, size_t length) override {
     if (absl::string_view(message, length).find(text_) != absl::string_view::npos) ++count_;
@@ -789,33 +796,51 @@ class LogLines : public google::LogSink {
 
 // Every call to a server that lost its connection retries; the worker says
 // so once for the server, not once a call, and once that one went through.
+// A loss that ends in the calls failing for good is said again next time.
 TEST(GrpcPsClientTest, ALostServerIsSaidOnceForAllItsCalls) {
   const Layout layout = TestLayout(1);  // 3 chunks: 3 requests, all in flight
   FakeServer fake;
-  {
-    absl::MutexLock lock(&fake.service.mu);
-    fake.service.failures = 1 << 30;
-  }
   LogLines lost("retrying until its deadline"), back("went through after all");
   auto client = Client(layout, {fake.address()}, 0, 1, absl::Seconds(10), absl::Seconds(20),
                        WireDType::kFloat32, /*push_window_bytes=*/1 << 20);
   ASSERT_TRUE(client->Register().ok());
-  Async push_pull([&] {
-    ExpectPushPullEchoed(layout, *client);
-    return absl::OkStatus();
-  });
-  {
-    // Each request has failed twice before the server comes back.
-    absl::MutexLock lock(&fake.service.mu);
-    auto tried = [&fake]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fake.service.mu) {
-      return fake.service.push_pull_calls >= 6;
-    };
-    ASSERT_TRUE(fake.service.mu.AwaitWithTimeout(absl::Condition(&tried), absl::Seconds(20)));
-    fake.service.failures = 0;
-  }
-  EXPECT_TRUE(push_pull.Get().ok());
+  // Every push-pull fails with `failure` until each request has failed at
+  // least twice; then the server answers `then` (OK: the calls go through).
+  auto lose_then = [&](grpc::Status then) {
+    int before;
+    {
+      absl::MutexLock lock(&fake.service.mu);
+      fake.service.failure = grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting");
+      fake.service.failures = 1 << 30;
+      fake.service.failed_chunks.clear();
+      before = fake.service.push_pull_calls;
+    }
+    std::vector<float> grads(layout.total_elements()), w(grads.size());
+    Async push_pull([&] { return client->PushPull(0, 1, grads.data(), w.data()); });
+    {
+      absl::MutexLock lock(&fake.service.mu);
+      auto tried = [&fake, before]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fake.service.mu) {
+        return fake.service.push_pull_calls >= before + 6;
+      };
+      EXPECT_TRUE(fake.service.mu.AwaitWithTimeout(absl::Condition(&tried), absl::Seconds(20)));
+      EXPECT_EQ(fake.service.failed_chunks.size(), 3u);  // each request lost its connection
+      if (then.ok()) {
+        fake.service.failures = 0;
+      } else {
+        fake.service.failure = then;
+      }
+    }
+    return push_pull.Get();
+  };
+  EXPECT_TRUE(lose_then(grpc::Status::OK).ok());
   EXPECT_EQ(lost.count(), 1);
   EXPECT_EQ(back.count(), 1);
+  EXPECT_EQ(lose_then(grpc::Status(grpc::StatusCode::ABORTED, "rolled back")).code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(lost.count(), 2);
+  EXPECT_TRUE(lose_then(grpc::Status::OK).ok());
+  EXPECT_EQ(lost.count(), 3);
+  EXPECT_EQ(back.count(), 2);
 }
 
 TEST(GrpcPsClientTest, OtherErrorsAreNotRetriedAndNameTheServer) {

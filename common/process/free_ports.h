@@ -32,7 +32,8 @@ class PortReservation {
 };
 
 // Whether this process may bind 127.0.0.1:`port` now (a socket bound, then
-// closed): the port is free, and not privileged for this process.
+// closed): the port is free, and not privileged for this process. False too
+// if no socket can be made at all (out of descriptors).
 bool CanBindLoopback(int port);
 
 }  // namespace psync

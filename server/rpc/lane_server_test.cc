@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -401,6 +402,45 @@ grpc::Status PushOnce(LaneClient& client) {
   return status;
 }
 
+// Accepts a connection on `listener`, reads its hello (of this build's lane
+// version, no token) and answers it with a welcome of `version`; the
+// connection, -1 if that failed.
+int AcceptAndWelcome(int listener, uint32_t version = kLaneVersion) {
+  const int fd = accept(listener, nullptr, nullptr);
+  char head[LaneHeader::kBytes] = {};
+  bool ok = fd >= 0 && recv(fd, head, sizeof head, MSG_WAITALL) == sizeof head;
+  const absl::StatusOr<LaneHeader> hello = DecodeLaneHeader(head);
+  EXPECT_TRUE(ok && hello.ok() && hello->version == kLaneVersion);
+  LaneHeader welcome;
+  welcome.version = version;
+  EncodeLaneHeader(welcome, head);
+  ok = ok && send(fd, head, sizeof head, MSG_NOSIGNAL) == sizeof head;
+  if (!ok && fd >= 0) close(fd);
+  return ok ? fd : -1;
+}
+
+// A push of one byte from a fresh LaneClient to a lane server of the
+// test's own, `serve` (given the listening socket) on a thread of its own:
+// the push's end, and whether the lane stayed open.
+struct LaneEnd {
+  grpc::Status status;
+  bool open = false;
+};
+LaneEnd PushOnceTo(const std::function<void(int listener)>& serve) {
+  int port;
+  const int listener = BoundLoopbackSocket(&port);
+  EXPECT_EQ(listen(listener, 4), 0);
+  std::thread server(serve, listener);
+  LaneClient client("127.0.0.1", "", {}, "worker 0 to server 0");
+  client.SetPort(port, 1 << 20);
+  LaneEnd end;
+  end.status = PushOnce(client);
+  end.open = client.open();
+  server.join();
+  close(listener);
+  return end;
+}
+
 // A lane that cannot be reached ends its calls UNAVAILABLE (which callers
 // retry) and closes for a while, so that the retries go through gRPC.
 TEST(LaneClientTest, AnUnreachableLaneClosesForAWhile) {
@@ -419,20 +459,12 @@ TEST(LaneClientTest, AnUnreachableLaneClosesForAWhile) {
 // A connection closed before it answered anything, its welcome first (a
 // server out of places), closes the lane for a while too.
 TEST(LaneClientTest, AConnectionClosedBeforeAnyAnswerClosesTheLane) {
-  int port;
-  const int listener = BoundLoopbackSocket(&port);
-  ASSERT_EQ(listen(listener, 4), 0);
-  std::thread closer([listener] {
+  const LaneEnd end = PushOnceTo([](int listener) {
     const int fd = accept(listener, nullptr, nullptr);
     if (fd >= 0) close(fd);
   });
-  LaneClient client("127.0.0.1", "", {}, "worker 0 to server 0");
-  client.SetPort(port, 1 << 20);
-  const grpc::Status status = PushOnce(client);
-  closer.join();
-  close(listener);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_FALSE(client.open());
+  EXPECT_EQ(end.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_FALSE(end.open);
 }
 
 // A welcome of another lane version (a server of another build) closes the
@@ -440,32 +472,19 @@ TEST(LaneClientTest, AConnectionClosedBeforeAnyAnswerClosesTheLane) {
 TEST(LaneClientTest, AWelcomeOfAnotherVersionClosesTheLane) {
   for (const uint32_t version : {0u, kLaneVersion + 1}) {
     SCOPED_TRACE(absl::StrCat("the server's version ", version));
-    int port;
-    const int listener = BoundLoopbackSocket(&port);
-    ASSERT_EQ(listen(listener, 4), 0);
-    std::thread server([listener, version] {
-      const int fd = accept(listener, nullptr, nullptr);
-      char head[LaneHeader::kBytes];
-      ASSERT_EQ(recv(fd, head, sizeof head, MSG_WAITALL), sizeof head);  // the hello
-      const absl::StatusOr<LaneHeader> hello = DecodeLaneHeader(head);
-      EXPECT_TRUE(hello.ok() && hello->version == kLaneVersion);
-      LaneHeader welcome;
-      welcome.version = version;
-      EncodeLaneHeader(welcome, head);
-      ASSERT_EQ(send(fd, head, sizeof head, MSG_NOSIGNAL), sizeof head);
-      recv(fd, head, 1, MSG_WAITALL);  // until the worker closes
+    const LaneEnd end = PushOnceTo([version](int listener) {
+      const int fd = AcceptAndWelcome(listener, version);
+      if (fd < 0) return;
+      char byte;
+      recv(fd, &byte, 1, MSG_WAITALL);  // until the worker closes
       close(fd);
     });
-    LaneClient client("127.0.0.1", "", {}, "worker 0 to server 0");
-    client.SetPort(port, 1 << 20);
-    const grpc::Status status = PushOnce(client);
-    server.join();
-    close(listener);
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
-    EXPECT_THAT(status.error_message(),
+    EXPECT_EQ(end.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(end.status.error_message(),
                 HasSubstr(absl::StrCat("the server speaks lane version ", version)));
-    EXPECT_THAT(status.error_message(), HasSubstr(absl::StrCat(", this worker ", kLaneVersion)));
-    EXPECT_FALSE(client.open());
+    EXPECT_THAT(end.status.error_message(),
+                HasSubstr(absl::StrCat(", this worker ", kLaneVersion)));
+    EXPECT_FALSE(end.open);
   }
 }
 
@@ -475,13 +494,9 @@ TEST(LaneClientTest, AWelcomeOfAnotherVersionClosesTheLane) {
 // notified.
 void AnswerInTwoParts(int listener, const std::string& answer, size_t first,
                       absl::Notification* more, absl::Notification* sent = nullptr) {
-  const int fd = accept(listener, nullptr, nullptr);
+  const int fd = AcceptAndWelcome(listener);
+  ASSERT_GE(fd, 0);
   char head[LaneHeader::kBytes];
-  ASSERT_EQ(recv(fd, head, sizeof head, MSG_WAITALL), sizeof head);  // the hello, no token
-  LaneHeader welcome;
-  welcome.version = kLaneVersion;
-  EncodeLaneHeader(welcome, head);
-  ASSERT_EQ(send(fd, head, sizeof head, MSG_NOSIGNAL), sizeof head);
   ASSERT_EQ(recv(fd, head, sizeof head, MSG_WAITALL), sizeof head);
   const absl::StatusOr<LaneHeader> call = DecodeLaneHeader(head);
   ASSERT_TRUE(call.ok()) << call.status();

@@ -339,8 +339,12 @@ std::optional<absl::Status> ChunkCallEngine::Ended(ChunkCall& call) {
   // behind it, which have no deadline of their own, would wait for ever.
   const bool retry = !call.status.ok() && RetryLater(call);
   // A call that has ended, done or failed for good, ends its server's loss
-  // (a later one is said again), and says so if it went through.
-  if (!retry && server_lost_[call.server].exchange(false) && call.status.ok()) {
+  // (a later one is said again), and says so if it went through. Read
+  // first: every call's end comes here, and a write would be shared by
+  // the threads that drive the calls.
+  std::atomic<bool>& lost = server_lost_[call.server];
+  if (!retry && lost.load(std::memory_order_relaxed) && lost.exchange(false) &&
+      call.status.ok()) {
     LOG(INFO) << "worker " << options_.worker_rank << ": " << call.op << " to server "
               << call.server << " went through after all";
   }
